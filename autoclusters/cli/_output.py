@@ -1,0 +1,25 @@
+"""Shared output helpers: readable tables and ``-o json`` for every command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+
+def add_output_flag(parser: Any) -> None:
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                        help="output format (default: table)")
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def print_json(data: Any, out: TextIO = sys.stdout) -> None:
+    json.dump(data, out, indent=2, sort_keys=True, default=str)
+    out.write("\n")

@@ -1,0 +1,75 @@
+"""Entry point of the ``autoclusters`` command.
+
+Exit codes scripts can rely on: 0 success, 1 the operation failed (or found violations),
+2 bad usage or input, 3 the cluster could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+import autoclusters.cli as cli_pkg
+from autoclusters import __version__
+from autoclusters.kube.errors import KubeError, Unavailable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """An error the user can act on; printed without a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autoclusters",
+        description="Detect GPU faults on Kubernetes nodes and repair the nodes under per-pool consent modes.",
+    )
+    parser.add_argument("--version", action="version", version=f"autoclusters {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
+        if mod.name in {"main"} or mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{cli_pkg.__name__}.{mod.name}")
+        register = getattr(module, "register", None)
+        if register:
+            register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except Unavailable as e:
+        print(f"error: cannot reach the cluster: {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KubeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

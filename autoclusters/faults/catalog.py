@@ -1,0 +1,201 @@
+"""Loading and querying the fault catalog (strict schema, frozen records)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoclusters import names as n
+
+
+class CatalogError(ValueError):
+    """A catalog file that does not follow the schema; the message names the entry and key."""
+
+
+class FaultClass(StrEnum):
+    GPU = "gpu"  # Xid and other GPU faults
+    NVSWITCH = "nvswitch"  # SXid
+    DCGM = "dcgm"  # DCGM health / diagnostics
+    INTERCONNECT = "interconnect"  # InfiniBand HCA / ports
+
+
+class Action(StrEnum):
+    RESET = "reset"
+    REPLACE = "replace"
+    NONE = "none"  # report only (or an application error): never repaired
+    OFF = "off"  # per-pool override: the class is ignored entirely
+
+
+class Severity(StrEnum):
+    FATAL = "fatal"  # raises the node condition and, after the window, a repair
+    WARNING = "warning"  # recorded as an event only
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class FaultEntry:
+    fault_class: FaultClass
+    code: str  # "79", "24007", "DCGM_FR_NVLINK_DOWN", "port_down"
+    name: str
+    severity: Severity
+    action: Action
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.fault_class}:{self.code}"
+
+
+@dataclass(frozen=True)
+class FaultRef:
+    """A fault as the controller sees it, read back from a node condition."""
+
+    fault_class: FaultClass
+    code: str
+    action: Action
+    known: bool
+    reason: str
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.fault_class}:{self.code}"
+
+
+_ENTRY_KEYS = {"code", "name", "severity", "action", "description"}
+_TOP_KEYS = {"version", "sources", "unknown", "classes"}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entries: dict[str, FaultEntry]
+    unknown_action: dict[FaultClass, Action]
+    unknown_severity: dict[FaultClass, Severity]
+    sources: tuple[str, ...] = field(default=())
+
+    def lookup(self, fault_class: FaultClass | str, code: str | int) -> FaultEntry | None:
+        return self.entries.get(f"{FaultClass(fault_class)}:{code}")
+
+    def entry_or_unknown(self, fault_class: FaultClass | str, code: str | int) -> FaultEntry:
+        """The catalogued entry, or the documented default for an unknown code of that class."""
+        fc = FaultClass(fault_class)
+        found = self.lookup(fc, code)
+        if found:
+            return found
+        return FaultEntry(fc, str(code), f"unknown {fc} code {code}", self.unknown_severity[fc],
+                          self.unknown_action[fc], "not in the catalog; default for its class applies")
+
+    def of_class(self, fault_class: FaultClass) -> list[FaultEntry]:
+        return [e for e in self.entries.values() if e.fault_class == fault_class]
+
+    # --- reading a fault back from a node condition ----------------------------------
+    def fault_from_condition(self, condition: dict[str, Any], names: n.Names) -> FaultRef | None:
+        """The fault a True fault condition describes, or None when it reports no fault."""
+        if condition.get("status") != "True":
+            return None
+        ctype = condition.get("type", "")
+        reason = condition.get("reason", "") or ""
+        message = condition.get("message", "") or ""
+        if ctype == names.interconnect_condition:
+            fc, code = FaultClass.INTERCONNECT, _first(_IB_CODE, message) or "unknown"
+        elif ctype == names.gpu_condition:
+            if reason == n.REASON_SXID:
+                fc, code = FaultClass.NVSWITCH, _first(_SXID_CODE, message) or "unknown"
+            elif reason == n.REASON_DCGM:
+                fc, code = FaultClass.DCGM, _first(_DCGM_CODE, message) or "unknown"
+            else:
+                fc, code = FaultClass.GPU, _first(_XID_CODE, message) or "unknown"
+        else:
+            return None
+        entry = self.lookup(fc, code)
+        action = entry.action if entry else self.unknown_action[fc]
+        return FaultRef(fc, code, action, entry is not None, reason, message)
+
+
+_XID_CODE = re.compile(r"\bXid (\d+)\b")
+_SXID_CODE = re.compile(r"\bSXID (\d+)\b", re.IGNORECASE)
+_DCGM_CODE = re.compile(r"\b(DCGM_FR_[A-Z0-9_]+)\b")
+_IB_CODE = re.compile(r"\breported ([a-z_]+)\b")
+
+
+def _first(pattern: re.Pattern[str], text: str) -> str | None:
+    m = pattern.search(text)
+    return m.group(1) if m else None
+
+
+def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(v.value for v in cls)  # type: ignore[attr-defined]
+        raise CatalogError(f"{where}: {value!r} is not one of {allowed}") from None
+
+
+def parse_catalog(data: Any, origin: str = "catalog") -> Catalog:
+    if not isinstance(data, dict):
+        raise CatalogError(f"{origin}: top level must be a mapping")
+    extra = set(data) - _TOP_KEYS
+    if extra:
+        raise CatalogError(f"{origin}: unknown top-level keys {sorted(extra)}")
+    if data.get("version") != 1:
+        raise CatalogError(f"{origin}: version must be 1")
+    entries: dict[str, FaultEntry] = {}
+    classes = data.get("classes") or {}
+    if not isinstance(classes, dict):
+        raise CatalogError(f"{origin}: classes must be a mapping of class -> list of entries")
+    for cls_name, items in classes.items():
+        fc = _enum(FaultClass, cls_name, f"{origin}: classes")
+        if not isinstance(items, list):
+            raise CatalogError(f"{origin}: classes.{cls_name} must be a list")
+        for i, item in enumerate(items):
+            where = f"{origin}: classes.{cls_name}[{i}]"
+            if not isinstance(item, dict):
+                raise CatalogError(f"{where} must be a mapping")
+            extra = set(item) - _ENTRY_KEYS
+            if extra:
+                raise CatalogError(f"{where}: unknown keys {sorted(extra)}")
+            missing = {"code", "name", "severity", "action"} - set(item)
+            if missing:
+                raise CatalogError(f"{where}: missing keys {sorted(missing)}")
+            action = _enum(Action, item["action"], f"{where}.action")
+            if action == Action.OFF:
+                raise CatalogError(f"{where}.action: 'off' is a per-pool override, not a catalog action")
+            entry = FaultEntry(fc, str(item["code"]), str(item["name"]),
+                               _enum(Severity, item["severity"], f"{where}.severity"), action,
+                               str(item.get("description", "")))
+            if entry.key in entries:
+                raise CatalogError(f"{where}: duplicate code {entry.code}")
+            entries[entry.key] = entry
+    unknown = data.get("unknown") or {}
+    ua: dict[FaultClass, Action] = {}
+    us: dict[FaultClass, Severity] = {}
+    for fc in FaultClass:
+        spec = unknown.get(fc.value)
+        if not isinstance(spec, dict) or set(spec) - {"action", "severity"}:
+            raise CatalogError(f"{origin}: unknown.{fc.value} must give action and severity (and nothing else)")
+        ua[fc] = _enum(Action, spec.get("action"), f"{origin}: unknown.{fc.value}.action")
+        us[fc] = _enum(Severity, spec.get("severity"), f"{origin}: unknown.{fc.value}.severity")
+    return Catalog(entries, ua, us, tuple(data.get("sources") or ()))
+
+
+@cache
+def load_catalog(path: str | None = None) -> Catalog:
+    """The shipped catalog, or one at ``path`` (an operator's own)."""
+    if path:
+        text = Path(path).read_text()
+        origin = path
+    else:
+        text = resources.files("autoclusters.faults").joinpath("catalog.yaml").read_text()
+        origin = "catalog.yaml"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise CatalogError(f"{origin}: not valid YAML: {e}") from e
+    return parse_catalog(data, origin)

@@ -1,0 +1,28 @@
+"""The client layer: the only package that imports the ``kubernetes`` library.
+
+Everything above it talks to the API server through :class:`Kube` and sees only the
+named exceptions of :mod:`autoclusters.kube.errors`.
+"""
+
+from autoclusters.kube.client import Kube, load_kube
+from autoclusters.kube.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    TooManyRequests,
+    Unavailable,
+)
+
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "Kube",
+    "KubeError",
+    "NotFound",
+    "TooManyRequests",
+    "Unavailable",
+    "load_kube",
+]

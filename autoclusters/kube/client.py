@@ -1,0 +1,214 @@
+"""A small, dict-based facade over the kubernetes client.
+
+Objects go in and come out as plain JSON dicts (no generated models), so the layers
+above stay free of Kubernetes library types. Every write touches only the keys it names:
+merge patches for labels, strategic-merge patches for our own conditions, and JSON
+patches with a ``test`` of the resourceVersion where a list (taints) must be changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from autoclusters.kube.errors import KubeError, Unavailable, translate, translated
+
+JSON = dict[str, Any]
+
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass
+class RequestCounter:
+    """Counts API requests by verb; benchmarks read it to report requests per repair."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, verb: str) -> None:
+        with self._lock:
+            self.counts[verb] = self.counts.get(verb, 0) + 1
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+
+class Kube:
+    """One connection to one API server, used from many threads."""
+
+    def __init__(self, api_client: Any, *, user_agent: str = "autoclusters") -> None:
+        self._api = api_client
+        self._api.user_agent = user_agent
+        self.requests = RequestCounter()
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    # --- the one generic call ------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | tuple[float, float] = 30,
+        stream: bool = False,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type or body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in (query or {}).items()
+             if v is not None]
+        self.requests.add(method.upper())
+        with translated():
+            m, url, hdrs, payload, _ = self._api.param_serialize(
+                method=method.upper(), resource_path=path, query_params=q or None,
+                header_params=headers, body=body, auth_settings=["BearerToken"],
+            )
+            resp = self._api.call_api(m, url, header_params=hdrs, body=payload, _request_timeout=timeout)
+            if stream:
+                if resp.status >= 300:
+                    resp.read()
+                    raise _api_error(resp)
+                return resp.response
+            resp.read()
+            if resp.status >= 300:
+                raise _api_error(resp)
+            if not resp.data:
+                return {}
+            return json.loads(resp.data)
+
+    # --- generic verbs ----------------------------------------------------------------
+    def get(self, path: str, **query: Any) -> JSON:
+        return self.request("GET", path, query=query)
+
+    def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+             limit: int = 500) -> list[JSON]:
+        """All items of a collection, following ``continue`` tokens."""
+        items: list[JSON] = []
+        cont: str | None = None
+        while True:
+            page = self.request("GET", path, query={
+                "labelSelector": label_selector, "fieldSelector": field_selector,
+                "limit": limit, "continue": cont})
+            items.extend(page.get("items") or [])
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items
+
+    def list_with_version(self, path: str, *, label_selector: str | None = None) -> tuple[list[JSON], str]:
+        page = self.request("GET", path, query={"labelSelector": label_selector})
+        return page.get("items") or [], str((page.get("metadata") or {}).get("resourceVersion", ""))
+
+    def create(self, path: str, body: JSON, **query: Any) -> JSON:
+        return self.request("POST", path, body=body, query=query)
+
+    def replace(self, path: str, body: JSON) -> JSON:
+        return self.request("PUT", path, body=body)
+
+    def patch(self, path: str, body: Any, patch_type: str = MERGE, **query: Any) -> JSON:
+        return self.request("PATCH", path, body=body, content_type=patch_type, query=query)
+
+    def delete(self, path: str, body: JSON | None = None, **query: Any) -> JSON:
+        return self.request("DELETE", path, body=body, query=query)
+
+    def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
+              timeout_seconds: int = 300) -> Iterator[JSON]:
+        """Yields watch events ``{"type", "object"}`` until the server ends the watch."""
+        resp = self.request("GET", path, query={
+            "watch": True, "resourceVersion": resource_version, "labelSelector": label_selector,
+            "timeoutSeconds": timeout_seconds, "allowWatchBookmarks": True},
+            timeout=(10, timeout_seconds + 30), stream=True)
+        buf = b""
+        try:
+            for chunk in resp.stream(65536, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            obj = event.get("object") or {}
+                            raise KubeError(str(obj.get("message", "watch error")), status=obj.get("code"))
+                        yield event
+        except KubeError:
+            raise
+        except Exception as e:
+            raise Unavailable(f"watch on {path} broke: {e}") from e
+        finally:
+            resp.release_conn()
+
+    # --- nodes ------------------------------------------------------------------------
+    def get_node(self, name: str) -> JSON:
+        return self.get(f"/api/v1/nodes/{quote(name)}")
+
+    def list_nodes(self, label_selector: str | None = None) -> list[JSON]:
+        return self.list("/api/v1/nodes", label_selector=label_selector)
+
+    def patch_node(self, name: str, body: Any, patch_type: str = MERGE) -> JSON:
+        return self.patch(f"/api/v1/nodes/{quote(name)}", body, patch_type)
+
+    def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
+        return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
+
+    # --- pods -------------------------------------------------------------------------
+    def pods_on_node(self, node: str) -> list[JSON]:
+        return self.list("/api/v1/pods", field_selector=f"spec.nodeName={node}")
+
+    def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",
+                      "metadata": {"name": name, "namespace": namespace}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
+        self.create(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction", body)
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        body = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else None
+        self.delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", body)
+
+    # --- custom resources --------------------------------------------------------------
+    @staticmethod
+    def custom_path(group: str, version: str, plural: str, name: str | None = None,
+                    namespace: str | None = None) -> str:
+        base = f"/apis/{group}/{version}"
+        if namespace:
+            base += f"/namespaces/{quote(namespace)}"
+        base += f"/{plural}"
+        return f"{base}/{quote(name)}" if name else base
+
+
+def _api_error(resp: Any) -> KubeError:
+    from kubernetes.client.exceptions import ApiException
+
+    return translate(ApiException(status=resp.status, reason=resp.reason, body=resp.data))
+
+
+def load_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 32) -> Kube:
+    """A client from a kubeconfig path, ``$KUBECONFIG``, or the in-cluster service account."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            config.load_kube_config(config_file=path, client_configuration=cfg)
+        elif os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(client_configuration=cfg)
+    except Exception as e:
+        raise KubeError(f"cannot load Kubernetes credentials ({path or 'default'}): {e}") from e
+    cfg.connection_pool_maxsize = qps_pool
+    return Kube(client.ApiClient(cfg), user_agent=user_agent)

@@ -1,0 +1,89 @@
+"""A few named exceptions; API errors are translated once, here, at the client boundary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class KubeError(Exception):
+    """Any failed call to the API server."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    """A resourceVersion precondition failed or the object already exists."""
+
+
+class Forbidden(KubeError):
+    """RBAC or an admission policy said no; the message carries the server's reason."""
+
+
+class Invalid(KubeError):
+    pass
+
+
+class TooManyRequests(KubeError):
+    """HTTP 429: throttled, or an eviction a PodDisruptionBudget does not allow now."""
+
+
+class Unavailable(KubeError):
+    """The API server could not be reached or answered 5xx."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    400: Invalid,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: Invalid,
+    429: TooManyRequests,
+}
+
+
+def _message(body: str | bytes | None, fallback: str) -> str:
+    if not body:
+        return fallback
+    try:
+        data = json.loads(body)
+        return str(data.get("message") or fallback)
+    except (ValueError, AttributeError):
+        return str(body)[:500]
+
+
+def translate(exc: BaseException) -> KubeError:
+    """Map an exception of the kubernetes library (or urllib3) to one of ours."""
+    from kubernetes.client.exceptions import ApiException  # only the client layer imports it
+
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        msg = _message(exc.body, exc.reason or str(exc))
+        cls = _BY_STATUS.get(status, Unavailable if status >= 500 or status == 0 else KubeError)
+        return cls(msg, status=status, reason=exc.reason or "")
+    return Unavailable(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    try:
+        yield
+    except KubeError:
+        raise
+    except Exception as e:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        if isinstance(e, ApiException | HTTPError | OSError):
+            raise translate(e) from e
+        raise

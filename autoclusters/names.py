@@ -1,0 +1,119 @@
+"""Every name autoclusters writes into a cluster, derived from one domain and one prefix.
+
+The defaults are ``autoclusters.io`` / ``AutoClusters``. Setting ``crusoe.ai`` / ``Crusoe``
+makes labels, taints, conditions and events match the reference system's contract, so
+its documented kubectl commands and approval scripts work unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+DEFAULT_DOMAIN = "autoclusters.io"
+DEFAULT_PREFIX = "AutoClusters"
+
+_DOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
+_PREFIX_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,30}$")
+
+# Condition reasons (SPEC section 2). They do not depend on the domain.
+REASON_XID = "NvidiaXIDError"
+REASON_SXID = "NvidiaSXIDError"
+REASON_DCGM = "NvidiaDCGMError"
+REASON_GPU_OTHER = "GpuError"
+REASON_NO_GPU_FAULT = "NoGpuFaultDetected"
+REASON_INTERCONNECT = "InterconnectError"
+REASON_NO_INTERCONNECT_FAULT = "NoInterconnectFaultDetected"
+
+# Event reasons (SPEC section 4).
+EVENT_REQUIRED = "MaintenanceRequired"
+EVENT_AWAITING_APPROVAL = "MaintenanceAwaitingApproval"
+EVENT_APPROVED = "MaintenanceApproved"
+EVENT_SCHEDULED = "MaintenanceScheduled"
+EVENT_STARTED = "MaintenanceStarted"
+EVENT_ESCALATED = "MaintenanceEscalated"
+EVENT_FAILED = "MaintenanceActionFailed"
+EVENT_SUCCEEDED = "MaintenanceSucceeded"
+EVENT_FAULT_CLEARED = "MaintenanceNotNeeded"
+EVENT_BLOCKED = "MaintenanceBlocked"
+EVENT_BREAKER_OPEN = "RepairCircuitBreakerOpen"
+EVENT_BREAKER_CLOSED = "RepairCircuitBreakerClosed"
+EVENT_BUDGET_EXHAUSTED = "MaintenanceAttemptBudgetExhausted"
+
+
+class NameError_(ValueError):
+    """A domain or prefix that cannot be used in Kubernetes names."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """The label, taint, condition and API names for one domain/prefix pair."""
+
+    domain: str = DEFAULT_DOMAIN
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not _DOMAIN_RE.match(self.domain) or len(self.domain) > 200:
+            raise NameError_(f"invalid domain {self.domain!r}: expected a DNS name such as autoclusters.io")
+        if not _PREFIX_RE.match(self.prefix):
+            raise NameError_(
+                f"invalid condition prefix {self.prefix!r}: expected a capitalised word such as AutoClusters"
+            )
+
+    # Labels and taint -------------------------------------------------------------
+    @property
+    def pool_label(self) -> str:
+        return f"{self.domain}/nodepool.name"
+
+    @property
+    def maintenance_required(self) -> str:
+        return f"{self.domain}/maintenance-required"
+
+    @property
+    def maintenance_approved(self) -> str:
+        return f"{self.domain}/maintenance-approved"
+
+    @property
+    def taint_key(self) -> str:
+        return self.maintenance_required
+
+    @property
+    def auto_replacement_label(self) -> str:
+        """Pod label; value ``disabled`` opts the pod's node out of automatic replacement."""
+        return f"{self.domain}/auto-replacement"
+
+    # Conditions --------------------------------------------------------------------
+    @property
+    def gpu_condition(self) -> str:
+        return f"{self.prefix}GPUFault"
+
+    @property
+    def interconnect_condition(self) -> str:
+        return f"{self.prefix}InterconnectFault"
+
+    @property
+    def detector_health_condition(self) -> str:
+        """The agent's own health (a source it cannot read); never a GPU fault."""
+        return f"{self.prefix}DetectorDegraded"
+
+    @property
+    def fault_conditions(self) -> tuple[str, str]:
+        return (self.gpu_condition, self.interconnect_condition)
+
+    # API group for the custom resources ------------------------------------------------
+    @property
+    def api_group(self) -> str:
+        return f"remediation.{self.domain}"
+
+    @property
+    def component(self) -> str:
+        """The event source component name."""
+        return f"{self.domain.split('.')[0]}-controller"
+
+    @classmethod
+    def from_env(cls) -> Names:
+        return cls(
+            domain=os.environ.get("AUTOCLUSTERS_DOMAIN", DEFAULT_DOMAIN),
+            prefix=os.environ.get("AUTOCLUSTERS_CONDITION_PREFIX", DEFAULT_PREFIX),
+        )

@@ -1,0 +1,1 @@
+"""Simulated GPU nodes for the local cluster (kwok keeps them Ready and runs their pods)."""

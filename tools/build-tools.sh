@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Builds the upstream binaries autoclusters needs (kube control plane, etcd, kwok,
+# OPA, Pulumi CLI + Python language host + Kubernetes provider) from Go modules.
+# Go is a build tool only: nothing built here is part of the product.
+#
+# Usage: tools/build-tools.sh [core|pulumi|all]   (default: all)
+# Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${AUTOCLUSTERS_CACHE:-$HOME/.cache/autoclusters}
+work="$cache/build"
+mkdir -p "$cache/bin" "$work"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+which=${1:-all}
+
+step=0; total=0
+t0=$(date +%s)
+log() { printf '[build-tools %4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+
+# done_or_start TOOL VERSION -> returns 0 if the tool still has to be built.
+need() {
+  local dir="$cache/bin/$1-$2"
+  step=$((step + 1))
+  if [ -f "$dir/.complete" ]; then
+    log "($step/$total) $1 $2: cached in $dir"
+    return 1
+  fi
+  log "($step/$total) $1 $2: building (this can take several minutes) ..."
+  rm -rf "$dir"; mkdir -p "$dir"
+  return 0
+}
+finish() { touch "$cache/bin/$1-$2/.complete"; log "    $1 $2: done"; }
+
+wrapper() { # wrapper DIR MODULE -> a fresh module dir that requires nothing yet
+  rm -rf "$1"; mkdir -p "$1"
+  (cd "$1" && go mod init "autoclusters.local/$2" >/dev/null 2>&1)
+}
+
+build_etcd() {
+  need etcd "$ETCD_VERSION" || return 0
+  local d="$work/etcd"; wrapper "$d" etcd
+  (cd "$d" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null \
+     && go build -trimpath -o "$cache/bin/etcd-$ETCD_VERSION/etcd" go.etcd.io/etcd/server/v3)
+  finish etcd "$ETCD_VERSION"
+}
+
+build_kube() {
+  need kube "$KUBE_VERSION" || return 0
+  local d="$work/kube" v=$KUBE_VERSION minor
+  minor=${v#v1.}; minor=${minor%%.*}
+  local staging=v0.${v#v1.}
+  wrapper "$d" kube
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 with local replaces;
+  # pin each to the published v0.MINOR.PATCH instead.
+  local modfile
+  modfile=$(cd "$d" && go mod download -json "k8s.io/kubernetes@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "require k8s.io/kubernetes $v"
+    grep -oE '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0' "$modfile" | awk -v s="$staging" '{print "replace " $1 " v0.0.0 => " $1 " " s}' | sort -u
+  } >>"$d/go.mod"
+  local ld="" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$d" && go mod download >/dev/null 2>&1 || true
+   cd "$d" && go build -trimpath -tags selinux,notest -ldflags "-s -w $ld" -o "$cache/bin/kube-$v/" \
+     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  finish kube "$v"
+}
+
+build_kwok() {
+  need kwok "$KWOK_VERSION" || return 0
+  GOBIN="$cache/bin/kwok-$KWOK_VERSION" go install -trimpath \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  # kwok needs its stage configs; keep the upstream ones beside the binary.
+  local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
+  mkdir -p "$cache/bin/kwok-$KWOK_VERSION/stages"
+  find "$src" -name '*.yaml' ! -name kustomization.yaml -exec cp {} "$cache/bin/kwok-$KWOK_VERSION/stages/" \;
+  chmod -R u+w "$cache/bin/kwok-$KWOK_VERSION/stages"
+  finish kwok "$KWOK_VERSION"
+}
+
+build_opa() {
+  need opa "$OPA_VERSION" || return 0
+  GOBIN="$cache/bin/opa-$OPA_VERSION" go install -trimpath -ldflags "-s -w" \
+    "github.com/open-policy-agent/opa@$OPA_VERSION"
+  finish opa "$OPA_VERSION"
+}
+
+pseudo_of_tag() { # pseudo_of_tag MODULE TAG -> pseudo-version of the commit the repo tag names
+  # Modules without tags of their own (nested modules) resolve a repo tag's commit with @<tag-commit>;
+  # `go list -m MODULE@TAG` fails, but `go list -m MODULE@<sha>` works; get the sha from the root module.
+  local info; info=$(go list -m -json "$1@$2" 2>/dev/null) || return 1
+  echo "$info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Version"])'
+}
+
+build_pulumi() {
+  need pulumi "$PULUMI_VERSION" || return 0
+  local d="$work/pulumi" out="$cache/bin/pulumi-$PULUMI_VERSION"
+  wrapper "$d" pulumi
+  (cd "$d"
+   go get "github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION" >/dev/null
+   # pkg/v3 uses replace directives; copy them into the wrapper.
+   local pm; pm=$(go mod download -json "github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+   awk '/^replace \(/{r=1;next} r&&/^\)/{r=0} r&&NF&&$0!~/=> \.\.?\//{print "replace " $0} /^replace [^(]/&&$0!~/=> \.\.?\//{print}' "$pm" >>go.mod
+   local sdkv; sdkv=$(go list -m -f '{{.Version}}' github.com/pulumi/pulumi/sdk/v3)
+   go get "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@$(go list -m -json github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION | python3 -c 'import json,sys;print(json.load(sys.stdin)["Origin"]["Hash"][:12])')" >/dev/null 2>&1 || \
+     go get "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@$sdkv" >/dev/null
+   go mod tidy >/dev/null 2>&1 || true
+   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" -o "$out/" \
+     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
+   mv "$out/v3" "$out/pulumi-language-python" 2>/dev/null || true
+   local lp; lp=$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3)
+   cp "$lp/../../python/cmd/pulumi-language-python-exec" "$out/" 2>/dev/null || find "$(go env GOMODCACHE)/github.com/pulumi/pulumi/sdk/v3@$sdkv" -name pulumi-language-python-exec -exec cp {} "$out/" \;
+   chmod +x "$out/"*)
+  finish pulumi "$PULUMI_VERSION"
+}
+
+build_pulumi_kubernetes() {
+  need pulumi-kubernetes "$PULUMI_KUBERNETES_VERSION" || return 0
+  local d="$work/pulumi-kubernetes" out="$cache/bin/pulumi-kubernetes-$PULUMI_KUBERNETES_VERSION"
+  rm -rf "$d"; mkdir -p "$d"
+  local tmp="$work/pk-resolve"; wrapper "$tmp" pk-resolve
+  local pv sv
+  pv=$(cd "$tmp" && go list -m -json "github.com/pulumi/pulumi-kubernetes/provider/v4@$PULUMI_KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Version"])')
+  sv=$(cd "$tmp" && go list -m -json "github.com/pulumi/pulumi-kubernetes/sdk/v4@$PULUMI_KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Version"])')
+  local pdir sdir
+  pdir=$(cd "$tmp" && go mod download -json "github.com/pulumi/pulumi-kubernetes/provider/v4@$pv" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  sdir=$(cd "$tmp" && go mod download -json "github.com/pulumi/pulumi-kubernetes/sdk/v4@$sv" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  cp -r "$pdir" "$d/provider"; cp -r "$sdir" "$d/sdk"; chmod -R u+w "$d"
+  (cd "$d/provider"
+   go generate ./cmd/pulumi-resource-kubernetes >/dev/null
+   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${PULUMI_KUBERNETES_VERSION#v}" \
+     -o "$out/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes)
+  finish pulumi-kubernetes "$PULUMI_KUBERNETES_VERSION"
+}
+
+case "$which" in
+  core) total=4; build_etcd; build_kwok; build_opa; build_kube ;;
+  pulumi) total=2; build_pulumi; build_pulumi_kubernetes ;;
+  all) total=6; build_etcd; build_kwok; build_opa; build_kube; build_pulumi; build_pulumi_kubernetes ;;
+  *) echo "usage: $0 [core|pulumi|all]" >&2; exit 2 ;;
+esac
+log "all requested tools are in $cache/bin"
