@@ -74,10 +74,11 @@ build_kwok() {
   need kwok "$KWOK_VERSION" || return 0
   GOBIN="$cache/bin/kwok-$KWOK_VERSION" go install -trimpath \
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
-  # kwok needs its stage configs; keep the upstream ones beside the binary.
-  local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
+  # kwok needs stage configs: keep upstream's fast pod stages beside the binary (the node
+  # stages are autoclusters' own, in autoclusters/devcluster/kwok-node-stages.yaml).
+  local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage/pod/fast
   mkdir -p "$cache/bin/kwok-$KWOK_VERSION/stages"
-  find "$src" -name '*.yaml' ! -name kustomization.yaml -exec cp {} "$cache/bin/kwok-$KWOK_VERSION/stages/" \;
+  cp "$src"/pod-ready.yaml "$src"/pod-complete.yaml "$src"/pod-delete.yaml "$cache/bin/kwok-$KWOK_VERSION/stages/"
   chmod -R u+w "$cache/bin/kwok-$KWOK_VERSION/stages"
   finish kwok "$KWOK_VERSION"
 }
@@ -97,44 +98,61 @@ pseudo_of_tag() { # pseudo_of_tag MODULE TAG -> pseudo-version of the commit the
 }
 
 build_pulumi() {
-  need pulumi "$PULUMI_VERSION" || return 0
-  local d="$work/pulumi" out="$cache/bin/pulumi-$PULUMI_VERSION"
+  # The CLI comes from github.com/pulumi/pulumi/pkg/v3. The module proxy does not serve every
+  # pkg/v3 release (v3.261-v3.273 answer 403 "not available"), so PULUMI_CLI_VERSION names the
+  # nearest served release; the Python SDK pin stays PULUMI_VERSION (the CLI accepts older SDKs).
+  local v=${PULUMI_CLI_VERSION:-$PULUMI_VERSION}
+  need pulumi "$v" || return 0
+  local d="$work/pulumi" out="$cache/bin/pulumi-$v"
   wrapper "$d" pulumi
   (cd "$d"
-   go get "github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION" >/dev/null
-   # pkg/v3 uses replace directives; copy them into the wrapper.
-   local pm; pm=$(go mod download -json "github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+   echo "require github.com/pulumi/pulumi/pkg/v3 $v" >>go.mod
+   # pkg/v3 relies on replace directives; a wrapper must repeat the ones that name modules
+   # (its `../sdk` replace becomes the published sdk/v3 of the same release via the require).
+   local pm; pm=$(go mod download -json "github.com/pulumi/pulumi/pkg/v3@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
    awk '/^replace \(/{r=1;next} r&&/^\)/{r=0} r&&NF&&$0!~/=> \.\.?\//{print "replace " $0} /^replace [^(]/&&$0!~/=> \.\.?\//{print}' "$pm" >>go.mod
-   local sdkv; sdkv=$(go list -m -f '{{.Version}}' github.com/pulumi/pulumi/sdk/v3)
-   go get "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@$(go list -m -json github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION | python3 -c 'import json,sys;print(json.load(sys.stdin)["Origin"]["Hash"][:12])')" >/dev/null 2>&1 || \
-     go get "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@$sdkv" >/dev/null
-   go mod tidy >/dev/null 2>&1 || true
-   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" -o "$out/" \
-     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
-   mv "$out/v3" "$out/pulumi-language-python" 2>/dev/null || true
-   local lp; lp=$(go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3)
-   cp "$lp/../../python/cmd/pulumi-language-python-exec" "$out/" 2>/dev/null || find "$(go env GOMODCACHE)/github.com/pulumi/pulumi/sdk/v3@$sdkv" -name pulumi-language-python-exec -exec cp {} "$out/" \;
-   chmod +x "$out/"*)
-  finish pulumi "$PULUMI_VERSION"
+   go mod download >/dev/null 2>&1 || true
+   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" -o "$out/" \
+     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+   # The Python language host is its own nested module, which the proxy refuses at every
+   # version (403 "not available"); try it so it is built wherever it is served.
+   local lh=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
+   if go get "$lh@$v" >/dev/null 2>&1; then
+     go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" \
+       -o "$out/pulumi-language-python" "$lh"
+   else
+     log "    pulumi-language-python $v: not served by the module proxy; Python programs run through"
+     log "    the Automation API's inline mode (the SDK hosts the language runtime itself)"
+   fi
+   # The exec shim lives in the sdk/v3 module (sdk/python/cmd/), beside the nested module.
+   local sdir; sdir=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+   cp "$sdir/python/cmd/pulumi-language-python-exec" "$out/"
+   chmod -R u+w "$out"; chmod +x "$out/"*)
+  finish pulumi "$v"
 }
 
 build_pulumi_kubernetes() {
-  need pulumi-kubernetes "$PULUMI_KUBERNETES_VERSION" || return 0
-  local d="$work/pulumi-kubernetes" out="$cache/bin/pulumi-kubernetes-$PULUMI_KUBERNETES_VERSION"
+  # provider/v4 has no tags of its own and the proxy serves one pseudo-version of it
+  # (PULUMI_KUBERNETES_PROVIDER_VERSION); it replaces sdk/v4 with ../sdk, so build a writable
+  # copy with the sdk/v4 release it requires beside it, after its generator made the embeds.
+  local pv=${PULUMI_KUBERNETES_PROVIDER_VERSION:-$PULUMI_KUBERNETES_VERSION}
+  local label=${PULUMI_KUBERNETES_PROVIDER_LABEL:-${PULUMI_KUBERNETES_VERSION#v}}
+  need pulumi-kubernetes "$label" || return 0
+  local d="$work/pulumi-kubernetes" out="$cache/bin/pulumi-kubernetes-$label"
   rm -rf "$d"; mkdir -p "$d"
   local tmp="$work/pk-resolve"; wrapper "$tmp" pk-resolve
-  local pv sv
-  pv=$(cd "$tmp" && go list -m -json "github.com/pulumi/pulumi-kubernetes/provider/v4@$PULUMI_KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Version"])')
-  sv=$(cd "$tmp" && go list -m -json "github.com/pulumi/pulumi-kubernetes/sdk/v4@$PULUMI_KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Version"])')
-  local pdir sdir
+  local pdir sdir sv
   pdir=$(cd "$tmp" && go mod download -json "github.com/pulumi/pulumi-kubernetes/provider/v4@$pv" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  sv=$(awk '$1=="github.com/pulumi/pulumi-kubernetes/sdk/v4" && $2 ~ /^v/ {print $2; exit}' "$pdir/go.mod")
   sdir=$(cd "$tmp" && go mod download -json "github.com/pulumi/pulumi-kubernetes/sdk/v4@$sv" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
   cp -r "$pdir" "$d/provider"; cp -r "$sdir" "$d/sdk"; chmod -R u+w "$d"
   (cd "$d/provider"
-   go generate ./cmd/pulumi-resource-kubernetes >/dev/null
-   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${PULUMI_KUBERNETES_VERSION#v}" \
+   go mod download >/dev/null 2>&1 || true
+   # generate.go stamps the schema with $VERSION and fails without it.
+   VERSION="$label" go generate ./cmd/pulumi-resource-kubernetes
+   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$label" \
      -o "$out/pulumi-resource-kubernetes" ./cmd/pulumi-resource-kubernetes)
-  finish pulumi-kubernetes "$PULUMI_KUBERNETES_VERSION"
+  finish pulumi-kubernetes "$label"
 }
 
 case "$which" in

@@ -8,6 +8,7 @@ patches with a ``test`` of the resourceVersion where a list (taints) must be cha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from autoclusters.kube.errors import KubeError, Unavailable, translate, translated
+from autoclusters.kube.errors import KubeError, NotFound, Unavailable, translate, translated
 
 JSON = dict[str, Any]
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+APPLY = "application/apply-patch+yaml"
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Kube:
         self._api = api_client
         self._api.user_agent = user_agent
         self.requests = RequestCounter()
+        self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
 
     @property
     def host(self) -> str:
@@ -149,6 +152,44 @@ class Kube:
             raise Unavailable(f"watch on {path} broke: {e}") from e
         finally:
             resp.release_conn()
+
+    # --- any object by its apiVersion/kind (discovery-backed) -------------------------
+    def resource_path(self, obj: JSON, *, with_name: bool = True) -> str:
+        """The REST path of a manifest, found through API discovery (cached)."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        plural, namespaced = self._discover(api_version, kind)
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        meta = obj.get("metadata") or {}
+        if namespaced:
+            base += f"/namespaces/{quote(meta.get('namespace') or 'default')}"
+        base += f"/{plural}"
+        return f"{base}/{quote(meta['name'])}" if with_name else base
+
+    def _discover(self, api_version: str, kind: str) -> tuple[str, bool]:
+        cache = self._discovery
+        key = (api_version, kind)
+        if key not in cache:
+            path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            for r in self.get(path).get("resources", []):
+                if "/" not in r["name"]:
+                    cache[(api_version, r["kind"])] = (r["name"], bool(r.get("namespaced")))
+        if key not in cache:
+            raise KubeError(f"the API server does not serve {kind} in {api_version}")
+        return cache[key]
+
+    def forget_discovery(self) -> None:
+        """Call after installing CRDs so new kinds are found."""
+        self._discovery.clear()
+
+    def apply(self, obj: JSON, *, field_manager: str = "autoclusters", force: bool = True) -> JSON:
+        """Server-side apply of one manifest."""
+        return self.request("PATCH", self.resource_path(obj), body=obj, content_type=APPLY,
+                            query={"fieldManager": field_manager, "force": force})
+
+    def delete_object(self, obj: JSON) -> None:
+        """Deletes a manifest's object; absent is fine."""
+        with contextlib.suppress(NotFound):
+            self.delete(self.resource_path(obj), {"propagationPolicy": "Background"})
 
     # --- nodes ------------------------------------------------------------------------
     def get_node(self, name: str) -> JSON:

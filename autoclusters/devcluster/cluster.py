@@ -1,0 +1,227 @@
+"""The local cluster: one state directory, one set of processes, one admin kubeconfig.
+
+Layout of ``<state root>/<name>/``::
+
+    state.json      pids, ports and binaries of the running components
+    kubeconfig      admin (system:masters) kubeconfig
+    pki/            throwaway CA, serving cert, service-account keys, client certs
+    etcd/           etcd data
+    logs/<component>.log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoclusters.devcluster import processes as p
+from autoclusters.devcluster.pki import Pki
+from autoclusters.devcluster.tools import Tools, repo_root
+
+Progress = Callable[[str], None]
+
+# Client identities: file name -> (user, group)
+CLIENTS = {
+    "admin": ("kubernetes-admin", "system:masters"),
+    "controller-manager": ("system:kube-controller-manager", None),
+    "scheduler": ("system:kube-scheduler", None),
+}
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def state_root() -> Path:
+    env = os.environ.get("AUTOCLUSTERS_STATE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "autoclusters" / "clusters"
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+class LocalCluster:
+    def __init__(self, name: str = "dev", root: Path | None = None) -> None:
+        if not name or not all(c.isalnum() or c in "-_" for c in name):
+            raise ValueError(f"invalid cluster name {name!r}: use letters, digits, '-' and '_'")
+        self.name = name
+        self.dir = (root or state_root()) / name
+        self.pki = Pki(self.dir / "pki")
+        self.logs = self.dir / "logs"
+        self.state_file = self.dir / "state.json"
+        self.kubeconfig = self.dir / "kubeconfig"
+
+    # --- state ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def procs(self) -> list[p.Proc]:
+        st = self.state() or {}
+        return [p.Proc(**d) for d in st.get("procs", [])]
+
+    def is_running(self) -> bool:
+        procs = self.procs()
+        return bool(procs) and all(p.alive(x) for x in procs)
+
+    @property
+    def opa_url(self) -> str | None:
+        st = self.state() or {}
+        port = (st.get("ports") or {}).get("opa")
+        return f"http://127.0.0.1:{port}" if port else None
+
+    def _save(self, procs: list[p.Proc], ports: dict[str, int], extra: dict[str, Any]) -> None:
+        self.state_file.write_text(json.dumps(
+            {"name": self.name, "procs": [asdict(x) for x in procs], "ports": ports, **extra}, indent=2))
+
+    # --- up --------------------------------------------------------------------------------
+    def up(self, progress: Progress = _noop, policies: Path | None = None) -> float:
+        """Starts every component and waits until each is healthy. Returns seconds taken."""
+        if self.is_running():
+            progress(f"cluster {self.name!r} is already running ({self.kubeconfig})")
+            return 0.0
+        if self.dir.exists():
+            self.down(progress=_noop)  # a half-dead earlier run: clean it up first
+        t0 = time.monotonic()
+        tools = Tools.locate()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        progress(f"creating certificates in {self.pki.dir}")
+        self.pki.create(CLIENTS)
+        ports = {k: p.free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok", "opa")}
+        self._write_kubeconfigs(ports["apiserver"])
+        procs: list[p.Proc] = []
+        try:
+            self._start_all(tools, ports, procs, progress, policies or repo_root() / "policies")
+        except BaseException:
+            self._save(procs, ports, {})
+            self.down(progress=_noop, keep_logs=True)
+            raise
+        took = time.monotonic() - t0
+        self._save(procs, ports, {"kubeVersion": tools.kube_version, "startSeconds": round(took, 1)})
+        progress(f"cluster {self.name!r} is up in {took:.1f}s; kubeconfig: {self.kubeconfig}")
+        return took
+
+    def _start_all(self, tools: Tools, ports: dict[str, int], procs: list[p.Proc], progress: Progress,
+                   policies: Path) -> None:
+        d, pki = self.dir, self.pki
+        ca_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        admin_crt, admin_key = pki.client_cert("admin")
+        ca_ctx.load_cert_chain(str(admin_crt), str(admin_key))
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def start(name: str, argv: list[str], check: Callable[[], bool], timeout: float = 60) -> None:
+            progress(f"starting {name}")
+            proc = p.spawn(name, [str(a) for a in argv], self.logs, d)
+            procs.append(proc)
+            self._save(procs, ports, {})
+            took = p.wait_healthy(proc, check, timeout, progress)
+            progress(f"  {name} healthy after {took:.1f}s")
+
+        etcd = f"http://127.0.0.1:{ports['etcd']}"
+        peer = f"http://127.0.0.1:{ports['etcd_peer']}"
+        start("etcd", [tools.etcd, "--name=default", f"--data-dir={d / 'etcd'}", f"--listen-client-urls={etcd}",
+                       f"--advertise-client-urls={etcd}", f"--listen-peer-urls={peer}",
+                       f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=default={peer}",
+                       "--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=4294967296"],
+              lambda: p.http_ok(f"{etcd}/health", expect=b'"true"'))
+        api = f"https://127.0.0.1:{ports['apiserver']}"
+        start("kube-apiserver", [
+            tools.kube_apiserver, f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}", "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true", "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
+            "--profiling=false", "--event-ttl=1h", "--v=1",
+        ], lambda: p.http_ok(f"{api}/readyz", context=ca_ctx), timeout=120)
+        kcm_port, sched_port = ports["kcm"], ports["scheduler"]
+        start("kube-controller-manager", [
+            tools.kube_controller_manager, f"--kubeconfig={d / 'controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={d / 'controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={d / 'controller-manager.kubeconfig'}",
+            "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", "--leader-elect=false",
+            f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
+            f"--cluster-signing-cert-file={pki.ca_cert}", f"--cluster-signing-key-file={pki.ca_key}",
+            "--use-service-account-credentials=true", "--kube-api-qps=100", "--kube-api-burst=200",
+            "--concurrent-gc-syncs=5", "--v=1",
+        ], lambda: p.http_ok(f"https://127.0.0.1:{kcm_port}/healthz", context=insecure))
+        start("kube-scheduler", [
+            tools.kube_scheduler, f"--kubeconfig={d / 'scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={d / 'scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={d / 'scheduler.kubeconfig'}",
+            "--bind-address=127.0.0.1", f"--secure-port={sched_port}", "--leader-elect=false", "--v=1",
+        ], lambda: p.http_ok(f"https://127.0.0.1:{sched_port}/healthz", context=insecure))
+        stages = [Path(__file__).with_name("kwok-node-stages.yaml"), *sorted(tools.kwok_stages.glob("*.yaml"))]
+        kwok_port = ports["kwok"]
+        start("kwok", [
+            tools.kwok, f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1",
+            "--cidr=10.0.0.0/16", "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{kwok_port}",
+            *[f"--config={s}" for s in stages],
+        ], lambda: p.http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))
+        opa = f"http://127.0.0.1:{ports['opa']}"
+        start("opa", [tools.opa, "run", "--server", f"--addr=127.0.0.1:{ports['opa']}", "--log-level=error",
+                      *opa_load_args(policies)],
+              lambda: p.http_ok(f"{opa}/health"))
+
+    def _write_kubeconfigs(self, api_port: int) -> None:
+        server = f"https://127.0.0.1:{api_port}"
+        for file_name, target in (("admin", self.kubeconfig),
+                                  ("controller-manager", self.dir / "controller-manager.kubeconfig"),
+                                  ("scheduler", self.dir / "scheduler.kubeconfig")):
+            crt, key = self.pki.client_cert(file_name)
+            write_kubeconfig(target, server, self.pki.ca_cert, {"client-certificate": str(crt),
+                                                                "client-key": str(key)}, self.name)
+
+    # --- down ------------------------------------------------------------------------------
+    def down(self, progress: Progress = _noop, keep_logs: bool = False) -> bool:
+        """Stops every component (newest first) and removes the state. False if none existed."""
+        procs = self.procs()
+        existed = self.dir.exists()
+        for proc in reversed(procs):
+            if p.alive(proc):
+                progress(f"stopping {proc.name} (pid {proc.pid})")
+            p.stop(proc)
+        left = [x.name for x in procs if p.alive(x)]
+        if left:
+            raise p.StartError(f"could not stop: {', '.join(left)}")
+        if existed:
+            if keep_logs:
+                for child in self.dir.iterdir():
+                    if child.name != "logs":
+                        shutil.rmtree(child) if child.is_dir() else child.unlink()
+            else:
+                shutil.rmtree(self.dir, ignore_errors=True)
+        return existed
+
+
+def opa_load_args(policies: Path) -> list[str]:
+    """What ``opa run`` loads: the policy bundle, without tests and sample manifests."""
+    return ["--ignore=*_test.rego", "--ignore=samples", "--ignore=testdata", "--ignore=*.md", str(policies)]
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> None:
+    cfg = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    path.chmod(0o600)

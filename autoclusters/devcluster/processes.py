@@ -1,0 +1,118 @@
+"""Starting, health-checking and stopping the local control plane's processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StartError(RuntimeError):
+    """A component did not come up; the message names it and shows its last log lines."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    binary: str
+    log: str
+
+
+def spawn(name: str, argv: list[str], logs: Path, cwd: Path) -> Proc:
+    log_path = logs / f"{name}.log"
+    with open(log_path, "ab") as log:
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=cwd, start_new_session=True)
+    return Proc(name, p.pid, argv[0], str(log_path))
+
+
+def alive(proc: Proc) -> bool:
+    """True while the recorded pid is still that binary (not a reused pid)."""
+    try:
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        with open(f"/proc/{proc.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return argv0 == proc.binary and state != "Z"
+
+
+def stop(proc: Proc, grace: float = 10.0) -> None:
+    if not alive(proc):
+        _reap(proc.pid)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(proc.pid)
+        if not alive(proc):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for _ in range(50):
+        _reap(proc.pid)
+        if not alive(proc):
+            return
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def http_ok(url: str, *, context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as r:
+            body = r.read()
+            return r.status == 200 and (expect is None or expect in body)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def wait_healthy(proc: Proc, check: Callable[[], bool], timeout: float, progress: Callable[[str], None]) -> float:
+    """Polls ``check`` until it passes; fails fast, naming the component, if the process dies."""
+    start = time.monotonic()
+    last_note = start
+    while True:
+        if check():
+            return time.monotonic() - start
+        if not alive(proc):
+            raise StartError(f"{proc.name} exited during start-up. Last lines of {proc.log}:\n{tail(proc.log)}")
+        now = time.monotonic()
+        if now - start > timeout:
+            raise StartError(f"{proc.name} did not become healthy within {timeout:.0f}s. "
+                             f"Last lines of {proc.log}:\n{tail(proc.log)}")
+        if now - last_note > 10:
+            progress(f"  still waiting for {proc.name} ({now - start:.0f}s)")
+            last_note = now
+        time.sleep(0.2)

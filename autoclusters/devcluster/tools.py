@@ -1,0 +1,83 @@
+"""Where the upstream binaries built by ``tools/build-tools.sh`` live."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolsMissing(RuntimeError):
+    """A binary the local cluster needs has not been built yet."""
+
+
+def repo_root() -> Path:
+    """The checkout this package runs from (it holds ``tools/`` and ``policies/``)."""
+    env = os.environ.get("AUTOCLUSTERS_REPO")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "tools" / "versions.env").exists():
+            return parent
+    raise ToolsMissing("cannot find the autoclusters checkout (tools/versions.env); set AUTOCLUSTERS_REPO")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AUTOCLUSTERS_CACHE", Path.home() / ".cache" / "autoclusters"))
+
+
+def versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (repo_root() / "tools" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Tools:
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kwok: Path
+    kwok_stages: Path
+    opa: Path
+    kube_version: str
+
+    @classmethod
+    def locate(cls) -> Tools:
+        v = versions()
+        bin_dir = cache_dir() / "bin"
+
+        def tool(name: str, version_key: str) -> Path:
+            d = bin_dir / f"{name}-{v[version_key]}"
+            if not (d / ".complete").exists():
+                raise ToolsMissing(
+                    f"{name} {v[version_key]} is not built yet (expected in {d}); run: tools/build-tools.sh core")
+            return d
+
+        kube = tool("kube", "KUBE_VERSION")
+        kwok = tool("kwok", "KWOK_VERSION")
+        return cls(
+            etcd=tool("etcd", "ETCD_VERSION") / "etcd",
+            kube_apiserver=kube / "kube-apiserver",
+            kube_controller_manager=kube / "kube-controller-manager",
+            kube_scheduler=kube / "kube-scheduler",
+            kwok=kwok / "kwok",
+            kwok_stages=kwok / "stages",
+            opa=tool("opa", "OPA_VERSION") / "opa",
+            kube_version=v["KUBE_VERSION"],
+        )
+
+
+def opa_binary() -> Path:
+    """The OPA binary alone (for ``policy check`` and policy tests)."""
+    v = versions()["OPA_VERSION"]
+    path = cache_dir() / "bin" / f"opa-{v}" / "opa"
+    if not path.exists():
+        raise ToolsMissing(f"opa {v} is not built yet (expected {path}); run: tools/build-tools.sh core")
+    return path
