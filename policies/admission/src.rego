@@ -1,0 +1,46 @@
+# METADATA
+# title: maintenance labels at admission
+# description: |
+#   Adapter from an AdmissionReview v1 (the webhook's input) to the label rules in
+#   autoclusters.lib.maintenance, plus the GpuNodePool checks for pool writes. The
+#   webhook reads `decision`; when it is undefined (input that is not a review) the
+#   webhook denies.
+package autoclusters.admission
+
+import data.autoclusters.lib.config
+import data.autoclusters.lib.maintenance
+import data.autoclusters.lib.pools
+
+request := input.request
+
+username := object.get(request, ["userInfo", "username"], "")
+
+old_labels := labels_of(object.get(request, "oldObject", null))
+
+new_labels := labels_of(object.get(request, "object", null))
+
+labels_of(obj) := obj.metadata.labels if {
+	is_object(obj.metadata.labels)
+} else := {}
+
+writes(kind) if {
+	request.kind.kind == kind
+	request.operation in {"CREATE", "UPDATE"}
+}
+
+violations contains v if {
+	writes("Node")
+	request.kind.group == ""
+	some v in maintenance.label_violations(old_labels, new_labels, username, config.config)
+}
+
+violations contains v if {
+	writes("GpuNodePool")
+	some v in pools.pool_violations(request.object, config.config)
+}
+
+decision := {
+	"uid": request.uid,
+	"allowed": count(violations) == 0,
+	"violations": [v | some v in violations],
+} if is_string(request.uid)

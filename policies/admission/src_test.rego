@@ -1,0 +1,84 @@
+package autoclusters.admission_test
+
+import data.autoclusters.admission
+
+req := "autoclusters.io/maintenance-required"
+
+appr := "autoclusters.io/maintenance-approved"
+
+controller := "system:serviceaccount:autoclusters-system:autoclusters-controller"
+
+node(labels) := {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": labels}}
+
+review(op, old, new, who) := {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+	"uid": "0001",
+	"kind": {"group": "", "version": "v1", "kind": "Node"},
+	"operation": op,
+	"userInfo": {"username": who},
+	"object": new,
+	"oldObject": old,
+}}
+
+decide(r) := d if {
+	d := admission.decision with input as r
+}
+
+rules(r) := {v.rule | some v in decide(r).violations}
+
+test_create_with_required_by_kubelet_denied if {
+	d := decide(review("CREATE", null, node({req: "true"}), "system:node:gpu-1"))
+	d.allowed == false
+	d.uid == "0001"
+	{v.rule | some v in d.violations} == {"maintenance-required-controller-only"}
+}
+
+test_create_plain_node_allowed if {
+	decide(review("CREATE", null, node({"a": "b"}), "system:node:gpu-1")).allowed
+}
+
+test_create_without_labels_allowed if {
+	decide(review("CREATE", null, {"kind": "Node", "metadata": {"name": "n"}}, "system:node:n")).allowed
+}
+
+test_controller_sets_required if {
+	decide(review("UPDATE", node({}), node({req: "true"}), controller)).allowed
+}
+
+test_user_approval_while_required if {
+	decide(review("UPDATE", node({req: "true"}), node({req: "true", appr: "true"}), "alice")).allowed
+}
+
+test_user_approval_after_fault_cleared if {
+	d := decide(review("UPDATE", node({}), node({appr: "true"}), "alice"))
+	not d.allowed
+	some v in d.violations
+	contains(v.msg, "no longer needs a repair")
+}
+
+test_user_removes_required if {
+	rules(review("UPDATE", node({req: "true"}), node({}), "alice")) == {"maintenance-required-controller-only"}
+}
+
+test_delete_not_judged if {
+	decide(review("DELETE", node({req: "true"}), null, "alice")).allowed
+}
+
+test_pool_write_checked if {
+	r := {"request": {
+		"uid": "0002",
+		"kind": {"group": "remediation.autoclusters.io", "version": "v1alpha1", "kind": "GpuNodePool"},
+		"operation": "CREATE",
+		"userInfo": {"username": "alice"},
+		"object": {"apiVersion": "remediation.autoclusters.io/v1alpha1", "kind": "GpuNodePool", "metadata": {"name": "p"}, "spec": {"consentMode": "sometimes"}},
+	}}
+	rules(r) == {"pool-consent-mode"}
+}
+
+test_not_a_review_is_undefined if {
+	not admission.decision with input as {"kind": "Node"}
+	not admission.decision with input as {"request": {"uid": 7}}
+}
+
+test_null_labels_treated_as_empty if {
+	decide(review("UPDATE", {"metadata": {"labels": null}}, node({"a": "b"}), "alice")).allowed
+}

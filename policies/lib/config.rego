@@ -1,0 +1,18 @@
+# METADATA
+# title: autoclusters policy configuration
+# description: |
+#   The names the rules depend on. Defaults match autoclusters.names.Names(); a data
+#   document at data.autoclusters.config overrides any key, so the same policies
+#   serve another domain (crusoe.ai) or another controller identity without edits.
+package autoclusters.lib.config
+
+defaults := {
+	"domain": "autoclusters.io",
+	"controllers": ["system:serviceaccount:autoclusters-system:autoclusters-controller"],
+}
+
+default overrides := {}
+
+overrides := data.autoclusters.config
+
+config := object.union(defaults, overrides)
