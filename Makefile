@@ -1,0 +1,46 @@
+# The two commands a newcomer runs (see README.md):
+#   make demo   - set up everything, start the local cluster, show a GPU node repaired
+#   make test   - set up everything, run the unit and integration suites
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster
+
+venv: $(STAMP)
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	@touch $@
+
+tools-core:
+	tools/build-tools.sh core
+
+tools:
+	tools/build-tools.sh all
+
+setup: venv tools
+
+lint: venv
+	$(BIN)/ruff check .
+
+test-unit: venv
+	$(BIN)/pytest tests/unit -q
+
+test-integration: setup
+	$(BIN)/pytest tests/integration -q
+
+# The README's test command.
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest tests -q -p no:cacheprovider
+
+manifests: venv
+	$(BIN)/python -m autoclusters.deploy.render manifests/
+
+demo: setup
+	$(BIN)/python -m autoclusters.demo

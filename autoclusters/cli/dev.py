@@ -1,0 +1,103 @@
+"""``autoclusters dev up|down|kubeconfig|status``: the local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from autoclusters.cli._output import add_output_flag, print_json, print_table
+
+
+def register(sub: Any) -> None:
+    dev = sub.add_parser("dev", help="run a real local control plane with simulated GPU nodes")
+    dsub = dev.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
+
+    up = dsub.add_parser("up", help="start the local cluster (etcd, apiserver, controller-manager, "
+                                    "scheduler, kwok, OPA) and create GPU node pools")
+    _name(up)
+    up.add_argument("--pool", action="append", default=[], metavar="NAME",
+                    help="create a pool of simulated 8x A100 nodes with this name (repeatable)")
+    up.add_argument("--nodes", type=int, default=2, metavar="N", help="nodes per pool (default 2)")
+    up.set_defaults(func=_up)
+
+    down = dsub.add_parser("down", help="stop the local cluster and remove its state")
+    _name(down)
+    down.set_defaults(func=_down)
+
+    kc = dsub.add_parser("kubeconfig", help="print the path of the local cluster's admin kubeconfig")
+    _name(kc)
+    kc.set_defaults(func=_kubeconfig)
+
+    st = dsub.add_parser("status", help="show the local cluster's components")
+    _name(st)
+    add_output_flag(st)
+    st.set_defaults(func=_status)
+
+
+def _name(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default="dev", help="cluster name (default: dev)")
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from autoclusters.cli.main import EXIT_FAILED, CliError
+    from autoclusters.devcluster.cluster import LocalCluster
+    from autoclusters.devcluster.handle import ClusterHandle
+    from autoclusters.devcluster.processes import StartError
+    from autoclusters.devcluster.tools import ToolsMissing
+
+    if args.nodes < 1 or args.nodes > 10000:
+        raise CliError("--nodes must be between 1 and 10000", 2)
+    cluster = LocalCluster(args.name)
+    try:
+        cluster.up(progress=_progress)
+    except (ToolsMissing, StartError) as e:
+        raise CliError(str(e), EXIT_FAILED) from e
+    if args.pool:
+        handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir)
+        for pool in args.pool:
+            _progress(f"creating pool {pool!r}: {args.nodes} simulated 8x A100 nodes")
+            nodes = handle.create_gpu_nodes(pool, args.nodes, prefix=pool)
+            _progress(f"  Ready: {', '.join(nodes)}")
+    print(cluster.kubeconfig)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from autoclusters.devcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(args.name)
+    if not cluster.down(progress=_progress):
+        _progress(f"cluster {args.name!r} is not running")
+    else:
+        _progress(f"cluster {args.name!r} stopped and removed")
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    from autoclusters.cli.main import CliError
+    from autoclusters.devcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(args.name)
+    if not cluster.is_running():
+        raise CliError(f"cluster {args.name!r} is not running; start it with: autoclusters dev up --name {args.name}")
+    print(cluster.kubeconfig)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from autoclusters.devcluster import processes as p
+    from autoclusters.devcluster.cluster import LocalCluster
+
+    cluster = LocalCluster(args.name)
+    rows = [{"component": x.name, "pid": x.pid, "running": p.alive(x), "log": x.log} for x in cluster.procs()]
+    if args.output == "json":
+        print_json({"name": args.name, "kubeconfig": str(cluster.kubeconfig), "components": rows,
+                    "ports": (cluster.state() or {}).get("ports", {})})
+    else:
+        print_table(["COMPONENT", "PID", "RUNNING", "LOG"], [list(r.values()) for r in rows])
+    return 0 if rows and all(r["running"] for r in rows) else 1

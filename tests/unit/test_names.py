@@ -1,0 +1,42 @@
+import pytest
+
+from autoclusters.names import NameError_, Names
+
+
+def test_defaults_follow_the_contract() -> None:
+    n = Names()
+    assert n.pool_label == "autoclusters.io/nodepool.name"
+    assert n.maintenance_required == "autoclusters.io/maintenance-required"
+    assert n.maintenance_approved == "autoclusters.io/maintenance-approved"
+    assert n.taint_key == n.maintenance_required
+    assert n.gpu_condition == "AutoClustersGPUFault"
+    assert n.interconnect_condition == "AutoClustersInterconnectFault"
+    assert n.auto_replacement_label == "autoclusters.io/auto-replacement"
+
+
+def test_reference_compatible_names() -> None:
+    n = Names(domain="crusoe.ai", prefix="Crusoe")
+    assert n.maintenance_required == "crusoe.ai/maintenance-required"
+    assert n.maintenance_approved == "crusoe.ai/maintenance-approved"
+    assert n.gpu_condition == "CrusoeGPUFault"
+    assert n.pool_label == "crusoe.ai/nodepool.name"
+
+
+@pytest.mark.parametrize("domain", ["", "nodots", "UPPER.io", "-bad.io", "a..b", "x" * 250 + ".io"])
+def test_bad_domain_is_rejected(domain: str) -> None:
+    with pytest.raises(NameError_, match="invalid domain"):
+        Names(domain=domain)
+
+
+@pytest.mark.parametrize("prefix", ["", "lower", "With Space", "Bad-Dash"])
+def test_bad_prefix_is_rejected(prefix: str) -> None:
+    with pytest.raises(NameError_, match="invalid condition prefix"):
+        Names(prefix=prefix)
+
+
+def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOCLUSTERS_DOMAIN", "example.com")
+    monkeypatch.setenv("AUTOCLUSTERS_CONDITION_PREFIX", "Example")
+    n = Names.from_env()
+    assert n.gpu_condition == "ExampleGPUFault"
+    assert n.api_group == "remediation.example.com"
