@@ -1,0 +1,483 @@
+"""The whole life of one node's repair, as one pure transition function.
+
+``transition(state, observation, now, policy)`` returns the next state, the actions the
+reconciler must carry out and when to look again. Nothing here talks to the API server
+or reads a clock: the reconciler observes the cluster, calls this function, persists the
+new state (the ``Remediation`` record's status, guarded by its resourceVersion) and only
+then carries out the actions. Every action is either idempotent or derived again from
+the persisted state on the next reconcile, so a crash between any two steps resumes
+without losing or doubling a repair.
+
+Read it top to bottom: ``_decide`` (no record yet) → AwaitingApproval → Scheduled
+(guards) → Draining → Acting (the provider) → Verifying → Succeeded; failures escalate a
+reset to a replacement under the same approval, and a failed replacement holds the node
+(Failed) until its fault clears or a human acts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from autoclusters import names as n
+
+
+class Phase(StrEnum):
+    AWAITING_APPROVAL = "AwaitingApproval"  # propose: marked, waiting for the approval label
+    SCHEDULED = "Scheduled"  # decided; waiting for the guards (opt-out, concurrency, breaker)
+    DRAINING = "Draining"  # cordoned; pods being evicted
+    ACTING = "Acting"  # the provider is resetting or replacing the node
+    VERIFYING = "Verifying"  # waiting for a healthy node
+    SUCCEEDED = "Succeeded"  # terminal
+    NOT_NEEDED = "NotNeeded"  # terminal: the fault cleared before the repair started
+    FAILED = "Failed"  # holding: labels and condition stay until the fault clears
+    HUMAN_NEEDED = "HumanNeeded"  # holding: the attempt budget is spent
+    CLOSED = "Closed"  # terminal: a holding or cancelled record, closed
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.NOT_NEEDED, Phase.CLOSED})
+HOLDING = frozenset({Phase.FAILED, Phase.HUMAN_NEEDED})
+IN_PROGRESS = frozenset({Phase.DRAINING, Phase.ACTING, Phase.VERIFYING})
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "Succeeded"
+    NOT_NEEDED = "NotNeeded"
+    FAILED = "Failed"
+    BUDGET_EXHAUSTED = "AttemptBudgetExhausted"
+    CANCELLED = "Cancelled"
+
+
+class RepairAction(StrEnum):
+    RESET = "reset"
+    REPLACE = "replace"
+
+
+class ConsentMode(StrEnum):
+    AUTO = "auto"
+    PROPOSE = "propose"
+    OFF = "off"
+
+
+class ProviderState(StrEnum):
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+# Named reasons a Scheduled repair is held; each is announced once with MaintenanceBlocked.
+HOLD_OPT_OUT = "OptOutPod"
+HOLD_CONCURRENCY = "MaxConcurrentRepairs"
+HOLD_BREAKER = "CircuitBreakerOpen"
+
+
+# --- what is persisted -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Fault:
+    fault_class: str
+    code: str
+    reason: str
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.fault_class}:{self.code}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One provider call: its id makes a retried start a no-op (the provider records it)."""
+
+    id: str
+    action: RepairAction
+    started: datetime
+    boot_id_before: str = ""
+    new_node: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    phase: str
+    time: datetime
+    message: str
+
+
+@dataclass(frozen=True)
+class RepairState:
+    name: str  # the Remediation record
+    node: str
+    pool: str
+    consent_mode: ConsentMode
+    fault: Fault
+    phase: Phase
+    action: RepairAction
+    approved: bool = False  # an approval (label, or inherited) covers this repair and its escalation
+    escalated: bool = False
+    escalated_from: str = ""  # the record whose reset this replacement follows
+    opt_out: bool = False  # an opt-out pod was on the node when the repair started
+    attempts: int = 0  # provider operations started
+    node_was_cordoned: bool = False  # someone else cordoned it: leave it cordoned at the end
+    drain_started: datetime | None = None
+    operation: Operation | None = None
+    verify_started: datetime | None = None
+    hold: str = ""
+    outcome: str = ""
+    message: str = ""
+    replacement_node: str = ""
+    created: datetime | None = None
+    completed: datetime | None = None
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def started(self) -> bool:
+        return self.attempts > 0 or self.phase in IN_PROGRESS
+
+
+# --- what the reconciler observed ------------------------------------------------------
+@dataclass(frozen=True)
+class NodeView:
+    name: str = ""
+    exists: bool = True
+    ready: bool = True
+    boot_id: str = ""
+    unschedulable: bool = False
+    approved: bool = False  # carries maintenance-approved=true
+
+
+@dataclass(frozen=True)
+class PodsView:
+    evictable: int = 0  # pods a drain must remove (not DaemonSet, not mirror)
+    opt_out: bool = False  # a pod carries <domain>/auto-replacement=disabled
+
+
+@dataclass(frozen=True)
+class PoolView:
+    name: str
+    mode: ConsentMode
+    max_concurrent: int = 1
+    in_progress: int = 0  # other records of the pool in Draining/Acting/Verifying
+    breaker_open: bool = False
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """What earlier records of this node say (only terminal ones)."""
+
+    started_in_window: int = 0  # repairs started within the attempt-budget window
+    last_reset_at: datetime | None = None  # completion of the last successful reset
+    last_reset_fault: Fault | None = None
+    last_reset_approved: bool = False
+    last_reset_record: str = ""
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    state: ProviderState = ProviderState.NOT_STARTED
+    message: str = ""
+    new_node: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    node: NodeView
+    fault: Fault | None  # the active fault, None when the node reports none (or its class is off)
+    fault_action: RepairAction | None  # the pool's action for that fault; None = not repaired
+    pool: PoolView | None  # None: the node belongs to no GpuNodePool
+    pods: PodsView = PodsView()
+    history: HistoryView = HistoryView()
+    provider: ProviderView = ProviderView()
+    replacement_ready: bool = False
+
+
+@dataclass(frozen=True)
+class Policy:
+    reset_drain_seconds: float = 300
+    replace_drain_seconds: float = 600
+    refault_window_seconds: float = 900
+    reset_memory_seconds: float = 86400
+    max_repairs: int = 3
+    verify_timeout_seconds: float = 600
+    operation_timeout_seconds: float = 1800
+    poll_seconds: float = 2.0
+    hold_recheck_seconds: float = 10.0
+
+
+# --- actions ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnsureMarked:
+    """maintenance-required label and the PreferNoSchedule taint."""
+
+
+@dataclass(frozen=True)
+class Unmark:
+    """Remove both labels and the taint; uncordon unless someone else had cordoned the node."""
+
+    uncordon: bool = True
+
+
+@dataclass(frozen=True)
+class Cordon:
+    pass
+
+
+@dataclass(frozen=True)
+class Drain:
+    force: bool = False  # past the deadline: delete what eviction could not remove
+
+
+@dataclass(frozen=True)
+class DriveProvider:
+    operation: Operation
+
+
+@dataclass(frozen=True)
+class Emit:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class Notify:
+    message: str
+
+
+Action = EnsureMarked | Unmark | Cordon | Drain | DriveProvider | Emit | Notify
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: RepairState | None
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None
+
+
+# --- the transition function -----------------------------------------------------------
+def transition(state: RepairState | None, obs: Observation, now: datetime, policy: Policy,
+               *, record_name: str = "") -> Decision:
+    """Chains single steps while the phase keeps changing on the same observation.
+
+    The chain stops on entering Acting: the provider view observed belongs to the previous
+    operation (if any), so the new one is judged on the next reconcile.
+    """
+    actions: list[Action] = []
+    decision = _step(state, obs, now, policy, record_name)
+    actions.extend(decision.actions)
+    for _ in range(6):
+        prev, cur = state, decision.state
+        if cur is None or cur.phase in TERMINAL or cur.phase == Phase.ACTING \
+                or (prev is not None and prev.phase == cur.phase):
+            break
+        state = cur
+        decision = _step(state, obs, now, policy, record_name)
+        actions.extend(decision.actions)
+    return Decision(decision.state, tuple(actions), decision.requeue_after)
+
+
+def _step(s: RepairState | None, o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
+    if s is None:
+        return _decide(o, now, p, record_name)
+    if s.phase in TERMINAL:
+        return Decision(s)
+    handler = {
+        Phase.AWAITING_APPROVAL: _awaiting,
+        Phase.SCHEDULED: _scheduled,
+        Phase.DRAINING: _draining,
+        Phase.ACTING: _acting,
+        Phase.VERIFYING: _verifying,
+        Phase.FAILED: _holding,
+        Phase.HUMAN_NEEDED: _holding,
+    }[s.phase]
+    return handler(s, o, now, p)
+
+
+def _to(s: RepairState, phase: Phase, now: datetime, message: str, **changes: object) -> RepairState:
+    steps = (*s.steps, Step(phase.value, now, message))[-50:]
+    return replace(s, phase=phase, steps=steps, message=message, hold="", **changes)  # type: ignore[arg-type]
+
+
+def _fault_text(f: Fault) -> str:
+    return f"{f.reason}: {f.message}" if f.message else f.reason
+
+
+def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
+    """No record yet: report the fault, then choose reset or replace and who decides."""
+    if o.fault is None or o.fault_action is None or o.pool is None or o.pool.mode == ConsentMode.OFF:
+        return Decision(None)
+    f, pool = o.fault, o.pool
+    base = RepairState(name=record_name, node=o.node.name, pool=pool.name, consent_mode=pool.mode, fault=f,
+                       phase=Phase.SCHEDULED, action=o.fault_action, created=now)
+    required = Emit(n.EVENT_REQUIRED, f"{_fault_text(f)} Consent mode {pool.mode}.", warning=True)
+    if o.history.started_in_window >= p.max_repairs:
+        msg = (f"{o.history.started_in_window} repairs started within the attempt-budget window "
+               f"(limit {p.max_repairs}); not repairing again: a human must look at this node")
+        s = _to(base, Phase.HUMAN_NEEDED, now, msg, outcome=Outcome.BUDGET_EXHAUSTED.value)
+        return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_BUDGET_EXHAUSTED, msg, warning=True),
+                            Notify(msg)))
+    h = o.history
+    since_reset = (now - h.last_reset_at).total_seconds() if h.last_reset_at else None
+    if since_reset is not None and h.last_reset_fault is not None and since_reset <= p.refault_window_seconds \
+            and h.last_reset_fault.key == f.key:
+        msg = (f"{f.key} came back {int(since_reset)}s after the reset of {h.last_reset_record}; "
+               "replacing the node under the same approval")
+        s = _to(base, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True,
+                escalated_from=h.last_reset_record,
+                approved=h.last_reset_approved or pool.mode == ConsentMode.AUTO)
+        return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_ESCALATED, msg)))
+    action, why = o.fault_action, ""
+    if action == RepairAction.RESET and since_reset is not None and h.last_reset_fault is not None \
+            and since_reset <= p.reset_memory_seconds and h.last_reset_fault.fault_class == f.fault_class:
+        action = RepairAction.REPLACE
+        why = f" The node was reset {int(since_reset)}s ago for a {f.fault_class} fault: replacing directly."
+    base = replace(base, action=action)
+    if pool.mode == ConsentMode.PROPOSE and not o.node.approved:
+        msg = f"{action} proposed for {_fault_text(f)}.{why} Waiting for the approval label."
+        s = _to(base, Phase.AWAITING_APPROVAL, now, msg)
+        return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_AWAITING_APPROVAL, msg)))
+    if pool.mode == ConsentMode.PROPOSE:
+        msg = f"{action} approved for {_fault_text(f)}.{why}"
+        s = _to(base, Phase.SCHEDULED, now, msg, approved=True)
+        return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_APPROVED, msg)))
+    msg = f"{action} scheduled to start at {now.strftime('%Y-%m-%dT%H:%M:%SZ')}.{why}"
+    s = _to(base, Phase.SCHEDULED, now, msg, approved=o.node.approved)
+    return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_SCHEDULED, msg)))
+
+
+def _cancel_if_gone(s: RepairState, o: Observation, now: datetime) -> Decision | None:
+    """Before the repair starts: a cleared fault, a deleted node or mode ``off`` end the record."""
+    if not o.node.exists:
+        msg = "the node was deleted before the repair started"
+        return Decision(_to(s, Phase.CLOSED, now, msg, outcome=Outcome.CANCELLED.value, completed=now))
+    if o.fault is None:
+        msg = f"{s.fault.key} cleared before the repair started; the node returns to service"
+        return Decision(_to(s, Phase.NOT_NEEDED, now, msg, outcome=Outcome.NOT_NEEDED.value, completed=now),
+                        (Unmark(uncordon=False), Emit(n.EVENT_FAULT_CLEARED, msg)))
+    if o.pool is None or o.pool.mode == ConsentMode.OFF:
+        msg = "the pool's consent mode is now off; repair cancelled before it started"
+        return Decision(_to(s, Phase.CLOSED, now, msg, outcome=Outcome.CANCELLED.value, completed=now),
+                        (Unmark(uncordon=False),))
+    return None
+
+
+def _awaiting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    gone = _cancel_if_gone(s, o, now)
+    if gone:
+        return gone
+    assert o.pool is not None
+    if o.node.approved or o.pool.mode == ConsentMode.AUTO:
+        who = "approval label" if o.node.approved else "consent mode changed to auto"
+        msg = f"{s.action} approved ({who}) for {_fault_text(s.fault)}"
+        return Decision(_to(s, Phase.SCHEDULED, now, msg, approved=o.node.approved),
+                        (Emit(n.EVENT_APPROVED, msg),))
+    return Decision(s, (EnsureMarked(),))
+
+
+def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    if not s.started:
+        gone = _cancel_if_gone(s, o, now)
+        if gone:
+            return gone
+    assert o.pool is not None or s.started
+    hold, why = "", ""
+    if s.action == RepairAction.REPLACE and (s.opt_out or o.pods.opt_out) and not (s.approved or o.node.approved):
+        hold, why = HOLD_OPT_OUT, ("a pod on the node carries the auto-replacement opt-out label; "
+                                   "add the approval label to replace it anyway")
+    elif not s.started and o.pool is not None and o.pool.in_progress >= o.pool.max_concurrent:
+        hold, why = HOLD_CONCURRENCY, (f"{o.pool.in_progress} repairs already in progress in pool {o.pool.name} "
+                                       f"(maxConcurrentRepairs {o.pool.max_concurrent})")
+    elif not s.started and o.pool is not None and o.pool.breaker_open and s.consent_mode == ConsentMode.AUTO \
+            and not (s.approved or o.node.approved):
+        hold, why = HOLD_BREAKER, f"the circuit breaker of pool {o.pool.name} is open: automatic repairs paused"
+    if hold:
+        actions: tuple[Action, ...] = (EnsureMarked(),)
+        if hold != s.hold:
+            actions += (Emit(n.EVENT_BLOCKED, f"{s.action} held: {why}", warning=hold == HOLD_OPT_OUT),)
+        return Decision(replace(s, hold=hold, message=why), actions, p.hold_recheck_seconds)
+    deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
+    msg = f"{s.action} started: cordoned, draining (pods left after {int(deadline)}s are deleted)"
+    if s.escalated and s.started:
+        msg = f"replacement started after the failed reset: draining (deadline {int(deadline)}s)"
+    started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
+                  node_was_cordoned=s.node_was_cordoned if s.started else o.node.unschedulable)
+    return Decision(started, (EnsureMarked(), Cordon(), Emit(n.EVENT_STARTED, msg)), 0)
+
+
+def _draining(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    if not o.node.exists:
+        return _failed(s, now, "the node disappeared while it was being drained")
+    if o.pods.evictable == 0:
+        op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
+        msg = f"drained; {s.action} requested from the provider (operation {op.id})"
+        return Decision(_to(s, Phase.ACTING, now, msg, operation=op, attempts=s.attempts + 1),
+                        (DriveProvider(op),), p.poll_seconds)
+    deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
+    assert s.drain_started is not None
+    force = now >= s.drain_started + timedelta(seconds=deadline)
+    return Decision(s, (Cordon(), Drain(force=force)), p.poll_seconds)
+
+
+def _acting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    op = s.operation
+    assert op is not None
+    if o.provider.state == ProviderState.SUCCEEDED:
+        msg = f"{op.action} done by the provider; verifying the node"
+        if op.action == RepairAction.REPLACE:
+            new = o.provider.new_node or op.new_node
+            msg = f"node replaced by {new}; waiting for it to become Ready"
+            return Decision(_to(s, Phase.VERIFYING, now, msg, verify_started=now, replacement_node=new),
+                            (), p.poll_seconds)
+        return Decision(_to(s, Phase.VERIFYING, now, msg, verify_started=now), (), p.poll_seconds)
+    if o.provider.state == ProviderState.FAILED:
+        return _action_failed(s, o, now, p, f"the provider reported: {o.provider.message or 'failed'}")
+    if now >= op.started + timedelta(seconds=p.operation_timeout_seconds):
+        return _action_failed(s, o, now, p, f"the provider did not finish within {int(p.operation_timeout_seconds)}s")
+    return Decision(s, (DriveProvider(op),), p.poll_seconds)
+
+
+def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    op = s.operation
+    assert op is not None and s.verify_started is not None
+    if op.action == RepairAction.REPLACE:
+        if o.replacement_ready:
+            msg = f"node replaced by {s.replacement_node}, which is Ready in pool {s.pool}"
+            return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
+                            (Emit(n.EVENT_SUCCEEDED, msg),))
+    elif o.node.exists and o.node.ready and o.node.boot_id != op.boot_id_before and o.fault is None:
+        msg = f"reset done: the node rebooted, is Ready and reports no {s.fault.fault_class} fault"
+        return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
+                        (Unmark(uncordon=not s.node_was_cordoned), Emit(n.EVENT_SUCCEEDED, msg)))
+    if now >= s.verify_started + timedelta(seconds=p.verify_timeout_seconds):
+        what = "the new node did not become Ready" if op.action == RepairAction.REPLACE else (
+            "the node did not come back Ready and free of the fault")
+        return _action_failed(s, o, now, p, f"{what} within {int(p.verify_timeout_seconds)}s")
+    return Decision(s, (), p.poll_seconds)
+
+
+def _action_failed(s: RepairState, o: Observation, now: datetime, p: Policy, why: str) -> Decision:
+    """A failed reset escalates to a replacement under the same approval; a failed replacement holds."""
+    if s.action == RepairAction.RESET:
+        msg = f"reset failed ({why}); escalating to a replacement under the same approval"
+        esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
+                  verify_started=None, approved=s.approved)
+        return Decision(esc, (Emit(n.EVENT_ESCALATED, msg),), 0)
+    return _failed(s, now, f"{s.action} failed: {why}")
+
+
+def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
+    msg = f"{msg}; labels and condition stay on the node for a human"
+    return Decision(_to(s, Phase.FAILED, now, msg, outcome=Outcome.FAILED.value, completed=now),
+                    (EnsureMarked(), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
+
+
+def _holding(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    """Failed / HumanNeeded: keep the node marked until its fault clears (or it is gone)."""
+    if not o.node.exists or o.fault is None:
+        why = "the node is gone" if not o.node.exists else f"{s.fault.key} cleared"
+        msg = f"{why}; closing the record (outcome {s.outcome})"
+        actions: tuple[Action, ...] = ()
+        if o.node.exists:
+            actions = (Unmark(uncordon=s.started and not s.node_was_cordoned), Emit(n.EVENT_FAULT_CLEARED, msg))
+        return Decision(_to(s, Phase.CLOSED, now, msg, completed=s.completed or now), actions)
+    return Decision(s, (EnsureMarked(),))
