@@ -1,0 +1,33 @@
+"""What the Rego policies are told about this installation.
+
+The policies carry defaults equal to ``Names()`` and the default controller identity;
+this data document (``data.autoclusters.config``) overrides them for another domain
+or namespace, so one policy bundle serves every installation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.names import Names
+
+
+def controller_identity(namespace: str = DEFAULT_NAMESPACE, service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> str:
+    """The username the API server gives the controller's service-account tokens."""
+    return f"system:serviceaccount:{namespace}:{service_account}"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    names: Names = field(default_factory=Names)
+    controllers: tuple[str, ...] = (controller_identity(),)
+
+    def data_document(self) -> dict[str, Any]:
+        """The document to load into OPA at the root (``opa eval -d``, ``opa run``)."""
+        return {"autoclusters": {"config": self.config()}}
+
+    def config(self) -> dict[str, Any]:
+        """The value of ``data.autoclusters.config`` (what the webhook pushes to OPA)."""
+        return {"domain": self.names.domain, "controllers": list(self.controllers)}

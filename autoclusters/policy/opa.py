@@ -1,0 +1,78 @@
+"""Finding and running the OPA binary, and where the policy bundle lives.
+
+``policy check`` evaluates with ``opa eval`` rather than an OPA server: a GitOps job
+has no server, and one process per check evaluates every document in one query.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# What OPA must not load from policies/: tests and sample inputs (which would become data).
+IGNORE = ("*_test.rego", "samples", "testdata", "*.md")
+
+
+class OpaError(RuntimeError):
+    """OPA could not be found or could not evaluate the policies."""
+
+
+def policies_dir() -> Path:
+    """The Rego bundle: ``$AUTOCLUSTERS_POLICIES`` or the checkout's ``policies/``."""
+    env = os.environ.get("AUTOCLUSTERS_POLICIES")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "policies" / "lib").is_dir():
+            return parent / "policies"
+    raise OpaError("cannot find the policies/ directory; set AUTOCLUSTERS_POLICIES")
+
+
+def opa_binary() -> Path:
+    """``$AUTOCLUSTERS_OPA``, then ``opa`` on PATH, then the binary the project builds."""
+    env = os.environ.get("AUTOCLUSTERS_OPA")
+    if env:
+        return Path(env)
+    found = shutil.which("opa")
+    if found:
+        return Path(found)
+    from autoclusters.devcluster.tools import ToolsMissing
+    from autoclusters.devcluster.tools import opa_binary as built
+
+    try:
+        return built()
+    except ToolsMissing as e:
+        raise OpaError(f"no opa binary: {e} (or set AUTOCLUSTERS_OPA)") from e
+
+
+def load_args(policies: Path) -> list[str]:
+    """Arguments that load the bundle without its tests and samples."""
+    return [*(f"--ignore={p}" for p in IGNORE), "-d", str(policies)]
+
+
+def evaluate(query: str, input_doc: Any, data_doc: dict[str, Any], *, policies: Path | None = None,
+             timeout: float = 60) -> Any:
+    """The value of ``query`` for one input, or None when it is undefined."""
+    policies = policies or policies_dir()
+    with tempfile.TemporaryDirectory(prefix="autoclusters-opa-") as tmp:
+        data_file = Path(tmp) / "config.json"
+        data_file.write_text(json.dumps(data_doc))
+        cmd = [str(opa_binary()), "eval", "--format=json", "--stdin-input", *load_args(policies),
+               "-d", str(data_file), query]
+        try:
+            proc = subprocess.run(cmd, input=json.dumps(input_doc), capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise OpaError(f"running opa failed: {e}") from e
+    if proc.returncode != 0:
+        raise OpaError(f"opa eval failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
+    result = json.loads(proc.stdout).get("result") or []
+    if not result:
+        return None
+    return result[0]["expressions"][0]["value"]
