@@ -68,7 +68,8 @@ def _samples() -> list[tuple[str, Path]]:
 @pytest.mark.parametrize(("adapter", "sample"), _samples(), ids=lambda x: x.name if isinstance(x, Path) else x)
 def test_sample(opa_bin: str, adapter: str, sample: Path) -> None:
     """Disallowed samples are named ``<rule>.<case>.*`` and must break exactly that rule."""
-    doc = yaml.safe_load(sample.read_text())
+    docs = [d for d in yaml.safe_load_all(sample.read_text()) if d is not None]
+    doc = {"apiVersion": "v1", "kind": "List", "items": docs} if len(docs) > 1 else docs[0]
     value = opa.evaluate(ADAPTERS[adapter], doc, {}, policies=POLICIES)
     rules = {v["rule"] for v in (value["violations"] if adapter == "admission" else value)}
     if sample.parent.name == "allowed":
