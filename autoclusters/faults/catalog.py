@@ -110,6 +110,8 @@ class Catalog:
                 fc, code = FaultClass.NVSWITCH, _first(_SXID_CODE, message) or "unknown"
             elif reason == n.REASON_DCGM:
                 fc, code = FaultClass.DCGM, _first(_DCGM_CODE, message) or "unknown"
+            elif reason == n.REASON_GPU_OTHER:  # NVML findings: "GPU 2 reported ROW_REMAP_FAILURE."
+                fc, code = FaultClass.GPU, _first(_XID_CODE, message) or _first(_GPU_CODE, message) or "unknown"
             else:
                 fc, code = FaultClass.GPU, _first(_XID_CODE, message) or "unknown"
         else:
@@ -122,6 +124,7 @@ class Catalog:
 _XID_CODE = re.compile(r"\bXid (\d+)\b")
 _SXID_CODE = re.compile(r"\bSXID (\d+)\b", re.IGNORECASE)
 _DCGM_CODE = re.compile(r"\b(DCGM_FR_[A-Z0-9_]+)\b")
+_GPU_CODE = re.compile(r"\breported ([A-Z][A-Z0-9_]+)\b")
 _IB_CODE = re.compile(r"\breported ([a-z_]+)\b")
 
 

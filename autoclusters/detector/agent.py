@@ -1,0 +1,97 @@
+"""One node's detector: polls its sources, keeps the window, hands conditions to the writer.
+
+The flow per poll, in order: read every due source (a source that raises is an
+unreadable source, never a crash) -> fold each poll into the tracker -> warnings become
+events once per boot -> the desired conditions go to the writer, which coalesces them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoclusters.clock import Clock
+from autoclusters.detector.conditions import desired_conditions
+from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.window import FaultTracker
+from autoclusters.detector.writer import ConditionWriter
+from autoclusters.faults.catalog import Catalog, Severity
+from autoclusters.names import Names
+
+log = logging.getLogger(__name__)
+
+
+class Source(Protocol):
+    name: str
+
+    def poll(self) -> Poll: ...
+
+
+class EventSink(Protocol):
+    def emit(self, node: str, record: Record) -> None: ...
+
+
+@dataclass
+class Scheduled:
+    """A source and how often to read it (log sources every poll, state sources less often)."""
+
+    source: Source
+    interval_s: float = 0.0
+    next_at: float = field(default=0.0)
+
+
+class NodeAgent:
+    def __init__(self, node: str, sources: Sequence[Scheduled], *, catalog: Catalog, names: Names,
+                 writer: ConditionWriter, events: EventSink | None, clock: Clock, window_s: float) -> None:
+        self.node = node
+        self.sources = list(sources)
+        self.catalog = catalog
+        self.names = names
+        self.writer = writer
+        self.events = events
+        self.clock = clock
+        self.tracker = FaultTracker(window_s=window_s)
+        self._warned: set[tuple[str, str, str]] = set()
+        self.polled = False
+
+    def poll(self) -> None:
+        now = self.clock.monotonic()
+        for sched in self.sources:
+            if now < sched.next_at:
+                continue
+            sched.next_at = now + sched.interval_s
+            try:
+                result = sched.source.poll()
+            except Exception as e:
+                log.exception("source %s on %s failed", sched.source.name, self.node)
+                result = Poll(sched.source.name, error=f"{type(e).__name__}: {e}"[:300])
+            for rec in self.tracker.observe(result, now):
+                self._warn(rec)
+        self.polled = True
+        self.publish(now)
+
+    def publish(self, now: float | None = None) -> None:
+        """Hands the conditions the tracker implies now to the writer."""
+        t = self.clock.monotonic() if now is None else now
+        for ctype, state in desired_conditions(self.tracker, t, self.catalog, self.names):
+            self.writer.set(self.node, ctype, state)
+
+    def _warn(self, rec: Record) -> None:
+        if rec.key in self._warned:
+            return
+        self._warned.add(rec.key)
+        if rec.severity == Severity.WARNING and self.events is not None:
+            log.info("%s: warning %s", self.node, rec)
+            self.events.emit(self.node, rec)
+        else:
+            log.info("%s: informational %s", self.node, rec)
+
+    def reboot(self) -> None:
+        """The node rebooted: drop its faults; sources read the new boot from its start."""
+        log.info("%s rebooted: dropping %d active faults", self.node, len(self.tracker.active))
+        self.tracker.reboot()
+        self._warned.clear()
+        for sched in self.sources:
+            sched.next_at = 0.0

@@ -1,0 +1,17 @@
+"""The agent's settings; SPEC durations are defaults here and tests shorten them here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoclusters.detector.infiniband import InfinibandConfig
+from autoclusters.detector.writer import WriterConfig
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    window_s: float = 60.0  # a fault must stay active this long before the condition turns True
+    poll_s: float = 1.0  # kernel log
+    snapshot_poll_s: float = 10.0  # NVML, DCGM, InfiniBand
+    writer: WriterConfig = field(default_factory=WriterConfig)
+    infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)

@@ -1,0 +1,168 @@
+"""Parsing NVIDIA driver lines from the kernel log: GPU ``Xid`` and NVSwitch ``SXid``.
+
+Accepted framings, all seen on real nodes:
+
+* ``/dev/kmsg`` records ``PRI,SEQ,USEC,FLAGS;TEXT`` (continuation lines that start with a
+  space carry device properties and are skipped);
+* ``dmesg`` lines ``[  1234.567890] TEXT`` or ``[Sun Nov 29 08:00:00 2026] TEXT``;
+* journald/syslog lines ``Nov 29 08:00:00 host kernel: TEXT``;
+* the bare ``TEXT``.
+
+The driver's texts (the part after ``NVRM:`` / ``nvidia-nvswitchN:``) come in these
+shapes across driver generations::
+
+    NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.
+    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
+    NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+    nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 24007, Fatal, Link 44 ...
+    nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Non-fatal, Link 32 ...
+    nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Severity 0 Engine instance 32 ...   (follow-up)
+    nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Data {0x00000000, ...}             (follow-up)
+
+The parser never raises on any input and returns None for everything that is not one of
+these shapes; the throughput target (200,000 lines/s) is met by rejecting lines without
+``Xid (`` with one substring search before any regular expression runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autoclusters.detector.pci import GpuIndex, normalize
+from autoclusters.detector.records import Record
+from autoclusters.faults.catalog import Catalog, FaultClass, Severity
+
+MAX_LINE = 2048  # the kernel's own record limit is about 1 KiB; anything longer is cut here
+_MAX_CODE_DIGITS = 6
+
+_KMSG_HEADER = re.compile(r"^(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]{0,16};")
+_BUS = r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+_CODE = r"(\d{1,%d})" % _MAX_CODE_DIGITS  # noqa: UP031 - a regular expression, not a message
+_XID = re.compile(r"NVRM: Xid \(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
+_SXID = re.compile(r"nvidia-nvswitch\d{0,3}: SXid \(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
+# Leading process fields some drivers add before the description.
+_PROC_FIELD = re.compile(r"^(?:pid=(?:'[^']{0,64}'|[^,]{0,64}),\s*)?(?:name=[^,]{0,64},\s*)?")
+_JOURNAL_TAG = re.compile(r"^\S.{0,80}? (\S{1,64}): ")
+
+
+@dataclass(frozen=True)
+class DriverLine:
+    """One parsed driver fault line, before the catalog gives it meaning."""
+
+    kind: str  # "xid" or "sxid"
+    bus_id: str  # normalised, e.g. "0000:3b:00"
+    code: int
+    text: str  # the driver's description with process fields removed
+    fatal: bool | None = None  # SXid only: the driver's own Fatal / Non-fatal flag
+    from_kernel: bool = True  # False when the framing shows a user-space writer
+
+
+def _strip_framing(line: str) -> tuple[str, bool] | None:
+    """The message text and whether the framing says the kernel wrote it."""
+    if line.startswith(" "):
+        return None  # /dev/kmsg continuation (device properties)
+    from_kernel = True
+    text = line
+    if text[:1].isdigit():
+        m = _KMSG_HEADER.match(text)
+        if m:
+            from_kernel = int(m.group(1)) >> 3 == 0  # user writes to /dev/kmsg get facility 1 or more
+            text = text[m.end():]
+    if not text.startswith(("NVRM:", "nvidia-nvswitch", "[", "<")):
+        m = _JOURNAL_TAG.match(text)
+        if m:
+            from_kernel = from_kernel and m.group(1) == "kernel"  # syslog line of another program otherwise
+            text = text[m.end():]
+    if text.startswith("<"):
+        end = text.find(">", 0, 5)
+        if end > 0:
+            text = text[end + 1:]
+    if text.startswith("["):
+        end = text.find("] ", 0, 64)
+        if end > 0:
+            text = text[end + 2:]
+    return text, from_kernel
+
+
+def parse_line(line: str) -> DriverLine | None:
+    """The Xid/SXid a kernel log line reports, or None. Never raises."""
+    if "Xid (" not in line:
+        return None
+    if len(line) > MAX_LINE:
+        line = line[:MAX_LINE]
+    line = line.rstrip("\r\n")
+    framed = _strip_framing(line)
+    if framed is None:
+        return None
+    text, from_kernel = framed
+    if text.startswith("NVRM: Xid ("):
+        m = _XID.match(text)
+        kind = "xid"
+    else:
+        m = _SXID.match(text)
+        kind = "sxid"
+    if not m:
+        return None
+    bus = normalize(m.group(1))
+    if bus is None:
+        return None
+    code = int(m.group(2))
+    rest = m.group(3)
+    fatal: bool | None = None
+    if kind == "xid":
+        rest = rest[_PROC_FIELD.match(rest).end():]  # type: ignore[union-attr]
+    else:
+        if rest.startswith(("Severity ", "Data {")):
+            return None  # follow-up lines repeat the code of the line before; that line counted
+        if rest.startswith("Fatal"):
+            fatal = True
+        elif rest.startswith("Non-fatal") or rest.startswith("Non-Fatal"):
+            fatal = False
+    return DriverLine(kind, bus, code, rest.strip(), fatal, from_kernel)
+
+
+class KernelLogInterpreter:
+    """Turns parsed driver lines into records with the catalog's names and severities."""
+
+    def __init__(self, catalog: Catalog, gpus: GpuIndex, *, source: str = "kmsg",
+                 accept_user_lines: bool = False) -> None:
+        self.catalog = catalog
+        self.gpus = gpus
+        self.source = source
+        self.accept_user_lines = accept_user_lines
+
+    def record(self, line: str) -> Record | None:
+        parsed = parse_line(line)
+        if parsed is None or (not parsed.from_kernel and not self.accept_user_lines):
+            return None
+        return self.to_record(parsed)
+
+    def to_record(self, parsed: DriverLine) -> Record:
+        if parsed.kind == "xid":
+            entry = self.catalog.entry_or_unknown(FaultClass.GPU, parsed.code)
+            known = self.catalog.lookup(FaultClass.GPU, parsed.code) is not None
+            return Record(self.source, FaultClass.GPU, str(parsed.code), self.gpus.subject(parsed.bus_id),
+                          entry.severity, entry.name, known, parsed.text[:256])
+        entry = self.catalog.entry_or_unknown(FaultClass.NVSWITCH, parsed.code)
+        known = self.catalog.lookup(FaultClass.NVSWITCH, parsed.code) is not None
+        severity = entry.severity
+        if parsed.fatal is False and severity == Severity.FATAL:
+            severity = Severity.WARNING  # the driver itself says this occurrence is not fatal
+        return Record(self.source, FaultClass.NVSWITCH, str(parsed.code), "NVSwitch", severity, entry.name, known,
+                      f"PCI:{parsed.bus_id} {parsed.text[:240]}")
+
+
+def format_xid_line(bus_id: str, code: int, text: str, *, pid: str = "'<unknown>'", name: str = "<unknown>") -> str:
+    """An Xid line as a current driver writes it (used by fault injection)."""
+    return f"NVRM: Xid (PCI:{normalize(bus_id) or bus_id}): {code}, pid={pid}, name={name}, {text}"
+
+
+def format_sxid_line(switch: int, bus_id: str, code: int, text: str, *, fatal: bool = True) -> str:
+    flag = "Fatal" if fatal else "Non-fatal"
+    return f"nvidia-nvswitch{switch}: SXid (PCI:{normalize(bus_id) or bus_id}.0): {code}, {flag}, {text}"
+
+
+def kmsg_record(seq: int, usec: int, text: str, *, priority: int = 3) -> str:
+    """A ``/dev/kmsg`` record with kernel facility (0) and the given level."""
+    return f"{priority},{seq},{usec},-;{text}"

@@ -1,0 +1,95 @@
+"""The agent on a real GPU node (the DaemonSet pod): real sources, one node.
+
+Sources present on the node are used; absent ones are off (no NVML bindings or driver on
+a node without GPUs, no ``dcgmi``, no ``/sys/class/infiniband``). The GPU index for Xid
+lines comes from NVML once it answers, else from the driver's ``/proc`` listing, else from
+the configured map. A reboot restarts the pod, and the kernel log then begins anew, so
+the faults of the previous boot are gone with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from autoclusters.clock import Clock
+from autoclusters.detector.agent import NodeAgent, Scheduled
+from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.dcgm import DcgmSource
+from autoclusters.detector.events import WarningEvents
+from autoclusters.detector.infiniband import InfinibandSource
+from autoclusters.detector.kernel_log import KernelLogInterpreter
+from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
+from autoclusters.detector.nvml import NvmlSource, load_library
+from autoclusters.detector.pci import GpuIndex
+from autoclusters.detector.records import Poll
+from autoclusters.detector.writer import ConditionWriter
+from autoclusters.faults.catalog import Catalog
+from autoclusters.kube import Kube
+from autoclusters.names import Names
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    kmsg: str = "/dev/kmsg"
+    kernel_log_file: str | None = None  # read a file (journald export) instead of /dev/kmsg
+    infiniband: str = "/sys/class/infiniband"
+    nvidia_proc: str = "/proc/driver/nvidia/gpus"
+    dcgm_command: tuple[str, ...] = ("dcgmi", "health", "-c", "-j")
+    gpu_map: dict[str, int] = field(default_factory=dict)
+    accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
+    use_nvml: bool = True
+
+
+class _IndexFollowingNvml:
+    """Wraps the NVML source so the kernel log uses NVML's PCI -> index map once known."""
+
+    def __init__(self, nvml: NvmlSource, interp: KernelLogInterpreter) -> None:
+        self.nvml = nvml
+        self.interp = interp
+        self.name = nvml.name
+
+    def poll(self) -> Poll:
+        result = self.nvml.poll()
+        if len(self.nvml.gpu_index()):
+            self.interp.gpus = self.nvml.gpu_index()
+        return result
+
+
+def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
+                paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, WarningEvents]:
+    gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
+    interp = KernelLogInterpreter(catalog, gpus, accept_user_lines=paths.accept_user_kmsg)
+    sources: list[Scheduled] = []
+    lib = load_library() if paths.use_nvml else None
+    if lib is not None:
+        has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
+        nvml = NvmlSource(lib, catalog, expect_gpus=has_gpus)
+        sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
+    if paths.kernel_log_file:
+        sources.append(Scheduled(KernelLogFileSource(paths.kernel_log_file, interp), 0.0))
+    else:
+        sources.append(Scheduled(DevKmsgSource(interp, paths.kmsg), 0.0))
+    sources.append(Scheduled(DcgmSource(catalog, command=paths.dcgm_command), config.snapshot_poll_s))
+    sources.append(Scheduled(InfinibandSource(catalog, clock, paths.infiniband, config.infiniband),
+                             config.snapshot_poll_s))
+    writer = ConditionWriter(kube, clock, config.writer)
+    events = WarningEvents(kube, clock)
+    agent = NodeAgent(node, sources, catalog=catalog, names=names, writer=writer, events=events, clock=clock,
+                      window_s=config.window_s)
+    return agent, writer, events
+
+
+def run_node(agent: NodeAgent, writer: ConditionWriter, events: WarningEvents, config: AgentConfig,
+             stop: threading.Event) -> None:
+    t = threading.Thread(target=writer.run, args=(stop,), name="writer", daemon=True)
+    t.start()
+    while not stop.is_set():
+        agent.poll()
+        stop.wait(config.poll_s)
+    writer.close()
+    events.close()

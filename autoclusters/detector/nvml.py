@@ -1,0 +1,172 @@
+"""GPU health read through NVML (NVIDIA's ``nvidia-ml-py`` bindings, imported if present).
+
+A snapshot source: each poll asks every GPU for the conditions below and reports those
+that hold now, so a GPU that answers healthy again clears its fault.
+
+* ``GPU_LOST``: NVML answers ``GPU_IS_LOST`` for the device.
+* ``VOLATILE_UNCORRECTABLE_ECC``: uncorrected ECC errors since the driver loaded.
+* ``ROW_REMAP_FAILURE`` / ``ROW_REMAP_PENDING``: from the remapped-rows query.
+* ``RETIRED_PAGES_PENDING``: pages waiting to be retired at the next reset.
+* ``NVLINK_DOWN``: an NVLink link that was active at the first poll is not active now.
+
+Odd answers are not faults: a query the GPU does not support is skipped, a value of the
+wrong type is ignored. Any other NVML error makes the whole poll an error, which the
+agent reports as its own health problem and never as a GPU fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from autoclusters.detector.pci import GpuIndex
+from autoclusters.detector.records import Poll, Record
+from autoclusters.faults.catalog import Catalog, FaultClass
+
+log = logging.getLogger(__name__)
+
+_GPU_IS_LOST = 15
+_NOT_SUPPORTED = 3
+_INVALID_ARGUMENT = 2
+_ABSENT = {12, 9}  # LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED
+
+
+def load_library() -> Any | None:
+    """The ``pynvml`` module, or None when the bindings are not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(self, lib: Any, catalog: Catalog, *, expect_gpus: bool) -> None:
+        """``expect_gpus``: the node has NVIDIA GPUs, so an NVML that cannot start is a problem."""
+        self.lib = lib
+        self.catalog = catalog
+        self.expect_gpus = expect_gpus
+        self.started = False
+        self.off = False
+        self._links_up: dict[int, set[int]] | None = None
+        self._gpus = GpuIndex()
+
+    def _code(self, err: Exception) -> int | None:
+        value = getattr(err, "value", None)
+        return value if isinstance(value, int) else None
+
+    def start(self) -> str | None:
+        """Initialises NVML; returns an error text, or None when started or legitimately absent."""
+        if self.started or self.off:
+            return None
+        try:
+            self.lib.nvmlInit()
+        except self.lib.NVMLError as e:
+            if self._code(e) in _ABSENT and not self.expect_gpus:
+                self.off = True
+                log.info("NVML not available on this node (%s); the NVML source is off", e)
+                return None
+            return f"NVML init failed: {e}"
+        self.started = True
+        return None
+
+    def gpu_index(self) -> GpuIndex:
+        return self._gpus
+
+    def _record(self, code: str, index: int, detail: str = "") -> Record:
+        entry = self.catalog.entry_or_unknown(FaultClass.GPU, code)
+        return Record(self.name, FaultClass.GPU, code, f"GPU {index}", entry.severity, entry.name,
+                      self.catalog.lookup(FaultClass.GPU, code) is not None, detail)
+
+    def _ask(self, fn: Any, *args: Any) -> Any:
+        """The answer, or None when the GPU does not support the query."""
+        try:
+            return fn(*args)
+        except self.lib.NVMLError as e:
+            if self._code(e) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
+                return None
+            raise
+
+    def poll(self) -> Poll:
+        err = self.start()
+        if err:
+            return Poll(self.name, error=err)
+        if self.off:
+            return Poll(self.name, snapshot=True)
+        lib = self.lib
+        records: list[Record] = []
+        try:
+            count = lib.nvmlDeviceGetCount()
+            if not isinstance(count, int) or count < 0 or count > 64:
+                return Poll(self.name, error=f"NVML returned an implausible GPU count {count!r}")
+            first = self._links_up is None
+            links_up = self._links_up if self._links_up is not None else {}
+            buses: dict[str, int] = {}
+            for i in range(count):
+                try:
+                    h = lib.nvmlDeviceGetHandleByIndex(i)
+                    pci = self._ask(lib.nvmlDeviceGetPciInfo, h)
+                except lib.NVMLError as e:
+                    if self._code(e) == _GPU_IS_LOST:
+                        records.append(self._record("GPU_LOST", i))
+                        continue
+                    raise
+                if pci is not None and hasattr(pci, "busId"):
+                    buses[_text(pci.busId)] = i
+                records.extend(self._gpu(h, i, links_up, first))
+            if buses:
+                self._gpus = GpuIndex(buses)
+            self._links_up = links_up
+        except lib.NVMLError as e:
+            if self._code(e) == _GPU_IS_LOST:
+                return Poll(self.name, tuple(records), snapshot=False)  # partial: do not clear others
+            return Poll(self.name, error=f"NVML query failed: {e}")
+        return Poll(self.name, tuple(records), snapshot=True)
+
+    def _gpu(self, h: Any, i: int, links_up: dict[int, set[int]], first: bool) -> list[Record]:
+        lib = self.lib
+        out: list[Record] = []
+        try:
+            ecc = self._ask(lib.nvmlDeviceGetTotalEccErrors, h, lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                            lib.NVML_VOLATILE_ECC)
+            if isinstance(ecc, int) and ecc > 0:
+                out.append(self._record("VOLATILE_UNCORRECTABLE_ECC", i, f"{ecc} uncorrected ECC errors"))
+            rows = self._ask(lib.nvmlDeviceGetRemappedRows, h)
+            if isinstance(rows, tuple | list) and len(rows) >= 4:
+                if rows[3] is True or rows[3] == 1:
+                    out.append(self._record("ROW_REMAP_FAILURE", i))
+                elif rows[2] is True or rows[2] == 1:
+                    out.append(self._record("ROW_REMAP_PENDING", i))
+            pending = self._ask(lib.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            if pending == lib.NVML_FEATURE_ENABLED:
+                out.append(self._record("RETIRED_PAGES_PENDING", i))
+            up_now: set[int] = set()
+            for link in range(int(lib.NVML_NVLINK_MAX_LINKS)):
+                state = self._ask(lib.nvmlDeviceGetNvLinkState, h, link)
+                if state is None:
+                    break  # no (more) links on this GPU
+                if state == lib.NVML_FEATURE_ENABLED:
+                    up_now.add(link)
+            if first:
+                links_up[i] = up_now
+            down = sorted(links_up.get(i, set()) - up_now)
+            if down:
+                out.append(self._record("NVLINK_DOWN", i, f"links {down} not active"))
+        except lib.NVMLError as e:
+            if self._code(e) == _GPU_IS_LOST:
+                return [self._record("GPU_LOST", i)]
+            raise
+        return out
+
+    def close(self) -> None:
+        if self.started:
+            with contextlib.suppress(self.lib.NVMLError):
+                self.lib.nvmlShutdown()
+            self.started = False

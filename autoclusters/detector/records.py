@@ -1,0 +1,56 @@
+"""The neutral contract between fault sources and the rest of the agent.
+
+Sources know nothing of Kubernetes: they turn what they read (a kernel log line, an NVML
+answer, a sysfs file) into ``Record``s and say whether they could read at all
+(``Poll``). The tracker, the condition renderer and the writer build on these alone, so
+each source can be tested with recorded inputs and no cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoclusters.faults.catalog import FaultClass, Severity
+
+
+@dataclass(frozen=True)
+class Record:
+    """One fault a source saw.
+
+    ``subject`` names the part that failed in the words the condition message uses
+    ("GPU 3", "NVSwitch", "HCA mlx5_0 port 1"); together with class and code it is the
+    identity of the fault, so repeats of the same fault are one fault.
+    """
+
+    source: str
+    fault_class: FaultClass
+    code: str
+    subject: str
+    severity: Severity
+    name: str
+    known: bool = True
+    detail: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (str(self.fault_class), self.code, self.subject)
+
+
+@dataclass(frozen=True)
+class Poll:
+    """The result of reading one source once.
+
+    ``snapshot`` sources (NVML, DCGM, InfiniBand) report every fault that is active now,
+    so a fault missing from a readable snapshot has recovered. Log sources report only
+    new lines: silence says nothing about recovery. ``error`` set means the source could
+    not be read; its faults then stay as they were and nothing new is concluded.
+    """
+
+    source: str
+    records: tuple[Record, ...] = field(default=())
+    snapshot: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

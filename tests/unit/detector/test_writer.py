@@ -1,0 +1,130 @@
+import threading
+
+from autoclusters.clock import FakeClock
+from autoclusters.detector.conditions import ConditionState
+from autoclusters.detector.writer import ConditionWriter, WriterConfig
+from tests.unit.detector.fakes import FakeKube
+
+T = "AutoClustersGPUFault"
+TRUE = ConditionState(T, "True", "NvidiaXIDError", "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
+FALSE = ConditionState(T, "False", "NoGpuFaultDetected", "No GPU fault.")
+
+
+def make(nodes: list[str], **cfg: float) -> tuple[FakeKube, FakeClock, ConditionWriter]:
+    kube = FakeKube(nodes)
+    clock = FakeClock()
+    config = WriterConfig(**{"heartbeat_s": 60, "min_interval_s": 1, "backoff_initial_s": 1, "backoff_max_s": 8,
+                             "qps": 1000, **cfg})
+    return kube, clock, ConditionWriter(kube, clock, config)  # type: ignore[arg-type]
+
+
+def step(w: ConditionWriter) -> list[str]:
+    started = w.step()
+    w.wait_idle()
+    return started
+
+
+def test_changes_are_coalesced_and_only_own_types_are_patched() -> None:
+    kube, _clock, w = make(["a"])
+    w.set("a", T, FALSE)
+    w.set("a", T, TRUE)
+    w.set("a", "AutoClustersDetectorDegraded", ConditionState("AutoClustersDetectorDegraded", "False", "x", "y"))
+    assert step(w) == ["a"]
+    assert len(kube.patches) == 1
+    types = [c["type"] for c in kube.patches[0][1]["status"]["conditions"]]
+    assert types == ["AutoClustersDetectorDegraded", T]
+    assert kube.condition("a", "Ready")["reason"] == "KubeletReady"
+    assert kube.condition("a", T)["status"] == "True"
+    assert step(w) == []  # nothing changed, heartbeat not due
+    w.close()
+
+
+def test_heartbeat_rewrites_and_keeps_the_transition_time() -> None:
+    kube, clock, w = make(["a"])
+    w.set("a", T, TRUE)
+    step(w)
+    first = kube.condition("a", T)
+    clock.advance(61)
+    assert step(w) == ["a"]
+    again = kube.condition("a", T)
+    assert again["lastHeartbeatTime"] > first["lastHeartbeatTime"]
+    assert again["lastTransitionTime"] == first["lastTransitionTime"]
+    clock.advance(5)
+    w.set("a", T, FALSE)
+    step(w)
+    assert kube.condition("a", T)["lastTransitionTime"] > first["lastTransitionTime"]
+    w.close()
+
+
+def test_a_restart_keeps_the_transition_time_written_before() -> None:
+    kube, clock, w = make(["a"])
+    w.set("a", T, TRUE)
+    step(w)
+    stamp = kube.condition("a", T)["lastTransitionTime"]
+    clock.advance(600)
+    kube2, w2 = kube, ConditionWriter(kube, clock, WriterConfig(qps=1000))  # type: ignore[arg-type]
+    w2.set("a", T, TRUE)
+    step(w2)
+    assert kube2.condition("a", T)["lastTransitionTime"] == stamp
+    w.close()
+    w2.close()
+
+
+def test_failures_back_off_per_node_and_resync_before_retrying() -> None:
+    kube, clock, w = make(["bad", "good"])
+    kube.fail.add("bad")
+    w.set("bad", T, TRUE)
+    w.set("good", T, TRUE)
+    assert sorted(step(w)) == ["bad", "good"]
+    assert kube.condition("good", T)["status"] == "True"
+    assert w.status("bad")["failures"] == 1
+    assert step(w) == []  # backing off
+    clock.advance(1)
+    assert step(w) == ["bad"]
+    clock.advance(1)
+    assert step(w) == []  # second failure: 2 s
+    clock.advance(1)
+    kube.fail.clear()
+    gets = kube.gets.count("bad")
+    assert step(w) == ["bad"]
+    assert kube.gets.count("bad") == gets + 1  # resynced the node before writing again
+    assert kube.condition("bad", T)["status"] == "True"
+    assert w.status("bad")["failures"] == 0
+    w.close()
+
+
+def test_a_hanging_node_does_not_delay_the_others() -> None:
+    kube, _clock, w = make(["slow", "fast"], workers=2)
+    release = threading.Event()
+    kube.hang["slow"] = release
+    w.set("slow", T, TRUE)
+    w.set("fast", T, TRUE)
+    w.step()
+    for _ in range(100):
+        if kube.condition("fast", T):
+            break
+        threading.Event().wait(0.02)
+    assert kube.condition("fast", T)["status"] == "True"
+    assert kube.condition("slow", T) is None
+    release.set()
+    w.wait_idle()
+    assert kube.condition("slow", T)["status"] == "True"
+    w.close()
+
+
+def test_a_deleted_node_is_forgotten() -> None:
+    _kube, _clock, w = make(["a"])
+    w.set("gone", T, TRUE)
+    step(w)
+    assert w.status("gone") == {}
+    w.close()
+
+
+def test_rate_limit_spreads_writes() -> None:
+    _kube, clock, w = make([f"n{i}" for i in range(10)], qps=3)
+    for i in range(10):
+        w.set(f"n{i}", T, TRUE)
+    assert len(step(w)) == 3
+    clock.advance(1)
+    assert len(step(w)) == 3
+    w.close()
