@@ -1,0 +1,80 @@
+"""``autoclusters status``: the fleet at a glance (pools, then every node with a fault)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from autoclusters.cli._cluster import add_cluster_flags, connect
+from autoclusters.cli._output import add_output_flag, print_json, print_table
+from autoclusters.clock import SystemClock
+from autoclusters.ops.durations import human_duration
+from autoclusters.ops.fleet import FaultyNode, FleetSnapshot, take_snapshot
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "status", help="show pools (consent mode, faulty nodes, repairs, breaker) and nodes with a fault",
+        description="The fleet at a glance: one line per GPU node pool, then one line per node that reports a "
+                    "fault, carries the maintenance-required label or has an open repair record.")
+    p.add_argument("--pool", default=None, help="show only this pool")
+    add_cluster_flags(p)
+    add_output_flag(p)
+    p.set_defaults(func=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    kube, names = connect(args, "autoclusters-status")
+    snap = take_snapshot(kube, names, SystemClock())
+    if args.pool:
+        snap = FleetSnapshot(snap.taken_at, [p for p in snap.pools if p.name == args.pool],
+                             [f for f in snap.faulty if f.pool == args.pool], snap.nodes, snap.degraded_detectors,
+                             snap.pools_installed, snap.records_installed, snap.notes)
+    if args.output == "json":
+        print_json(snap.to_dict())
+        return 0
+    render(snap)
+    return 0
+
+
+def _count(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+def _labels(f: FaultyNode) -> str:
+    parts = [name for flag, name in ((f.required, "required"), (f.approved, "approved"), (f.tainted, "tainted"),
+                                     (f.cordoned, "cordoned")) if flag]
+    if not f.ready:
+        parts.append("NotReady")
+    return ",".join(parts) or "-"
+
+
+def _fault(f: FaultyNode, width: int = 70) -> str:
+    text = f"{f.reason}: {f.message}" if f.message else (f.reason or "(label only)")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render(snap: FleetSnapshot) -> None:
+    for note in snap.notes:
+        print(f"note: {note}")
+    if snap.notes:
+        print()
+    print(f"POOLS ({len(snap.pools)})")
+    if snap.pools:
+        print_table(["POOL", "MODE", "NODES", "READY", "FAULTY", "AWAITING", "REPAIRING", "FAILED", "BREAKER"],
+                    [[p.name, p.consent_mode or "-", p.nodes, p.ready, p.faulty, _count(p.awaiting_approval),
+                      _count(p.repairing), _count(p.failed), p.breaker] for p in snap.pools])
+    else:
+        print("  no GPU node pools found")
+    print()
+    print(f"FAULTY NODES ({len(snap.faulty)} of {snap.nodes} nodes)")
+    if snap.faulty:
+        now = snap.taken_at
+        print_table(["NODE", "POOL", "FAULT", "LABELS", "PHASE", "AGE"],
+                    [[f.node, f.pool or "-", _fault(f), _labels(f), f.phase or "-", human_duration(f.age(now))]
+                     for f in snap.faulty])
+    else:
+        print("  none")
+    if snap.degraded_detectors:
+        print()
+        print(f"DETECTOR DEGRADED (a source cannot be read; not a GPU fault): {', '.join(snap.degraded_detectors)}")

@@ -1,0 +1,143 @@
+"""Approving proposed repairs: add ``<domain>/maintenance-approved=true`` where, and only where, it is due.
+
+A node is due when it carries ``<domain>/maintenance-required=true``. The approval is a
+JSON merge patch that names only that label plus the resourceVersion just read, so it
+never overwrites a concurrent writer and fails (409) if the node changed in between; the
+node is then read again and judged afresh. A node whose fault cleared in the meantime is
+*done*, not an error: either the required label is gone when we read, or the admission
+layer rejects the approval saying the node no longer needs a repair (the rule the
+reference approval script relies on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound, Unavailable
+from autoclusters.names import Names
+from autoclusters.ops import resources as res
+
+JSON = dict[str, Any]
+
+# The admission rule's message for an approval of a node that has nothing left to repair.
+CLEARED_REJECTION = "no longer needs a repair"
+
+
+class ApprovalStatus(StrEnum):
+    APPROVED = "approved"  # we added the label
+    ALREADY_APPROVED = "already-approved"  # someone (or an earlier run) had added it
+    NOT_NEEDED = "not-needed"  # the fault cleared or the node never needed a repair: done
+    WOULD_APPROVE = "would-approve"  # dry run: due, left alone
+    NOT_FOUND = "not-found"  # no such node
+    FAILED = "failed"  # the API server refused for another reason
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to do for this node: a script may carry on."""
+        return self in {ApprovalStatus.APPROVED, ApprovalStatus.ALREADY_APPROVED, ApprovalStatus.NOT_NEEDED,
+                        ApprovalStatus.WOULD_APPROVE}
+
+
+@dataclass(frozen=True)
+class ApprovalResult:
+    node: str
+    pool: str
+    status: ApprovalStatus
+    message: str
+
+    def to_dict(self) -> JSON:
+        return {"node": self.node, "pool": self.pool or None, "status": self.status.value,
+                "done": self.status.done, "message": self.message}
+
+
+@dataclass(frozen=True)
+class PoolApproval:
+    pool: str
+    exists: bool  # a GpuNodePool object or at least one node labelled with the pool
+    results: list[ApprovalResult]
+
+
+def approval_state(node: JSON, names: Names) -> ApprovalStatus | None:
+    """What approving this node would mean, judged from the node alone; None: it is due."""
+    labels = res.labels_of(node)
+    if labels.get(names.maintenance_required) != "true":
+        return ApprovalStatus.NOT_NEEDED
+    if labels.get(names.maintenance_approved) == "true":
+        return ApprovalStatus.ALREADY_APPROVED
+    return None
+
+
+def is_cleared_rejection(error: KubeError) -> bool:
+    """The admission layer said the node's fault already cleared (webhook or CEL policy)."""
+    return CLEARED_REJECTION in str(error).lower()
+
+
+def approval_patch(names: Names, resource_version: str) -> JSON:
+    """The whole write: one label, guarded by the resourceVersion that was judged."""
+    return {"metadata": {"resourceVersion": resource_version, "labels": {names.maintenance_approved: "true"}}}
+
+
+def approve_node(kube: Kube, names: Names, node: str, *, dry_run: bool = False, attempts: int = 5) -> ApprovalResult:
+    """Approves one node if it needs it. Raises only ``Unavailable`` (the cluster cannot be reached)."""
+    pool = ""
+    for _ in range(attempts):
+        try:
+            obj = kube.get_node(node)
+        except NotFound:
+            return ApprovalResult(node, pool, ApprovalStatus.NOT_FOUND, "no such node")
+        pool = res.labels_of(obj).get(names.pool_label, "")
+        state = approval_state(obj, names)
+        if state == ApprovalStatus.NOT_NEEDED:
+            return ApprovalResult(node, pool, state, f"{names.maintenance_required} is not set: nothing to approve")
+        if state == ApprovalStatus.ALREADY_APPROVED:
+            return ApprovalResult(node, pool, state, "already approved")
+        if dry_run:
+            return ApprovalResult(node, pool, ApprovalStatus.WOULD_APPROVE, "needs a repair; not approved (dry run)")
+        rv = str(obj["metadata"].get("resourceVersion", ""))
+        try:
+            kube.patch_node(node, approval_patch(names, rv))
+        except Conflict:
+            continue  # the node changed since we read it: judge it again
+        except NotFound:
+            return ApprovalResult(node, pool, ApprovalStatus.NOT_FOUND, "the node was deleted")
+        except Unavailable:
+            raise
+        except KubeError as e:
+            if is_cleared_rejection(e):
+                return ApprovalResult(node, pool, ApprovalStatus.NOT_NEEDED, f"the fault cleared: {e}")
+            return ApprovalResult(node, pool, ApprovalStatus.FAILED, str(e))
+        return ApprovalResult(node, pool, ApprovalStatus.APPROVED, f"added {names.maintenance_approved}=true")
+    return ApprovalResult(node, pool, ApprovalStatus.FAILED,
+                          f"the node kept changing; gave up after {attempts} attempts")
+
+
+def approve_nodes(kube: Kube, names: Names, nodes: list[str], *, dry_run: bool = False) -> list[ApprovalResult]:
+    seen: set[str] = set()
+    out = []
+    for node in nodes:
+        if node not in seen:
+            seen.add(node)
+            out.append(approve_node(kube, names, node, dry_run=dry_run))
+    return out
+
+
+def pool_members_needing_repair(kube: Kube, names: Names, pool: str) -> tuple[bool, list[str]]:
+    """Whether the pool exists, and its nodes that carry the required label (sorted)."""
+    pool_obj = res.get_pool(kube, names, pool)
+    pools = [pool_obj] if pool_obj else []
+    due = kube.list_nodes(label_selector=f"{names.maintenance_required}=true")
+    members = sorted(str(n["metadata"]["name"]) for n in due if res.node_pool(n, pools, names) == pool)
+    exists = pool_obj is not None or bool(members)
+    if not exists:
+        with contextlib.suppress(NotFound):
+            exists = bool(kube.list_nodes(label_selector=f"{names.pool_label}={pool}"))
+    return exists, members
+
+
+def approve_pool(kube: Kube, names: Names, pool: str, *, dry_run: bool = False) -> PoolApproval:
+    """Approves every node of ``pool`` that needs a repair; the others are left alone."""
+    exists, members = pool_members_needing_repair(kube, names, pool)
+    return PoolApproval(pool, exists, approve_nodes(kube, names, members, dry_run=dry_run))

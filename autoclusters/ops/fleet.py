@@ -1,0 +1,240 @@
+"""The fleet at a glance: pools and their repair state, and every node that has a fault.
+
+``take_snapshot`` reads nodes, ``GpuNodePool`` objects and ``Remediation`` records once
+(three list calls, whatever the fleet's size) and ``build_snapshot`` joins them without
+touching the API server, so the join is unit-tested on plain dicts. When a CRD is not
+installed the snapshot still shows what the nodes' conditions and labels say and carries
+a note naming what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.kube import Kube
+from autoclusters.names import Names
+from autoclusters.ops import resources as res
+from autoclusters.ops.records import (
+    AWAITING_PHASES,
+    HOLDING_PHASES,
+    REPAIRING_PHASES,
+    Repair,
+    repair_from_object,
+)
+
+JSON = dict[str, Any]
+
+BREAKER_OPEN, BREAKER_CLOSED, BREAKER_UNKNOWN = "open", "closed", "unknown"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class PoolSummary:
+    name: str
+    consent_mode: str  # "" when the pool has nodes but no GpuNodePool object
+    nodes: int
+    ready: int
+    faulty: int
+    awaiting_approval: int | None  # None: no Remediation records to count from
+    repairing: int | None
+    failed: int | None
+    breaker: str
+    has_object: bool
+
+    def to_dict(self) -> JSON:
+        return {"name": self.name, "consentMode": self.consent_mode or None, "nodes": self.nodes,
+                "ready": self.ready, "faulty": self.faulty, "awaitingApproval": self.awaiting_approval,
+                "repairing": self.repairing, "failed": self.failed, "breaker": self.breaker,
+                "poolObject": self.has_object}
+
+
+@dataclass(frozen=True)
+class FaultyNode:
+    node: str
+    pool: str
+    condition: str  # the fault condition type that is True ("" when only the label says so)
+    reason: str
+    message: str
+    since: datetime | None
+    required: bool  # carries <domain>/maintenance-required=true
+    approved: bool  # carries <domain>/maintenance-approved=true
+    tainted: bool
+    cordoned: bool
+    ready: bool
+    repair: Repair | None  # the node's open Remediation record
+
+    @property
+    def phase(self) -> str:
+        return self.repair.phase if self.repair else ""
+
+    def age(self, now: datetime) -> float | None:
+        start = self.since or (self.repair.started if self.repair else None)
+        return max(0.0, (now - start).total_seconds()) if start else None
+
+    def to_dict(self, now: datetime) -> JSON:
+        age = self.age(now)
+        return {"node": self.node, "pool": self.pool or None, "condition": self.condition or None,
+                "reason": self.reason or None, "message": self.message or None,
+                "since": utc_iso(self.since) if self.since else None,
+                "ageSeconds": None if age is None else round(age, 1),
+                "labels": {"maintenanceRequired": self.required, "maintenanceApproved": self.approved},
+                "tainted": self.tainted, "cordoned": self.cordoned, "ready": self.ready,
+                "repair": None if self.repair is None else {
+                    "name": self.repair.name, "phase": self.repair.phase, "action": self.repair.action}}
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    taken_at: datetime
+    pools: list[PoolSummary]
+    faulty: list[FaultyNode]
+    nodes: int
+    degraded_detectors: list[str]  # nodes whose detector cannot read a source (never a GPU fault)
+    pools_installed: bool
+    records_installed: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> JSON:
+        return {"time": utc_iso(self.taken_at), "nodes": self.nodes,
+                "crds": {"gpuNodePools": self.pools_installed, "remediations": self.records_installed},
+                "pools": [p.to_dict() for p in self.pools],
+                "faultyNodes": [f.to_dict(self.taken_at) for f in self.faulty],
+                "degradedDetectors": self.degraded_detectors, "notes": self.notes}
+
+
+def take_snapshot(kube: Kube, names: Names, clock: Clock) -> FleetSnapshot:
+    nodes = kube.list_nodes()
+    pools = res.list_pools(kube, names)
+    records = res.list_remediations(kube, names)
+    return build_snapshot(nodes, pools, records, names, clock.now())
+
+
+def _conditions(node: JSON) -> dict[str, JSON]:
+    return {c.get("type", ""): c for c in (node.get("status") or {}).get("conditions") or []}
+
+
+def node_is_ready(node: JSON) -> bool:
+    return _conditions(node).get("Ready", {}).get("status") == "True"
+
+
+def breaker_state(pool: JSON) -> str:
+    """The circuit breaker as the controller reports it in the pool's status."""
+    status = pool.get("status") or {}
+    cb = status.get("circuitBreaker")
+    value: Any = None
+    if isinstance(cb, dict):
+        value = cb.get("state", cb.get("open"))
+    elif cb is not None:
+        value = cb
+    if value is None:
+        value = status.get("breakerState", status.get("breakerOpen", status.get("breaker")))
+    if value is None:
+        for c in status.get("conditions") or []:
+            if c.get("type") in {"CircuitBreakerOpen", "BreakerOpen"}:
+                value = c.get("status") == "True"
+    if isinstance(value, bool):
+        return BREAKER_OPEN if value else BREAKER_CLOSED
+    if isinstance(value, str) and value.lower() in {"open", "closed"}:
+        return value.lower()
+    return BREAKER_UNKNOWN
+
+
+def _open_repairs_by_node(records: list[JSON]) -> dict[str, Repair]:
+    latest: dict[str, Repair] = {}
+    for obj in records:
+        r = repair_from_object(obj)
+        if not r.open or not r.node:
+            continue
+        cur = latest.get(r.node)
+        if cur is None or _start_key(r) > _start_key(cur):
+            latest[r.node] = r
+    return latest
+
+
+def _start_key(r: Repair) -> tuple[datetime, str]:
+    """Newest record wins; the name breaks ties so the choice is stable."""
+    return (r.started or _EPOCH, r.name)
+
+
+def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JSON] | None, names: Names,
+                   now: datetime) -> FleetSnapshot:
+    pool_objs = pools or []
+    open_repairs = _open_repairs_by_node(records or [])
+    notes: list[str] = []
+    if pools is None:
+        notes.append(f"the GpuNodePool CRD (gpunodepools.{names.api_group}) is not installed: pools are taken "
+                     f"from the {names.pool_label} node label, without consent modes or breaker state")
+    if records is None:
+        notes.append(f"the Remediation CRD (remediations.{names.api_group}) is not installed: repair phases "
+                     "and history are not available")
+
+    by_pool: dict[str, list[JSON]] = {str(p["metadata"]["name"]): [] for p in pool_objs}
+    node_pool: dict[str, str] = {}
+    faulty: list[FaultyNode] = []
+    degraded: list[str] = []
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        pool = res.node_pool(node, pool_objs, names)
+        node_pool[name] = pool
+        if pool:
+            by_pool.setdefault(pool, []).append(node)
+        conds = _conditions(node)
+        if conds.get(names.detector_health_condition, {}).get("status") == "True":
+            degraded.append(name)
+        fault = next((conds[t] for t in names.fault_conditions if conds.get(t, {}).get("status") == "True"), None)
+        labels = res.labels_of(node)
+        required = labels.get(names.maintenance_required) == "true"
+        repair = open_repairs.get(name)
+        if fault is None and not required and repair is None:
+            continue
+        taints = (node.get("spec") or {}).get("taints") or []
+        faulty.append(FaultyNode(
+            node=name, pool=pool,
+            condition=str(fault.get("type", "")) if fault else "",
+            reason=str(fault.get("reason", "")) if fault else (repair.fault_reason if repair else ""),
+            message=str(fault.get("message", "")) if fault else (repair.fault_message if repair else ""),
+            since=_parse(fault.get("lastTransitionTime")) if fault else None,
+            required=required,
+            approved=labels.get(names.maintenance_approved) == "true",
+            tainted=any(t.get("key") == names.taint_key for t in taints),
+            cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+            ready=node_is_ready(node),
+            repair=repair,
+        ))
+
+    obj_by_name = {str(p["metadata"]["name"]): p for p in pool_objs}
+    faulty_by_pool: dict[str, int] = {}
+    for f in faulty:
+        faulty_by_pool[f.pool] = faulty_by_pool.get(f.pool, 0) + 1
+    summaries = []
+    for pool_name in sorted(by_pool):
+        members = by_pool[pool_name]
+        obj = obj_by_name.get(pool_name)
+        repairs = [r for r in open_repairs.values() if (r.pool or node_pool.get(r.node)) == pool_name]
+        counted = records is not None
+        summaries.append(PoolSummary(
+            name=pool_name,
+            consent_mode=str(((obj or {}).get("spec") or {}).get("consentMode", "auto")) if obj else "",
+            nodes=len(members),
+            ready=sum(1 for m in members if node_is_ready(m)),
+            faulty=faulty_by_pool.get(pool_name, 0),
+            awaiting_approval=sum(r.phase in AWAITING_PHASES for r in repairs) if counted else None,
+            repairing=sum(r.phase in REPAIRING_PHASES for r in repairs) if counted else None,
+            failed=sum(r.phase in HOLDING_PHASES for r in repairs) if counted else None,
+            breaker=breaker_state(obj) if obj else BREAKER_UNKNOWN,
+            has_object=obj is not None,
+        ))
+    faulty.sort(key=lambda f: (f.pool, f.node))
+    return FleetSnapshot(taken_at=now, pools=summaries, faulty=faulty, nodes=len(nodes),
+                         degraded_detectors=sorted(degraded), pools_installed=pools is not None,
+                         records_installed=records is not None, notes=notes)
+
+
+def _parse(value: Any) -> datetime | None:
+    try:
+        return parse_iso(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
