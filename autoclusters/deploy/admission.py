@@ -1,0 +1,228 @@
+"""Admission objects: the CEL floor (ValidatingAdmissionPolicy + binding), the webhook
+configuration, and the webhook's RBAC, all generated from ``Names``.
+
+Two layers enforce the maintenance-label contract (SPEC sections 4 and 7):
+
+- The ValidatingAdmissionPolicy runs inside the API server, needs no network hop and
+  holds when the webhook is down. It exempts the controller identities with a
+  ``matchCondition``, so it can never stall a repair.
+- The webhook asks OPA (the Rego in ``policies/``) and adds decision logs and the pool
+  checks. Its ``matchConditions`` pass only writes that touch the two maintenance labels,
+  so kubelet traffic never reaches it.
+
+The rule ids in the CEL messages are the Rego rule ids, so a denial reads the same
+whichever layer gave it.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.names import Names
+
+ADMISSION_V1 = "admissionregistration.k8s.io/v1"
+RBAC_V1 = "rbac.authorization.k8s.io/v1"
+POLICY_NAME = "autoclusters-maintenance-labels"
+WEBHOOK_CONFIG_NAME = "autoclusters-webhook"
+WEBHOOK_PATH = "/validate"
+# A label value can never contain '<', so this stands for "label absent" in CEL comparisons.
+ABSENT = "<absent>"
+_PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
+
+
+def default_controllers(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+
+    return [f"system:serviceaccount:{namespace}:{CONTROLLER_SERVICE_ACCOUNT}"]
+
+
+def _cel_str(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def label_value_cel(obj: str, key: str) -> str:
+    """CEL for the value of label ``key`` on ``obj`` (object/oldObject), or ABSENT.
+
+    ``oldObject`` is null on CREATE; CEL's ``&&`` absorbs the errors of the later terms.
+    """
+    k = _cel_str(key)
+    return (f"({obj} != null && has({obj}.metadata.labels) && {k} in {obj}.metadata.labels"
+            f" ? {obj}.metadata.labels[{k}] : {_cel_str(ABSENT)})")
+
+
+def touches_maintenance_labels_cel(names: Names) -> str:
+    """True when a write adds, changes or removes either maintenance label."""
+    return " || ".join(f"{label_value_cel('oldObject', k)} != {label_value_cel('object', k)}"
+                       for k in (names.maintenance_required, names.maintenance_approved))
+
+
+def not_controller_cel(controllers: list[str]) -> str:
+    return f"!(request.userInfo.username in [{', '.join(_cel_str(c) for c in controllers)}])"
+
+
+def admission_policy(names: Names, controllers: list[str] | None = None, *, name: str = POLICY_NAME
+                     ) -> dict[str, Any]:
+    """The CEL floor: the three node-label rules, for every identity but the controller."""
+    controllers = controllers or default_controllers()
+    req, appr = names.maintenance_required, names.maintenance_approved
+    absent = _cel_str(ABSENT)
+    return {
+        "apiVersion": ADMISSION_V1,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": dict(_PART_OF)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                                   "resources": ["nodes"]}],
+            },
+            "matchConditions": [
+                {"name": "not-the-controller", "expression": not_controller_cel(controllers)},
+                {"name": "touches-maintenance-labels", "expression": touches_maintenance_labels_cel(names)},
+            ],
+            "variables": [
+                {"name": "oldRequired", "expression": label_value_cel("oldObject", req)},
+                {"name": "newRequired", "expression": label_value_cel("object", req)},
+                {"name": "oldApproved", "expression": label_value_cel("oldObject", appr)},
+                {"name": "newApproved", "expression": label_value_cel("object", appr)},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.oldRequired == variables.newRequired",
+                    "reason": "Forbidden",
+                    "messageExpression": (
+                        f"'[maintenance-required-controller-only] {req} is set and removed by the autoclusters "
+                        "controller only; ' + request.userInfo.username + ' may not ' + "
+                        f"(variables.oldRequired == {absent} ? 'add' : "
+                        f"(variables.newRequired == {absent} ? 'remove' : 'change')) + ' it'"),
+                },
+                {
+                    "expression": (f"variables.newApproved == {absent} || variables.newApproved == "
+                                   "variables.oldApproved || variables.newApproved == 'true'"),
+                    "reason": "Invalid",
+                    "messageExpression": (
+                        f"'[maintenance-approved-value] {appr} may only be set to \"true\" (got \"' + "
+                        "variables.newApproved + '\"); remove the label to withdraw an approval'"),
+                },
+                {
+                    "expression": (f"variables.newApproved == {absent} || variables.newApproved == "
+                                   f"variables.oldApproved || variables.newRequired != {absent}"),
+                    "reason": "Invalid",
+                    "message": (f"[maintenance-approved-requires-fault] the node no longer needs a repair: {req} "
+                                f"is not present, so there is nothing to approve ({appr} is accepted only while "
+                                f"{req} is on the node)"),
+                },
+            ],
+        },
+    }
+
+
+def admission_policy_binding(*, policy_name: str = POLICY_NAME, name: str | None = None,
+                             node_selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Binds the policy with ``Deny``. ``node_selector`` (a label selector) narrows it to some
+    nodes, which is how tests scope it to the nodes they create."""
+    spec: dict[str, Any] = {"policyName": policy_name, "validationActions": ["Deny"]}
+    if node_selector is not None:
+        spec["matchResources"] = {"objectSelector": node_selector}
+    return {
+        "apiVersion": ADMISSION_V1,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name or policy_name, "labels": dict(_PART_OF)},
+        "spec": spec,
+    }
+
+
+def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = None,
+                          namespace: str = DEFAULT_NAMESPACE, service: str = "autoclusters-webhook",
+                          name: str = WEBHOOK_CONFIG_NAME, node_selector: dict[str, Any] | None = None,
+                          timeout_seconds: int = 3, include_pools: bool = True) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration. ``url`` (e.g. ``https://127.0.0.1:8443/validate``)
+    is for a webhook running on the API server's host (the local cluster); otherwise the
+    in-cluster Service is used. ``ca_bundle`` is the PEM of the CA(s) that sign the serving
+    certificate."""
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url:
+        client["url"] = url
+    else:
+        client["service"] = {"namespace": namespace, "name": service, "path": WEBHOOK_PATH, "port": 443}
+    common = {
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client,
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": timeout_seconds,
+    }
+    node_hook: dict[str, Any] = {
+        "name": f"maintenance-labels.{names.api_group}",
+        **common,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                   "resources": ["nodes"], "scope": "Cluster"}],
+        "matchConditions": [{"name": "touches-maintenance-labels",
+                             "expression": touches_maintenance_labels_cel(names)}],
+    }
+    if node_selector is not None:
+        node_hook["objectSelector"] = node_selector
+    hooks = [node_hook]
+    if include_pools:
+        hooks.append({
+            "name": f"gpunodepools.{names.api_group}",
+            **common,
+            "rules": [{"apiGroups": [names.api_group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                       "resources": ["gpunodepools"], "scope": "Cluster"}],
+        })
+    return {
+        "apiVersion": ADMISSION_V1,
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": dict(_PART_OF)},
+        "webhooks": hooks,
+    }
+
+
+def ca_bundle_patch(config: dict[str, Any], ca_bundle: bytes) -> list[dict[str, Any]]:
+    """A JSON patch that writes ``ca_bundle`` into every webhook of ``config`` (CA rotation)."""
+    b64 = base64.b64encode(ca_bundle).decode()
+    return [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": b64}
+            for i in range(len(config.get("webhooks") or []))]
+
+
+def webhook_rbac(namespace: str = DEFAULT_NAMESPACE, *, config_name: str = WEBHOOK_CONFIG_NAME,
+                 tls_secret: str = "autoclusters-webhook-tls",
+                 service_account: str = WEBHOOK_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
+    """The webhook needs only to keep its certificate: read/patch its own webhook
+    configuration (the caBundle) and its own TLS Secret. It reads no nodes: the
+    AdmissionReview carries both objects."""
+    meta = {"labels": dict(_PART_OF)}
+    subject = [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
+    role_name = "autoclusters-webhook"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": service_account, "namespace": namespace, **meta}},
+        {"apiVersion": RBAC_V1, "kind": "ClusterRole", "metadata": {"name": role_name, **meta},
+         "rules": [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+                    "resourceNames": [config_name], "verbs": ["get", "patch"]}]},
+        {"apiVersion": RBAC_V1, "kind": "ClusterRoleBinding", "metadata": {"name": role_name, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+         "subjects": subject},
+        {"apiVersion": RBAC_V1, "kind": "Role", "metadata": {"name": role_name, "namespace": namespace, **meta},
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [tls_secret],
+                    "verbs": ["get", "update", "patch"]},
+                   {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]},
+        {"apiVersion": RBAC_V1, "kind": "RoleBinding", "metadata": {"name": role_name, "namespace": namespace, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+         "subjects": subject},
+    ]
+
+
+def admission_objects(names: Names, *, ca_bundle: bytes, namespace: str = DEFAULT_NAMESPACE,
+                      controllers: list[str] | None = None) -> list[dict[str, Any]]:
+    """Everything admission installs on a cluster (the webhook's Deployment and Service are
+    in ``deploy.workloads``)."""
+    return [
+        admission_policy(names, controllers or default_controllers(namespace)),
+        admission_policy_binding(),
+        webhook_configuration(names, ca_bundle=ca_bundle, namespace=namespace),
+        *webhook_rbac(namespace),
+    ]

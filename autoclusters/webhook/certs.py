@@ -1,0 +1,231 @@
+"""Serving certificates that need no manual steps: a self-signed CA and a short-lived
+serving certificate, renewed before expiry and swapped into the live SSL context.
+
+The CA lives longer than the serving certificate, so most renewals change nothing the API
+server holds. When the CA itself is renewed, the bundle written into the webhook
+configuration carries the new and the previous CA until the old one expires, so there is
+no window in which the API server distrusts the serving certificate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from autoclusters.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CertPolicy:
+    """Lifetimes; a certificate is renewed once less than ``renew_fraction`` of its life is left."""
+
+    ca_lifetime: dt.timedelta = dt.timedelta(days=365)
+    serving_lifetime: dt.timedelta = dt.timedelta(days=30)
+    renew_fraction: float = 1 / 3
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert_pem: bytes
+    key_pem: bytes
+
+    @property
+    def cert(self) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.cert_pem)
+
+    def due(self, now: dt.datetime, fraction: float) -> bool:
+        c = self.cert
+        life = c.not_valid_after_utc - c.not_valid_before_utc
+        return c.not_valid_after_utc - now <= life * fraction
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def make_ca(now: dt.datetime, lifetime: dt.timedelta, common_name: str = "autoclusters-webhook-ca") -> KeyPair:
+    key = _key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + lifetime)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+def make_serving(ca: KeyPair, hosts: Sequence[str], now: dt.datetime, lifetime: dt.timedelta) -> KeyPair:
+    """A serving certificate for DNS names and IP addresses, signed by ``ca``."""
+    key = _key()
+    ca_cert = ca.cert
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    sans: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    not_after = min(now + lifetime, ca_cert.not_valid_after_utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+
+class CertStore:
+    """Certificates in a directory: ``ca.crt``/``ca.key``, ``tls.crt``/``tls.key`` and
+    ``ca-previous.crt`` (kept in the bundle during a CA change). Writes are atomic."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    def read(self, stem: str) -> KeyPair | None:
+        crt, key = self.dir / f"{stem}.crt", self.dir / f"{stem}.key"
+        if crt.exists() and key.exists():
+            return KeyPair(crt.read_bytes(), key.read_bytes())
+        return None
+
+    def write(self, stem: str, pair: KeyPair) -> None:
+        self._write(f"{stem}.key", pair.key_pem, 0o600)
+        self._write(f"{stem}.crt", pair.cert_pem, 0o644)
+
+    def read_previous_ca(self) -> bytes | None:
+        p = self.dir / "ca-previous.crt"
+        return p.read_bytes() if p.exists() else None
+
+    def write_previous_ca(self, pem: bytes | None) -> None:
+        p = self.dir / "ca-previous.crt"
+        if pem is None:
+            p.unlink(missing_ok=True)
+        else:
+            self._write(p.name, pem, 0o644)
+
+    def _write(self, name: str, data: bytes, mode: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.")
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.dir / name)
+
+
+class CertManager:
+    """Keeps a valid serving certificate in ``store`` and a server SSL context loaded with it.
+
+    ``ensure()`` is idempotent and cheap when nothing is due; the server calls it at
+    start and then periodically off the request path. It returns True when the CA
+    bundle changed, so the caller rewrites the webhook configuration's caBundle.
+    """
+
+    def __init__(self, store: CertStore, hosts: Sequence[str], clock: Clock, policy: CertPolicy | None = None) -> None:
+        self.store = store
+        self.hosts = list(hosts)
+        self.clock = clock
+        self.policy = policy or CertPolicy()
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._loaded: bytes | None = None
+
+    def ensure(self) -> bool:
+        now, p = self.clock.now(), self.policy
+        ca = self.store.read("ca")
+        bundle_changed = False
+        previous = self.store.read_previous_ca()
+        if previous is not None and _expired(previous, now):
+            self.store.write_previous_ca(None)
+            bundle_changed = True
+        if ca is None or ca.due(now, p.renew_fraction):
+            if ca is not None:
+                self.store.write_previous_ca(ca.cert_pem)
+            ca = make_ca(now, p.ca_lifetime)
+            self.store.write("ca", ca)
+            bundle_changed = True
+            log.info("generated a new webhook CA, valid until %s", ca.cert.not_valid_after_utc)
+        serving = self.store.read("tls")
+        if (bundle_changed or serving is None or serving.due(now, p.renew_fraction)
+                or not _signed_by(serving, ca) or not self._covers(serving)):
+            serving = make_serving(ca, self.hosts, now, p.serving_lifetime)
+            self.store.write("tls", serving)
+            log.info("issued a new serving certificate for %s, valid until %s", ",".join(self.hosts),
+                     serving.cert.not_valid_after_utc)
+        if serving.cert_pem != self._loaded:
+            # New handshakes use the new certificate; open connections keep theirs.
+            self.context.load_cert_chain(self.store.dir / "tls.crt", self.store.dir / "tls.key")
+            self._loaded = serving.cert_pem
+        return bundle_changed
+
+    def ca_bundle(self) -> bytes:
+        ca = self.store.read("ca")
+        if ca is None:
+            raise RuntimeError("no CA yet: call ensure() first")
+        return ca.cert_pem + (self.store.read_previous_ca() or b"")
+
+    def _covers(self, pair: KeyPair) -> bool:
+        try:
+            san = pair.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return False
+        have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(san.get_values_for_type(x509.DNSName))
+        return set(self.hosts) <= have
+
+
+def _expired(pem: bytes, now: dt.datetime) -> bool:
+    return x509.load_pem_x509_certificate(pem).not_valid_after_utc <= now
+
+
+def _signed_by(pair: KeyPair, ca: KeyPair) -> bool:
+    try:
+        pair.cert.verify_directly_issued_by(ca.cert)
+    except (ValueError, TypeError, Exception):  # noqa: BLE001 - any failure means "not this CA"
+        return False
+    return True
+
+
+class FileCertReloader:
+    """For certificates someone else issues (a mounted Secret, cert-manager): reloads the
+    SSL context when the files change."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert, self.key = cert, key
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._seen: tuple[float, float] | None = None
+
+    def ensure(self) -> bool:
+        stamp = (self.cert.stat().st_mtime, self.key.stat().st_mtime)
+        if stamp != self._seen:
+            self.context.load_cert_chain(self.cert, self.key)
+            self._seen = stamp
+            log.info("loaded serving certificate %s", self.cert)
+        return False

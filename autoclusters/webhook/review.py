@@ -1,0 +1,90 @@
+"""AdmissionReview v1 in and out, with no I/O: what to ask OPA and how to answer.
+
+A decision is only an allow when OPA returned a well-formed ``{"allowed": true}`` for this
+request's uid; anything else (undefined, malformed, another uid) is a denial, so a broken
+policy bundle can never let a request through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+REVIEW_API = "admission.k8s.io/v1"
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview v1 request."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    msg: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    violations: tuple[Violation, ...] = ()
+    reason: str = ""
+    decision_id: str | None = None
+    outcome: str = "allowed"  # allowed | denied | undefined | error (a metrics label)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        if self.allowed:
+            return ""
+        if self.violations:
+            return "; ".join(f"[{v.rule}] {v.msg}" for v in self.violations)
+        return self.reason
+
+
+def parse(body: Any) -> dict[str, Any]:
+    """The ``request`` of an AdmissionReview, checked enough to answer it."""
+    if not isinstance(body, dict) or body.get("kind") != "AdmissionReview":
+        raise BadReview("expected an AdmissionReview")
+    if body.get("apiVersion") != REVIEW_API:
+        raise BadReview(f"unsupported AdmissionReview version {body.get('apiVersion')!r}; expected {REVIEW_API}")
+    request = body.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
+        raise BadReview("AdmissionReview without request.uid")
+    return request
+
+
+def from_opa(uid: str, reply: dict[str, Any]) -> Decision:
+    """Reads OPA's Data API reply for ``data.autoclusters.admission.decision``."""
+    decision_id = reply.get("decision_id")
+    if "result" not in reply:
+        return Decision(False, reason="policy decision undefined: the autoclusters admission policy is not loaded "
+                                      "or does not apply to this request (denied)",
+                        decision_id=decision_id, outcome="undefined")
+    result = reply["result"]
+    if not isinstance(result, dict) or result.get("uid") != uid or not isinstance(result.get("allowed"), bool):
+        return Decision(False, reason="malformed policy decision (denied)", decision_id=decision_id,
+                        outcome="undefined")
+    violations = tuple(Violation(str(v.get("rule", "unknown")), str(v.get("msg", "")))
+                       for v in result.get("violations") or [] if isinstance(v, dict))
+    if result["allowed"] and not violations:
+        return Decision(True, decision_id=decision_id)
+    if not violations:
+        return Decision(False, reason="denied by policy", decision_id=decision_id, outcome="denied")
+    return Decision(False, violations, decision_id=decision_id, outcome="denied")
+
+
+def unavailable(error: str) -> Decision:
+    return Decision(False, reason=f"the policy engine could not decide ({error}); denied until it is back",
+                    outcome="error")
+
+
+def response(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview the API server expects back."""
+    resp: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        code = 403 if decision.violations else 500 if decision.outcome == "error" else 403
+        resp["status"] = {"code": code, "reason": "Forbidden" if code == 403 else "InternalError",
+                          "message": decision.message}
+    if decision.decision_id:
+        resp["auditAnnotations"] = {"opa-decision-id": decision.decision_id}
+    return {"apiVersion": REVIEW_API, "kind": "AdmissionReview", "response": resp}

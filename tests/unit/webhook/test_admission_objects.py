@@ -1,0 +1,90 @@
+"""Shape of the generated admission objects; their behaviour is tested against a real API
+server in tests/integration/test_admission.py."""
+
+from __future__ import annotations
+
+import base64
+
+from autoclusters.deploy.admission import (
+    ABSENT,
+    admission_objects,
+    admission_policy,
+    admission_policy_binding,
+    ca_bundle_patch,
+    label_value_cel,
+    webhook_configuration,
+    webhook_rbac,
+)
+from autoclusters.names import Names
+
+
+def test_policy_is_generated_from_the_domain_and_exempts_the_controller() -> None:
+    pol = admission_policy(Names(domain="crusoe.ai"), ["system:serviceaccount:x:ctrl"])
+    text = str(pol)
+    assert "crusoe.ai/maintenance-required" in text and "autoclusters.io" not in text
+    conds = {c["name"]: c["expression"] for c in pol["spec"]["matchConditions"]}
+    assert conds["not-the-controller"] == "!(request.userInfo.username in ['system:serviceaccount:x:ctrl'])"
+    assert pol["spec"]["failurePolicy"] == "Fail"
+    rules = pol["spec"]["matchConstraints"]["resourceRules"]
+    assert rules[0]["resources"] == ["nodes"] and rules[0]["operations"] == ["CREATE", "UPDATE"]
+
+
+def test_every_validation_names_its_rego_rule() -> None:
+    vals = admission_policy(Names())["spec"]["validations"]
+    texts = [v.get("message") or v.get("messageExpression") for v in vals]
+    for rule in ("maintenance-required-controller-only", "maintenance-approved-value",
+                 "maintenance-approved-requires-fault"):
+        assert any(f"[{rule}]" in t for t in texts)
+    assert any("no longer needs a repair" in t for t in texts)
+
+
+def test_label_cel_guards_null_old_object_and_quotes_keys() -> None:
+    cel = label_value_cel("oldObject", "a.io/it's")
+    assert cel.startswith("(oldObject != null && has(oldObject.metadata.labels)")
+    assert "'a.io/it\\'s'" in cel and f"'{ABSENT}'" in cel
+
+
+def test_binding_can_be_scoped_to_some_nodes() -> None:
+    b = admission_policy_binding(name="t", node_selector={"matchLabels": {"x": "y"}})
+    assert b["spec"]["validationActions"] == ["Deny"]
+    assert b["spec"]["matchResources"] == {"objectSelector": {"matchLabels": {"x": "y"}}}
+    assert "matchResources" not in admission_policy_binding()["spec"]
+
+
+def test_webhook_configuration_for_the_host_and_in_cluster() -> None:
+    local = webhook_configuration(Names(), ca_bundle=b"PEM", url="https://127.0.0.1:9443/validate",
+                                  include_pools=False, node_selector={"matchLabels": {"t": "1"}})
+    (hook,) = local["webhooks"]
+    assert hook["clientConfig"] == {"caBundle": base64.b64encode(b"PEM").decode(),
+                                    "url": "https://127.0.0.1:9443/validate"}
+    assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 5
+    assert hook["matchConditions"][0]["name"] == "touches-maintenance-labels"
+    assert hook["objectSelector"] == {"matchLabels": {"t": "1"}}
+    assert hook["name"] == "maintenance-labels.remediation.autoclusters.io"
+    cluster = webhook_configuration(Names(), ca_bundle=b"PEM", namespace="ns")
+    assert cluster["webhooks"][0]["clientConfig"]["service"]["namespace"] == "ns"
+    assert cluster["webhooks"][1]["rules"][0]["resources"] == ["gpunodepools"]
+
+
+def test_ca_bundle_patch_covers_every_webhook() -> None:
+    cfg = webhook_configuration(Names(), ca_bundle=b"old")
+    patch = ca_bundle_patch(cfg, b"new")
+    assert [p["path"] for p in patch] == ["/webhooks/0/clientConfig/caBundle", "/webhooks/1/clientConfig/caBundle"]
+    assert {p["value"] for p in patch} == {base64.b64encode(b"new").decode()}
+
+
+def test_webhook_rbac_is_limited_to_its_own_objects() -> None:
+    objs = webhook_rbac("ns", config_name="cfg", tls_secret="sec")
+    cluster_role = next(o for o in objs if o["kind"] == "ClusterRole")
+    assert cluster_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                      "resources": ["validatingwebhookconfigurations"],
+                                      "resourceNames": ["cfg"], "verbs": ["get", "patch"]}]
+    role = next(o for o in objs if o["kind"] == "Role")
+    assert role["rules"][0]["resourceNames"] == ["sec"]
+    assert all("nodes" not in str(o.get("rules", "")) for o in objs)
+
+
+def test_admission_objects_are_complete() -> None:
+    kinds = [o["kind"] for o in admission_objects(Names(), ca_bundle=b"x")]
+    assert kinds[:3] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                         "ValidatingWebhookConfiguration"]

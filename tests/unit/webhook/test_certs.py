@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from cryptography import x509
+
+from autoclusters.clock import FakeClock
+from autoclusters.webhook.certs import CertManager, CertPolicy, CertStore
+
+POLICY = CertPolicy(ca_lifetime=dt.timedelta(days=90), serving_lifetime=dt.timedelta(days=9), renew_fraction=1 / 3)
+
+
+def _manager(tmp_path: Path, clock: FakeClock, hosts: tuple[str, ...] = ("127.0.0.1", "webhook.svc")) -> CertManager:
+    return CertManager(CertStore(tmp_path), list(hosts), clock, POLICY)
+
+
+def _serving(tmp_path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+
+
+def test_first_start_generates_a_ca_and_a_serving_cert_for_ips_and_names(tmp_path: Path) -> None:
+    m = _manager(tmp_path, FakeClock())
+    assert m.ensure() is True
+    cert = _serving(tmp_path)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert san.get_values_for_type(x509.DNSName) == ["webhook.svc"]
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(m.ca_bundle()))
+    assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_restart_reuses_valid_certificates(tmp_path: Path) -> None:
+    clock = FakeClock()
+    _manager(tmp_path, clock).ensure()
+    before = (tmp_path / "tls.crt").read_bytes()
+    assert _manager(tmp_path, clock).ensure() is False
+    assert (tmp_path / "tls.crt").read_bytes() == before
+
+
+def test_serving_cert_renewed_before_expiry_without_touching_the_bundle(tmp_path: Path) -> None:
+    clock = FakeClock()
+    m = _manager(tmp_path, clock)
+    m.ensure()
+    bundle, first = m.ca_bundle(), _serving(tmp_path)
+    clock.advance(dt.timedelta(days=5).total_seconds())
+    assert m.ensure() is False
+    assert _serving(tmp_path).serial_number == first.serial_number
+    clock.advance(dt.timedelta(days=1).total_seconds())  # 3 of 9 days left: due
+    assert m.ensure() is False
+    renewed = _serving(tmp_path)
+    assert renewed.serial_number != first.serial_number
+    assert renewed.not_valid_after_utc > first.not_valid_after_utc
+    assert m.ca_bundle() == bundle
+
+
+def test_ca_renewal_keeps_the_old_ca_in_the_bundle_until_it_expires(tmp_path: Path) -> None:
+    clock = FakeClock()
+    m = _manager(tmp_path, clock)
+    m.ensure()
+    old_ca = (tmp_path / "ca.crt").read_bytes()
+    clock.advance(dt.timedelta(days=61).total_seconds())
+    assert m.ensure() is True
+    new_ca = (tmp_path / "ca.crt").read_bytes()
+    assert new_ca != old_ca
+    assert m.ca_bundle() == new_ca + old_ca
+    _serving(tmp_path).verify_directly_issued_by(x509.load_pem_x509_certificate(new_ca))
+    clock.advance(dt.timedelta(days=30).total_seconds())  # the old CA has expired
+    assert m.ensure() is True
+    assert m.ca_bundle() == new_ca
+
+
+def test_new_hosts_trigger_a_new_serving_cert(tmp_path: Path) -> None:
+    clock = FakeClock()
+    _manager(tmp_path, clock).ensure()
+    first = _serving(tmp_path).serial_number
+    _manager(tmp_path, clock, ("127.0.0.1", "webhook.svc", "10.0.0.7")).ensure()
+    assert _serving(tmp_path).serial_number != first
