@@ -39,7 +39,17 @@ def spawn(name: str, argv: list[str], logs: Path, cwd: Path) -> Proc:
     with open(log_path, "ab") as log:
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              cwd=cwd, start_new_session=True)
-    return Proc(name, p.pid, argv[0], str(log_path))
+    proc = Proc(name, p.pid, argv[0], str(log_path))
+    _wait_exec(proc, p)
+    return proc
+
+
+def _wait_exec(proc: Proc, popen: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    """Until the child has exec'd its binary, /proc shows the forking Python, and ``alive``
+    would call a starting process dead (and ``down`` would then leave it running)."""
+    deadline = time.monotonic() + timeout
+    while not alive(proc) and popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def alive(proc: Proc) -> bool:
