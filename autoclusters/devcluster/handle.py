@@ -103,7 +103,7 @@ class ClusterHandle:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             crd = self.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions", [])}
+            conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conds.get("Established") == "True":
                 return
             time.sleep(0.2)
