@@ -137,11 +137,16 @@ def admission_policy_binding(*, policy_name: str = POLICY_NAME, name: str | None
 def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = None,
                           namespace: str = DEFAULT_NAMESPACE, service: str = "autoclusters-webhook",
                           name: str = WEBHOOK_CONFIG_NAME, node_selector: dict[str, Any] | None = None,
-                          timeout_seconds: int = 3, include_pools: bool = True) -> dict[str, Any]:
+                          timeout_seconds: int = 3, include_pools: bool = True,
+                          controllers: list[str] | None = None) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration. ``url`` (e.g. ``https://127.0.0.1:8443/validate``)
     is for a webhook running on the API server's host (the local cluster); otherwise the
     in-cluster Service is used. ``ca_bundle`` is the PEM of the CA(s) that sign the serving
-    certificate."""
+    certificate.
+
+    The controller identities are exempt here as in the CEL floor: with ``failurePolicy:
+    Fail`` a webhook outage then blocks users' label writes (fail closed) but never the
+    controller's repairs."""
     client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
     if url:
         client["url"] = url
@@ -160,8 +165,11 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
         **common,
         "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                    "resources": ["nodes"], "scope": "Cluster"}],
-        "matchConditions": [{"name": "touches-maintenance-labels",
-                             "expression": touches_maintenance_labels_cel(names)}],
+        "matchConditions": [
+            {"name": "not-the-controller",
+             "expression": not_controller_cel(controllers or default_controllers(namespace))},
+            {"name": "touches-maintenance-labels", "expression": touches_maintenance_labels_cel(names)},
+        ],
     }
     if node_selector is not None:
         node_hook["objectSelector"] = node_selector
@@ -223,6 +231,6 @@ def admission_objects(names: Names, *, ca_bundle: bytes, namespace: str = DEFAUL
     return [
         admission_policy(names, controllers or default_controllers(namespace)),
         admission_policy_binding(),
-        webhook_configuration(names, ca_bundle=ca_bundle, namespace=namespace),
+        webhook_configuration(names, ca_bundle=ca_bundle, namespace=namespace, controllers=controllers),
         *webhook_rbac(namespace),
     ]

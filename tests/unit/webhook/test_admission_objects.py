@@ -58,7 +58,7 @@ def test_webhook_configuration_for_the_host_and_in_cluster() -> None:
     assert hook["clientConfig"] == {"caBundle": base64.b64encode(b"PEM").decode(),
                                     "url": "https://127.0.0.1:9443/validate"}
     assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 5
-    assert hook["matchConditions"][0]["name"] == "touches-maintenance-labels"
+    assert [c["name"] for c in hook["matchConditions"]] == ["not-the-controller", "touches-maintenance-labels"]
     assert hook["objectSelector"] == {"matchLabels": {"t": "1"}}
     assert hook["name"] == "maintenance-labels.remediation.autoclusters.io"
     cluster = webhook_configuration(Names(), ca_bundle=b"PEM", namespace="ns")

@@ -1,0 +1,279 @@
+"""The maintenance-label contract enforced by the real API server, with the real kubectl.
+
+Two layers are exercised separately so each is proven on its own:
+
+- ``webhook``: the OPA-backed webhook (running on this host) with the CEL floor unbound;
+- ``floor``: the webhook stopped and its configuration removed, the CEL floor bound.
+
+Everything this module installs is uniquely named and scoped to the nodes it creates (a
+scope label on those nodes, matched by the binding's and the webhook's object selectors),
+and removed at the end, so other tests on the same cluster are not affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoclusters.deploy.admission import (
+    admission_policy,
+    admission_policy_binding,
+    webhook_configuration,
+)
+from autoclusters.kube import NotFound
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+SCOPE_LABEL = "admission-test.autoclusters.io/scope"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+WEBHOOK_MARK = 'admission webhook "maintenance-labels.remediation.autoclusters.io" denied the request'
+FLOOR_MARK = "ValidatingAdmissionPolicy"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="kubectl not found")
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KUBECTL, f"--kubeconfig={kubeconfig}", *args], input=stdin, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Admission:
+    """The test's own copy of the admission layers, switched between modes."""
+
+    def __init__(self, cluster: Any, workdir: Path) -> None:
+        self.cluster = cluster
+        self.kube = cluster.kube
+        self.names = cluster.names
+        self.suffix = secrets.token_hex(3)
+        self.scope = {"matchLabels": {SCOPE_LABEL: self.suffix}}
+        self.workdir = workdir
+        self.policy_name = f"adm-test-{self.suffix}"
+        self.webhook_name = f"adm-test-{self.suffix}"
+        self.namespace = f"adm-test-{self.suffix}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = _free_port()
+        self.mode = ""
+        self.nodes: list[str] = []
+
+    # --- identities -------------------------------------------------------------------------
+    def setup_identities(self) -> None:
+        role = f"adm-test-node-writer-{self.suffix}"
+        self.cluster.apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+             "rules": [{"apiGroups": [""], "resources": ["nodes"],
+                        "verbs": ["get", "list", "watch", "patch", "update", "create", "delete"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+             "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": self.namespace},
+                          {"kind": "ServiceAccount", "name": "autoclusters-controller",
+                           "namespace": "autoclusters-system"}]},
+        ])
+        self.user = self.cluster.service_account_kubeconfig(self.namespace, "alice")
+        self.controller = self.cluster.service_account_kubeconfig("autoclusters-system", "autoclusters-controller")
+
+    def new_node(self) -> str:
+        (name,) = self.cluster.create_gpu_nodes(f"adm{self.suffix}", 1)
+        self.kube.patch_node(name, {"metadata": {"labels": {SCOPE_LABEL: self.suffix}}})
+        self.nodes.append(name)
+        return name
+
+    # --- layers ---------------------------------------------------------------------------
+    def floor_on(self) -> None:
+        self.cluster.apply([admission_policy(self.names, name=self.policy_name),
+                            admission_policy_binding(policy_name=self.policy_name, name=self.policy_name,
+                                                     node_selector=self.scope)])
+
+    def floor_off(self) -> None:
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            with contextlib.suppress(NotFound):
+                self.kube.delete(f"{ADMISSION}/{kind}/{self.policy_name}")
+
+    def webhook_start(self) -> None:
+        cert_dir = self.workdir / "certs"
+        log = open(self.workdir / "webhook.log", "ab")  # noqa: SIM115 - handed to the child process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autoclusters.cli.main", "webhook", "run", "--listen", "127.0.0.1",
+             "--port", str(self.port), "--opa-url", self.cluster.opa_url, "--cert-dir", str(cert_dir),
+             "--hosts", "127.0.0.1", "--kubeconfig", self.cluster.kubeconfig, "--webhook-config", self.webhook_name],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        import ssl
+
+        while time.monotonic() < deadline:
+            if (cert_dir / "ca.crt").exists():
+                try:
+                    ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+                    with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz", timeout=1, context=ctx):
+                        break
+                except OSError:
+                    pass
+            assert self.proc.poll() is None, (self.workdir / "webhook.log").read_text()
+            time.sleep(0.2)
+        else:
+            raise TimeoutError("webhook not ready")
+        self.cluster.apply(webhook_configuration(
+            self.names, ca_bundle=(cert_dir / "ca.crt").read_bytes(), url=f"https://127.0.0.1:{self.port}/validate",
+            name=self.webhook_name, node_selector=self.scope, include_pools=False))
+
+    def webhook_stop(self, *, remove_config: bool) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+        if remove_config:
+            with contextlib.suppress(NotFound):
+                self.kube.delete(f"{ADMISSION}/validatingwebhookconfigurations/{self.webhook_name}")
+
+    def wait_enforced(self, mark: str, timeout: float = 30) -> None:
+        """Until an invalid approval on a probe node is denied by the expected layer (policy
+        and webhook configurations reach the API server's informers after a short delay)."""
+        probe = self.probe
+        deadline = time.monotonic() + timeout
+        approved = self.names.maintenance_approved
+        while time.monotonic() < deadline:
+            r = kubectl(self.user, "label", "node", probe, f"{approved}=probe", "--overwrite")
+            if r.returncode != 0 and mark in r.stderr:
+                return
+            if r.returncode == 0:
+                kubectl(self.user, "label", "node", probe, f"{approved}-")
+            time.sleep(0.3)
+        raise TimeoutError(f"{mark} not enforced after {timeout}s: {r.stderr}")
+
+    def cleanup(self) -> None:
+        self.webhook_stop(remove_config=True)
+        self.floor_off()
+        role = f"adm-test-node-writer-{self.suffix}"
+        for path in (f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}",
+                     f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}",
+                     f"/api/v1/namespaces/{self.namespace}", *(f"/api/v1/nodes/{n}" for n in self.nodes)):
+            with contextlib.suppress(NotFound):
+                self.kube.delete(path)
+
+
+@pytest.fixture(scope="module")
+def admission(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admission]:
+    adm = Admission(cluster, tmp_path_factory.mktemp("admission"))
+    try:
+        adm.setup_identities()
+        adm.probe = adm.new_node()
+        yield adm
+    finally:
+        adm.cleanup()
+
+
+@pytest.fixture(scope="module", params=["webhook", "floor"])
+def layer(request: pytest.FixtureRequest, admission: Admission, cluster: Any) -> Iterator[str]:
+    """``webhook``: the webhook alone. ``floor``: webhook stopped and removed, CEL floor bound."""
+    if request.param == "webhook":
+        if not cluster.local or not cluster.opa_url:
+            pytest.skip("the webhook runs on this host: needs the local cluster and its OPA server")
+        admission.floor_off()
+        admission.webhook_start()
+        admission.wait_enforced(WEBHOOK_MARK)
+    else:
+        admission.webhook_stop(remove_config=True)
+        admission.floor_on()
+        admission.wait_enforced(FLOOR_MARK)
+    admission.mode = request.param
+    yield request.param
+
+
+def _mark(layer: str) -> str:
+    return WEBHOOK_MARK if layer == "webhook" else FLOOR_MARK
+
+
+def _labels(adm: Admission, node: str) -> dict[str, str]:
+    return adm.kube.get_node(node)["metadata"].get("labels") or {}
+
+
+def test_user_cannot_add_maintenance_required(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    r = kubectl(admission.user, "label", "node", node, f"{admission.names.maintenance_required}=true")
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "[maintenance-required-controller-only]" in r.stderr
+    assert admission.names.maintenance_required not in _labels(admission, node)
+
+
+def test_controller_sets_and_removes_maintenance_required(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    req = admission.names.maintenance_required
+    r = kubectl(admission.controller, "label", "node", node, f"{req}=true")
+    assert r.returncode == 0, r.stderr
+    assert _labels(admission, node)[req] == "true"
+    r = kubectl(admission.controller, "label", "node", node, f"{req}-")
+    assert r.returncode == 0, r.stderr
+    assert req not in _labels(admission, node)
+
+
+def test_approval_without_required_says_no_repair_needed(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    r = kubectl(admission.user, "label", "node", node, f"{admission.names.maintenance_approved}=true")
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "no longer needs a repair" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["false", "yes", "True"])
+def test_approval_values_other_than_true_rejected(admission: Admission, layer: str, value: str) -> None:
+    node = admission.new_node()
+    assert kubectl(admission.controller, "label", "node", node,
+                   f"{admission.names.maintenance_required}=true").returncode == 0
+    r = kubectl(admission.user, "label", "node", node, f"{admission.names.maintenance_approved}={value}")
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "[maintenance-approved-value]" in r.stderr
+
+
+def test_approval_while_required_accepted_and_withdrawal_allowed(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
+    assert kubectl(admission.controller, "label", "node", node, f"{req}=true").returncode == 0
+    r = kubectl(admission.user, "label", "node", node, f"{appr}=true")
+    assert r.returncode == 0, r.stderr
+    assert _labels(admission, node)[appr] == "true"
+    r = kubectl(admission.user, "label", "node", node, f"{appr}-")
+    assert r.returncode == 0, r.stderr
+    assert appr not in _labels(admission, node)
+
+
+def test_user_cannot_remove_maintenance_required(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    req = admission.names.maintenance_required
+    assert kubectl(admission.controller, "label", "node", node, f"{req}=true").returncode == 0
+    r = kubectl(admission.user, "label", "node", node, f"{req}-")
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "[maintenance-required-controller-only]" in r.stderr
+    assert _labels(admission, node)[req] == "true"
+
+
+def test_node_created_with_required_by_non_controller_rejected(admission: Admission, layer: str) -> None:
+    name = f"adm-{admission.suffix}-reg-{layer}"
+    manifest = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        SCOPE_LABEL: admission.suffix, admission.names.maintenance_required: "true"}}}
+    r = kubectl(admission.user, "create", "-f", "-", stdin=json.dumps(manifest))
+    if r.returncode == 0:
+        admission.nodes.append(name)
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "[maintenance-required-controller-only]" in r.stderr
+
+
+def test_unrelated_label_changes_pass(admission: Admission, layer: str) -> None:
+    node = admission.new_node()
+    r = kubectl(admission.user, "label", "node", node, "team=research")
+    assert r.returncode == 0, r.stderr
