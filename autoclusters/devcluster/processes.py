@@ -55,13 +55,17 @@ def _wait_exec(proc: Proc, popen: subprocess.Popen[bytes], timeout: float = 5.0)
 def alive(proc: Proc) -> bool:
     """True while the recorded pid is still that binary (not a reused pid)."""
     try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            stat = f.read()
         with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
             argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-        with open(f"/proc/{proc.pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return argv0 == proc.binary and state != "Z"
+    comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()[0]
+    if state in ("Z", "X"):
+        return False
+    # Right after fork (or while exec runs) cmdline can be empty or still the parent's.
+    return argv0 in ("", proc.binary) or comm == Path(proc.binary).name[:15]
 
 
 def stop(proc: Proc, grace: float = 10.0) -> None:
@@ -116,7 +120,7 @@ def wait_healthy(proc: Proc, check: Callable[[], bool], timeout: float, progress
     while True:
         if check():
             return time.monotonic() - start
-        if not alive(proc):
+        if not alive(proc) and not (time.sleep(0.2) or alive(proc)):
             raise StartError(f"{proc.name} exited during start-up. Last lines of {proc.log}:\n{tail(proc.log)}")
         now = time.monotonic()
         if now - start > timeout:

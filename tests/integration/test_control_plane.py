@@ -134,7 +134,7 @@ def test_event_written_is_readable_with_kubectl(cluster: ClusterHandle, namespac
     cluster.kube.create(f"/api/v1/namespaces/{namespace}/events", {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"test-{unique}"},
-        "involvedObject": {"kind": "Namespace", "name": namespace, "apiVersion": "v1"},
+        "involvedObject": {"kind": "ConfigMap", "name": "demo", "namespace": namespace, "apiVersion": "v1"},
         "reason": "AutoclustersTest", "message": f"hello {unique}", "type": "Normal",
         "source": {"component": "autoclusters-tests"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     })

@@ -1,0 +1,71 @@
+"""`autoclusters dev up` / `dev down` work twice in a row and leave nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoclusters.devcluster import processes
+from autoclusters.devcluster.cluster import LocalCluster
+from autoclusters.devcluster.tools import Tools, ToolsMissing
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def _our_pids(binaries: list[str]) -> list[int]:
+    """Processes still running one of the control-plane binaries from this state dir."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].decode(errors="replace") in binaries:
+            found.append(int(d.name))
+    return found
+
+
+def test_dev_up_down_twice_leaves_nothing_running(tmp_path: Path) -> None:
+    try:
+        Tools.locate()
+    except ToolsMissing as e:
+        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+            pytest.skip(f"local control-plane binaries not built on this machine: {e}")
+        raise
+    env = {**os.environ, "AUTOCLUSTERS_STATE_DIR": str(tmp_path)}
+    for round_ in range(2):
+        up = _cli("dev", "up", "--name", "twice", "--pool", "p", "--nodes", "1", env=env)
+        assert up.returncode == 0, up.stderr
+        kubeconfig = up.stdout.strip().splitlines()[-1]
+        assert Path(kubeconfig).exists()
+        assert "Ready: p-0" in up.stderr
+        status = _cli("dev", "status", "--name", "twice", "-o", "json", env=env)
+        assert status.returncode == 0, status.stdout
+        components = {c["component"]: c for c in json.loads(status.stdout)["components"]}
+        assert set(components) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                                   "opa"}
+        assert all(c["running"] for c in components.values())
+        procs = LocalCluster("twice", root=tmp_path).procs()
+        binaries = [p.binary for p in procs]
+        pids = {p.pid for p in procs}
+        # A second `up` while running is a no-op, not a second set of processes.
+        again = _cli("dev", "up", "--name", "twice", env=env)
+        assert again.returncode == 0 and "already running" in again.stderr
+        down = _cli("dev", "down", "--name", "twice", env=env)
+        assert down.returncode == 0, down.stderr
+        assert not (tmp_path / "twice").exists(), f"round {round_}: state left behind"
+        left = [pid for pid in _our_pids(binaries) if pid in pids]
+        assert not left, f"round {round_}: processes left running: {left}"
+        assert not any(processes.alive(p) for p in procs)
+    status = _cli("dev", "status", "--name", "twice", env=env)
+    assert status.returncode == 1
