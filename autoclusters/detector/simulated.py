@@ -140,6 +140,8 @@ class SimulatedHardware:
             _atomic_write(self.dcgm_json, health_output(incidents))
             return f"dcgm.json: GPU {fault['gpu']} {fault['code']}"
         if kind == "hca":
+            if not (self.ib_root / fault["hca"] / "ports" / str(fault["port"]) / "state").exists():
+                raise ValueError(f"node {self.node} has no InfiniBand port {fault['hca']} port {fault['port']}")
             self._set_port(fault["hca"], str(fault["port"]), up=False)
             return f"{fault['hca']} port {fault['port']}: {PORT_DOWN_STATE}"
         raise ValueError(f"unknown fault kind {kind!r}")

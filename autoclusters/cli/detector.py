@@ -1,0 +1,119 @@
+"""``autoclusters detector run``: the node agent (DaemonSet) or a simulated fleet of nodes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from autoclusters.cli._cluster import add_cluster_flags, connect
+from autoclusters.cli.main import EXIT_USAGE, CliError
+from autoclusters.clock import SystemClock
+from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.writer import WriterConfig
+from autoclusters.faults.catalog import CatalogError, load_catalog
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: Any) -> None:
+    det = sub.add_parser("detector", help="the GPU fault detector agent")
+    dsub = det.add_subparsers(dest="detector_command", metavar="COMMAND")
+    run = dsub.add_parser("run", help="watch this node's GPUs (or simulated nodes) and write fault conditions")
+    add_cluster_flags(run)
+    run.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                     help="the node this agent runs on (default: $NODE_NAME)")
+    run.add_argument("--simulate", action="store_true",
+                     help="serve every node matching --node-selector from the simulated hardware in --spool")
+    run.add_argument("--node-selector", default="autoclusters.io/simulated=true",
+                     help="label selector of the simulated nodes (with --simulate)")
+    run.add_argument("--spool", default=None, help="simulated hardware directory (with --simulate; default: "
+                     "$AUTOCLUSTERS_DETECTOR_SPOOL or the dev cluster's state directory)")
+    run.add_argument("--cluster", default=os.environ.get("AUTOCLUSTERS_CLUSTER", "dev"),
+                     help="dev cluster name whose spool to use when --spool is not given (default: dev)")
+    run.add_argument("--window", type=float, default=60.0, metavar="SECONDS",
+                     help="how long a fault must stay active before the condition turns True (default: 60)")
+    run.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="kernel log poll interval (default: 1)")
+    run.add_argument("--snapshot-interval", type=float, default=10.0, metavar="SECONDS",
+                     help="NVML, DCGM and InfiniBand poll interval (default: 10)")
+    run.add_argument("--heartbeat", type=float, default=300.0, metavar="SECONDS",
+                     help="rewrite conditions at least this often (default: 300)")
+    run.add_argument("--qps", type=float, default=50.0, help="condition writes per second, all nodes (default: 50)")
+    run.add_argument("--catalog", default=None, metavar="PATH", help="an operator's fault catalog (default: shipped)")
+    run.add_argument("--kernel-log", default=None, metavar="PATH",
+                     help="read this kernel log file instead of /dev/kmsg")
+    run.add_argument("--kmsg", default="/dev/kmsg", help="kernel log device (default: /dev/kmsg)")
+    run.add_argument("--sys-infiniband", default="/sys/class/infiniband", metavar="PATH",
+                     help="InfiniBand sysfs root (default: /sys/class/infiniband)")
+    run.add_argument("--nvidia-proc", default="/proc/driver/nvidia/gpus", metavar="PATH",
+                     help="the driver's GPU listing, for PCI -> index without NVML")
+    run.add_argument("--gpu-map", default="", metavar="BUS=INDEX,...",
+                     help="PCI bus id to GPU index map, used when NVML is absent (e.g. 0000:3b:00=3)")
+    run.add_argument("--dcgm-command", default="dcgmi health -c -j", help="DCGM health command")
+    run.add_argument("--no-nvml", action="store_true", help="do not use NVML even when the bindings are present")
+    run.add_argument("--accept-injected-kmsg", action="store_true",
+                     help="count Xid lines written to /dev/kmsg from user space (for fault drills with "
+                          "'autoclusters inject-fault --dev-kmsg')")
+    run.set_defaults(func=_run)
+    det.set_defaults(func=lambda args: (det.print_help(), EXIT_USAGE)[1])
+
+
+def _gpu_map(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        bus, _, idx = part.partition("=")
+        if not idx.isdigit():
+            raise CliError(f"--gpu-map: expected BUS=INDEX, got {part!r}", EXIT_USAGE)
+        out[bus] = int(idx)
+    return out
+
+
+def default_spool(cluster: str) -> str:
+    from autoclusters.detector.simulated import SPOOL_ENV
+
+    env = os.environ.get(SPOOL_ENV)
+    if env:
+        return env
+    from autoclusters.devcluster.cluster import state_root
+
+    return str(state_root() / cluster / "detector-spool")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.window < 0 or args.poll_interval <= 0 or args.snapshot_interval <= 0 or args.heartbeat <= 0:
+        raise CliError("durations must be positive", EXIT_USAGE)
+    try:
+        catalog = load_catalog(args.catalog)
+    except (CatalogError, OSError) as e:
+        raise CliError(f"cannot load the fault catalog: {e}", EXIT_USAGE) from e
+    kube, names = connect(args, "autoclusters-detector")
+    clock = SystemClock()
+    config = AgentConfig(window_s=args.window, poll_s=args.poll_interval, snapshot_poll_s=args.snapshot_interval,
+                         writer=WriterConfig(heartbeat_s=args.heartbeat, qps=args.qps))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.simulate:
+        from autoclusters.detector.fleet import SimulatedFleet
+
+        spool = args.spool or default_spool(args.cluster)
+        os.makedirs(spool, exist_ok=True)
+        log.info("serving simulated nodes %s from %s (window %.1fs)", args.node_selector, spool, args.window)
+        SimulatedFleet(kube, clock, catalog, names, spool, args.node_selector, config).run(stop)
+        return 0
+    if not args.node:
+        raise CliError("--node (or $NODE_NAME) is required unless --simulate", EXIT_USAGE)
+    from autoclusters.detector.node import NodePaths, build_agent, run_node
+
+    paths = NodePaths(kmsg=args.kmsg, kernel_log_file=args.kernel_log, infiniband=args.sys_infiniband,
+                      nvidia_proc=args.nvidia_proc, dcgm_command=tuple(args.dcgm_command.split()),
+                      gpu_map=_gpu_map(args.gpu_map), accept_user_kmsg=args.accept_injected_kmsg,
+                      use_nvml=not args.no_nvml)
+    agent, writer, events = build_agent(args.node, kube, clock, catalog, names, config, paths)
+    log.info("detector for node %s (window %.1fs)", args.node, args.window)
+    run_node(agent, writer, events, config, stop)
+    return 0
