@@ -192,7 +192,7 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
 def ca_bundle_patch(config: dict[str, Any], ca_bundle: bytes) -> list[dict[str, Any]]:
     """A JSON patch that writes ``ca_bundle`` into every webhook of ``config`` (CA rotation)."""
     b64 = base64.b64encode(ca_bundle).decode()
-    return [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": b64}
+    return [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": b64}
             for i in range(len(config.get("webhooks") or []))]
 
 

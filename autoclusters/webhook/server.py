@@ -101,7 +101,9 @@ class Webhook:
         if self.settings.opa_config is not None:
             await _retry(lambda: self.decider.push_config(self.settings.opa_config or {}), "push policy config to OPA")
         if self.certs is not None:
-            await self._renew()
+            # The first pass always writes the bundle: a configuration re-applied with a stale
+            # caBundle (or one written before this CA existed) is corrected at every start.
+            await self._renew(force_bundle=True)
             self._maintenance = asyncio.create_task(self._maintain())
 
     async def _on_cleanup(self, _: web.Application) -> None:
@@ -119,10 +121,10 @@ class Webhook:
             except Exception:
                 log.exception("certificate renewal failed; will retry in %ss", self.settings.check_interval)
 
-    async def _renew(self) -> None:
+    async def _renew(self, *, force_bundle: bool = False) -> None:
         assert self.certs is not None
         changed = await asyncio.to_thread(self.certs.ensure)
-        if changed and self.bundle_writer is not None:
+        if (changed or force_bundle) and self.bundle_writer is not None:
             await asyncio.to_thread(self.bundle_writer)
 
 

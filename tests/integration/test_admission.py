@@ -106,8 +106,8 @@ class Admission:
             with contextlib.suppress(NotFound):
                 self.kube.delete(f"{ADMISSION}/{kind}/{self.policy_name}")
 
-    def webhook_start(self) -> None:
-        cert_dir = self.workdir / "certs"
+    def webhook_start(self, *, cert_dir: Path | None = None, apply_config: bool = True) -> None:
+        cert_dir = cert_dir or self.workdir / "certs"
         log = open(self.workdir / "webhook.log", "ab")  # noqa: SIM115 - handed to the child process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autoclusters.cli.main", "webhook", "run", "--listen", "127.0.0.1",
@@ -129,8 +129,12 @@ class Admission:
             time.sleep(0.2)
         else:
             raise TimeoutError("webhook not ready")
+        if apply_config:
+            self.apply_webhook_config((cert_dir / "ca.crt").read_bytes())
+
+    def apply_webhook_config(self, ca_bundle: bytes) -> None:
         self.cluster.apply(webhook_configuration(
-            self.names, ca_bundle=(cert_dir / "ca.crt").read_bytes(), url=f"https://127.0.0.1:{self.port}/validate",
+            self.names, ca_bundle=ca_bundle, url=f"https://127.0.0.1:{self.port}/validate",
             name=self.webhook_name, node_selector=self.scope, include_pools=False))
 
     def webhook_stop(self, *, remove_config: bool) -> None:
