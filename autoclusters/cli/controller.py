@@ -1,0 +1,95 @@
+"""``autoclusters controller run|crds``: the remediation controller.
+
+Every duration is a flag (with an ``AUTOCLUSTERS_CONTROLLER_*`` environment default), so
+tests and demos shorten them through configuration, never by patching code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import fields
+from typing import Any
+
+from autoclusters.cli._output import print_json
+
+_FLAGS: dict[str, str] = {
+    "namespace": "namespace of the leader-election Lease",
+    "lease_name": "name of the leader-election Lease",
+    "identity": "this replica's identity in the Lease (default: host-pid)",
+    "lease_seconds": "lease duration",
+    "renew_deadline_seconds": "give up leadership when not renewed within this time",
+    "retry_period_seconds": "lease acquire/renew period",
+    "verify_timeout_seconds": "time a repaired node has to come back healthy",
+    "operation_timeout_seconds": "time a provider operation may take",
+    "poll_seconds": "how often a repair in progress is looked at",
+    "hold_recheck_seconds": "how often a held repair re-checks its guards",
+    "resync_seconds": "full resync period",
+    "gc_interval_seconds": "how often old records are garbage-collected",
+    "retention_days": "keep closed Remediation records this long",
+    "metrics_port": "Prometheus metrics port (0: off)",
+    "workers": "parallel reconciles",
+    "sim_reset_seconds": "simulated provider: reset duration (pool provider.resetSeconds overrides)",
+    "sim_replace_seconds": "simulated provider: replacement duration (pool provider.replaceSeconds overrides)",
+    "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
+    "catalog_path": "an operator's fault catalog instead of the shipped one",
+}
+
+
+_TYPES: dict[str, type] = {"float": float, "int": int, "str": str}
+
+
+def register(sub: Any) -> None:
+    from autoclusters.controller.config import ControllerConfig
+
+    ctl = sub.add_parser("controller", help="the remediation controller")
+    csub = ctl.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
+    run = csub.add_parser("run", help="run the controller (leader-elected) against a cluster")
+    run.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
+    defaults = ControllerConfig()
+    for f in fields(ControllerConfig):
+        env = f"AUTOCLUSTERS_CONTROLLER_{f.name.upper()}"
+        default = getattr(defaults, f.name)
+        kind = _TYPES[str(f.type)]
+        value = os.environ.get(env)
+        run.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=kind(value) if value else default,
+                         help=f"{_FLAGS.get(f.name, f.name)} (default {default!r}; env {env})")
+    run.set_defaults(func=_run)
+
+    crds = csub.add_parser("manifests", help="print the CRDs and the controller's RBAC as JSON")
+    crds.add_argument("--namespace", default="autoclusters-system")
+    crds.set_defaults(func=_manifests)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.manager import Controller
+    from autoclusters.kube import load_kube
+    from autoclusters.names import Names
+
+    config = ControllerConfig(**{f.name: getattr(args, f.name) for f in fields(ControllerConfig)})
+    kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
+    controller = Controller(kube, config, names=Names.from_env())
+
+    def stop(_sig: int, _frame: Any) -> None:
+        controller.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    ok = controller.run()
+    if not ok:
+        print("error: lost the leader lease; exiting so a supervisor restarts this replica", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    from autoclusters.deploy.controller import controller_rbac
+    from autoclusters.deploy.crds import crds
+    from autoclusters.names import Names
+
+    names = Names.from_env()
+    print_json([*crds(names), *controller_rbac(names, args.namespace)])
+    return 0

@@ -1,0 +1,153 @@
+"""Carries out the state machine's actions on the cluster.
+
+Every write touches only what it names: merge patches for our labels and
+``spec.unschedulable``; the taint is added or removed with a JSON patch that first
+``test``s the node's resourceVersion (and, for a removal, the taint at that index), so a
+concurrent writer of ``spec.taints`` is never overwritten: on a failed test the node is
+read again and the patch rebuilt. Each action is idempotent: it checks the node first.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autoclusters.controller import drain as drainrules
+from autoclusters.controller.notifier import Notifier
+from autoclusters.controller.statemachine import (
+    Action,
+    Cordon,
+    Drain,
+    DriveProvider,
+    Emit,
+    EnsureMarked,
+    Notify,
+    RepairState,
+    Unmark,
+)
+from autoclusters.kube import Conflict, Invalid, Kube, NotFound, TooManyRequests
+from autoclusters.kube.client import JSON_PATCH
+from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.names import Names
+from autoclusters.providers import Provider
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+class Actuator:
+    def __init__(self, kube: Kube, names: Names, recorder: EventRecorder, notifier: Notifier) -> None:
+        self._kube = kube
+        self._names = names
+        self._recorder = recorder
+        self._notifier = notifier
+
+    def run(self, actions: tuple[Action, ...], node: str, node_obj: JSON | None, state: RepairState | None,
+            provider: Provider | None) -> JSON | None:
+        """Runs ``actions`` in order; returns the node as last written (or the one given)."""
+        current = node_obj
+        for action in actions:
+            if isinstance(action, Emit):
+                uid = ((current or {}).get("metadata") or {}).get("uid", "")
+                self._recorder.emit(ObjectRef("Node", node, uid=uid), action.reason, action.message,
+                                    warning=action.warning)
+            elif isinstance(action, Notify):
+                self._notifier.notify(f"autoclusters: repair of node {node} needs a human", {
+                    "node": node, "pool": state.pool if state else "", "record": state.name if state else "",
+                    "fault": state.fault.key if state else "", "message": action.message})
+            elif isinstance(action, DriveProvider):
+                if provider is None:
+                    raise RuntimeError(f"no provider for the pool of node {node}")
+                provider.drive(action.operation, node, state.pool if state else "")
+            elif current is None:
+                continue  # the node is gone: nothing to mark, cordon or drain
+            elif isinstance(action, EnsureMarked):
+                current = self.ensure_marked(current)
+            elif isinstance(action, Unmark):
+                current = self.unmark(current, uncordon=action.uncordon)
+            elif isinstance(action, Cordon):
+                current = self.cordon(current)
+            elif isinstance(action, Drain):
+                self.drain(node, force=action.force)
+        return current
+
+    # --- labels, taint, cordon ---------------------------------------------------------------
+    def _taint(self) -> JSON:
+        return {"key": self._names.taint_key, "value": "true", "effect": "PreferNoSchedule"}
+
+    def _has_taint(self, node: JSON) -> int:
+        for i, t in enumerate((node.get("spec") or {}).get("taints") or []):
+            if t.get("key") == self._names.taint_key and t.get("effect") == "PreferNoSchedule":
+                return i
+        return -1
+
+    def ensure_marked(self, node: JSON) -> JSON:
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        if labels.get(self._names.maintenance_required) != "true":
+            node = self._kube.patch_node(name, {"metadata": {"labels": {self._names.maintenance_required: "true"}}})
+        return self._taint_patch(node, add=True)
+
+    def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
+        name = node["metadata"]["name"]
+        node = self._taint_patch(node, add=False)
+        labels = node["metadata"].get("labels") or {}
+        body: JSON = {}
+        if self._names.maintenance_required in labels or self._names.maintenance_approved in labels:
+            body["metadata"] = {"labels": {self._names.maintenance_required: None,
+                                           self._names.maintenance_approved: None}}
+        if uncordon and (node.get("spec") or {}).get("unschedulable"):
+            body["spec"] = {"unschedulable": None}
+        return self._kube.patch_node(name, body) if body else node
+
+    def cordon(self, node: JSON) -> JSON:
+        if (node.get("spec") or {}).get("unschedulable"):
+            return node
+        return self._kube.patch_node(node["metadata"]["name"], {"spec": {"unschedulable": True}})
+
+    def _taint_patch(self, node: JSON, *, add: bool) -> JSON:
+        name = node["metadata"]["name"]
+        for _ in range(5):
+            idx = self._has_taint(node)
+            if (idx >= 0) == add:
+                return node
+            rv = node["metadata"]["resourceVersion"]
+            ops: list[JSON] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
+            taints = (node.get("spec") or {}).get("taints")
+            if add and taints is None:
+                ops.append({"op": "add", "path": "/spec/taints", "value": [self._taint()]})
+            elif add:
+                ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()})
+            else:
+                ops += [{"op": "test", "path": f"/spec/taints/{idx}", "value": taints[idx]},
+                        {"op": "remove", "path": f"/spec/taints/{idx}"}]
+            try:
+                return self._kube.patch_node(name, ops, JSON_PATCH)
+            except (Conflict, Invalid):
+                node = self._kube.get_node(name)  # someone else wrote the node: rebuild on the fresh copy
+        raise Conflict(f"taint on node {name}: too many concurrent writers")
+
+    # --- drain ---------------------------------------------------------------------------------
+    def drain(self, node: str, *, force: bool) -> drainrules.DrainPass:
+        evicted = blocked = deleted = terminating = 0
+        for pod in drainrules.drainable(self._kube.pods_on_node(node)):
+            meta = pod["metadata"]
+            ns, name = meta["namespace"], meta["name"]
+            try:
+                if force:
+                    self._kube.delete_pod(ns, name, grace_seconds=0)
+                    deleted += 1
+                elif meta.get("deletionTimestamp"):
+                    terminating += 1  # its grace period is running; the next pass looks again
+                else:
+                    self._kube.evict(ns, name)
+                    evicted += 1
+            except TooManyRequests:
+                blocked += 1  # a PodDisruptionBudget says not now
+            except NotFound:
+                pass
+        result = drainrules.DrainPass(evicted, blocked, deleted, terminating)
+        if blocked or deleted:
+            log.info("drain %s: %s", node, result)
+        return result

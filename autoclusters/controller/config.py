@@ -1,0 +1,40 @@
+"""Global settings of ``autoclusters controller run`` (per-pool settings live in GpuNodePool)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.controller import LEASE_NAME
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    namespace: str = DEFAULT_NAMESPACE  # where the leader-election Lease lives
+    lease_name: str = LEASE_NAME
+    identity: str = ""
+    lease_seconds: float = 15
+    renew_deadline_seconds: float = 10
+    retry_period_seconds: float = 2
+    verify_timeout_seconds: float = 600
+    operation_timeout_seconds: float = 1800
+    poll_seconds: float = 2
+    hold_recheck_seconds: float = 10
+    resync_seconds: float = 300
+    gc_interval_seconds: float = 3600
+    retention_days: float = 90
+    metrics_port: int = 9102  # 0: no metrics server
+    workers: int = 8
+    sim_reset_seconds: float = 30
+    sim_replace_seconds: float = 30
+    notifier_url: str = ""
+    catalog_path: str = ""
+
+    def with_identity(self) -> ControllerConfig:
+        if self.identity:
+            return self
+        from dataclasses import replace
+
+        return replace(self, identity=f"{socket.gethostname()}-{os.getpid()}")

@@ -1,0 +1,214 @@
+"""The controller's view of the cluster: informers for nodes, pools and records, plus the
+indexes a reconcile needs (pool of a node, faulty nodes per pool, records per node).
+
+Indexes are updated by the informers' callbacks, so a reconcile answers "how many nodes of
+this pool are faulty" or "which records does this node have" without a scan or a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from autoclusters.controller import records as rec
+from autoclusters.controller.informer import Informer
+from autoclusters.controller.pools import Pool, PoolConfigError, parse_pool
+from autoclusters.controller.statemachine import IN_PROGRESS
+from autoclusters.deploy import API_VERSION
+from autoclusters.faults.catalog import Catalog, FaultRef
+from autoclusters.kube import Kube
+from autoclusters.names import Names
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+POOL_KEY = "pool:"
+
+
+def node_ready(node: JSON | None) -> bool:
+    for c in ((node or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+class Fleet:
+    def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None]) -> None:
+        self.names = names
+        self.catalog = catalog
+        self._enqueue = enqueue
+        self._lock = threading.RLock()
+        self.pools: dict[str, Pool] = {}
+        self.invalid_pools: dict[str, str] = {}
+        self._node_pool: dict[str, str] = {}
+        self._members: dict[str, set[str]] = defaultdict(set)
+        self._faulty: dict[str, set[str]] = defaultdict(set)
+        self._records_by_node: dict[str, set[str]] = defaultdict(set)
+        g = names.api_group
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
+        self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "gpunodepools"), self._on_pool,
+                                      name="gpunodepools")
+        self.record_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "remediations"), self._on_record,
+                                        name="remediations")
+
+    def start(self, timeout: float = 60) -> None:
+        # Pools first, so node membership is known when the nodes arrive.
+        self.pool_informer.start()
+        self.pool_informer.synced.wait(timeout)
+        self.record_informer.start()
+        self.node_informer.start()
+        for inf in (self.record_informer, self.node_informer):
+            if not inf.synced.wait(timeout):
+                raise TimeoutError(f"{inf.name} not listed within {timeout}s")
+
+    def stop(self) -> None:
+        for inf in (self.node_informer, self.pool_informer, self.record_informer):
+            inf.stop()
+
+    # --- faults ------------------------------------------------------------------------------
+    def fault_of(self, node: JSON | None) -> tuple[FaultRef | None, JSON | None]:
+        """The node's active fault (GPU first, then interconnect) and the condition it came from."""
+        conds = {c.get("type"): c for c in ((node or {}).get("status") or {}).get("conditions") or []}
+        for ctype in self.names.fault_conditions:
+            cond = conds.get(ctype)
+            if cond:
+                ref = self.catalog.fault_from_condition(cond, self.names)
+                if ref is not None:
+                    return ref, cond
+        return None, None
+
+    def _repairable(self, node: JSON | None, pool: Pool | None) -> bool:
+        ref, _ = self.fault_of(node)
+        return ref is not None and pool is not None and pool.action_for(ref) is not None
+
+    # --- pools -------------------------------------------------------------------------------
+    def pool_for(self, node: JSON) -> Pool | None:
+        with self._lock:
+            pools = list(self.pools.values())
+        for pool in sorted(pools, key=lambda p: p.name):
+            if pool.selects(node, self.names):
+                return pool
+        return None
+
+    def pool_named(self, name: str) -> Pool | None:
+        with self._lock:
+            return self.pools.get(name)
+
+    def members(self, pool: str) -> set[str]:
+        with self._lock:
+            return set(self._members.get(pool, ()))
+
+    def faulty(self, pool: str) -> set[str]:
+        with self._lock:
+            return set(self._faulty.get(pool, ()))
+
+    def _on_pool(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        with self._lock:
+            if new is None:
+                self.pools.pop(name, None)
+                self.invalid_pools.pop(name, None)
+            else:
+                try:
+                    self.pools[name] = parse_pool(new)
+                    self.invalid_pools.pop(name, None)
+                except PoolConfigError as e:
+                    log.error("GpuNodePool %s ignored: %s", name, e)
+                    self.pools.pop(name, None)
+                    self.invalid_pools[name] = str(e)
+            spec_changed = (old or {}).get("spec") != (new or {}).get("spec")
+        if spec_changed and self.node_informer.synced.is_set():
+            self._reindex_all()
+            for node in self.members(name):
+                self._enqueue(node)
+        self._enqueue(POOL_KEY + name)
+
+    def pool_written(self, obj: JSON) -> None:
+        """Our own status write: keep the store and the parsed pool in step before the watch says so."""
+        self.pool_informer.upsert(obj)
+        try:
+            parsed = parse_pool(obj)
+        except PoolConfigError:
+            return
+        with self._lock:
+            self.pools[parsed.name] = parsed
+
+    def _reindex_all(self) -> None:
+        for node in self.node_informer.items():
+            self._index_node(node["metadata"]["name"], node)
+
+    # --- nodes -------------------------------------------------------------------------------
+    def _index_node(self, name: str, node: JSON | None) -> tuple[str, str]:
+        pool = self.pool_for(node) if node is not None else None
+        with self._lock:
+            before = self._node_pool.pop(name, "")
+            if before:
+                self._members[before].discard(name)
+                self._faulty[before].discard(name)
+            if pool is not None and node is not None:
+                self._node_pool[name] = pool.name
+                self._members[pool.name].add(name)
+                if self._repairable(node, pool):
+                    self._faulty[pool.name].add(name)
+        return before, pool.name if pool else ""
+
+    def _on_node(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        was_faulty = self._repairable(old, self.pool_for(old)) if old else False
+        before, after = self._index_node(name, new)
+        self._enqueue(name)
+        now_faulty = name in self.faulty(after) if after else False
+        if before != after or was_faulty != now_faulty or new is None:
+            for pool in {before, after} - {""}:
+                self._enqueue(POOL_KEY + pool)
+
+    def node(self, name: str) -> JSON | None:
+        return self.node_informer.get(name)
+
+    def pool_name_of_node(self, name: str) -> str:
+        with self._lock:
+            return self._node_pool.get(name, "")
+
+    # --- records -----------------------------------------------------------------------------
+    def _on_record(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        obj = new or old or {}
+        node = (obj.get("spec") or {}).get("node", "")
+        with self._lock:
+            if new is None:
+                self._records_by_node[node].discard(name)
+            else:
+                self._records_by_node[node].add(name)
+        if node:
+            self._enqueue(node)
+        was_active = old is not None and rec.is_active(old)
+        if was_active and (new is None or not rec.is_active(new)):
+            pool = (obj.get("spec") or {}).get("pool", "")
+            self.wake_held(pool)  # a slot may have freed
+
+    def wake_held(self, pool: str) -> None:
+        for r in self.records_in_pool(pool):
+            if rec.is_active(r):
+                self._enqueue(r["spec"]["node"])
+
+    def record_written(self, obj: JSON) -> None:
+        self.record_informer.upsert(obj)
+        node = (obj.get("spec") or {}).get("node", "")
+        with self._lock:
+            self._records_by_node[node].add(obj["metadata"]["name"])
+
+    def records_of(self, node: str) -> list[JSON]:
+        with self._lock:
+            names = list(self._records_by_node.get(node, ()))
+        out = [r for r in (self.record_informer.get(n) for n in names) if r is not None]
+        return sorted(out, key=lambda r: r["metadata"].get("creationTimestamp", ""))
+
+    def records_in_pool(self, pool: str) -> list[JSON]:
+        return [r for r in self.record_informer.items() if (r.get("spec") or {}).get("pool") == pool]
+
+    def in_progress(self, pool: str, exclude: str = "") -> int:
+        count = 0
+        for r in self.records_in_pool(pool):
+            if r["metadata"]["name"] != exclude and rec.phase_of(r) in IN_PROGRESS:
+                count += 1
+        return count

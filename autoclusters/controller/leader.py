@@ -1,0 +1,125 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so two replicas never both act.
+
+Every write of the Lease is a PUT carrying the resourceVersion that was read: of two
+replicas racing for an expired lease exactly one update succeeds, the other gets a
+Conflict. Expiry is judged on this replica's own monotonic clock from the moment it last
+saw the lease change (as client-go does), never by comparing two machines' wall clocks.
+A leader that cannot renew within ``renew_deadline`` gives up before the lease expires,
+so the next leader never overlaps with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from autoclusters.clock import Clock
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+
+def _micro(clock: Clock) -> str:
+    return clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, clock: Clock, *, namespace: str, name: str, identity: str,
+                 lease_seconds: float = 15, renew_deadline: float = 10, retry_period: float = 2) -> None:
+        if not renew_deadline < lease_seconds:
+            raise ValueError("renew_deadline must be shorter than the lease duration")
+        self._kube = kube
+        self._clock = clock
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self._ns_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._name = name
+        self.identity = identity
+        self.lease_seconds = lease_seconds
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._observed: tuple[str, float] = ("", 0.0)  # (holder+renewTime, when we saw it change)
+        self._leader = threading.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.is_set()
+
+    def try_acquire_or_renew(self) -> bool:
+        try:
+            lease = self._kube.get(self._path)
+        except NotFound:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self._name},
+                    "spec": self._spec(transitions=0, acquire=True)}
+            try:
+                self._kube.create(self._ns_path, body)
+                return True
+            except Conflict:
+                return False
+        spec: dict[str, Any] = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        seen = f"{holder}|{spec.get('renewTime')}"
+        mono = self._clock.monotonic()
+        if seen != self._observed[0]:
+            self._observed = (seen, mono)
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        if holder and holder != self.identity and mono < self._observed[1] + duration:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        mine = holder == self.identity
+        new_spec = self._spec(transitions=transitions if mine else transitions + 1, acquire=not mine)
+        if mine:
+            new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
+        lease["spec"] = new_spec
+        try:
+            self._kube.replace(self._path, lease)  # carries metadata.resourceVersion: a precondition
+        except Conflict:
+            return False
+        return True
+
+    def _spec(self, *, transitions: int, acquire: bool) -> dict[str, Any]:
+        now = _micro(self._clock)
+        return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_seconds),
+                "acquireTime": now, "renewTime": now, "leaseTransitions": transitions}
+
+    def run(self, stop: threading.Event, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
+        """Blocks: campaigns until leader, renews, and calls ``on_stopped`` if leadership is lost."""
+        while not stop.is_set():
+            if self._attempt():
+                break
+            stop.wait(self.retry_period)
+        if stop.is_set():
+            return
+        self._leader.set()
+        log.info("%s became the leader (lease %s)", self.identity, self._name)
+        on_started()
+        last_renew = self._clock.monotonic()
+        while not stop.wait(self.retry_period):
+            if self._attempt():
+                last_renew = self._clock.monotonic()
+            elif self._clock.monotonic() - last_renew > self.renew_deadline:
+                break
+        self._leader.clear()
+        if not stop.is_set():
+            log.error("%s lost the leadership (lease %s)", self.identity, self._name)
+        on_stopped()
+
+    def _attempt(self) -> bool:
+        try:
+            return self.try_acquire_or_renew()
+        except KubeError as e:
+            log.warning("lease %s: %s", self._name, e)
+            return False
+
+    def release(self) -> None:
+        """On a clean shutdown: let the next replica take over at once."""
+        try:
+            lease = self._kube.get(self._path)
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            lease["spec"]["holderIdentity"] = ""
+            lease["spec"]["leaseDurationSeconds"] = 1
+            self._kube.replace(self._path, lease)
+        except KubeError as e:
+            log.info("lease %s not released: %s", self._name, e)

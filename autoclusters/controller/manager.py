@@ -1,0 +1,163 @@
+"""Runs the controller: leader election, informers, the work queue and its workers,
+periodic resync and garbage collection of old records.
+
+Only the leader watches and acts. A replica that loses the lease stops its workers at
+once (``run`` returns ``False``); the CLI then exits non-zero and its supervisor restarts
+it as a follower, the way client-go controllers behave.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from autoclusters.clock import Clock, SystemClock
+from autoclusters.controller import records as rec
+from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.fleet import POOL_KEY, Fleet
+from autoclusters.controller.leader import LeaderElector
+from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
+from autoclusters.controller.queue import WorkQueue
+from autoclusters.controller.reconciler import Reconciler, Settings
+from autoclusters.controller.statemachine import Policy
+from autoclusters.deploy import API_VERSION
+from autoclusters.faults.catalog import load_catalog
+from autoclusters.kube import Kube, KubeError, NotFound
+from autoclusters.kube.events import EventRecorder
+from autoclusters.names import Names
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, kube: Kube, config: ControllerConfig, *, names: Names | None = None,
+                 clock: Clock | None = None, notifier: Notifier | None = None) -> None:
+        self.kube = kube
+        self.config = config.with_identity()
+        self.names = names or Names()
+        self.clock = clock or SystemClock()
+        self.metrics = Metrics()
+        self.queue = WorkQueue(monotonic=self.clock.monotonic)
+        self.stop_event = threading.Event()
+        catalog = load_catalog(self.config.catalog_path or None)
+        self.fleet = Fleet(kube, self.names, catalog, self.queue.add)
+        self.recorder = EventRecorder(kube, self.clock, self.names.component)
+        if notifier is None:
+            notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
+        self.actuator = Actuator(kube, self.names, self.recorder, notifier)
+        c = self.config
+        policy = Policy(verify_timeout_seconds=c.verify_timeout_seconds,
+                        operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,
+                        hold_recheck_seconds=c.hold_recheck_seconds)
+        self.reconciler = Reconciler(kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
+                                     Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
+                                              sim_replace_seconds=c.sim_replace_seconds))
+        self.elector = LeaderElector(kube, self.clock, namespace=c.namespace, name=c.lease_name,
+                                     identity=c.identity, lease_seconds=c.lease_seconds,
+                                     renew_deadline=c.renew_deadline_seconds, retry_period=c.retry_period_seconds)
+        self._threads: list[threading.Thread] = []
+        self.lost_leadership = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Blocks until ``stop()`` (returns True) or the lease is lost (returns False)."""
+        if self.config.metrics_port:
+            self.metrics.serve(self.config.metrics_port)
+        self.elector.run(self.stop_event, self._start_leading, self._stop_leading)
+        self._shutdown()
+        return not self.lost_leadership
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _start_leading(self) -> None:
+        self.metrics.is_leader.set(1)
+        self.fleet.start()
+        for i in range(max(1, self.config.workers)):
+            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        for target, name in ((self._resync_loop, "resync"), (self._gc_loop, "gc")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _stop_leading(self) -> None:
+        self.metrics.is_leader.set(0)
+        if not self.stop_event.is_set():
+            self.lost_leadership = True
+        self.stop_event.set()
+        self.queue.close()
+
+    def _shutdown(self) -> None:
+        self.queue.close()
+        self.fleet.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        if not self.lost_leadership:
+            self.elector.release()
+
+    # --- workers ----------------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while not self.stop_event.is_set():
+            key = self.queue.get(timeout=1.0)
+            self.metrics.queue_depth.set(self.queue.depth())
+            if key is None:
+                continue
+            try:
+                if not self.elector.is_leader:
+                    continue
+                after = self.reconciler.reconcile(key)
+                self.queue.forget(key)
+                if after is not None:
+                    self.queue.add(key, after)
+            except KubeError as e:
+                delay = self.queue.backoff(key)
+                self.metrics.reconcile_errors.inc()
+                log.warning("reconcile %s failed (%s); retrying in %.2fs", key, e, delay)
+            except Exception:
+                delay = self.queue.backoff(key)
+                self.metrics.reconcile_errors.inc()
+                log.exception("reconcile %s crashed; retrying in %.2fs", key, delay)
+            finally:
+                self.queue.done(key)
+
+    def _resync_loop(self) -> None:
+        """Level-triggered safety net: every key is looked at again now and then."""
+        while not self.stop_event.wait(self.config.resync_seconds):
+            for node in self.fleet.node_informer.items():
+                self.queue.add(node["metadata"]["name"])
+            for r in self.fleet.record_informer.items():
+                if rec.is_active(r):
+                    self.queue.add(r["spec"]["node"])
+            for pool in list(self.fleet.pools):
+                self.queue.add(POOL_KEY + pool)
+
+    def _gc_loop(self) -> None:
+        while not self.stop_event.is_set():
+            self.collect_garbage()
+            if self.stop_event.wait(self.config.gc_interval_seconds):
+                return
+
+    def collect_garbage(self) -> int:
+        """Deletes closed records older than the retention; returns how many."""
+        cutoff = self.clock.now() - timedelta(days=self.config.retention_days)
+        deleted = 0
+        for r in self.fleet.record_informer.items():
+            s = rec.state_of(r)
+            if s is None or rec.is_active(r) or s.completed is None or s.completed >= cutoff:
+                continue
+            name = r["metadata"]["name"]
+            try:
+                self.kube.delete(Kube.custom_path(self.names.api_group, API_VERSION, "remediations", name))
+                deleted += 1
+            except NotFound:
+                pass
+            except KubeError as e:
+                log.warning("record %s not collected: %s", name, e)
+        if deleted:
+            log.info("collected %d remediation records older than %g days", deleted, self.config.retention_days)
+        return deleted

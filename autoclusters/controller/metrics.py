@@ -1,0 +1,30 @@
+"""Prometheus metrics of the controller, in a registry of its own (several controllers may
+share a test process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.faults = Counter("autoclusters_faults_total", "Faults that opened a repair record, by class",
+                              ["fault_class"], registry=r)
+        self.repairs = Counter("autoclusters_repairs_phase_total", "Repair records entering a phase",
+                               ["phase"], registry=r)
+        self.outcomes = Counter("autoclusters_repairs_outcome_total", "Repairs finished, by action and outcome",
+                                ["action", "outcome"], registry=r)
+        self.phase_seconds = Histogram("autoclusters_repair_phase_seconds", "Time a repair spent in a phase",
+                                       ["phase"], registry=r,
+                                       buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+        self.breaker_open = Gauge("autoclusters_circuit_breaker_open", "1 while a pool's circuit breaker is open",
+                                  ["pool"], registry=r)
+        self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)
+        self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
+                                        registry=r)
+        self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)

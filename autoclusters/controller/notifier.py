@@ -1,0 +1,39 @@
+"""Where a failed repair is announced besides the node's events (SPEC: a configurable notifier)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Notifier(Protocol):
+    def notify(self, subject: str, details: dict[str, Any]) -> None: ...
+
+
+class LogNotifier:
+    def notify(self, subject: str, details: dict[str, Any]) -> None:
+        log.warning("NOTIFY %s %s", subject, json.dumps(details, sort_keys=True, default=str))
+
+
+class WebhookNotifier:
+    """POSTs ``{"subject", "details"}`` as JSON; a failed delivery is logged, never fatal."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"notifier URL {url!r} must be http(s)")
+        self._url = url
+        self._timeout = timeout
+
+    def notify(self, subject: str, details: dict[str, Any]) -> None:
+        body = json.dumps({"subject": subject, "details": details}, default=str).encode()
+        req = urllib.request.Request(self._url, data=body, headers={"Content-Type": "application/json"},
+                                     method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+                resp.read()
+        except OSError as e:
+            log.warning("notifier %s failed: %s", self._url, e)

@@ -1,0 +1,324 @@
+"""One reconcile of one node, in a fixed order (see docs/workflow.md):
+
+1. fetch: the node, its pool and its active Remediation record from the informers;
+2. snapshot: build the ``Observation`` (fault, node health, pods, pool guards, history,
+   provider progress);
+3. decide: ``statemachine.transition`` — the only place a phase changes;
+4. persist: create the record, or patch its status with its resourceVersion as a
+   precondition (an empty diff is skipped; a Conflict means another writer won: requeue);
+5. act: carry out the actions (only after the state that asked for them is stored);
+6. requeue-after what the state machine asked for.
+
+Pools are reconciled under the key ``pool:<name>``: their status and circuit breaker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.controller import breaker as brk
+from autoclusters.controller import drain as drainrules
+from autoclusters.controller import records as rec
+from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.fleet import POOL_KEY, Fleet, node_ready
+from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.pools import Pool
+from autoclusters.controller.statemachine import (
+    TERMINAL,
+    Decision,
+    Fault,
+    HistoryView,
+    NodeView,
+    Observation,
+    Outcome,
+    Phase,
+    PodsView,
+    Policy,
+    PoolView,
+    ProviderView,
+    RepairAction,
+    RepairState,
+    Unmark,
+    transition,
+)
+from autoclusters.deploy import API_VERSION
+from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
+from autoclusters.providers import Provider, build_provider
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: Policy
+    attempt_window_default: float = 604800
+    sim_reset_seconds: float = 30
+    sim_replace_seconds: float = 30
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, clock: Clock, fleet: Fleet, actuator: Actuator, recorder: EventRecorder,
+                 metrics: Metrics, settings: Settings) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._fleet = fleet
+        self._names = fleet.names
+        self._act = actuator
+        self._recorder = recorder
+        self._metrics = metrics
+        self._settings = settings
+        self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._providers: dict[tuple[str, str], Provider] = {}
+        self._plock = threading.Lock()
+
+    # --- entry -----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> float | None:
+        """Returns seconds until this key wants to be looked at again (None: only on change)."""
+        if key.startswith(POOL_KEY):
+            return self.reconcile_pool(key[len(POOL_KEY):])
+        return self.reconcile_node(key)
+
+    def _provider(self, pool: Pool | None) -> Provider | None:
+        if pool is None:
+            return None
+        spec = dict(pool.config.provider)
+        cache_key = (pool.name, repr(sorted(spec.items())))
+        with self._plock:
+            if cache_key not in self._providers:
+                self._providers[cache_key] = build_provider(
+                    spec, self._kube, self._clock, self._names, sim_reset_seconds=self._settings.sim_reset_seconds,
+                    sim_replace_seconds=self._settings.sim_replace_seconds)
+            return self._providers[cache_key]
+
+    # --- node ------------------------------------------------------------------------------
+    def reconcile_node(self, name: str) -> float | None:
+        node = self._fleet.node(name)
+        records = self._fleet.records_of(name)
+        active = next((r for r in records if rec.is_active(r)), None)
+        state = rec.state_of(active) if active else None
+        pool = self._fleet.pool_for(node) if node is not None else None
+        if pool is None and state is not None:
+            pool = self._fleet.pool_named(state.pool)
+        if node is None and active is None:
+            return None
+        pre_start = state is None or state.phase in PRE_START
+        lock = self._pool_locks[pool.name] if (pool is not None and pre_start) else None
+        if lock:
+            lock.acquire()
+        try:
+            return self._reconcile_node(name, node, records, active, state, pool)
+        finally:
+            if lock:
+                lock.release()
+
+    def _reconcile_node(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
+                        state: RepairState | None, pool: Pool | None) -> float | None:
+        now = self._clock.now()
+        policy = pool.policy(self._settings.policy) if pool else self._settings.policy
+        obs, cond = self._observe(name, node, records, active, state, pool, policy)
+        if state is None and active is None and obs.fault is not None:
+            seq = len(records)
+            new_name = rec.record_name(name, str((cond or {}).get("type", "")),
+                                       str((cond or {}).get("lastTransitionTime", "")), seq)
+        else:
+            new_name = active["metadata"]["name"] if active else ""
+        decision = transition(state, obs, now, policy, record_name=new_name)
+        if decision.state is None:
+            self._cleanup_leftovers(name, node, records, obs)
+            return None
+        if decision.state != state:
+            stored = self._persist(active, decision.state)
+            if stored is None:
+                return 0.2  # another writer got there first: look again at the fresh record
+            self._observe_metrics(state, decision)
+        provider = self._provider(pool)
+        self._act.run(decision.actions, name, node, decision.state, provider)
+        if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
+            self._fleet.wake_held(pool.name)
+        return decision.requeue_after
+
+    def _observe(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
+                 state: RepairState | None, pool: Pool | None, policy: Policy) -> tuple[Observation, JSON | None]:
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        view = NodeView(
+            name=name, exists=node is not None, ready=node_ready(node),
+            boot_id=str((((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID", "")),
+            unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
+            approved=labels.get(self._names.maintenance_approved) == "true")
+        ref, cond = self._fleet.fault_of(node)
+        action = pool.action_for(ref) if (ref is not None and pool is not None) else None
+        fault = None
+        if ref is not None and (action is not None or state is not None):
+            fault = Fault(ref.fault_class.value, ref.code, ref.reason, ref.message)
+        pool_view = None
+        if pool is not None:
+            open_ = self._breaker_open(pool)
+            pool_view = PoolView(pool.name, pool.mode, pool.config.max_concurrent_repairs,
+                                 self._fleet.in_progress(pool.name, exclude=active["metadata"]["name"] if active
+                                                         else ""), open_)
+        pods = PodsView()
+        wants_pods = node is not None and (
+            (state is None and fault is not None and pool is not None and pool.mode.value != "off")
+            or (state is not None and state.phase in (Phase.SCHEDULED, Phase.DRAINING, Phase.AWAITING_APPROVAL)))
+        if wants_pods:
+            all_pods = self._kube.pods_on_node(name)
+            pods = PodsView(evictable=len(drainrules.drainable(all_pods)),
+                            opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label))
+        provider_view = ProviderView()
+        replacement_ready = False
+        if state is not None and state.operation is not None and state.phase == Phase.ACTING:
+            provider = self._provider(pool)
+            if provider is not None:
+                provider_view = provider.progress(state.operation, name, state.pool, self._fleet.node)
+        if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
+            replacement_ready = self._replacement_ready(state)
+        obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods,
+                          history=self._history(records, active, pool), provider=provider_view,
+                          replacement_ready=replacement_ready)
+        return obs, cond
+
+    def _replacement_ready(self, state: RepairState) -> bool:
+        if state.replacement_node:
+            return node_ready(self._fleet.node(state.replacement_node))
+        started = state.operation.started if state.operation else None
+        for member in self._fleet.members(state.pool):  # the provider did not name it: any new Ready node
+            obj = self._fleet.node(member)
+            created = parse_iso((obj or {}).get("metadata", {}).get("creationTimestamp"))
+            if member != state.node and created and started and created >= started and node_ready(obj):
+                return True
+        return False
+
+    def _history(self, records: list[JSON], active: JSON | None, pool: Pool | None) -> HistoryView:
+        now = self._clock.now()
+        window = pool.config.attempt_window_seconds if pool else self._settings.attempt_window_default
+        started = 0
+        last: RepairState | None = None
+        for r in records:
+            if active is not None and r["metadata"]["name"] == active["metadata"]["name"]:
+                continue
+            s = rec.state_of(r)
+            if s is None:
+                continue
+            if s.attempts > 0 and s.created and s.created >= now - timedelta(seconds=window):
+                started += 1
+            if s.outcome == Outcome.SUCCEEDED and s.action == RepairAction.RESET and s.completed \
+                    and (last is None or (last.completed and s.completed > last.completed)):
+                last = s
+        if last is None:
+            return HistoryView(started_in_window=started)
+        return HistoryView(started_in_window=started, last_reset_at=last.completed, last_reset_fault=last.fault,
+                           last_reset_approved=last.approved, last_reset_record=last.name)
+
+    def _persist(self, active: JSON | None, state: RepairState) -> JSON | None:
+        g = self._names.api_group
+        try:
+            if active is None:
+                try:
+                    active = self._kube.create(Kube.custom_path(g, API_VERSION, "remediations"),
+                                               rec.new_record(state, self._names))
+                except Conflict:
+                    return None
+                self._fleet.record_written(active)
+            status = rec.status_of(state)
+            if (active.get("status") or {}) == status:
+                return active
+            body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]}, "status": status}
+            stored = self._kube.patch(Kube.custom_path(g, API_VERSION, "remediations", state.name) + "/status", body)
+        except (Conflict, NotFound):
+            return None
+        self._fleet.record_written(stored)
+        return stored
+
+    def _observe_metrics(self, before: RepairState | None, d: Decision) -> None:
+        after = d.state
+        assert after is not None
+        if before is None:
+            self._metrics.faults.labels(after.fault.fault_class).inc()
+        prev_phase = before.phase.value if before else None
+        if after.phase.value != prev_phase:
+            self._metrics.repairs.labels(after.phase.value).inc()
+            if before is not None and before.steps:
+                spent = (after.steps[-1].time - before.steps[-1].time).total_seconds() if after.steps else 0
+                self._metrics.phase_seconds.labels(before.phase.value).observe(max(spent, 0.0))
+            if after.outcome and not (before and before.outcome):
+                self._metrics.outcomes.labels(after.action.value, after.outcome).inc()
+
+    def _cleanup_leftovers(self, name: str, node: JSON | None, records: list[JSON], obs: Observation) -> None:
+        """No active record: our label or taint on the node are leftovers (e.g. a crash after the
+        record was closed and before the node was cleaned). Remove them, quietly."""
+        if node is None:
+            return
+        labels = node["metadata"].get("labels") or {}
+        taints = (node.get("spec") or {}).get("taints") or []
+        marked = labels.get(self._names.maintenance_required) is not None or any(
+            t.get("key") == self._names.taint_key for t in taints)
+        if not marked:
+            return
+        if obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":
+            return  # a new repair is being decided
+        last = rec.state_of(records[-1]) if records else None
+        uncordon = bool(last and last.started and not last.node_was_cordoned)
+        self._act.run((Unmark(uncordon=uncordon),), name, node, None, None)
+
+    # --- pool ------------------------------------------------------------------------------
+    def _breaker_open(self, pool: Pool) -> bool:
+        cb = pool.config.circuit_breaker
+        members = self._fleet.members(pool.name)
+        reading = brk.next_state(pool.breaker_state, len(members), len(self._fleet.faulty(pool.name)),
+                                 open_above=cb.open_above_percent, close_below=cb.close_below_percent,
+                                 min_nodes=cb.min_nodes)
+        return reading.state == brk.OPEN
+
+    def reconcile_pool(self, name: str) -> float | None:
+        pool = self._fleet.pool_named(name)
+        if pool is None:
+            return None
+        cb = pool.config.circuit_breaker
+        members = self._fleet.members(name)
+        faulty = self._fleet.faulty(name)
+        reading = brk.next_state(pool.breaker_state, len(members), len(faulty), open_above=cb.open_above_percent,
+                                 close_below=cb.close_below_percent, min_nodes=cb.min_nodes)
+        self._metrics.breaker_open.labels(name).set(1 if reading.state == brk.OPEN else 0)
+        old = pool.obj.get("status") or {}
+        old_cb = old.get("circuitBreaker") or {}
+        changed = reading.state != old_cb.get("state", brk.CLOSED)
+        msg = (f"{reading.faulty} of {reading.nodes} nodes ({reading.percent}%) report a fault; "
+               f"opens above {cb.open_above_percent}%, closes below {cb.close_below_percent}%")
+        status = {
+            "nodes": reading.nodes, "faultyNodes": reading.faulty, "faultyPercent": reading.percent,
+            "repairsInProgress": self._fleet.in_progress(name),
+            "circuitBreaker": {"state": reading.state,
+                               "since": utc_iso(self._clock.now()) if changed else old_cb.get("since",
+                                                                                          utc_iso(self._clock.now())),
+                               "message": msg},
+            "observedGeneration": pool.obj.get("metadata", {}).get("generation", 0),
+        }
+        if status == old:
+            return None
+        try:
+            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, "gpunodepools", name)
+                                      + "/status", {"status": status})
+            self._fleet.pool_written(stored)
+        except NotFound:
+            return None
+        if changed:
+            uid = pool.obj.get("metadata", {}).get("uid", "")
+            ref = ObjectRef("GpuNodePool", name, api_version=f"{self._names.api_group}/{API_VERSION}", uid=uid)
+            if reading.state == brk.OPEN:
+                self._recorder.emit(ref, EVENT_BREAKER_OPEN, f"circuit breaker open: automatic repairs paused; {msg}",
+                                    warning=True)
+            else:
+                self._recorder.emit(ref, EVENT_BREAKER_CLOSED, f"circuit breaker closed: repairs resume; {msg}")
+                self._fleet.wake_held(name)
+        return None

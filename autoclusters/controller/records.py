@@ -1,0 +1,126 @@
+"""The ``Remediation`` record: the persisted form of a ``RepairState``.
+
+The record's status is the source of truth for a repair in flight; these two functions are
+the only place that maps between the dataclass and the object, so what the controller
+knows after a restart is exactly what it wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from autoclusters.clock import parse_iso, utc_iso
+from autoclusters.controller.statemachine import (
+    TERMINAL,
+    ConsentMode,
+    Fault,
+    Operation,
+    Phase,
+    RepairAction,
+    RepairState,
+    Step,
+)
+from autoclusters.deploy import API_VERSION
+from autoclusters.names import Names
+
+JSON = dict[str, Any]
+
+
+def node_label(names: Names) -> str:
+    return f"{names.api_group}/node"
+
+
+def pool_label(names: Names) -> str:
+    return f"{names.api_group}/pool"
+
+
+def _label_value(value: str) -> str:
+    return value if len(value) <= 63 else hashlib.sha256(value.encode()).hexdigest()[:63]
+
+
+def record_name(node: str, condition_type: str, transition_time: str, seq: int) -> str:
+    """Deterministic for one fault episode, so two writers that race create one record."""
+    digest = hashlib.sha256(f"{condition_type}|{transition_time}|{seq}".encode()).hexdigest()[:8]
+    return f"{node[:200]}-{digest}"
+
+
+def phase_of(obj: JSON) -> Phase | None:
+    value = (obj.get("status") or {}).get("phase")
+    try:
+        return Phase(value) if value else None
+    except ValueError:
+        return None
+
+
+def is_active(obj: JSON) -> bool:
+    phase = phase_of(obj)
+    return phase is None or phase not in TERMINAL
+
+
+def new_record(state: RepairState, names: Names) -> JSON:
+    return {
+        "apiVersion": f"{names.api_group}/{API_VERSION}",
+        "kind": "Remediation",
+        "metadata": {"name": state.name, "labels": {node_label(names): _label_value(state.node),
+                                                     pool_label(names): _label_value(state.pool),
+                                                     "app.kubernetes.io/part-of": "autoclusters"}},
+        "spec": {"node": state.node, "pool": state.pool, "consentMode": state.consent_mode.value,
+                 "action": state.action.value,
+                 "fault": {"class": state.fault.fault_class, "code": state.fault.code,
+                           "reason": state.fault.reason, "message": state.fault.message}},
+    }
+
+
+def _ts(value: Any) -> str | None:
+    return utc_iso(value) if value is not None else None
+
+
+def status_of(s: RepairState) -> JSON:
+    status: JSON = {
+        "phase": s.phase.value, "action": s.action.value, "approved": s.approved, "escalated": s.escalated,
+        "escalatedFrom": s.escalated_from, "optOut": s.opt_out, "attempts": s.attempts,
+        "nodeWasCordoned": s.node_was_cordoned, "hold": s.hold, "outcome": s.outcome, "message": s.message,
+        "replacementNode": s.replacement_node,
+        "steps": [{"phase": st.phase, "time": utc_iso(st.time), "message": st.message} for st in s.steps],
+    }
+    for key, value in (("drainStarted", s.drain_started), ("verifyStarted", s.verify_started),
+                       ("created", s.created), ("completed", s.completed)):
+        if value is not None:
+            status[key] = _ts(value)
+    if s.operation is not None:
+        op = s.operation
+        status["operation"] = {"id": op.id, "action": op.action.value, "started": utc_iso(op.started),
+                               "bootIdBefore": op.boot_id_before, "newNode": op.new_node}
+    return status
+
+
+def state_of(obj: JSON) -> RepairState | None:
+    """The state a record holds; None for a record created but not yet given a phase."""
+    status = obj.get("status") or {}
+    phase = phase_of(obj)
+    if phase is None:
+        return None
+    spec = obj.get("spec") or {}
+    f = spec.get("fault") or {}
+    op = status.get("operation")
+    operation = None
+    if op:
+        operation = Operation(id=op["id"], action=RepairAction(op["action"]), started=parse_iso(op["started"]),
+                              boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
+    return RepairState(
+        name=obj["metadata"]["name"], node=spec.get("node", ""), pool=spec.get("pool", ""),
+        consent_mode=ConsentMode(spec.get("consentMode", "auto")),
+        fault=Fault(f.get("class", "gpu"), str(f.get("code", "")), f.get("reason", ""), f.get("message", "")),
+        phase=phase, action=RepairAction(status.get("action") or spec.get("action") or "reset"),
+        approved=bool(status.get("approved")), escalated=bool(status.get("escalated")),
+        escalated_from=status.get("escalatedFrom", ""), opt_out=bool(status.get("optOut")),
+        attempts=int(status.get("attempts", 0)), node_was_cordoned=bool(status.get("nodeWasCordoned")),
+        drain_started=parse_iso(status.get("drainStarted")), operation=operation,
+        verify_started=parse_iso(status.get("verifyStarted")), hold=status.get("hold", ""),
+        outcome=status.get("outcome", ""), message=status.get("message", ""),
+        replacement_node=status.get("replacementNode", ""), created=parse_iso(status.get("created")),
+        completed=parse_iso(status.get("completed")),
+        steps=tuple(Step(st.get("phase", ""), parse_iso(st.get("time")), st.get("message", ""))  # type: ignore[arg-type]
+                    for st in status.get("steps") or []),
+    )

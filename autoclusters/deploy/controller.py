@@ -1,0 +1,85 @@
+"""RBAC of the remediation controller: exactly the verbs its code paths use.
+
+Cluster-wide: nodes (labels, taint, cordon; create/delete and status only for the
+simulated provider), pods (list, evict, delete after the drain deadline), events, our two
+custom resources, and Cluster API Machines for that provider. Namespaced: the leader
+election Lease, in the controller's own namespace only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.names import Names
+
+LEASE_NAME = "autoclusters-controller"
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def controller_cluster_role(names: Names, name: str = "autoclusters-controller") -> dict[str, Any]:
+    g = names.api_group
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "rules": [
+            _rule([""], ["nodes"], ["get", "list", "watch", "patch", "create", "delete"]),
+            _rule([""], ["nodes/status"], ["patch"]),
+            _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+            _rule([""], ["pods/eviction"], ["create"]),
+            _rule([""], ["events"], ["create", "patch"]),
+            _rule([g], ["gpunodepools"], ["get", "list", "watch"]),
+            _rule([g], ["gpunodepools/status"], ["patch"]),
+            _rule([g], ["remediations"], ["get", "list", "watch", "create", "delete"]),
+            _rule([g], ["remediations/status"], ["patch"]),
+            _rule(["cluster.x-k8s.io"], ["machines"], ["get", "list", "patch", "delete"]),
+        ],
+    }
+
+
+def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller",
+                                    service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+
+
+def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader"
+                          ) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "rules": [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])],
+    }
+
+
+def controller_lease_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader",
+                                  service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+
+
+def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
+                    service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
+    """ClusterRole + binding and the namespaced Lease role + binding, for one service account."""
+    cr = "autoclusters-controller" if namespace == DEFAULT_NAMESPACE else f"autoclusters-controller-{namespace}"
+    return [
+        controller_cluster_role(names, cr),
+        controller_cluster_role_binding(namespace, cr, service_account),
+        controller_lease_role(namespace),
+        controller_lease_role_binding(namespace, service_account=service_account),
+    ]

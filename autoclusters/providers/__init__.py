@@ -1,0 +1,12 @@
+"""Node lifecycle backends: how a node is reset or replaced (SPEC section 6).
+
+Each provider is driven by the controller with one ``Operation`` at a time and must keep
+two promises: ``drive`` is idempotent for an operation id (calling it again after a crash
+never starts a second reset or a second replacement), and ``progress`` reads what the
+backend itself recorded, so a restarted controller finds an operation where it left it.
+"""
+
+from autoclusters.providers.base import NodeLookup, Provider, ProviderError
+from autoclusters.providers.registry import build_provider
+
+__all__ = ["NodeLookup", "Provider", "ProviderError", "build_provider"]

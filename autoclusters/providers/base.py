@@ -1,0 +1,28 @@
+"""The provider interface the controller drives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from autoclusters.controller.statemachine import Operation, ProviderView
+
+# Reads a node from the controller's cache: the object, or None when it does not exist.
+NodeLookup = Callable[[str], dict[str, Any] | None]
+
+
+class ProviderError(Exception):
+    """A provider that is misconfigured (bad settings in GpuNodePool.spec.provider)."""
+
+
+class Provider(Protocol):
+    name: str
+
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        """Start or continue the operation; a no-op when it already finished. Idempotent per ``op.id``."""
+
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        """Where the operation stands, from what the backend recorded."""
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        """The new node's name for a replacement, when the provider chooses it ("" when unknown)."""

@@ -1,0 +1,93 @@
+"""The command provider: runs an operator's script to reset or replace a node.
+
+The script gets the node's details as arguments (``ACTION NODE``) and in the environment
+(``AUTOCLUSTERS_ACTION``, ``AUTOCLUSTERS_NODE``, ``AUTOCLUSTERS_POOL``,
+``AUTOCLUSTERS_OPERATION_ID``). Exit code 0 = done, anything else (or the timeout) =
+failed. A replacement script may print ``new-node=NAME`` to name the node that joined.
+
+The script runs in a background thread, so a long reset never blocks the controller's
+workers. A restarted controller runs it again for the same operation id: the script must
+be idempotent for that id (the id is stable across restarts, so it can key its own state).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
+from autoclusters.providers.base import NodeLookup, ProviderError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    ok: bool
+    message: str
+    new_node: str = ""
+
+
+def run_command(argv: Sequence[str], op: Operation, node: str, pool: str, timeout: float) -> CommandResult:
+    env = {**os.environ, "AUTOCLUSTERS_ACTION": str(op.action), "AUTOCLUSTERS_NODE": node,
+           "AUTOCLUSTERS_POOL": pool, "AUTOCLUSTERS_OPERATION_ID": op.id}
+    try:
+        proc = subprocess.run([*argv, str(op.action), node], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return CommandResult(False, f"{argv[0]} did not finish within {timeout:g}s")
+    except OSError as e:
+        return CommandResult(False, f"{argv[0]} could not run: {e}")
+    new = ""
+    for line in proc.stdout.splitlines():
+        if line.startswith("new-node="):
+            new = line.split("=", 1)[1].strip()
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return CommandResult(False, f"{argv[0]} exited {proc.returncode}: {tail[0][:200]}")
+    return CommandResult(True, "", new)
+
+
+class CommandProvider:
+    name = "command"
+
+    def __init__(self, argv: Sequence[str], *, timeout: float = 900) -> None:
+        if not argv or not all(isinstance(a, str) and a for a in argv):
+            raise ProviderError("provider.command must be a non-empty list of strings")
+        self._argv = list(argv)
+        self._timeout = timeout
+        self._results: dict[str, CommandResult | None] = {}  # None: running
+        self._lock = threading.Lock()
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        with self._lock:
+            result = self._results.get(op.id)
+        return result.new_node if result else ""
+
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        with self._lock:
+            if op.id in self._results:
+                return
+            self._results[op.id] = None
+        threading.Thread(target=self._run, args=(op, node, pool), name=f"command-{op.id}", daemon=True).start()
+
+    def _run(self, op: Operation, node: str, pool: str) -> None:
+        result = run_command(self._argv, op, node, pool, self._timeout)
+        log.info("command provider %s %s: %s", op.action, node, "ok" if result.ok else result.message)
+        with self._lock:
+            self._results[op.id] = result
+
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        with self._lock:
+            if op.id not in self._results:
+                return ProviderView(ProviderState.NOT_STARTED)
+            result = self._results[op.id]
+        if result is None:
+            return ProviderView(ProviderState.RUNNING)
+        if result.ok:
+            return ProviderView(ProviderState.SUCCEEDED, new_node=result.new_node)
+        return ProviderView(ProviderState.FAILED, result.message)

@@ -1,0 +1,168 @@
+"""The simulated provider: resets and replaces kwok nodes on the local cluster.
+
+Everything it has done is recorded on the node itself (``sim.autoclusters.io/*``
+annotations), so the operation survives a controller restart: ``drive`` reads the record
+first and only moves it forward.
+
+- reset: mark the node ``kwok.x-k8s.io/status=custom`` (kwok leaves its status alone),
+  Ready=False; after ``reset_seconds`` a new ``bootID``, Ready=True, the mark removed.
+- replace: after ``replace_seconds`` a node with a name derived from the operation id joins
+  the pool with the old node's labels and shape, then the old node is deleted.
+- ``sim.autoclusters.io/fail-reset: "true"`` / ``fail-replace: "true"`` on a node make the
+  next operation of that kind fail, for tests of the failure paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.names import Names
+from autoclusters.providers.base import NodeLookup
+from autoclusters.sim import nodes as sim
+
+PREFIX = "sim.autoclusters.io"
+ANN_OPERATION = f"{PREFIX}/operation"
+ANN_STARTED = f"{PREFIX}/operation-started"
+ANN_DONE = f"{PREFIX}/operation-done"
+ANN_FAILED = f"{PREFIX}/operation-failed"
+ANN_FAIL_RESET = f"{PREFIX}/fail-reset"
+ANN_FAIL_REPLACE = f"{PREFIX}/fail-replace"
+
+
+def _annotations(node: dict[str, Any] | None) -> dict[str, str]:
+    return ((node or {}).get("metadata") or {}).get("annotations") or {}
+
+
+class SimulatedProvider:
+    name = "simulated"
+
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *, reset_seconds: float = 5,
+                 replace_seconds: float = 5) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._names = names
+        self.reset_seconds = reset_seconds
+        self.replace_seconds = replace_seconds
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        """Derived from the operation id, so a retried replacement finds the node it created."""
+        return f"{pool}-{hashlib.sha256(op.id.encode()).hexdigest()[:6]}"
+
+    # --- progress -----------------------------------------------------------------------
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        current = lookup(node)
+        ann = _annotations(current)
+        if current is not None and ann.get(ANN_FAILED) == op.id:
+            return ProviderView(ProviderState.FAILED, f"simulated {op.action} failure requested on {node}")
+        if op.action == RepairAction.RESET:
+            if current is None:
+                return ProviderView(ProviderState.FAILED, f"node {node} disappeared during the reset")
+            if ann.get(ANN_DONE) == op.id:
+                return ProviderView(ProviderState.SUCCEEDED)
+            if ann.get(ANN_OPERATION) == op.id:
+                return ProviderView(ProviderState.RUNNING)
+            return ProviderView(ProviderState.NOT_STARTED)
+        new = self.replacement_name(op, pool)
+        if current is None and lookup(new) is not None:
+            return ProviderView(ProviderState.SUCCEEDED, new_node=new)
+        if current is not None and ann.get(ANN_OPERATION) == op.id:
+            return ProviderView(ProviderState.RUNNING, new_node=new)
+        return ProviderView(ProviderState.NOT_STARTED, new_node=new)
+
+    # --- drive --------------------------------------------------------------------------
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        try:
+            current = self._kube.get_node(node)
+        except NotFound:
+            current = None
+        if op.action == RepairAction.RESET:
+            if current is not None:
+                self._drive_reset(op, current)
+            return
+        self._drive_replace(op, node, pool, current)
+
+    def _mark_started(self, node: str, op: Operation, extra: dict[str, str | None]) -> None:
+        self._kube.patch_node(node, {"metadata": {"annotations": {
+            ANN_OPERATION: op.id, ANN_STARTED: utc_iso(self._clock.now()), ANN_DONE: None, ANN_FAILED: None,
+            **extra}}})
+
+    def _due(self, node: dict[str, Any], seconds: float) -> bool:
+        started = parse_iso(_annotations(node).get(ANN_STARTED))
+        return started is None or self._clock.now() >= started + timedelta(seconds=seconds)
+
+    def _drive_reset(self, op: Operation, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        ann = _annotations(node)
+        if op.id in (ann.get(ANN_DONE), ann.get(ANN_FAILED)):
+            return
+        if ann.get(ANN_OPERATION) != op.id:
+            if ann.get(ANN_FAIL_RESET) == "true":
+                self._kube.patch_node(name, {"metadata": {"annotations": {ANN_OPERATION: op.id, ANN_FAILED: op.id}}})
+                return
+            self._mark_started(name, op, {sim.KWOK_STATUS_ANNOTATION: sim.KWOK_STATUS_VALUE})
+            self._set_ready(name, False, "the simulated VM is resetting")
+            return
+        if not self._due(node, self.reset_seconds):
+            return
+        now = utc_iso(self._clock.now())
+        self._kube.patch_node_status(name, {"status": {
+            "nodeInfo": {"bootID": str(uuid.uuid4())},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "the simulated VM finished its reset", "lastHeartbeatTime": now,
+                            "lastTransitionTime": now}]}})
+        self._kube.patch_node(name, {"metadata": {"annotations": {sim.KWOK_STATUS_ANNOTATION: None,
+                                                                  ANN_DONE: op.id}}})
+
+    def _set_ready(self, name: str, ready: bool, message: str) -> None:
+        now = utc_iso(self._clock.now())
+        self._kube.patch_node_status(name, {"status": {"conditions": [{
+            "type": "Ready", "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else "SimulatedReset", "message": message,
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+
+    def _drive_replace(self, op: Operation, node: str, pool: str, current: dict[str, Any] | None) -> None:
+        new = self.replacement_name(op, pool)
+        if current is not None:
+            ann = _annotations(current)
+            if ann.get(ANN_FAILED) == op.id:
+                return
+            if ann.get(ANN_OPERATION) != op.id:
+                if ann.get(ANN_FAIL_REPLACE) == "true":
+                    self._kube.patch_node(node, {"metadata": {"annotations": {ANN_OPERATION: op.id,
+                                                                              ANN_FAILED: op.id}}})
+                    return
+                self._mark_started(node, op, {})
+                if self.replace_seconds > 0:
+                    return
+            elif not self._due(current, self.replace_seconds):
+                return
+        self._create_replacement(new, pool, current)
+        if current is not None:
+            with contextlib.suppress(NotFound):
+                self._kube.delete(f"/api/v1/nodes/{node}")
+
+    def _create_replacement(self, new: str, pool: str, old: dict[str, Any] | None) -> None:
+        labels = ((old or {}).get("metadata") or {}).get("labels") or {}
+        capacity = ((old or {}).get("status") or {}).get("capacity") or {}
+        base = sim.A100_8X
+        shape = sim.GpuShape(
+            instance_type=labels.get(sim.INSTANCE_TYPE_LABEL, base.instance_type),
+            product=labels.get(sim.GPU_PRODUCT_LABEL, base.product),
+            gpus=int(labels.get(sim.GPU_COUNT_LABEL, base.gpus)),
+            cpu=str(capacity.get("cpu", base.cpu)), memory=str(capacity.get("memory", base.memory)),
+            pods=str(capacity.get("pods", base.pods)))
+        pool_name = labels.get(self._names.pool_label, pool)
+        keep = {k: v for k, v in labels.items()
+                if not k.startswith(self._names.domain + "/") and not k.startswith("kubernetes.io/")}
+        manifest = sim.gpu_node_manifest(new, pool_name, self._names, shape, labels=keep)
+        manifest["metadata"]["labels"]["kubernetes.io/hostname"] = new
+        with contextlib.suppress(Conflict):
+            self._kube.create("/api/v1/nodes", manifest)
+        self._kube.patch_node_status(new, {"status": manifest["status"]})

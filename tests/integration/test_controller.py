@@ -1,0 +1,89 @@
+"""The repair flow against the real control plane (SPEC sections 3-5), durations shortened by flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoclusters import names as n
+from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
+    XID64_MESSAGE,
+    Env,
+    controller_log_fixture,
+    ctl_fixture,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_auto_reset_succeeds(ctl: Env) -> None:
+    _, (node,) = ctl.pool("auto")
+    boot = ctl.node(node)["status"]["nodeInfo"]["bootID"]
+    ctl.raise_fault(node)
+    done = ctl.record_in(node, "Succeeded", timeout=40)
+    assert done["status"]["action"] == "reset" and done["spec"]["consentMode"] == "auto"
+    assert done["spec"]["fault"] == {"class": "gpu", "code": "79", "reason": "NvidiaXIDError",
+                                     "message": "GPU 3 reported Xid 79 (GPU has fallen off the bus)."}
+    phases = [s["phase"] for s in done["status"]["steps"]]
+    assert phases == ["Scheduled", "Draining", "Acting", "Verifying", "Succeeded"]
+    after = ctl.node(node)
+    assert after["status"]["nodeInfo"]["bootID"] != boot
+    wait_for("node cleaned", lambda: n.EVENT_SUCCEEDED in ctl.reasons(node))
+    assert ctl.names.maintenance_required not in ctl.labels(node) and not ctl.has_taint(node)
+    assert not ctl.node(node)["spec"].get("unschedulable")
+    reasons = ctl.reasons(node)
+    for reason in (n.EVENT_REQUIRED, n.EVENT_SCHEDULED, n.EVENT_STARTED, n.EVENT_SUCCEEDED):
+        assert reason in reasons
+    assert len(ctl.records(node)) == 1
+
+
+def test_propose_waits_then_proceeds_on_approval(ctl: Env) -> None:
+    _, (node,) = ctl.pool("propose")
+    ctl.raise_fault(node)
+    ctl.record_in(node, "AwaitingApproval")
+    wait_for("marked", lambda: ctl.labels(node).get(ctl.names.maintenance_required) == "true" and ctl.has_taint(node))
+    ctl.wait_reason(node, n.EVENT_AWAITING_APPROVAL)
+    import time
+
+    time.sleep(1.5)
+    assert ctl.records(node)[-1]["status"]["phase"] == "AwaitingApproval"
+    assert not ctl.node(node)["spec"].get("unschedulable")  # keeps running its work until approved
+    ctl.approve(node)
+    done = ctl.record_in(node, "Succeeded", timeout=40)
+    assert done["status"]["approved"] is True
+    assert n.EVENT_APPROVED in ctl.reasons(node)
+    wait_for("labels gone", lambda: not ({ctl.names.maintenance_required, ctl.names.maintenance_approved}
+                                         & set(ctl.labels(node))))
+
+
+def test_off_does_nothing_but_the_condition(ctl: Env) -> None:
+    _, (node,) = ctl.pool("off")
+    ctl.raise_fault(node)
+    import time
+
+    time.sleep(3)
+    assert ctl.records(node) == []
+    assert ctl.names.maintenance_required not in ctl.labels(node) and not ctl.has_taint(node)
+    assert ctl.reasons(node) == []
+
+
+def test_fault_cleared_before_the_repair_starts(ctl: Env) -> None:
+    _, (node,) = ctl.pool("propose")
+    ctl.raise_fault(node)
+    ctl.record_in(node, "AwaitingApproval")
+    ctl.clear_fault(node)
+    rec = ctl.record_in(node, "NotNeeded")
+    assert rec["status"]["outcome"] == "NotNeeded"
+    wait_for("cleaned", lambda: not ctl.has_taint(node) and ctl.names.maintenance_required not in ctl.labels(node))
+    ctl.wait_reason(node, n.EVENT_FAULT_CLEARED)
+
+
+def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
+    pool, (node,) = ctl.pool("auto")
+    ctl.raise_fault(node, XID64_MESSAGE)
+    done = ctl.record_in(node, "Succeeded", timeout=40)
+    new = done["status"]["replacementNode"]
+    assert done["status"]["action"] == "replace" and new and new != node
+    assert ctl.node(node) is None
+    assert ctl.pool_nodes(pool) == [new]
+    assert ctl.labels(new)[ctl.names.pool_label] == pool

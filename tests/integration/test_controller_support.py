@@ -1,0 +1,279 @@
+"""Fixtures and helpers for the controller's integration tests (no tests of its own).
+
+The controller runs as a subprocess under its own service account (RBAC from
+``deploy/controller.py``), with every duration shortened through its flags. The tests act
+as the detector: they write the fault condition on ``nodes/status`` exactly as the
+detector does, and clear it when they see the node's boot id change after a reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.controller import controller_rbac
+from autoclusters.deploy.crds import crds
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound
+from autoclusters.names import Names
+
+XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+XID48_MESSAGE = "GPU 1 reported Xid 48 (Double Bit ECC Error)."
+XID64_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
+
+CONTROLLER_FLAGS = {
+    "--lease-seconds": "4", "--renew-deadline-seconds": "3", "--retry-period-seconds": "0.5",
+    "--poll-seconds": "0.3", "--hold-recheck-seconds": "0.5", "--verify-timeout-seconds": "12",
+    "--operation-timeout-seconds": "60", "--sim-reset-seconds": "1", "--sim-replace-seconds": "1",
+    "--metrics-port": "0", "--resync-seconds": "20", "--workers": "8",
+}
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class ControllerProcess:
+    """One ``autoclusters controller run`` subprocess; ``kill()`` is a SIGKILL, the honest crash."""
+
+    def __init__(self, kubeconfig: str, namespace: str, log_dir: Path, identity: str,
+                 extra: dict[str, str] | None = None) -> None:
+        flags = {**CONTROLLER_FLAGS, **(extra or {})}
+        self.identity = identity
+        self.log_path = log_dir / f"controller-{identity}.log"
+        argv = [sys.executable, "-m", "autoclusters.cli.main", "controller", "run", "--kubeconfig", kubeconfig,
+                "--namespace", namespace, "--identity", identity]
+        for k, v in flags.items():
+            argv += [k, v]
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Env:
+    """What a controller test needs: the cluster, the controller's identity, helpers."""
+
+    def __init__(self, cluster: ClusterHandle, namespace: str, kubeconfig: str, log_dir: Path) -> None:
+        self.cluster = cluster
+        self.kube: Kube = cluster.kube
+        self.names: Names = cluster.names
+        self.namespace = namespace
+        self.sa_kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.controllers: list[ControllerProcess] = []
+        self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/autoclusters-controller"
+
+    # --- controller processes ---------------------------------------------------------------
+    def start_controller(self, identity: str | None = None, **extra: str) -> ControllerProcess:
+        c = ControllerProcess(self.sa_kubeconfig, self.namespace, self.log_dir,
+                              identity or f"ctl-{secrets.token_hex(2)}", {f"--{k.replace('_', '-')}": v
+                                                                          for k, v in extra.items()})
+        self.controllers.append(c)
+        return c
+
+    def running(self) -> list[ControllerProcess]:
+        return [c for c in self.controllers if c.proc.poll() is None]
+
+    def leader(self) -> str:
+        with contextlib.suppress(NotFound):
+            return str((self.kube.get(self.lease_path).get("spec") or {}).get("holderIdentity") or "")
+        return ""
+
+    def wait_leader(self, among: list[ControllerProcess], timeout: float = 20) -> ControllerProcess:
+        ids = {c.identity: c for c in among}
+        return wait_for("a leader", lambda: ids.get(self.leader()), timeout)
+
+    # --- pools and nodes --------------------------------------------------------------------------
+    def pool(self, mode: str = "auto", nodes: int = 1, **spec: Any) -> tuple[str, list[str]]:
+        name = f"p{secrets.token_hex(3)}"
+        body = {"apiVersion": f"{self.names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
+                "metadata": {"name": name},
+                "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
+                         **spec}}
+        self.kube.create(self.pool_path(), body)
+        made = self.cluster.create_gpu_nodes(name, nodes, prefix=name) if nodes else []
+        return name, made
+
+    def pool_path(self, name: str | None = None) -> str:
+        return Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools", name)
+
+    def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
+        self.kube.patch(self.pool_path(name), {"spec": spec})
+
+    def get_pool(self, name: str) -> dict[str, Any]:
+        return self.kube.get(self.pool_path(name))
+
+    # --- acting as the detector ----------------------------------------------------------------------
+    def raise_fault(self, node: str, message: str = XID79_MESSAGE, reason: str = "NvidiaXIDError") -> None:
+        now = utc_iso(SystemClock().now())
+        self.kube.patch_node_status(node, {"status": {"conditions": [{
+            "type": self.names.gpu_condition, "status": "True", "reason": reason, "message": message,
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+
+    def clear_fault(self, node: str) -> None:
+        now = utc_iso(SystemClock().now())
+        self.kube.patch_node_status(node, {"status": {"conditions": [{
+            "type": self.names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
+            "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.kube.get_node(name)
+        except NotFound:
+            return None
+
+    def labels(self, name: str) -> dict[str, str]:
+        return ((self.node(name) or {}).get("metadata") or {}).get("labels") or {}
+
+    def has_taint(self, name: str) -> bool:
+        taints = ((self.node(name) or {}).get("spec") or {}).get("taints") or []
+        return any(t.get("key") == self.names.taint_key for t in taints)
+
+    def approve(self, node: str) -> None:
+        self.kube.patch_node(node, {"metadata": {"labels": {self.names.maintenance_approved: "true"}}})
+
+    def pool_nodes(self, pool: str) -> list[str]:
+        return sorted(n["metadata"]["name"] for n in self.kube.list_nodes(f"{self.names.pool_label}={pool}"))
+
+    # --- records and events -------------------------------------------------------------------------
+    def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
+        items = self.kube.list(Kube.custom_path(self.names.api_group, API_VERSION, "remediations"))
+        out = [r for r in items if (node is None or r["spec"]["node"] == node)
+               and (pool is None or r["spec"]["pool"] == pool)]
+        return sorted(out, key=lambda r: r["metadata"]["creationTimestamp"] + r["metadata"]["name"])
+
+    def record_in(self, node: str, *phases: str, timeout: float = 30) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            for r in reversed(self.records(node)):
+                if (r.get("status") or {}).get("phase") in phases:
+                    return r
+            return None
+        return wait_for(f"a record of {node} in {phases}", check, timeout)
+
+    def events(self, name: str, kind: str = "Node") -> list[dict[str, Any]]:
+        items = self.kube.list("/api/v1/namespaces/default/events",
+                               field_selector=f"involvedObject.name={name},involvedObject.kind={kind}")
+        items = [e for e in items if (e.get("source") or {}).get("component") == self.names.component]
+        return sorted(items, key=lambda e: e.get("firstTimestamp") or "")
+
+    def reasons(self, name: str, kind: str = "Node") -> list[str]:
+        return [e["reason"] for e in self.events(name, kind)]
+
+    def wait_reason(self, name: str, reason: str, kind: str = "Node", timeout: float = 30) -> dict[str, Any]:
+        return wait_for(f"event {reason} on {kind} {name}",
+                        lambda: next((e for e in self.events(name, kind) if e["reason"] == reason), None), timeout)
+
+
+class BootWatcher:
+    """Acts as the detector after a reboot: a changed boot id clears the fault, unless the
+    node's simulated hardware is broken for good (``persistent``), when it comes back."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.persistent: set[str] = set()
+        self._boots: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> BootWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                for node in self.env.kube.list_nodes(f"{self.env.names.pool_label}"):
+                    name = node["metadata"]["name"]
+                    boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+                    before = self._boots.get(name)
+                    self._boots[name] = boot
+                    if before is None or before == boot:
+                        continue
+                    conds = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
+                    cond = conds.get(self.env.names.gpu_condition)
+                    if cond and cond.get("status") == "True":
+                        self.env.clear_fault(name)
+                        if name in self.persistent:
+                            time.sleep(0.5)
+                            self.env.raise_fault(name, cond.get("message", XID79_MESSAGE), cond.get("reason"))
+            except KubeError as e:  # the stand-in must keep running through API hiccups
+                print(f"boot watcher: {e}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session", name="ctl")
+def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    names = cluster.names
+    cluster.apply(crds(names))
+    namespace = f"ctl-{secrets.token_hex(3)}"
+    with contextlib.suppress(Conflict):
+        cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": namespace}})
+    rbac = controller_rbac(names, namespace=namespace, service_account="autoclusters-controller")
+    cluster.apply(rbac)
+    kubeconfig = cluster.service_account_kubeconfig(namespace, "autoclusters-controller")
+    env = Env(cluster, namespace, kubeconfig, tmp_path_factory.mktemp("controller-logs"))
+    watcher = BootWatcher(env).start()
+    env.watcher = watcher  # type: ignore[attr-defined]
+    main = env.start_controller("main")
+    env.wait_leader([main])
+    try:
+        yield env
+    finally:
+        watcher.stop()
+        for c in env.controllers:
+            c.terminate()
+        for c in env.controllers:
+            if os.environ.get("AUTOCLUSTERS_TEST_SHOW_LOGS"):
+                print(c.log()[-5000:], file=sys.stderr)
+        with contextlib.suppress(NotFound):
+            cluster.kube.delete(f"/api/v1/namespaces/{namespace}")
+        for obj in rbac:
+            if obj["kind"].startswith("Cluster"):
+                with contextlib.suppress(NotFound):
+                    cluster.kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/"
+                                        f"{obj['metadata']['name']}")
+
+
+@pytest.fixture(name="controller_log")
+def controller_log_fixture(ctl: Env) -> Callable[[], str]:
+    return lambda: "\n".join(c.log()[-4000:] for c in ctl.controllers)
