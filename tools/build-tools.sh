@@ -90,13 +90,6 @@ build_opa() {
   finish opa "$OPA_VERSION"
 }
 
-pseudo_of_tag() { # pseudo_of_tag MODULE TAG -> pseudo-version of the commit the repo tag names
-  # Modules without tags of their own (nested modules) resolve a repo tag's commit with @<tag-commit>;
-  # `go list -m MODULE@TAG` fails, but `go list -m MODULE@<sha>` works; get the sha from the root module.
-  local info; info=$(go list -m -json "$1@$2" 2>/dev/null) || return 1
-  echo "$info" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Version"])'
-}
-
 build_pulumi() {
   # The CLI comes from github.com/pulumi/pulumi/pkg/v3. The module proxy does not serve every
   # pkg/v3 release (v3.261-v3.273 answer 403 "not available"), so PULUMI_CLI_VERSION names the
@@ -124,9 +117,10 @@ build_pulumi() {
      log "    pulumi-language-python $v: not served by the module proxy; Python programs run through"
      log "    the Automation API's inline mode (the SDK hosts the language runtime itself)"
    fi
-   # The exec shim lives in the sdk/v3 module (sdk/python/cmd/), beside the nested module.
+   # The exec shim and the dynamic-provider plugin shim (it runs `python -m pulumi.dynamic`)
+   # live in the sdk/v3 module, beside the nested language-host module.
    local sdir; sdir=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
-   cp "$sdir/python/cmd/pulumi-language-python-exec" "$out/"
+   cp "$sdir/python/cmd/pulumi-language-python-exec" "$sdir/python/dist/pulumi-resource-pulumi-python" "$out/"
    chmod -R u+w "$out"; chmod +x "$out/"*)
   finish pulumi "$v"
 }
