@@ -9,12 +9,14 @@ import signal
 import threading
 from typing import Any
 
-from autoclusters.cli._cluster import add_cluster_flags, connect
-from autoclusters.cli.main import EXIT_USAGE, CliError
+from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
+from autoclusters.cli.main import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import CatalogError, load_catalog
+from autoclusters.kube import Kube, KubeError
+from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,18 @@ def _gpu_map(text: str) -> dict[str, int]:
     return out
 
 
+def _connect(args: argparse.Namespace) -> tuple[Kube, Names]:
+    """The lean transport (the agent's memory budget); the full client for exec-plugin credentials."""
+    from autoclusters.kube.light import load_light_kube
+
+    try:
+        return load_light_kube(args.kubeconfig, user_agent="autoclusters-detector"), names_from_args(args)
+    except KubeError as e:
+        if "exec/auth-provider" not in str(e):
+            raise CliError(str(e), EXIT_UNREACHABLE) from e
+    return connect(args, "autoclusters-detector")
+
+
 def default_spool(cluster: str) -> str:
     from autoclusters.detector.simulated import SPOOL_ENV
 
@@ -90,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         catalog = load_catalog(args.catalog)
     except (CatalogError, OSError) as e:
         raise CliError(f"cannot load the fault catalog: {e}", EXIT_USAGE) from e
-    kube, names = connect(args, "autoclusters-detector")
+    kube, names = _connect(args)
     clock = SystemClock()
     config = AgentConfig(window_s=args.window, poll_s=args.poll_interval, snapshot_poll_s=args.snapshot_interval,
                          writer=WriterConfig(heartbeat_s=args.heartbeat, qps=args.qps))

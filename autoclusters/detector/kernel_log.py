@@ -104,9 +104,13 @@ def parse_line(line: str) -> DriverLine | None:
         kind = "sxid"
     if not m:
         return None
-    bus = normalize(m.group(1))
-    if bus is None:
-        return None
+    raw_bus = m.group(1)
+    if len(raw_bus) == 10 and raw_bus == raw_bus.lower():  # the driver's usual "0000:3b:00": already normal
+        bus = raw_bus
+    else:
+        bus = normalize(raw_bus)
+        if bus is None:
+            return None
     code = int(m.group(2))
     rest = m.group(3)
     fatal: bool | None = None
@@ -128,9 +132,19 @@ class KernelLogInterpreter:
     def __init__(self, catalog: Catalog, gpus: GpuIndex, *, source: str = "kmsg",
                  accept_user_lines: bool = False) -> None:
         self.catalog = catalog
-        self.gpus = gpus
+        self._gpus = gpus
         self.source = source
         self.accept_user_lines = accept_user_lines
+        self._cache: dict[tuple[str, str, int, bool | None], Record] = {}
+
+    @property
+    def gpus(self) -> GpuIndex:
+        return self._gpus
+
+    @gpus.setter
+    def gpus(self, value: GpuIndex) -> None:
+        self._gpus = value
+        self._cache = {}  # subjects depend on the map
 
     def record(self, line: str) -> Record | None:
         parsed = parse_line(line)
@@ -139,18 +153,29 @@ class KernelLogInterpreter:
         return self.to_record(parsed)
 
     def to_record(self, parsed: DriverLine) -> Record:
+        base = self._cache.get((parsed.kind, parsed.bus_id, parsed.code, parsed.fatal))
+        if base is None:
+            base = self._base(parsed)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[(parsed.kind, parsed.bus_id, parsed.code, parsed.fatal)] = base
+        detail = parsed.text[:256] if parsed.kind == "xid" else f"PCI:{parsed.bus_id} {parsed.text[:240]}"
+        return Record(base.source, base.fault_class, base.code, base.subject, base.severity, base.name, base.known,
+                      detail)
+
+    def _base(self, parsed: DriverLine) -> Record:
+        """The record without its detail text; the same for every repeat of a fault (cached)."""
         if parsed.kind == "xid":
             entry = self.catalog.entry_or_unknown(FaultClass.GPU, parsed.code)
             known = self.catalog.lookup(FaultClass.GPU, parsed.code) is not None
             return Record(self.source, FaultClass.GPU, str(parsed.code), self.gpus.subject(parsed.bus_id),
-                          entry.severity, entry.name, known, parsed.text[:256])
+                          entry.severity, entry.name, known)
         entry = self.catalog.entry_or_unknown(FaultClass.NVSWITCH, parsed.code)
         known = self.catalog.lookup(FaultClass.NVSWITCH, parsed.code) is not None
         severity = entry.severity
         if parsed.fatal is False and severity == Severity.FATAL:
             severity = Severity.WARNING  # the driver itself says this occurrence is not fatal
-        return Record(self.source, FaultClass.NVSWITCH, str(parsed.code), "NVSwitch", severity, entry.name, known,
-                      f"PCI:{parsed.bus_id} {parsed.text[:240]}")
+        return Record(self.source, FaultClass.NVSWITCH, str(parsed.code), "NVSwitch", severity, entry.name, known)
 
 
 def format_xid_line(bus_id: str, code: int, text: str, *, pid: str = "'<unknown>'", name: str = "<unknown>") -> str:

@@ -1,0 +1,175 @@
+"""A small HTTP transport for :class:`Kube`, for long-running agents that must stay lean.
+
+Importing the ``kubernetes`` library loads every generated model (about 27 MB of
+memory), which alone breaks the node agent's 40 MB budget. ``Kube`` needs from its
+transport only ``param_serialize``/``call_api`` and a ``configuration.host``; this module
+provides them over ``urllib3`` with credentials from a kubeconfig (token or client
+certificate, CA bundle) or the in-cluster service account, whose projected token it
+re-reads as the kubelet rotates it. API errors are translated here into the named
+exceptions, exactly as the full client does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+import yaml
+
+from autoclusters.kube.client import Kube
+from autoclusters.kube.errors import _BY_STATUS, KubeError, Unavailable, _message
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+_TOKEN_REREAD_S = 60.0
+
+
+@dataclass
+class _Config:
+    host: str
+    ca_file: str | None = None
+    verify: bool = True
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+
+
+class _Response:
+    """The subset of the kubernetes client's response that ``Kube`` reads."""
+
+    def __init__(self, raw: urllib3.BaseHTTPResponse, stream: bool) -> None:
+        self.response = raw
+        self.status = raw.status
+        self.reason = raw.reason
+        self.data: bytes = b""
+        self._stream = stream
+
+    def read(self) -> bytes:
+        if not self.data:
+            self.data = self.response.data
+        return self.data
+
+
+class LightApiClient:
+    def __init__(self, cfg: _Config, pool_size: int = 8) -> None:
+        self.configuration = cfg
+        self.user_agent = "autoclusters"
+        kw: dict[str, Any] = {"maxsize": pool_size, "retries": False}
+        if cfg.host.startswith("https"):
+            kw["cert_reqs"] = "CERT_REQUIRED" if cfg.verify else "CERT_NONE"
+            if cfg.ca_file:
+                kw["ca_certs"] = cfg.ca_file
+            if cfg.cert_file:
+                kw["cert_file"], kw["key_file"] = cfg.cert_file, cfg.key_file
+        self._pool = urllib3.PoolManager(**kw)
+        self._token = cfg.token
+        self._token_read = 0.0
+
+    def _bearer(self) -> str | None:
+        cfg = self.configuration
+        if cfg.token_file and time.monotonic() - self._token_read > _TOKEN_REREAD_S:
+            try:
+                self._token = Path(cfg.token_file).read_text().strip()
+                self._token_read = time.monotonic()
+            except OSError as e:
+                raise KubeError(f"cannot read the service account token {cfg.token_file}: {e}") from e
+        return self._token
+
+    def param_serialize(self, *, method: str, resource_path: str, query_params: list[tuple[str, Any]] | None,
+                        header_params: dict[str, str], body: Any, auth_settings: list[str]
+                        ) -> tuple[str, str, dict[str, str], bytes | None, None]:
+        url = self.configuration.host.rstrip("/") + resource_path
+        if query_params:
+            url += "?" + urlencode(query_params)
+        headers = {**header_params, "User-Agent": self.user_agent}
+        token = self._bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        payload = None if body is None else json.dumps(body).encode()
+        return method, url, headers, payload, None
+
+    def call_api(self, method: str, url: str, *, header_params: dict[str, str], body: bytes | None,
+                 _request_timeout: float | tuple[float, float] = 30) -> _Response:
+        if isinstance(_request_timeout, tuple):
+            timeout = urllib3.Timeout(connect=_request_timeout[0], read=_request_timeout[1])
+        else:
+            timeout = urllib3.Timeout(total=_request_timeout)
+        stream = "watch=true" in url
+        try:
+            raw = self._pool.request(method, url, headers=header_params, body=body, timeout=timeout,
+                                     preload_content=not stream, redirect=False)
+        except urllib3.exceptions.HTTPError as e:
+            raise Unavailable(f"{type(e).__name__}: {e}") from e
+        resp = _Response(raw, stream)
+        if raw.status >= 300:
+            data = raw.data
+            status = raw.status
+            cls = _BY_STATUS.get(status, Unavailable if status >= 500 else KubeError)
+            raise cls(_message(data, raw.reason or f"HTTP {status}"), status=status, reason=raw.reason or "")
+        return resp
+
+
+def _materialise(data: str | None, path: str | None, base: Path, tmp: Path, name: str) -> str | None:
+    """A file path for a kubeconfig ``*-data`` (base64) or file entry."""
+    if data:
+        out = tmp / name
+        out.write_bytes(base64.b64decode(data))
+        out.chmod(0o600)
+        return str(out)
+    if path:
+        return str(path if os.path.isabs(path) else base / path)
+    return None
+
+
+def _from_kubeconfig(path: str) -> _Config:
+    base = Path(path).resolve().parent
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    ctx_name = doc.get("current-context")
+    ctx = next((c["context"] for c in doc.get("contexts") or [] if c.get("name") == ctx_name), None)
+    if ctx is None:
+        raise KubeError(f"{path}: no current context")
+    cluster = next((c["cluster"] for c in doc.get("clusters") or [] if c.get("name") == ctx.get("cluster")), None)
+    user = next((u.get("user") or {} for u in doc.get("users") or [] if u.get("name") == ctx.get("user")), {})
+    if cluster is None:
+        raise KubeError(f"{path}: context {ctx_name} names no known cluster")
+    if "exec" in user or "auth-provider" in user:
+        raise KubeError(f"{path}: exec/auth-provider credentials need the full client (load_kube)")
+    tmp = Path(tempfile.mkdtemp(prefix="autoclusters-kube-"))
+    return _Config(
+        host=cluster["server"],
+        ca_file=_materialise(cluster.get("certificate-authority-data"), cluster.get("certificate-authority"), base,
+                             tmp, "ca.crt"),
+        verify=not cluster.get("insecure-skip-tls-verify", False),
+        cert_file=_materialise(user.get("client-certificate-data"), user.get("client-certificate"), base, tmp,
+                               "client.crt"),
+        key_file=_materialise(user.get("client-key-data"), user.get("client-key"), base, tmp, "client.key"),
+        token=user.get("token"),
+        token_file=user.get("tokenFile"),
+    )
+
+
+def load_light_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters") -> Kube:
+    """Like :func:`load_kube` (kubeconfig path, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``), without
+    importing the ``kubernetes`` library."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            cfg = _from_kubeconfig(path.split(os.pathsep)[0])
+        elif os.path.exists(f"{SA_DIR}/token") and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            host = os.environ["KUBERNETES_SERVICE_HOST"]
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            host = f"[{host}]" if ":" in host else host
+            cfg = _Config(host=f"https://{host}:{port}", ca_file=f"{SA_DIR}/ca.crt", token_file=f"{SA_DIR}/token")
+        else:
+            cfg = _from_kubeconfig(str(Path.home() / ".kube" / "config"))
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
+        raise KubeError(f"cannot load Kubernetes credentials ({path or 'default'}): {e}") from e
+    return Kube(LightApiClient(cfg), user_agent=user_agent)

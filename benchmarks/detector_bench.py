@@ -1,0 +1,138 @@
+"""Detector benchmark: kernel log parser throughput, and the agent's idle memory and CPU.
+
+    .venv/bin/python benchmarks/detector_bench.py [--lines 1000000] [--kubeconfig PATH --node NAME]
+                                                  [--idle-seconds 60] [-o json]
+
+Throughput: a synthetic kernel log of ordinary kernel lines with 1 % driver fault lines
+(every catalogued Xid and SXid code, all framings) goes through the same call the agent
+makes per line (``KernelLogInterpreter.record``); a second run uses only fault lines, the
+worst case. Idle: ``autoclusters detector run`` is started as a subprocess for one node
+(a kernel log file, no NVML/DCGM/InfiniBand on this machine), given a warm-up, then its
+RSS is read from /proc and its CPU time is sampled over ``--idle-seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from autoclusters.detector.kernel_log import KernelLogInterpreter, format_sxid_line, format_xid_line, kmsg_record
+from autoclusters.detector.pci import SIMULATED_GPU_BUS_IDS, GpuIndex
+from autoclusters.faults.catalog import FaultClass, load_catalog
+
+NOISE = [
+    "6,{seq},{usec},-;mlx5_core 0000:4b:00.0: mlx5_pcie_event:301:(pid 1032): PCIe slot advertised sufficient power",
+    "6,{seq},{usec},-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",
+    "4,{seq},{usec},-;audit: type=1400 audit(1732867923.123:88): apparmor=\"DENIED\" operation=\"open\"",
+    "6,{seq},{usec},-;EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode. Quota mode: none.",
+    "6,{seq},{usec},-;nvidia-uvm: Loaded the UVM driver, major device number 510.",
+    "5,{seq},{usec},-;NVRM: GPU at PCI:0000:3b:00: GPU-6f2b1c0e-5d7a-4f0e-9c51-7a3f0d2e9b10",
+    "6,{seq},{usec},-;cni0: port 3(veth4c1a2b3d) entered forwarding state",
+]
+
+
+def corpus(n: int, fault_share: float, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    cat = load_catalog()
+    xids = [int(e.code) for e in cat.of_class(FaultClass.GPU) if e.code.isdigit()]
+    sxids = [int(e.code) for e in cat.of_class(FaultClass.NVSWITCH)]
+    out = []
+    for i in range(n):
+        if rng.random() < fault_share:
+            if rng.random() < 0.8:
+                text = format_xid_line(rng.choice(SIMULATED_GPU_BUS_IDS), rng.choice(xids), "fault text here")
+            else:
+                text = format_sxid_line(rng.randrange(6), "0000:c4:00", rng.choice(sxids), "Link 4 fault")
+            out.append(kmsg_record(i, i * 1000, text))
+        else:
+            out.append(rng.choice(NOISE).format(seq=i, usec=i * 1000))
+    return out
+
+
+def throughput(lines: list[str]) -> tuple[float, int]:
+    interp = KernelLogInterpreter(load_catalog(), GpuIndex.simulated())
+    record = interp.record
+    start = time.perf_counter()
+    found = 0
+    for line in lines:
+        if record(line) is not None:
+            found += 1
+    return len(lines) / (time.perf_counter() - start), found
+
+
+def _proc_stat(pid: int) -> tuple[float, int]:
+    """CPU seconds (user+system, children excluded) and RSS in KiB."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if line.startswith("VmRSS"))
+    return cpu, rss
+
+
+def idle(kubeconfig: str, node: str, seconds: float, warmup: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "kmsg"
+        log.write_text("\n".join(corpus(2000, 0.0)) + "\n")
+        cmd = [sys.executable, "-m", "autoclusters.cli.main", "detector", "run", "--kubeconfig", kubeconfig,
+               "--node", node, "--kernel-log", str(log), "--sys-infiniband", f"{tmp}/no-ib",
+               "--nvidia-proc", f"{tmp}/no-proc", "--dcgm-command", "no-such-dcgmi", "--no-nvml"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(warmup)
+            if proc.poll() is not None:
+                raise RuntimeError(f"the agent exited: {proc.stderr.read() if proc.stderr else ''}")
+            cpu0, _ = _proc_stat(proc.pid)
+            t0 = time.monotonic()
+            peak = 0
+            while time.monotonic() - t0 < seconds:
+                time.sleep(1)
+                peak = max(peak, _proc_stat(proc.pid)[1])
+            cpu1, rss = _proc_stat(proc.pid)
+            elapsed = time.monotonic() - t0
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    return {"rss_mib": rss / 1024, "peak_rss_mib": peak / 1024, "cpu_percent_of_core": 100 * (cpu1 - cpu0) / elapsed,
+            "seconds": elapsed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--kubeconfig", help="measure idle RSS/CPU of an agent writing to this cluster")
+    ap.add_argument("--node", help="the node the measured agent reports on (must exist)")
+    ap.add_argument("--idle-seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    args = ap.parse_args()
+    mixed = corpus(args.lines, 0.01)
+    rate, found = throughput(mixed)
+    faults_only = corpus(max(args.lines // 10, 1000), 1.0)
+    worst, _ = throughput(faults_only)
+    result: dict[str, object] = {"lines": len(mixed), "fault_lines": found, "lines_per_s": round(rate),
+                                 "fault_lines_per_s": round(worst), "target_lines_per_s": 200_000}
+    if args.kubeconfig and args.node:
+        result["idle"] = idle(args.kubeconfig, args.node, args.idle_seconds, args.warmup)
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"parser: {rate:,.0f} lines/s on a 1% fault mix ({found} faults in {len(mixed):,} lines); "
+              f"{worst:,.0f} lines/s on fault lines only (target 200,000)")
+        if "idle" in result:
+            i = result["idle"]
+            assert isinstance(i, dict)
+            print(f"idle agent: RSS {i['rss_mib']:.1f} MiB (peak {i['peak_rss_mib']:.1f}), "
+                  f"CPU {i['cpu_percent_of_core']:.2f}% of a core over {i['seconds']:.0f}s (targets 40 MiB, 1%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
