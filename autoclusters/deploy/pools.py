@@ -1,0 +1,317 @@
+"""GPU node pools: the typed, validated pool configuration and the ``GpuNodePool`` object.
+
+The same configuration arrives three ways (a Pulumi component argument, the stack's
+``autoclusters:pools`` config list, a pool object kept in git), so it is parsed in one place
+with a strict schema: an unknown key or a bad value fails here with a message that names
+the pool and the field, not later as a controller that silently ignores a typo.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoclusters.deploy import API_VERSION
+from autoclusters.names import Names
+
+FAULT_CLASSES = ("gpu", "nvswitch", "dcgm", "interconnect")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+class PoolConfigError(ValueError):
+    """A pool or stack setting that cannot be deployed; the message names the field."""
+
+
+class ConsentMode(enum.StrEnum):
+    """Who decides when a repair starts (SPEC section 3)."""
+
+    AUTO = "auto"
+    PROPOSE = "propose"
+    OFF = "off"
+
+
+class FaultAction(enum.StrEnum):
+    """Per fault class override of the catalog's action; ``default`` keeps the catalog's."""
+
+    DEFAULT = "default"
+    RESET = "reset"
+    REPLACE = "replace"
+    OFF = "off"
+
+
+class NodeBackend(enum.StrEnum):
+    """Where a pool's nodes come from: created on the local cluster, or already there."""
+
+    SIMULATED = "simulated"
+    EXISTING = "existing"
+
+
+class ProviderType(enum.StrEnum):
+    """The repair backend the controller uses for the pool (SPEC section 6)."""
+
+    SIMULATED = "simulated"
+    CLUSTERAPI = "clusterapi"
+    COMMAND = "command"
+
+
+@dataclass(frozen=True)
+class CircuitBreaker:
+    open_above_percent: int = 30
+    close_below_percent: int = 20
+    min_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The pool's node backend: ``count`` simulated nodes, or existing nodes matched by ``selector``."""
+
+    backend: NodeBackend = NodeBackend.EXISTING
+    count: int = 0
+    selector: Mapping[str, str] = field(default_factory=dict)
+    gpu_product: str = "NVIDIA-A100-SXM4-80GB"
+    gpus_per_node: int = 8
+    instance_type: str = "a100-80gb-sxm-ib.8x"
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One GPU node pool; field names mirror ``GpuNodePool.spec`` in snake case."""
+
+    name: str
+    consent_mode: ConsentMode = ConsentMode.AUTO
+    fault_classes: Mapping[str, FaultAction] = field(default_factory=dict)
+    max_concurrent_repairs: int = 1
+    circuit_breaker: CircuitBreaker = CircuitBreaker()
+    reset_deadline_seconds: int = 300
+    replace_deadline_seconds: int = 600
+    refault_window_seconds: int = 900
+    reset_memory_seconds: int = 86400
+    max_repairs: int = 3
+    attempt_window_seconds: int = 604800
+    provider: Mapping[str, Any] = field(default_factory=lambda: {"type": ProviderType.SIMULATED.value})
+    node_selector: Mapping[str, Any] | None = None
+    nodes: Nodes = Nodes()
+
+    def __post_init__(self) -> None:
+        where = f"pool {self.name!r}"
+        if not isinstance(self.name, str) or not _DNS_LABEL.match(self.name):
+            raise PoolConfigError(f"pool name {self.name!r} must be a DNS label (lower case, digits, '-')")
+        object.__setattr__(self, "consent_mode", _enum(ConsentMode, self.consent_mode, f"{where}: consentMode"))
+        actions = {}
+        for cls, action in dict(self.fault_classes).items():
+            if cls not in FAULT_CLASSES:
+                raise PoolConfigError(f"{where}: faultClasses has unknown class {cls!r}; "
+                                      f"expected one of {', '.join(FAULT_CLASSES)}")
+            actions[cls] = _enum(FaultAction, action, f"{where}: faultClasses.{cls}")
+        object.__setattr__(self, "fault_classes", actions)
+        _positive(self.max_concurrent_repairs, f"{where}: maxConcurrentRepairs")
+        cb = self.circuit_breaker
+        for pct, label in ((cb.open_above_percent, "openAbovePercent"), (cb.close_below_percent, "closeBelowPercent")):
+            if not isinstance(pct, int) or isinstance(pct, bool) or not 0 < pct <= 100:
+                raise PoolConfigError(f"{where}: circuitBreaker.{label} must be an integer in 1..100, got {pct!r}")
+        if cb.close_below_percent > cb.open_above_percent:
+            raise PoolConfigError(f"{where}: circuitBreaker.closeBelowPercent ({cb.close_below_percent}) must not "
+                                  f"exceed openAbovePercent ({cb.open_above_percent})")
+        _non_negative(cb.min_nodes, f"{where}: circuitBreaker.minNodes")
+        for value, label in ((self.reset_deadline_seconds, "drain.resetDeadlineSeconds"),
+                             (self.replace_deadline_seconds, "drain.replaceDeadlineSeconds"),
+                             (self.refault_window_seconds, "escalation.refaultWindowSeconds"),
+                             (self.reset_memory_seconds, "escalation.resetMemorySeconds"),
+                             (self.max_repairs, "attemptBudget.maxRepairs"),
+                             (self.attempt_window_seconds, "attemptBudget.windowSeconds")):
+            _positive(value, f"{where}: {label}")
+        provider = dict(self.provider)
+        _enum(ProviderType, provider.get("type"), f"{where}: provider.type")
+        object.__setattr__(self, "provider", provider)
+        n = self.nodes
+        _enum(NodeBackend, n.backend, f"{where}: nodes.backend")
+        if n.backend == NodeBackend.SIMULATED:
+            _positive(n.count, f"{where}: nodes.count")
+            _positive(n.gpus_per_node, f"{where}: nodes.gpusPerNode")
+        elif n.count:
+            raise PoolConfigError(f"{where}: nodes.count applies to the simulated backend only")
+        for key, value in dict(n.selector).items():
+            if not isinstance(key, str) or not _LABEL_KEY.match(key):
+                raise PoolConfigError(f"{where}: nodes.selector key {key!r} is not a label key")
+            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+                raise PoolConfigError(f"{where}: nodes.selector value {value!r} for {key} is not a label value")
+
+
+def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = "|".join(m.value for m in kind)
+        raise PoolConfigError(f"{where} must be one of {allowed}, got {value!r}") from None
+
+
+def _positive(value: Any, where: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PoolConfigError(f"{where} must be an integer >= 1, got {value!r}")
+
+
+def _non_negative(value: Any, where: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PoolConfigError(f"{where} must be an integer >= 0, got {value!r}")
+
+
+def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise PoolConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise PoolConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return dict(data)
+
+
+def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
+    """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
+    raw = _take(data, {"name", "consentMode", "faultClasses", "maxConcurrentRepairs", "circuitBreaker", "drain",
+                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes"}, "pool")
+    if "name" not in raw:
+        raise PoolConfigError("pool: 'name' is required")
+    where = f"pool {raw['name']!r}"
+    cb = _take(raw.get("circuitBreaker", {}), {"openAbovePercent", "closeBelowPercent", "minNodes"},
+               f"{where}: circuitBreaker")
+    drain = _take(raw.get("drain", {}), {"resetDeadlineSeconds", "replaceDeadlineSeconds"}, f"{where}: drain")
+    esc = _take(raw.get("escalation", {}), {"refaultWindowSeconds", "resetMemorySeconds"}, f"{where}: escalation")
+    budget = _take(raw.get("attemptBudget", {}), {"maxRepairs", "windowSeconds"}, f"{where}: attemptBudget")
+    nodes = _take(raw.get("nodes", {}), {"backend", "count", "selector", "gpuProduct", "gpusPerNode", "instanceType"},
+                  f"{where}: nodes")
+    provider = raw.get("provider", {"type": ProviderType.SIMULATED.value})
+    if not isinstance(provider, Mapping) or "type" not in provider:
+        raise PoolConfigError(f"{where}: provider must be a mapping with a 'type'")
+    defaults = Nodes()
+    return PoolConfig(
+        name=raw["name"],
+        consent_mode=raw.get("consentMode", ConsentMode.AUTO),
+        fault_classes=_take(raw.get("faultClasses", {}), set(FAULT_CLASSES), f"{where}: faultClasses"),
+        max_concurrent_repairs=raw.get("maxConcurrentRepairs", 1),
+        circuit_breaker=CircuitBreaker(cb.get("openAbovePercent", 30), cb.get("closeBelowPercent", 20),
+                                       cb.get("minNodes", 0)),
+        reset_deadline_seconds=drain.get("resetDeadlineSeconds", 300),
+        replace_deadline_seconds=drain.get("replaceDeadlineSeconds", 600),
+        refault_window_seconds=esc.get("refaultWindowSeconds", 900),
+        reset_memory_seconds=esc.get("resetMemorySeconds", 86400),
+        max_repairs=budget.get("maxRepairs", 3),
+        attempt_window_seconds=budget.get("windowSeconds", 604800),
+        provider=dict(provider),
+        node_selector=raw.get("nodeSelector"),
+        nodes=Nodes(
+            backend=_enum(NodeBackend, nodes.get("backend", NodeBackend.EXISTING), f"{where}: nodes.backend"),
+            count=nodes.get("count", 0),
+            selector=dict(nodes.get("selector", {})),
+            gpu_product=nodes.get("gpuProduct", defaults.gpu_product),
+            gpus_per_node=nodes.get("gpusPerNode", defaults.gpus_per_node),
+            instance_type=nodes.get("instanceType", defaults.instance_type),
+        ),
+    )
+
+
+def pool_spec(pool: PoolConfig) -> dict[str, Any]:
+    """The ``GpuNodePool.spec`` the controller reads; every default written out, so git diffs show it."""
+    spec: dict[str, Any] = {
+        "consentMode": pool.consent_mode.value,
+        "faultClasses": {cls: pool.fault_classes.get(cls, FaultAction.DEFAULT).value for cls in FAULT_CLASSES},
+        "maxConcurrentRepairs": pool.max_concurrent_repairs,
+        "circuitBreaker": {
+            "openAbovePercent": pool.circuit_breaker.open_above_percent,
+            "closeBelowPercent": pool.circuit_breaker.close_below_percent,
+            "minNodes": pool.circuit_breaker.min_nodes,
+        },
+        "drain": {"resetDeadlineSeconds": pool.reset_deadline_seconds,
+                  "replaceDeadlineSeconds": pool.replace_deadline_seconds},
+        "escalation": {"refaultWindowSeconds": pool.refault_window_seconds,
+                       "resetMemorySeconds": pool.reset_memory_seconds},
+        "attemptBudget": {"maxRepairs": pool.max_repairs, "windowSeconds": pool.attempt_window_seconds},
+        "provider": dict(pool.provider),
+    }
+    if pool.node_selector is not None:
+        spec["nodeSelector"] = dict(pool.node_selector)
+    return spec
+
+
+def gpu_node_pool_object(pool: PoolConfig, names: Names) -> dict[str, Any]:
+    """The cluster-scoped ``GpuNodePool`` object for ``pool``."""
+    return {
+        "apiVersion": f"{names.api_group}/{API_VERSION}",
+        "kind": "GpuNodePool",
+        "metadata": {"name": pool.name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "spec": pool_spec(pool),
+    }
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The whole stack's settings (``autoclusters:*`` keys of a Pulumi stack)."""
+
+    pools: tuple[PoolConfig, ...] = ()
+    domain: str = "autoclusters.io"
+    condition_prefix: str = "AutoClusters"
+    namespace: str = "autoclusters-system"
+    image: str = "ghcr.io/autoclusters/autoclusters:0.1.0"
+    opa_image: str = "openpolicyagent/opa:1.22.4-static"
+    local: bool = False
+    webhook_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.namespace or ""):
+            raise PoolConfigError(f"namespace {self.namespace!r} must be a DNS label")
+        for image, key in ((self.image, "image"), (self.opa_image, "opaImage")):
+            if not isinstance(image, str) or not image or any(c.isspace() for c in image):
+                raise PoolConfigError(f"{key} {image!r} must be a container image reference")
+        if not isinstance(self.local, bool):
+            raise PoolConfigError(f"local must be true or false, got {self.local!r}")
+        if self.webhook_url is not None and not str(self.webhook_url).startswith("https://"):
+            raise PoolConfigError(f"webhookUrl {self.webhook_url!r} must be an https:// URL")
+        seen: set[str] = set()
+        for pool in self.pools:
+            if pool.name in seen:
+                raise PoolConfigError(f"pool {pool.name!r} is listed twice")
+            seen.add(pool.name)
+        for pool in self.pools:
+            if pool.nodes.backend == NodeBackend.SIMULATED and not self.local:
+                raise PoolConfigError(f"pool {pool.name!r}: simulated nodes need local: true (a kwok cluster)")
+        self.names  # validates domain and prefix  # noqa: B018
+
+    @property
+    def names(self) -> Names:
+        try:
+            return Names(domain=self.domain, prefix=self.condition_prefix)
+        except ValueError as e:
+            raise PoolConfigError(str(e)) from None
+
+
+def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
+    """Parses the ``autoclusters:`` namespace of a stack's configuration (camelCase keys)."""
+    raw = _take(data, {"pools", "domain", "conditionPrefix", "namespace", "image", "opaImage", "local", "webhookUrl"},
+                "stack config autoclusters")
+    pools = raw.get("pools", [])
+    if not isinstance(pools, list):
+        raise PoolConfigError("pools must be a list of pool objects")
+    defaults = StackConfig()
+    return StackConfig(
+        pools=tuple(pool_from_config(p) for p in pools),
+        domain=raw.get("domain", defaults.domain),
+        condition_prefix=raw.get("conditionPrefix", defaults.condition_prefix),
+        namespace=raw.get("namespace", defaults.namespace),
+        image=raw.get("image", defaults.image),
+        opa_image=raw.get("opaImage", defaults.opa_image),
+        local=_bool(raw.get("local", False), "local"),
+        webhook_url=raw.get("webhookUrl"),
+    )
+
+
+def _bool(value: Any, where: str) -> bool:
+    """Stack config values set with ``pulumi config set`` arrive as strings."""
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise PoolConfigError(f"{where} must be true or false, got {value!r}")

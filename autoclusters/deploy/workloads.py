@@ -1,0 +1,284 @@
+"""The system's workloads as plain dicts: namespace, detector DaemonSet, controller and
+webhook Deployments, their Services and PodDisruptionBudgets.
+
+The Pulumi components and ``manifests/`` are both built from these functions. The pods run
+the ``autoclusters`` image; on the local (kwok) cluster kwok only simulates them and the
+same commands run on the host under the service accounts' tokens (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autoclusters.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    DETECTOR_SERVICE_ACCOUNT,
+    WEBHOOK_SERVICE_ACCOUNT,
+)
+from autoclusters.names import Names
+
+PART_OF = "autoclusters"
+DETECTOR = "autoclusters-detector"
+CONTROLLER = "autoclusters-controller"
+WEBHOOK = "autoclusters-webhook"
+WEBHOOK_PORT = 8443
+OPA_PORT = 8181
+OPA_DIAGNOSTIC_PORT = 8282
+METRICS_PORT = 9400
+WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
+POLICY_CONFIGMAP = "autoclusters-policies"
+POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_TAINT = "nvidia.com/gpu"
+
+# The commands the pods run; the local mode runs the same ones on the host.
+CONTROLLER_COMMAND = ["autoclusters", "controller", "run", "--leader-elect"]
+DETECTOR_COMMAND = ["autoclusters", "detector", "run"]
+WEBHOOK_COMMAND = ["autoclusters", "webhook", "serve"]
+
+
+def labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": PART_OF}
+
+
+def _selector(component: str) -> dict[str, Any]:
+    return {"matchLabels": {"app.kubernetes.io/name": component}}
+
+
+def _names_env(names: Names) -> list[dict[str, Any]]:
+    return [
+        {"name": "AUTOCLUSTERS_DOMAIN", "value": names.domain},
+        {"name": "AUTOCLUSTERS_CONDITION_PREFIX", "value": names.prefix},
+    ]
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+_RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def namespace(name: str) -> dict[str, Any]:
+    """The system namespace; ``privileged`` because the detector mounts host devices."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {
+            "app.kubernetes.io/part-of": PART_OF,
+            "pod-security.kubernetes.io/enforce": "privileged",
+        }},
+    }
+
+
+def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
+    """One detector per GPU node: a node with a GPU product label or in any pool.
+
+    It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
+    maintenance taint, cordon), so it keeps reporting while the node is under repair.
+    """
+    host_paths = [
+        ("kmsg", "/dev/kmsg", "CharDevice"),
+        ("infiniband", "/sys/class/infiniband", ""),
+        ("nvidia-run", "/var/run/nvidia", ""),
+        ("nvidia-driver", "/proc/driver/nvidia", ""),
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": DETECTOR, "namespace": ns, "labels": labels(DETECTOR)},
+        "spec": {
+            "selector": _selector(DETECTOR),
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {
+                "metadata": {"labels": labels(DETECTOR)},
+                "spec": {
+                    "serviceAccountName": DETECTOR_SERVICE_ACCOUNT,
+                    "priorityClassName": "system-node-critical",
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "Exists"}]},
+                            {"matchExpressions": [{"key": names.pool_label, "operator": "Exists"}]},
+                        ]}}},
+                    "tolerations": [
+                        {"key": GPU_TAINT, "operator": "Exists"},
+                        {"key": names.taint_key, "operator": "Exists"},
+                        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+                    ],
+                    "containers": [{
+                        "name": "detector",
+                        "image": image,
+                        "args": DETECTOR_COMMAND[1:],
+                        "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
+                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                                      "limits": {"cpu": "100m", "memory": "64Mi"}},
+                        # Reading /dev/kmsg needs CAP_SYSLOG; nothing else is privileged.
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}},
+                        "volumeMounts": [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in host_paths],
+                    }],
+                    "volumes": [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in host_paths],
+                },
+            },
+        },
+    }
+
+
+def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2) -> dict[str, Any]:
+    """Two replicas behind leader election: one repairs, the other takes over on loss."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels(CONTROLLER)},
+        "spec": {
+            "replicas": replicas,
+            "selector": _selector(CONTROLLER),
+            "template": {
+                "metadata": {"labels": labels(CONTROLLER)},
+                "spec": {
+                    "serviceAccountName": CONTROLLER_SERVICE_ACCOUNT,
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "podAffinityTerm": {"labelSelector": _selector(CONTROLLER),
+                                            "topologyKey": "kubernetes.io/hostname"}}]}},
+                    "containers": [{
+                        "name": "controller",
+                        "image": image,
+                        "args": CONTROLLER_COMMAND[1:],
+                        "env": [_field_env("POD_NAME", "metadata.name"),
+                                _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names)],
+                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                      "limits": {"cpu": "1", "memory": "512Mi"}},
+                        "securityContext": _RESTRICTED,
+                    }],
+                },
+            },
+        },
+    }
+
+
+def pod_disruption_budget(component: str, ns: str) -> dict[str, Any]:
+    """Keeps one replica of ``component`` through voluntary disruptions (drains of its own node)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": component, "namespace": ns, "labels": labels(component)},
+        "spec": {"minAvailable": 1, "selector": _selector(component)},
+    }
+
+
+def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls_secret: str,
+                       policy_configmap: str, replicas: int = 2) -> dict[str, Any]:
+    """The admission webhook with an OPA sidecar on loopback that serves the Rego from a ConfigMap."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": WEBHOOK, "namespace": ns, "labels": labels(WEBHOOK)},
+        "spec": {
+            "replicas": replicas,
+            "selector": _selector(WEBHOOK),
+            "template": {
+                "metadata": {"labels": labels(WEBHOOK)},
+                "spec": {
+                    "serviceAccountName": WEBHOOK_SERVICE_ACCOUNT,
+                    "containers": [
+                        {
+                            "name": "webhook",
+                            "image": image,
+                            "args": [*WEBHOOK_COMMAND[1:], "--port", str(WEBHOOK_PORT),
+                                     "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key",
+                                     "--opa-url", f"http://127.0.0.1:{OPA_PORT}"],
+                            "env": _names_env(names),
+                            "ports": [{"name": "https", "containerPort": WEBHOOK_PORT}],
+                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": WEBHOOK_PORT,
+                                                           "scheme": "HTTPS"}},
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                          "limits": {"cpu": "1", "memory": "256Mi"}},
+                            "securityContext": _RESTRICTED,
+                            "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}],
+                        },
+                        {
+                            "name": "opa",
+                            "image": opa_image,
+                            # The API stays on loopback; only /health is served on the pod IP.
+                            "args": ["run", "--server", f"--addr=127.0.0.1:{OPA_PORT}",
+                                     f"--diagnostic-addr=0.0.0.0:{OPA_DIAGNOSTIC_PORT}",
+                                     "--disable-telemetry", "/policies"],
+                            "readinessProbe": {"httpGet": {"path": "/health", "port": OPA_DIAGNOSTIC_PORT}},
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                          "limits": {"cpu": "1", "memory": "256Mi"}},
+                            "securityContext": _RESTRICTED,
+                            "volumeMounts": [{"name": "policies", "mountPath": "/policies", "readOnly": True}],
+                        },
+                    ],
+                    "volumes": [
+                        {"name": "tls", "secret": {"secretName": tls_secret}},
+                        {"name": "policies", "configMap": {"name": policy_configmap}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def webhook_service(ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": WEBHOOK, "namespace": ns, "labels": labels(WEBHOOK)},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": WEBHOOK},
+            "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
+        },
+    }
+
+
+def service_account(name: str, ns: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/part-of": PART_OF}}}
+
+
+def webhook_tls_secret(ns: str, name: str, *, cert_pem: str, key_pem: str, ca_pem: str) -> dict[str, Any]:
+    """The webhook's serving certificate (``kubernetes.io/tls``), mounted at ``/tls``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns, "labels": labels(WEBHOOK)},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": cert_pem, "tls.key": key_pem, "ca.crt": ca_pem},
+    }
+
+
+def policy_files(policies_dir: Path) -> dict[str, str]:
+    """The Rego modules under ``policies_dir`` (tests left out), keyed for a ConfigMap.
+
+    ConfigMap keys cannot hold '/', so ``admission/src.rego`` becomes ``admission.src.rego``;
+    OPA reads packages from the file contents, not the paths, so the flat layout loads the same.
+    """
+    files = {}
+    for path in sorted(policies_dir.rglob("*.rego")):
+        if path.name.endswith("_test.rego"):
+            continue
+        files[".".join(path.relative_to(policies_dir).parts)] = path.read_text()
+    if not files:
+        raise FileNotFoundError(f"no Rego modules under {policies_dir}")
+    return files
+
+
+def policy_configmap(ns: str, name: str, policies_dir: Path) -> dict[str, Any]:
+    """The Rego the webhook's OPA sidecar serves (mounted at ``/policies``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels(WEBHOOK)},
+        "data": policy_files(policies_dir),
+    }

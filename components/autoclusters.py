@@ -1,0 +1,68 @@
+"""``AutoClusters``: the whole system on one cluster, wired in dependency order.
+
+Namespace → CRDs → service accounts and roles → detector, controller, webhook → pools.
+The pool objects are created before the webhook configuration that validates them, so a
+first ``pulumi up`` never waits on a webhook that is not serving yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from autoclusters.deploy import workloads
+from autoclusters.deploy.pools import StackConfig
+from components._args import ComponentArgsError
+from components._k8s import k8s_resource
+from components.admission_policy import AdmissionPolicy, AdmissionPolicyArgs
+from components.controller import Controller, ControllerArgs
+from components.crds import Crds, CrdsArgs
+from components.detector import Detector, DetectorArgs
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, NodeLister
+from components.rbac import Rbac, RbacArgs
+
+
+@dataclass(frozen=True)
+class AutoClustersArgs:
+    config: StackConfig
+    kubeconfig: str | None = None
+    node_lister: NodeLister | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, StackConfig):
+            raise ComponentArgsError(f"AutoClusters: config must be a StackConfig, got {type(self.config).__name__}")
+
+
+class AutoClusters(pulumi.ComponentResource):
+    namespace: pulumi.Output[str]
+    pools: pulumi.Output[dict[str, str]]
+
+    def __init__(self, name: str, args: AutoClustersArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("autoclusters:index:AutoClusters", name, None, opts)
+        cfg, names = args.config, args.config.names
+
+        def after(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(deps))
+
+        ns = k8s_resource(workloads.namespace(cfg.namespace), after())
+        crds = Crds("crds", CrdsArgs(names=names), after())
+        rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace), after(ns))
+        Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace), after(rbac))
+        Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace),
+                   after(rbac, crds))
+        pools = [
+            GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, names=names, kubeconfig=args.kubeconfig,
+                                                             node_lister=args.node_lister), after(crds))
+            for pool in cfg.pools
+        ]
+        admission = AdmissionPolicy(
+            "admission",
+            AdmissionPolicyArgs(image=cfg.image, opa_image=cfg.opa_image, names=names, namespace=cfg.namespace,
+                                webhook_url=cfg.webhook_url),
+            after(rbac, crds, *pools))
+        self.namespace = pulumi.Output.from_input(cfg.namespace)
+        self.pools = pulumi.Output.from_input({p.name: p.consent_mode.value for p in cfg.pools})
+        self.webhook_configuration_name = admission.webhook_configuration_name
+        self.register_outputs({"namespace": self.namespace, "pools": self.pools,
+                               "webhook_configuration_name": self.webhook_configuration_name})

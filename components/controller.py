@@ -1,0 +1,44 @@
+"""``Controller``: the remediation controller Deployment and its PodDisruptionBudget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+
+from autoclusters.deploy import DEFAULT_NAMESPACE, workloads
+from autoclusters.names import Names
+from components._args import ComponentArgsError, require_image, require_namespace, require_positive
+from components._k8s import k8s_resource
+
+
+@dataclass(frozen=True)
+class ControllerArgs:
+    image: str
+    names: Names = field(default_factory=Names)
+    namespace: str = DEFAULT_NAMESPACE
+    replicas: int = 2
+
+    def __post_init__(self) -> None:
+        require_namespace(self.namespace, "Controller")
+        require_image(self.image, "Controller")
+        require_positive(self.replicas, "Controller", "replicas")
+        if self.replicas < 2:
+            # One replica plus a PDB of minAvailable 1 would block every drain of its node.
+            raise ComponentArgsError("Controller: replicas must be >= 2 (leader election and the PodDisruptionBudget "
+                                     f"need a standby), got {self.replicas}")
+
+
+class Controller(pulumi.ComponentResource):
+    """Leader-elected replicas (the Lease role is in ``Rbac``) kept available through drains by a PDB."""
+
+    deployment_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("autoclusters:index:Controller", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        dep = k8s_resource(workloads.controller_deployment(args.names, args.namespace, args.image, args.replicas),
+                           child)
+        k8s_resource(workloads.pod_disruption_budget(workloads.CONTROLLER, args.namespace), child)
+        self.deployment_name = dep.metadata.apply(lambda m: m["name"])
+        self.register_outputs({"deployment_name": self.deployment_name})

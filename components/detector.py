@@ -1,0 +1,36 @@
+"""``Detector``: the node agent DaemonSet on every GPU node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+
+from autoclusters.deploy import DEFAULT_NAMESPACE, workloads
+from autoclusters.names import Names
+from components._args import require_image, require_namespace
+from components._k8s import k8s_resource
+
+
+@dataclass(frozen=True)
+class DetectorArgs:
+    image: str
+    names: Names = field(default_factory=Names)
+    namespace: str = DEFAULT_NAMESPACE
+
+    def __post_init__(self) -> None:
+        require_namespace(self.namespace, "Detector")
+        require_image(self.image, "Detector")
+
+
+class Detector(pulumi.ComponentResource):
+    """The DaemonSet; its RBAC lives in ``Rbac`` so least privilege is reviewed in one place."""
+
+    daemonset_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: DetectorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("autoclusters:index:Detector", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ds = k8s_resource(workloads.detector_daemonset(args.names, args.namespace, args.image), child)
+        self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
+        self.register_outputs({"daemonset_name": self.daemonset_name})

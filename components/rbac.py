@@ -1,0 +1,72 @@
+"""``Rbac``: the three service accounts and each one's least-privilege roles, with the
+admission policy that keeps each detector to writing its own node.
+
+The roles come from the module of the code that uses them (``deploy.controller``,
+``deploy.detector``, ``deploy.admission``), so a new API call and its permission change
+in the same place; this component only creates them in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from autoclusters.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    DEFAULT_NAMESPACE,
+    admission,
+    controller,
+    detector,
+    workloads,
+)
+from autoclusters.names import Names
+from components._args import require_namespace
+from components._k8s import k8s_resource
+
+
+def rbac_objects(names: Names, namespace: str) -> list[dict[str, Any]]:
+    """Every service account, role and binding of the system, service accounts first."""
+    objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
+        names, namespace)]
+    objs += detector.detector_rbac(names, namespace)
+    objs += admission.webhook_rbac(namespace, tls_secret=workloads.WEBHOOK_TLS_SECRET)
+    order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
+    return sorted(objs, key=lambda o: order.get(o["kind"], 3))
+
+
+@dataclass(frozen=True)
+class RbacArgs:
+    names: Names = field(default_factory=Names)
+    namespace: str = DEFAULT_NAMESPACE
+
+    def __post_init__(self) -> None:
+        require_namespace(self.namespace, "Rbac")
+
+
+class Rbac(pulumi.ComponentResource):
+    service_accounts: pulumi.Output[list[str]]
+
+    def __init__(self, name: str, args: RbacArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("autoclusters:index:Rbac", name, None, opts)
+        objs = rbac_objects(args.names, args.namespace)
+        created: dict[tuple[str, str], pulumi.Resource] = {}
+        for obj in objs:
+            # A binding waits for its role and subject, so no request runs against a half-made grant.
+            deps = [created[k] for k in _references(obj) if k in created]
+            created[(obj["kind"], obj["metadata"]["name"])] = k8s_resource(
+                obj, pulumi.ResourceOptions(parent=self, depends_on=deps))
+        self.service_accounts = pulumi.Output.from_input(
+            sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"))
+        self.register_outputs({"service_accounts": self.service_accounts})
+
+
+def _references(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    refs = []
+    if "roleRef" in obj:
+        refs.append((obj["roleRef"]["kind"], obj["roleRef"]["name"]))
+    refs += [("ServiceAccount", s["name"]) for s in obj.get("subjects", []) if s.get("kind") == "ServiceAccount"]
+    if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+        refs.append(("ValidatingAdmissionPolicy", obj["spec"]["policyName"]))
+    return refs

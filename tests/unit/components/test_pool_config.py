@@ -1,0 +1,116 @@
+"""Pool and stack configuration: defaults written out, and every bad value named."""
+
+import pytest
+
+from autoclusters.deploy.pools import (
+    ConsentMode,
+    FaultAction,
+    NodeBackend,
+    PoolConfig,
+    PoolConfigError,
+    gpu_node_pool_object,
+    pool_from_config,
+    stack_config_from_dict,
+)
+from autoclusters.names import Names
+
+
+def test_consent_mode_defaults_to_auto_and_every_default_is_written():
+    pool = pool_from_config({"name": "a100"})
+    assert pool.consent_mode is ConsentMode.AUTO
+    obj = gpu_node_pool_object(pool, Names())
+    assert obj["apiVersion"] == "remediation.autoclusters.io/v1alpha1"
+    assert obj["kind"] == "GpuNodePool"
+    assert obj["metadata"]["name"] == "a100"
+    spec = obj["spec"]
+    assert spec["consentMode"] == "auto"
+    assert spec["faultClasses"] == {"gpu": "default", "nvswitch": "default", "dcgm": "default",
+                                    "interconnect": "default"}
+    assert spec["maxConcurrentRepairs"] == 1
+    assert spec["circuitBreaker"] == {"openAbovePercent": 30, "closeBelowPercent": 20, "minNodes": 0}
+    assert spec["drain"] == {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600}
+    assert spec["escalation"] == {"refaultWindowSeconds": 900, "resetMemorySeconds": 86400}
+    assert spec["attemptBudget"] == {"maxRepairs": 3, "windowSeconds": 604800}
+    assert spec["provider"] == {"type": "simulated"}
+    assert "nodeSelector" not in spec
+
+
+def test_pool_fields_reach_the_spec():
+    pool = pool_from_config({
+        "name": "h100", "consentMode": "propose", "faultClasses": {"interconnect": "reset", "dcgm": "off"},
+        "maxConcurrentRepairs": 4, "circuitBreaker": {"openAbovePercent": 50, "closeBelowPercent": 10, "minNodes": 3},
+        "drain": {"resetDeadlineSeconds": 30}, "attemptBudget": {"maxRepairs": 5},
+        "nodeSelector": {"matchLabels": {"gpu": "h100"}}, "provider": {"type": "command", "reset": "/bin/reset"},
+    })
+    spec = gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["spec"]
+    assert spec["consentMode"] == "propose"
+    assert spec["faultClasses"]["interconnect"] == "reset"
+    assert spec["faultClasses"]["dcgm"] == "off"
+    assert spec["faultClasses"]["gpu"] == "default"
+    assert spec["maxConcurrentRepairs"] == 4
+    assert spec["circuitBreaker"] == {"openAbovePercent": 50, "closeBelowPercent": 10, "minNodes": 3}
+    assert spec["drain"] == {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 600}
+    assert spec["attemptBudget"]["maxRepairs"] == 5
+    assert spec["nodeSelector"] == {"matchLabels": {"gpu": "h100"}}
+    assert spec["provider"] == {"type": "command", "reset": "/bin/reset"}
+    assert gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["apiVersion"] == "remediation.crusoe.ai/v1alpha1"
+
+
+@pytest.mark.parametrize(("pool", "message"), [
+    ({"name": "a100", "consentMode": "yes"}, "consentMode must be one of auto|propose|off, got 'yes'"),
+    ({"name": "A100"}, "must be a DNS label"),
+    ({"name": "a100", "faultClasses": {"gpu": "reboot"}}, "faultClasses.gpu must be one of default|reset|replace|off"),
+    ({"name": "a100", "faultClasses": {"memory": "reset"}}, "unknown key(s) memory"),
+    ({"name": "a100", "maxConcurrentRepairs": 0}, "maxConcurrentRepairs must be an integer >= 1, got 0"),
+    ({"name": "a100", "maxConcurrentRepairs": True}, "maxConcurrentRepairs must be an integer >= 1"),
+    ({"name": "a100", "circuitBreaker": {"openAbovePercent": 10, "closeBelowPercent": 20}},
+     "closeBelowPercent (20) must not exceed openAbovePercent (10)"),
+    ({"name": "a100", "circuitBreaker": {"openAbovePercent": 130}}, "openAbovePercent must be an integer in 1..100"),
+    ({"name": "a100", "drain": {"resetDeadline": 30}}, "drain: unknown key(s) resetDeadline"),
+    ({"name": "a100", "consentmode": "auto"}, "unknown key(s) consentmode"),
+    ({"name": "a100", "provider": {"type": "aws"}}, "provider.type must be one of simulated|clusterapi|command"),
+    ({"name": "a100", "nodes": {"backend": "simulated"}}, "nodes.count must be an integer >= 1"),
+    ({"name": "a100", "nodes": {"backend": "cloud"}}, "nodes.backend must be one of simulated|existing"),
+    ({"name": "a100", "nodes": {"count": 2}}, "nodes.count applies to the simulated backend only"),
+    ({"name": "a100", "nodes": {"selector": {"bad key!": "x"}}}, "is not a label key"),
+    ({"consentMode": "auto"}, "'name' is required"),
+])
+def test_bad_pool_values_are_rejected_with_the_field_named(pool, message):
+    with pytest.raises(PoolConfigError) as err:
+        pool_from_config(pool)
+    assert message in str(err.value)
+
+
+def test_pool_config_validates_when_built_directly():
+    with pytest.raises(PoolConfigError, match="consentMode"):
+        PoolConfig(name="a100", consent_mode="sometimes")
+    pool = PoolConfig(name="a100", consent_mode="off", fault_classes={"gpu": "replace"})
+    assert pool.consent_mode is ConsentMode.OFF
+    assert pool.fault_classes == {"gpu": FaultAction.REPLACE}
+
+
+def test_stack_config_parses_pools_and_string_booleans():
+    cfg = stack_config_from_dict({"local": "true", "domain": "crusoe.ai", "conditionPrefix": "Crusoe",
+                                  "pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 2}}]})
+    assert cfg.local is True
+    assert cfg.names.pool_label == "crusoe.ai/nodepool.name"
+    assert cfg.pools[0].nodes.backend is NodeBackend.SIMULATED
+    assert cfg.pools[0].nodes.count == 2
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"domain": "Not A Domain"}, "invalid domain"),
+    ({"conditionPrefix": "lower"}, "invalid condition prefix"),
+    ({"namespace": "Bad_NS"}, "namespace 'Bad_NS' must be a DNS label"),
+    ({"image": "has space:1"}, "image 'has space:1' must be a container image reference"),
+    ({"local": "maybe"}, "local must be true or false"),
+    ({"webhookUrl": "http://127.0.0.1:9443/validate"}, "must be an https:// URL"),
+    ({"pools": {"name": "a100"}}, "pools must be a list"),
+    ({"pools": [{"name": "a100"}, {"name": "a100"}]}, "pool 'a100' is listed twice"),
+    ({"pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 1}}]}, "simulated nodes need local: true"),
+    ({"pool": []}, "unknown key(s) pool"),
+])
+def test_bad_stack_values_are_rejected(config, message):
+    with pytest.raises(PoolConfigError) as err:
+        stack_config_from_dict(config)
+    assert message in str(err.value)

@@ -1,0 +1,99 @@
+"""Workload builders: what a detector, controller and webhook pod gets."""
+
+from pathlib import Path
+
+import pytest
+
+from autoclusters.deploy import workloads
+from autoclusters.names import Names
+
+NAMES = Names()
+
+
+def _container(obj, name):
+    return next(c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_limits():
+    ds = workloads.detector_daemonset(NAMES, "ns1", "img:1")
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["kind"] == "DaemonSet" and ds["metadata"]["namespace"] == "ns1"
+    assert pod["serviceAccountName"] == "autoclusters-detector"
+    tolerated = {t["key"] for t in pod["tolerations"]}
+    assert {"nvidia.com/gpu", NAMES.taint_key, "node.kubernetes.io/unschedulable"} <= tolerated
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {t["matchExpressions"][0]["key"] for t in terms}
+    assert keys == {"nvidia.com/gpu.product", NAMES.pool_label}
+    mounts = {v["hostPath"]["path"] for v in pod["volumes"]}
+    assert {"/dev/kmsg", "/sys/class/infiniband", "/var/run/nvidia"} <= mounts
+    c = _container(ds, "detector")
+    assert all(m["readOnly"] for m in c["volumeMounts"])
+    assert c["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
+    assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    assert c["args"] == ["detector", "run"]
+
+
+def test_names_reach_the_pods_environment():
+    ds = workloads.detector_daemonset(Names("crusoe.ai", "Crusoe"), "ns1", "img:1")
+    env = {e["name"]: e.get("value") for e in _container(ds, "detector")["env"]}
+    assert env["AUTOCLUSTERS_DOMAIN"] == "crusoe.ai"
+    assert env["AUTOCLUSTERS_CONDITION_PREFIX"] == "Crusoe"
+    tolerated = {t["key"] for t in ds["spec"]["template"]["spec"]["tolerations"]}
+    assert "crusoe.ai/maintenance-required" in tolerated
+
+
+def test_controller_is_two_leader_elected_replicas_spread_over_nodes():
+    dep = workloads.controller_deployment(NAMES, "ns1", "img:1")
+    assert dep["spec"]["replicas"] == 2
+    c = _container(dep, "controller")
+    assert "--leader-elect" in c["args"]
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "autoclusters-controller"
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == \
+        "kubernetes.io/hostname"
+    assert c["securityContext"]["runAsNonRoot"] is True
+
+
+def test_pdb_selects_the_component_it_protects():
+    pdb = workloads.pod_disruption_budget(workloads.CONTROLLER, "ns1")
+    dep = workloads.controller_deployment(NAMES, "ns1", "img:1")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_webhook_has_an_opa_sidecar_on_loopback_serving_the_policy_configmap():
+    dep = workloads.webhook_deployment(NAMES, "ns1", "img:1", "opa:1", tls_secret="tls", policy_configmap="pol")
+    hook, opa = _container(dep, "webhook"), _container(dep, "opa")
+    assert opa["image"] == "opa:1"
+    assert "--addr=127.0.0.1:8181" in opa["args"]
+    assert "--opa-url" in hook["args"] and "http://127.0.0.1:8181" in hook["args"]
+    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert vols["policies"]["configMap"]["name"] == "pol"
+    assert vols["tls"]["secret"]["secretName"] == "tls"
+    # Probes reach the pod IP, so OPA's health must not sit on the loopback-only API address.
+    assert opa["readinessProbe"]["httpGet"]["port"] == workloads.OPA_DIAGNOSTIC_PORT
+    svc = workloads.webhook_service("ns1")
+    assert svc["spec"]["ports"][0]["targetPort"] == workloads.WEBHOOK_PORT
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_policy_configmap_carries_every_module_but_the_tests(tmp_path: Path):
+    (tmp_path / "admission").mkdir()
+    (tmp_path / "admission" / "src.rego").write_text("package a\n")
+    (tmp_path / "admission" / "src_test.rego").write_text("package a_test\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "x.rego").write_text("package lib\n")
+    cm = workloads.policy_configmap("ns1", "pol", tmp_path)
+    assert cm["data"] == {"admission.src.rego": "package a\n", "lib.x.rego": "package lib\n"}
+
+
+def test_policy_configmap_of_an_empty_directory_fails(tmp_path: Path):
+    with pytest.raises(FileNotFoundError):
+        workloads.policy_configmap("ns1", "pol", tmp_path)
+
+
+def test_the_shipped_policies_fit_in_a_configmap():
+    data = workloads.policy_files(workloads.POLICIES_DIR)
+    assert data and not any(k.endswith("_test.rego") for k in data)
+    assert sum(len(v) for v in data.values()) < 900_000  # ConfigMaps hold at most 1 MiB
