@@ -1,0 +1,79 @@
+"""The runtime processes on the host (controller, detector, webhook), each under the
+service-account identity the stack created, with logs in the cluster's log folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoclusters.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    DEFAULT_NAMESPACE,
+    DETECTOR_SERVICE_ACCOUNT,
+    WEBHOOK_SERVICE_ACCOUNT,
+)
+from autoclusters.devcluster.handle import ClusterHandle
+
+
+@dataclass
+class Runtime:
+    handle: ClusterHandle
+    logs: Path
+    spool: Path
+    namespace: str = DEFAULT_NAMESPACE
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def _start(self, name: str, args: list[str], service_account: str) -> None:
+        kubeconfig = self.handle.service_account_kubeconfig(self.namespace, service_account, expiration=7200)
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its life
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "autoclusters.cli.main", *args, "--kubeconfig", kubeconfig],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def start_controller(self, *, sim_reset_seconds: float, sim_replace_seconds: float) -> None:
+        self._start("controller", [
+            "controller", "run", "--namespace", self.namespace, "--lease-seconds", "6",
+            "--renew-deadline-seconds", "4", "--retry-period-seconds", "1", "--poll-seconds", "0.5",
+            "--hold-recheck-seconds", "2", "--verify-timeout-seconds", "60", "--metrics-port", "0",
+            "--sim-reset-seconds", str(sim_reset_seconds), "--sim-replace-seconds", str(sim_replace_seconds),
+        ], CONTROLLER_SERVICE_ACCOUNT)
+
+    def start_detector(self, *, window_seconds: float, node_selector: str) -> None:
+        self._start("detector", [
+            "detector", "run", "--simulate", "--node-selector", node_selector, "--spool", str(self.spool),
+            "--window", str(window_seconds), "--poll-interval", "0.5",
+        ], DETECTOR_SERVICE_ACCOUNT)
+
+    def start_webhook(self, *, port: int, opa_url: str, webhook_config: str, cert_dir: Path) -> None:
+        self._start("webhook", [
+            "webhook", "run", "--listen", "127.0.0.1", "--port", str(port), "--opa-url", opa_url,
+            "--cert-dir", str(cert_dir), "--webhook-config", webhook_config, "--push-opa-config",
+        ], WEBHOOK_SERVICE_ACCOUNT)
+
+    def check(self) -> None:
+        """Fails loudly, with the log's tail, when a runtime process has died."""
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-20:]
+                raise RuntimeError(f"the {name} exited with code {p.returncode}:\n" + "\n".join(tail))
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs.clear()

@@ -1,0 +1,183 @@
+"""The scenarios the demo tells, and how it follows a repair live."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from autoclusters.devcluster.handle import ClusterHandle, node_ready
+from autoclusters.kube import NotFound
+from autoclusters.ops.records import HOLDING_PHASES, TERMINAL_PHASES, Repair, repair_from_object
+from autoclusters.ops.resources import list_remediations
+
+Say = Callable[[str], None]
+WORKLOAD_NAMESPACE = "training"
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+@dataclass
+class Result:
+    scenario: str
+    node: str
+    fault: str
+    consent_mode: str
+    action: str = "-"
+    outcome: str = "did not finish"
+    phases: dict[str, float] = field(default_factory=dict)
+    total: float = 0.0
+    replacement: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "Succeeded"
+
+
+def training_workload(pool_label: str, pool: str, replicas: int) -> list[dict[str, Any]]:
+    """A training-like job: one 8-GPU worker per node, checkpointing on SIGTERM (preStop),
+    and a budget that lets one worker at a time be evicted."""
+    labels = {"app": "trainer"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORKLOAD_NAMESPACE}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "trainer", "namespace": WORKLOAD_NAMESPACE},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": {
+                      "nodeSelector": {pool_label: pool},
+                      "terminationGracePeriodSeconds": 30,
+                      "containers": [{
+                          "name": "worker", "image": "example.invalid/llm-pretrain:1",
+                          "args": ["--checkpoint-dir=/ckpt", "--save-on-sigterm"],
+                          "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                          "lifecycle": {"preStop": {"exec": {"command": [
+                              "/bin/sh", "-c", "kill -USR1 1; while [ ! -f /ckpt/DONE ]; do sleep 1; done"]}}},
+                      }]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+         "metadata": {"name": "trainer", "namespace": WORKLOAD_NAMESPACE},
+         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+    ]
+
+
+def pods_on(handle: ClusterHandle, node: str) -> list[str]:
+    return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in handle.kube.pods_on_node(node)
+            if p["metadata"]["namespace"] == WORKLOAD_NAMESPACE]
+
+
+def wait_running(handle: ClusterHandle, count: int, timeout: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = handle.kube.list(f"/api/v1/namespaces/{WORKLOAD_NAMESPACE}/pods", label_selector="app=trainer")
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+                   and not p["metadata"].get("deletionTimestamp")]
+        if len(running) >= count:
+            return running
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(running)}/{count} training workers Running after {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def inject(cluster_name: str, spool: str, node: str, xid: int, gpu: int) -> str:
+    cmd = ["autoclusters", "inject-fault", node, "--xid", str(xid), "--gpu", str(gpu), "--spool", spool]
+    res = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *cmd[1:]], capture_output=True,
+                         text=True, timeout=30)
+    if res.returncode != 0:
+        raise RuntimeError(f"inject-fault failed: {res.stderr.strip()}")
+    return " ".join(cmd[:-2])
+
+
+def approve(kubeconfig: str, node: str) -> tuple[str, str]:
+    cmd = ["autoclusters", "approve", node]
+    res = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *cmd[1:], "--kubeconfig", kubeconfig],
+                         capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        raise RuntimeError(f"approve failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+    return " ".join(cmd), res.stdout.strip()
+
+
+def condition(node: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None)
+
+
+def latest_record(handle: ClusterHandle, node: str, since: datetime) -> Repair | None:
+    records = list_remediations(handle.kube, handle.names) or []
+    mine = [repair_from_object(r) for r in records if (r.get("spec") or {}).get("node") == node]
+    mine = [r for r in mine if r.started is None or r.started >= since.replace(microsecond=0)]
+    return max(mine, key=lambda r: r.started or since, default=None)
+
+
+def follow(handle: ClusterHandle, node: str, since: datetime, *, timeout: float, check: Callable[[], None],
+           on_phase: Callable[[Repair], None] | None = None) -> Repair:
+    """Prints each step of the node's repair as it happens, until the record finishes."""
+    printed = 0
+    t0 = time.monotonic()
+    last_phase = ""
+    while True:
+        check()
+        rec = latest_record(handle, node, since)
+        if rec:
+            for step in rec.steps[printed:]:
+                at = (step.time - since).total_seconds() if step.time else time.monotonic() - t0
+                say(f"    +{at:6.1f}s  {step.phase:<17} {step.message}")
+            printed = len(rec.steps)
+            if rec.phase != last_phase:
+                last_phase = rec.phase
+                if on_phase:
+                    on_phase(rec)
+            if rec.phase in TERMINAL_PHASES or rec.phase in HOLDING_PHASES:
+                return rec
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"the repair of {node} did not finish within {timeout:.0f}s "
+                               f"(phase: {last_phase or 'no record yet'})")
+        time.sleep(0.3)
+
+
+def phase_durations(rec: Repair) -> dict[str, float]:
+    out: dict[str, float] = {}
+    steps = [s for s in rec.steps if s.time]
+    for a, b in itertools.pairwise(steps):
+        out[a.phase] = out.get(a.phase, 0.0) + (b.time - a.time).total_seconds()  # type: ignore[operator]
+    return out
+
+
+def wait_condition(handle: ClusterHandle, node: str, status: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    ctype = handle.names.gpu_condition
+    while True:
+        try:
+            cond = condition(handle.kube.get_node(node), ctype)
+        except NotFound:
+            cond = None
+        if cond and cond.get("status") == status:
+            return cond
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{ctype} on {node} did not become {status} within {timeout:.0f}s")
+        time.sleep(0.3)
+
+
+def wait_back_in_service(handle: ClusterHandle, node: str, timeout: float = 60) -> dict[str, Any]:
+    """Ready, schedulable, no maintenance labels or taint."""
+    names = handle.names
+    deadline = time.monotonic() + timeout
+    while True:
+        n = handle.kube.get_node(node)
+        labels = n["metadata"].get("labels") or {}
+        taints = [t for t in (n.get("spec") or {}).get("taints") or [] if t.get("key") == names.taint_key]
+        if (node_ready(n) and not (n.get("spec") or {}).get("unschedulable") and not taints
+                and names.maintenance_required not in labels and names.maintenance_approved not in labels):
+            return n
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node} is not back in service after {timeout:.0f}s")
+        time.sleep(0.3)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
