@@ -55,7 +55,7 @@ def run_history(args: argparse.Namespace) -> int:
     if args.node:
         for r in repairs:
             print()
-            print_timeline(r)
+            print_timeline(r, now)
     return 0
 
 
@@ -70,14 +70,17 @@ def _row(r: Repair, now: datetime) -> list[str]:
             r.consent_mode or "-", action or "-", r.phase, r.outcome or "-", duration, r.replacement_node or "-"]
 
 
-def print_timeline(r: Repair) -> None:
+def print_timeline(r: Repair, now: datetime) -> None:
+    """Each step with its offset from the start and how long the repair stayed in it."""
     print(f"{r.name}: {r.fault_reason} {r.fault_message}".rstrip())
     start = r.started or (r.steps[0].time if r.steps else None)
     rows = []
-    for s in r.steps:
+    for i, s in enumerate(r.steps):
         offset = f"+{human_duration((s.time - start).total_seconds())}" if s.time and start else ""
-        rows.append([f"  {_when(s.time)}", offset, s.phase, s.message])
+        nxt = r.steps[i + 1].time if i + 1 < len(r.steps) else (now if r.open else None)
+        stayed = human_duration((nxt - s.time).total_seconds()) if nxt and s.time else "-"
+        rows.append([f"  {_when(s.time)}", offset, s.phase, stayed, s.message])
     if rows:
-        print_table(["  TIME", "AFTER", "PHASE", "MESSAGE"], rows)
+        print_table(["  TIME", "AFTER", "PHASE", "IN PHASE", "MESSAGE"], rows)
     else:
         print("  (no steps recorded)")

@@ -68,7 +68,10 @@ class FaultyNode:
 
     @property
     def phase(self) -> str:
-        return self.repair.phase if self.repair else ""
+        """The open record's phase, with the reason it is held when it waits on a guard."""
+        if not self.repair:
+            return ""
+        return f"{self.repair.phase} ({self.repair.hold})" if self.repair.hold else self.repair.phase
 
     def age(self, now: datetime) -> float | None:
         start = self.since or (self.repair.started if self.repair else None)
@@ -83,7 +86,8 @@ class FaultyNode:
                 "labels": {"maintenanceRequired": self.required, "maintenanceApproved": self.approved},
                 "tainted": self.tainted, "cordoned": self.cordoned, "ready": self.ready,
                 "repair": None if self.repair is None else {
-                    "name": self.repair.name, "phase": self.repair.phase, "action": self.repair.action}}
+                    "name": self.repair.name, "phase": self.repair.phase, "hold": self.repair.hold or None,
+                    "action": self.repair.action}}
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class Repair:
     completed: datetime | None
     steps: tuple[Step, ...]
     escalated: bool = False
+    hold: str = ""  # why a Scheduled repair waits (MaxConcurrentRepairs, CircuitBreakerOpen, OptOutPod)
 
     @property
     def open(self) -> bool:
@@ -86,7 +87,7 @@ class Repair:
             "action": self.action, "escalated": self.escalated,
             "fault": {"class": self.fault_class, "code": self.fault_code, "reason": self.fault_reason,
                       "message": self.fault_message},
-            "phase": self.phase, "outcome": self.outcome, "message": self.message,
+            "phase": self.phase, "hold": self.hold or None, "outcome": self.outcome, "message": self.message,
             "replacementNode": self.replacement_node or None,
             "started": utc_iso(self.started) if self.started else None,
             "completed": utc_iso(self.ended()) if self.ended() else None,
@@ -150,4 +151,5 @@ def repair_from_object(obj: dict[str, Any]) -> Repair:
         completed=completed,
         steps=steps,
         escalated=bool(status.get("escalated", False)),
+        hold=_text(status.get("hold")),
     )

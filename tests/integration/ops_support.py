@@ -17,7 +17,7 @@ from typing import Any
 from autoclusters.clock import utc_iso
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.kube import Kube, NotFound, load_kube
+from autoclusters.kube import Conflict, Invalid, Kube, NotFound, load_kube
 from autoclusters.kube.client import JSON_PATCH
 from autoclusters.names import Names
 
@@ -61,16 +61,27 @@ def clear_fault(kube: Kube, names: Names, node: str) -> None:
 
 
 def mark(kube: Kube, names: Names, node: str) -> None:
-    """What the controller writes for a fault: the required label and the PreferNoSchedule taint."""
+    """What the controller writes for a fault: the required label and the PreferNoSchedule taint.
+
+    The taint goes in with a JSON patch guarded by a ``test`` of the resourceVersion; kwok's
+    heartbeats change the node all the time, and a failed ``test`` comes back as 422 (Invalid),
+    so the read-and-patch is retried.
+    """
     kube.patch_node(node, {"metadata": {"labels": {names.maintenance_required: "true"}}})
-    obj = kube.get_node(node)
-    taints = (obj.get("spec") or {}).get("taints")
     taint = {"key": names.taint_key, "value": "true", "effect": "PreferNoSchedule"}
-    rv = obj["metadata"]["resourceVersion"]
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
-    ops.append({"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None
-               else {"op": "add", "path": "/spec/taints", "value": [taint]})
-    kube.patch_node(node, ops, JSON_PATCH)
+    for attempt in range(10):
+        obj = kube.get_node(node)
+        taints = (obj.get("spec") or {}).get("taints")
+        rv = obj["metadata"]["resourceVersion"]
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
+        ops.append({"op": "add", "path": "/spec/taints/-", "value": taint} if taints is not None
+                   else {"op": "add", "path": "/spec/taints", "value": [taint]})
+        try:
+            kube.patch_node(node, ops, JSON_PATCH)
+            return
+        except (Invalid, Conflict):
+            if attempt == 9:
+                raise
 
 
 def unmark(kube: Kube, names: Names, node: str) -> None:
@@ -91,5 +102,62 @@ def node_events(kube: Kube, node: str, namespace: str = "default") -> list[dict[
 
 def cli(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Runs the real ``autoclusters`` entry point, as an operator's script would."""
-    return subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *args, "--kubeconfig", kubeconfig],
+    entry = "import sys; from autoclusters.cli.main import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", entry, *args, "--kubeconfig", kubeconfig],
                           capture_output=True, text=True, timeout=60, check=False)
+
+
+@contextlib.contextmanager
+def private_domain(cluster: ClusterHandle, suffix: str, *, install_crds: bool = True) -> Iterator[Names]:
+    """Names under a domain of the test's own, with its own CRDs (or none).
+
+    A controller that another test runs in the same cluster watches the default domain's
+    pools and records; a private domain keeps it from acting on the nodes and records these
+    tests stage, and lets a test see a cluster where the CRDs are not installed at all.
+    """
+    from autoclusters.deploy.crds import crds
+
+    names = Names(domain=f"ops{suffix}.example.com", prefix="OpsTest")
+    objs = crds(names) if install_crds else []
+    if objs:
+        cluster.apply(objs)
+    try:
+        yield names
+    finally:
+        for obj in objs:
+            cluster.kube.delete_object(obj)
+        cluster.kube.forget_discovery()
+
+
+def create_record(kube: Kube, names: Names, state: Any) -> dict[str, Any]:
+    """A ``Remediation`` exactly as the controller persists a ``RepairState`` (its own serializer)."""
+    from autoclusters.controller import records
+
+    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "remediations"), records.new_record(state, names))
+    return kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "remediations", state.name) + "/status",
+                      {"status": records.status_of(state)})
+
+
+def create_pool(kube: Kube, names: Names, pool: str, mode: str, status: dict[str, Any] | None = None) -> None:
+    from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+
+    obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode}), names)
+    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools"), obj)
+    if status is not None:
+        kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools", pool) + "/status",
+                   {"status": status})
+
+
+def create_nodes(cluster: ClusterHandle, names: Names, pool: str, count: int) -> list[str]:
+    """GPU nodes labelled with ``names`` (which may differ from the handle's default names)."""
+    from autoclusters.sim import nodes as simnodes
+
+    created = simnodes.create_gpu_nodes(cluster.kube, pool, count, names, prefix=pool)
+    cluster.wait_nodes_ready(created)
+    return created
+
+
+def delete_pool_nodes(cluster: ClusterHandle, names: Names, pool: str) -> None:
+    for node in cluster.kube.list_nodes(label_selector=f"{names.pool_label}={pool}"):
+        with contextlib.suppress(NotFound):
+            cluster.kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")

@@ -1,0 +1,119 @@
+"""``autoclusters approve`` against a real API server: only nodes that need it, exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.kube import Kube
+from autoclusters.names import Names
+from tests.integration.ops_support import (
+    cli,
+    controller_identity,
+    create_nodes,
+    delete_pool_nodes,
+    labels,
+    mark,
+    report_fault,
+)
+
+
+@pytest.fixture()
+def as_controller(cluster: ClusterHandle, unique: str) -> Iterator[Kube]:
+    with controller_identity(cluster, unique) as kube:
+        yield kube
+
+
+@pytest.fixture()
+def pool(cluster: ClusterHandle, unique: str) -> Iterator[str]:
+    name = f"ap-{unique}"
+    yield name
+    delete_pool_nodes(cluster, cluster.names, name)
+
+
+def test_approve_nodes_only_where_needed(cluster: ClusterHandle, as_controller: Kube, pool: str,
+                                         unique: str) -> None:
+    names, kube = cluster.names, cluster.kube
+    due, healthy = cluster.create_gpu_nodes(pool, 2, prefix=pool)
+    report_fault(kube, names, due)
+    mark(as_controller, names, due)
+    before = kube.get_node(due)
+
+    res = cli(cluster.kubeconfig, "approve", due, healthy, "-o", "json")
+    assert res.returncode == 0, res.stderr
+    by = {r["node"]: r for r in json.loads(res.stdout)["results"]}
+    assert (by[due]["status"], by[due]["done"]) == ("approved", True)
+    assert (by[healthy]["status"], by[healthy]["done"]) == ("not-needed", True)
+    assert labels(kube, due)[names.maintenance_approved] == "true"
+    assert names.maintenance_approved not in labels(kube, healthy)
+
+    # Only the approval label changed: every other label, annotation and taint is as it was.
+    after = kube.get_node(due)
+    expected = dict(before["metadata"]["labels"], **{names.maintenance_approved: "true"})
+    assert after["metadata"]["labels"] == expected
+    assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
+    assert after["spec"].get("taints") == before["spec"].get("taints")
+
+    again = cli(cluster.kubeconfig, "approve", due)
+    assert again.returncode == 0 and "already-approved" in again.stdout
+
+    missing = cli(cluster.kubeconfig, "approve", due, f"nope-{unique}", "-o", "json")
+    assert missing.returncode == 1
+    data = json.loads(missing.stdout)
+    assert data["ok"] is False
+    assert {r["node"]: r["status"] for r in data["results"]} == {due: "already-approved",
+                                                                 f"nope-{unique}": "not-found"}
+
+
+def test_approve_pool_and_dry_run(cluster: ClusterHandle, as_controller: Kube, pool: str, unique: str) -> None:
+    names, kube = cluster.names, cluster.kube
+    a, b, healthy = cluster.create_gpu_nodes(pool, 3, prefix=pool)
+    for node in (a, b):
+        report_fault(kube, names, node)
+        mark(as_controller, names, node)
+
+    dry = cli(cluster.kubeconfig, "approve", "--pool", pool, "--dry-run", "-o", "json")
+    assert dry.returncode == 0, dry.stderr
+    assert {r["node"]: r["status"] for r in json.loads(dry.stdout)["results"]} == \
+        {a: "would-approve", b: "would-approve"}
+    assert names.maintenance_approved not in labels(kube, a)
+
+    res = cli(cluster.kubeconfig, "approve", "--pool", pool)
+    assert res.returncode == 0, res.stderr
+    assert "2 approved" in res.stderr
+    for node in (a, b):
+        assert labels(kube, node)[names.maintenance_approved] == "true"
+    assert names.maintenance_approved not in labels(kube, healthy)
+    assert healthy not in res.stdout  # nodes that need nothing are not even touched
+
+    nothing = cli(cluster.kubeconfig, "approve", "--pool", pool)
+    assert nothing.returncode == 0 and "already-approved" in nothing.stdout
+
+    unknown = cli(cluster.kubeconfig, "approve", "--pool", f"nopool-{unique}")
+    assert unknown.returncode == 1 and f"no pool 'nopool-{unique}'" in unknown.stderr
+
+
+def test_approve_usage_errors(cluster: ClusterHandle) -> None:
+    assert cli(cluster.kubeconfig, "approve").returncode == 2
+    both = cli(cluster.kubeconfig, "approve", "n1", "--pool", "p")
+    assert both.returncode == 2 and "either NODE... or --pool" in both.stderr
+
+
+def test_approve_with_the_reference_systems_names(cluster: ClusterHandle, as_controller: Kube, unique: str) -> None:
+    """domain crusoe.ai / prefix Crusoe: the reference system's labels, approved unchanged."""
+    names = Names(domain="crusoe.ai", prefix="Crusoe")
+    pool = f"cr-{unique}"
+    (node,) = create_nodes(cluster, names, pool, 1)
+    try:
+        report_fault(cluster.kube, names, node)
+        mark(as_controller, names, node)
+        res = cli(cluster.kubeconfig, "approve", "--pool", pool, "--domain", "crusoe.ai", "--condition-prefix",
+                  "Crusoe")
+        assert res.returncode == 0, res.stderr
+        assert labels(cluster.kube, node)["crusoe.ai/maintenance-approved"] == "true"
+        assert "autoclusters.io/maintenance-approved" not in labels(cluster.kube, node)
+    finally:
+        delete_pool_nodes(cluster, names, pool)
