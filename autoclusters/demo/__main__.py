@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from autoclusters.cli._output import print_table
 from autoclusters.demo import story
