@@ -45,7 +45,7 @@ class OpaDecider:
     async def decide(self, request: dict[str, Any]) -> review.Decision:
         uid = request["uid"]
         try:
-            reply = await self.client.query_rule({"request": request}, PACKAGE, RULE)
+            reply = await self.client.query_rule(review.opa_input(request), PACKAGE, RULE)
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
             log.warning("OPA query failed for uid=%s: %s", uid, e or type(e).__name__)
             return review.unavailable(type(e).__name__ if not str(e) else str(e))

@@ -65,3 +65,23 @@ def test_response_shapes() -> None:
     assert err["response"]["allowed"] is False and err["response"]["status"]["code"] == 500
     ok = review.response("u-3", review.Decision(True))
     assert ok["response"] == {"uid": "u-3", "allowed": True}
+
+
+def test_opa_input_keeps_what_the_rules_read_and_drops_node_status() -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "b"}, "uid": "x",
+                                                             "managedFields": [{"big": "x" * 1000}]},
+            "status": {"images": [{"names": ["img"] * 50}] * 50}}
+    req = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Node"}, "operation": "UPDATE",
+           "userInfo": {"username": "alice", "groups": ["g"]}, "object": node, "oldObject": node}
+    out = review.opa_input(req)["request"]
+    assert out["object"] == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "b"}}}
+    assert out["userInfo"]["username"] == "alice" and out["operation"] == "UPDATE" and out["uid"] == "u"
+    create = review.opa_input({**req, "operation": "CREATE", "oldObject": None})["request"]
+    assert create["oldObject"] is None
+
+
+def test_opa_input_keeps_pool_objects_whole() -> None:
+    pool = {"apiVersion": "remediation.autoclusters.io/v1alpha1", "kind": "GpuNodePool", "metadata": {"name": "p"},
+            "spec": {"consentMode": "auto"}}
+    req = {"uid": "u", "kind": {"kind": "GpuNodePool"}, "operation": "CREATE", "object": pool}
+    assert review.opa_input(req)["request"]["object"] == pool
