@@ -88,3 +88,38 @@ def test_unknown_codes_use_the_class_default_and_keep_their_number(interp: Kerne
 def test_format_helpers_round_trip() -> None:
     p = parse_line(format_xid_line("00000000:3B:00.0", 48, "An uncorrectable double bit error"))
     assert p is not None and (p.bus_id, p.code) == ("0000:3b:00", 48)
+
+
+def test_the_live_kernel_log_of_this_machine_reads_without_inventing_faults() -> None:
+    import os
+
+    from autoclusters.detector.kmsg import DevKmsgSource
+
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    src = DevKmsgSource(KernelLogInterpreter(load_catalog(), GpuIndex()))
+    first = src.poll()
+    src.close()
+    assert first.ok
+    if not os.path.exists("/proc/driver/nvidia"):  # no NVIDIA driver: no driver line can be in the log
+        assert first.records == ()
+
+
+def test_file_source_follows_appends_partial_lines_and_replacement(tmp_path: Path) -> None:
+    from autoclusters.detector.kmsg import KernelLogFileSource
+
+    log = tmp_path / "kmsg"
+    src = KernelLogFileSource(str(log), KernelLogInterpreter(load_catalog(), GpuIndex({"0000:3b:00": 3})))
+    assert src.poll().ok  # not there yet: nothing, no error
+    line = "3,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
+    log.write_text(line[:30])
+    assert src.poll().records == ()  # half a line waits for the rest
+    with open(log, "a") as f:
+        f.write(line[30:])
+    assert [r.code for r in src.poll().records] == ["79"]
+    assert src.poll().records == ()  # read once
+    replacement = tmp_path / "new"
+    replacement.write_text(line.replace(": 79,", ": 48,"))
+    os_replace = __import__("os").replace
+    os_replace(replacement, log)  # a new boot's log
+    assert [r.code for r in src.poll().records] == ["48"]
