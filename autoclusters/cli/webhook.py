@@ -11,6 +11,7 @@ import argparse
 import atexit
 import logging
 import logging.handlers
+import os
 import queue
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,12 @@ def register(subparsers: Any) -> None:
                      help="where to write the CA bundle (default: in-cluster/$KUBECONFIG)")
     run.add_argument("--webhook-config", default=WEBHOOK_CONFIG_NAME,
                      help="ValidatingWebhookConfiguration whose caBundle this webhook keeps current ('' to skip)")
-    run.add_argument("--namespace", default=DEFAULT_NAMESPACE)
-    run.add_argument("--push-opa-config", action="store_true",
-                     help="write data.autoclusters.config (domain, controller identity) into OPA at start")
+    run.add_argument("--namespace", default=_own_namespace(),
+                     help="the system's namespace (default: $AUTOCLUSTERS_NAMESPACE, the pod's, or "
+                          f"{DEFAULT_NAMESPACE}); names the controller identity")
+    run.add_argument("--push-opa-config", action=argparse.BooleanOptionalAction, default=True,
+                     help="write data.autoclusters.config (domain, controller identity) into OPA at start "
+                          "(default on; turn off when OPA's data comes from a bundle)")
     run.add_argument("--controller", action="append", default=None, metavar="USERNAME",
                      help="controller identity for --push-opa-config (repeatable)")
     run.add_argument("--cert-check-interval", type=float, default=300.0)
@@ -100,6 +104,16 @@ def _log_off_the_request_path() -> None:
     root.addHandler(logging.handlers.QueueHandler(q))
     listener.start()
     atexit.register(listener.stop)
+
+
+def _own_namespace() -> str:
+    env = os.environ.get("AUTOCLUSTERS_NAMESPACE")
+    if env:
+        return env
+    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if sa.exists():
+        return sa.read_text().strip() or DEFAULT_NAMESPACE
+    return DEFAULT_NAMESPACE
 
 
 def _default_hosts(namespace: str) -> list[str]:
