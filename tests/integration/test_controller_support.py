@@ -110,6 +110,15 @@ class Env:
     def running(self) -> list[ControllerProcess]:
         return [c for c in self.controllers if c.proc.poll() is None]
 
+    def ensure_one_controller(self) -> None:
+        """Leaves exactly one running replica (later tests expect one)."""
+        alive = self.running()
+        for c in alive[1:]:
+            c.terminate()
+        if not alive:
+            alive = [self.start_controller()]
+        self.wait_leader(alive[:1], timeout=30)
+
     def leader(self) -> str:
         with contextlib.suppress(NotFound):
             return str((self.kube.get(self.lease_path).get("spec") or {}).get("holderIdentity") or "")
@@ -207,6 +216,9 @@ class BootWatcher:
     def __init__(self, env: Env) -> None:
         self.env = env
         self.persistent: set[str] = set()
+        self.hold_clear: set[str] = set()  # rebooted, but the "detector" has not looked yet
+        self.boot_changes: dict[str, int] = {}
+        self._pending: set[str] = set()
         self._boots: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -227,8 +239,12 @@ class BootWatcher:
                     boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
                     before = self._boots.get(name)
                     self._boots[name] = boot
-                    if before is None or before == boot:
+                    if before is not None and before != boot:
+                        self.boot_changes[name] = self.boot_changes.get(name, 0) + 1
+                        self._pending.add(name)
+                    if name not in self._pending or name in self.hold_clear:
                         continue
+                    self._pending.discard(name)
                     conds = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
                     cond = conds.get(self.env.names.gpu_condition)
                     if cond and cond.get("status") == "True":
