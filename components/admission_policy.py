@@ -17,7 +17,7 @@ import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, admission, workloads
 from autoclusters.names import Names
-from components._args import ComponentArgsError, require_image, require_namespace
+from components._args import ComponentArgsError, cluster_scoped_name, require_image, require_namespace
 from components._k8s import k8s_resource
 from components.webhook_certificate import WebhookCertificate
 
@@ -80,11 +80,19 @@ class AdmissionPolicy(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[tls, policies]))
         service = k8s_resource(workloads.webhook_service(ns), child)
         k8s_resource(workloads.pod_disruption_budget(workloads.WEBHOOK, ns), child)
-        policy = k8s_resource(admission.admission_policy(names, admission.default_controllers(ns)), child)
-        k8s_resource(admission.admission_policy_binding(), pulumi.ResourceOptions(parent=self, depends_on=[policy]))
-        config = admission.webhook_configuration(names, ca_bundle=b"", url=args.webhook_url, namespace=ns)
-        config["webhooks"] = cert.ca_pem.apply(lambda ca: admission.webhook_configuration(
-            names, ca_bundle=ca.encode(), url=args.webhook_url, namespace=ns)["webhooks"])
+        policy_name = cluster_scoped_name(admission.POLICY_NAME, ns)
+        config_name = cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, ns)
+        policy = k8s_resource(admission.admission_policy(names, admission.default_controllers(ns), name=policy_name),
+                              child)
+        k8s_resource(admission.admission_policy_binding(policy_name=policy_name),
+                     pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+
+        def webhook_config(ca: str) -> dict:
+            return admission.webhook_configuration(names, ca_bundle=ca.encode(), url=args.webhook_url, namespace=ns,
+                                                   name=config_name)
+
+        config = webhook_config("")
+        config["webhooks"] = cert.ca_pem.apply(lambda ca: webhook_config(ca)["webhooks"])
         # Registered last: the API server calls the webhook only once its backend exists.
         vwc = k8s_resource(config, pulumi.ResourceOptions(parent=self, depends_on=[deployment, service]))
         self.ca_pem = cert.ca_pem

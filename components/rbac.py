@@ -22,7 +22,7 @@ from autoclusters.deploy import (
     workloads,
 )
 from autoclusters.names import Names
-from components._args import require_namespace
+from components._args import cluster_scoped_name, require_namespace
 from components._k8s import k8s_resource
 
 
@@ -31,7 +31,9 @@ def rbac_objects(names: Names, namespace: str) -> list[dict[str, Any]]:
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
         names, namespace)]
     objs += detector.detector_rbac(names, namespace)
-    objs += admission.webhook_rbac(namespace, tls_secret=workloads.WEBHOOK_TLS_SECRET)
+    objs += _scoped(admission.webhook_rbac(
+        namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
+        tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
     order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
     return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
@@ -60,6 +62,20 @@ class Rbac(pulumi.ComponentResource):
         self.service_accounts = pulumi.Output.from_input(
             sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"))
         self.register_outputs({"service_accounts": self.service_accounts})
+
+
+def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """``webhook_rbac`` names its ClusterRole and binding without the namespace; give them the
+    suffix every other cluster-scoped object of a second installation carries."""
+    out = []
+    for obj in objs:
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            obj = {**obj, "metadata": {**obj["metadata"],
+                                       "name": cluster_scoped_name(obj["metadata"]["name"], namespace)}}
+            if "roleRef" in obj:
+                obj["roleRef"] = {**obj["roleRef"], "name": cluster_scoped_name(obj["roleRef"]["name"], namespace)}
+        out.append(obj)
+    return out
 
 
 def _references(obj: dict[str, Any]) -> list[tuple[str, str]]:

@@ -94,8 +94,12 @@ def test_rbac_creates_the_three_service_accounts_and_binds_each_role_to_its_own_
     roles = _objects(mocks, "ClusterRole")
     controller_role = next(o for o in roles if o["metadata"]["name"].startswith("autoclusters-controller"))
     assert any("pods/eviction" in r["resources"] for r in controller_role["rules"])
-    webhook_role = next(o for o in _objects(mocks, "ClusterRole") if o["metadata"]["name"] == "autoclusters-webhook")
+    webhook_role = next(o for o in roles if o["metadata"]["name"] == "autoclusters-webhook-ns1")
     assert not any("nodes" in r["resources"] for r in webhook_role["rules"])  # the webhook reads no nodes
+    assert webhook_role["rules"][0]["resourceNames"] == ["autoclusters-webhook-ns1"]  # its own configuration only
+    # A second installation's cluster-scoped objects carry its namespace, so stacks never share them.
+    cluster_scoped = [o for o in mocks.kubernetes_objects() if "namespace" not in o["metadata"]]
+    assert cluster_scoped and all(o["metadata"]["name"].endswith("-ns1") for o in cluster_scoped)
     # Service accounts are registered before the bindings that name them.
     kinds = [r.manifest()["kind"] for r in mocks.registered if r.is_kubernetes]
     assert max(i for i, k in enumerate(kinds) if k == "ServiceAccount") < \
@@ -127,6 +131,8 @@ def test_admission_policy_in_cluster_uses_the_service_and_a_certificate_for_its_
     assert _one(mocks, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     vap = _one(mocks, "ValidatingAdmissionPolicy")
     assert _one(mocks, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"] == vap["metadata"]["name"]
+    assert vap["metadata"]["name"] == "autoclusters-maintenance-labels-ns1"
+    assert vwc["metadata"]["name"] == "autoclusters-webhook-ns1"
     assert "system:serviceaccount:ns1:autoclusters-controller" in vap["spec"]["matchConditions"][0]["expression"]
 
 
