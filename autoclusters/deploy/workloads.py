@@ -25,15 +25,16 @@ WEBHOOK = "autoclusters-webhook"
 WEBHOOK_PORT = 8443
 OPA_PORT = 8181
 OPA_DIAGNOSTIC_PORT = 8282
-METRICS_PORT = 9400
+CONTROLLER_METRICS_PORT = 9102
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
 POLICY_CONFIGMAP = "autoclusters-policies"
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TAINT = "nvidia.com/gpu"
 
-# The commands the pods run; the local mode runs the same ones on the host.
-CONTROLLER_COMMAND = ["autoclusters", "controller", "run", "--leader-elect"]
+# The commands the pods run; the local mode runs the same ones on the host. The controller
+# is always leader-elected (its Lease lives in the namespace given here).
+CONTROLLER_COMMAND = ["autoclusters", "controller", "run"]
 DETECTOR_COMMAND = ["autoclusters", "detector", "run"]
 WEBHOOK_COMMAND = ["autoclusters", "webhook", "serve"]
 
@@ -117,7 +118,6 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                         "image": image,
                         "args": DETECTOR_COMMAND[1:],
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
-                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},
                         # Reading /dev/kmsg needs CAP_SYSLOG; nothing else is privileged.
@@ -133,7 +133,8 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
 
 
 def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2) -> dict[str, Any]:
-    """Two replicas behind leader election: one repairs, the other takes over on loss."""
+    """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
+    the other takes over when the leader is lost."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -152,10 +153,11 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2) 
                     "containers": [{
                         "name": "controller",
                         "image": image,
-                        "args": CONTROLLER_COMMAND[1:],
+                        "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
+                                 "--metrics-port", str(CONTROLLER_METRICS_PORT)],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names)],
-                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                        "ports": [{"name": "metrics", "containerPort": CONTROLLER_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                                       "limits": {"cpu": "1", "memory": "512Mi"}},
                         "securityContext": _RESTRICTED,

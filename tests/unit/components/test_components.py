@@ -63,7 +63,7 @@ def test_controller_creates_two_replicas_and_a_pdb():
     dep = _one(mocks, "Deployment")
     pdb = _one(mocks, "PodDisruptionBudget")
     assert dep["spec"]["replicas"] == 2
-    assert "--leader-elect" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["controller", "run"]
     assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {
         "app.kubernetes.io/name": "autoclusters-controller"}}}
 

@@ -47,7 +47,10 @@ def test_controller_is_two_leader_elected_replicas_spread_over_nodes():
     dep = workloads.controller_deployment(NAMES, "ns1", "img:1")
     assert dep["spec"]["replicas"] == 2
     c = _container(dep, "controller")
-    assert "--leader-elect" in c["args"]
+    assert c["args"][:2] == ["controller", "run"]
+    assert c["args"][c["args"].index("--namespace") + 1] == "ns1"  # where its leader-election Lease lives
+    assert c["args"][c["args"].index("--identity") + 1] == "$(POD_NAME)"
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in c["env"]
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "autoclusters-controller"
     anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == \
@@ -97,3 +100,17 @@ def test_the_shipped_policies_fit_in_a_configmap():
     data = workloads.policy_files(workloads.POLICIES_DIR)
     assert data and not any(k.endswith("_test.rego") for k in data)
     assert sum(len(v) for v in data.values()) < 900_000  # ConfigMaps hold at most 1 MiB
+
+
+@pytest.mark.parametrize("build", [
+    lambda: _container(workloads.controller_deployment(NAMES, "ns1", "img:1"), "controller"),
+    lambda: _container(workloads.detector_daemonset(NAMES, "ns1", "img:1"), "detector"),
+    lambda: _container(workloads.webhook_deployment(NAMES, "ns1", "img:1", "opa:1", tls_secret="t",
+                                                    policy_configmap="p"), "webhook"),
+])
+def test_every_pod_command_is_one_the_cli_accepts(build):
+    from autoclusters.cli.main import build_parser
+
+    args = build()["args"]
+    parsed = build_parser().parse_args(args)  # argparse exits on an unknown flag
+    assert callable(parsed.func)
