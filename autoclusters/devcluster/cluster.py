@@ -175,7 +175,9 @@ class LocalCluster:
             *[f"--config={s}" for s in stages],
         ], lambda: p.http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))
         opa = f"http://127.0.0.1:{ports['opa']}"
+        # Decision logs on: OPA then returns a decision_id, which the webhook logs per review.
         start("opa", [tools.opa, "run", "--server", f"--addr=127.0.0.1:{ports['opa']}", "--log-level=error",
+                      "--set=decision_logs.console=true",
                       *opa_load_args(policies)],
               lambda: p.http_ok(f"{opa}/health"))
 
