@@ -10,6 +10,7 @@ import pytest
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube
 from autoclusters.names import Names
+from tests.integration.helpers import wait_for
 from tests.integration.ops_support import (
     cli,
     controller_identity,
@@ -17,6 +18,7 @@ from tests.integration.ops_support import (
     delete_pool_nodes,
     labels,
     mark,
+    private_domain,
     report_fault,
 )
 
@@ -117,3 +119,45 @@ def test_approve_with_the_reference_systems_names(cluster: ClusterHandle, as_con
         assert "autoclusters.io/maintenance-approved" not in labels(cluster.kube, node)
     finally:
         delete_pool_nodes(cluster, names, pool)
+
+
+def test_approve_under_the_admission_floor(cluster: ClusterHandle, as_controller: Kube, unique: str) -> None:
+    """With the CEL floor bound to the test's nodes: approving a due node passes, and the floor's rejection of
+    an approval for a node that no longer needs a repair is what ``approve`` reads as done."""
+    from autoclusters.deploy.admission import admission_policy, admission_policy_binding
+    from autoclusters.kube import KubeError
+    from autoclusters.ops.approval import approval_patch, is_cleared_rejection
+
+    with private_domain(cluster, unique, install_crds=False) as names:
+        pool = f"floor-{unique}"
+        policy = admission_policy(names, name=f"ops-floor-{unique}")
+        binding = admission_policy_binding(policy_name=f"ops-floor-{unique}",
+                                           node_selector={"matchLabels": {names.pool_label: pool}})
+        cluster.apply([policy, binding])
+        try:
+            due, cleared = create_nodes(cluster, names, pool, 2)
+            mark(as_controller, names, due)  # the controller's identity may set the required label
+
+            def floor_active() -> bool:  # the policy takes a moment to reach the API server's cache
+                try:
+                    cluster.kube.patch_node(cleared, {"metadata": {"labels": {names.maintenance_required: "true"}}})
+                except KubeError as e:
+                    return "controller only" in str(e)
+                cluster.kube.patch_node(cleared, {"metadata": {"labels": {names.maintenance_required: None}}})
+                return False
+
+            wait_for(floor_active, timeout=30, what="the admission floor to be enforced")
+            flags = ["--domain", names.domain, "--condition-prefix", names.prefix]
+            res = cli(cluster.kubeconfig, "approve", due, cleared, "-o", "json", *flags)
+            assert res.returncode == 0, res.stderr
+            assert {r["node"]: r["status"] for r in json.loads(res.stdout)["results"]} == \
+                {due: "approved", cleared: "not-needed"}
+
+            rv = cluster.kube.get_node(cleared)["metadata"]["resourceVersion"]
+            with pytest.raises(KubeError) as rejected:
+                cluster.kube.patch_node(cleared, approval_patch(names, rv))
+            assert is_cleared_rejection(rejected.value), str(rejected.value)
+        finally:
+            for obj in (binding, policy):
+                cluster.kube.delete_object(obj)
+            delete_pool_nodes(cluster, names, pool)
