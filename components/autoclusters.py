@@ -48,7 +48,8 @@ class AutoClusters(pulumi.ComponentResource):
         ns = k8s_resource(workloads.namespace(cfg.namespace), after())
         crds = Crds("crds", CrdsArgs(names=names), after())
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace), after(ns))
-        Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace), after(rbac))
+        Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
+                                          await_rollout=not cfg.local), after(rbac))
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace),
                    after(rbac, crds))
         pools = [

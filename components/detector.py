@@ -17,6 +17,9 @@ class DetectorArgs:
     image: str
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
+    # Wait for a pod on every GPU node. Off on the shared local cluster, where nodes of other
+    # pools may be mid-repair (NotReady) and would hold ``pulumi up`` until its timeout.
+    await_rollout: bool = True
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -31,6 +34,9 @@ class Detector(pulumi.ComponentResource):
     def __init__(self, name: str, args: DetectorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        ds = k8s_resource(workloads.detector_daemonset(args.names, args.namespace, args.image), child)
+        obj = workloads.detector_daemonset(args.names, args.namespace, args.image)
+        if not args.await_rollout:
+            obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
+        ds = k8s_resource(obj, child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

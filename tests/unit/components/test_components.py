@@ -246,3 +246,10 @@ def test_stack_program_rejects_a_mistyped_key():
 
     with pytest.raises(PoolConfigError, match="unknown key"):
         record(stack.program, config={"autoclusters:consentmode": "auto"})
+
+
+def test_detector_rollout_is_not_awaited_when_asked():
+    mocks = record(lambda: Detector("det", DetectorArgs(image=IMAGE, await_rollout=False)))
+    assert _one(mocks, "DaemonSet")["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    mocks = record(lambda: Detector("det", DetectorArgs(image=IMAGE)))
+    assert "annotations" not in _one(mocks, "DaemonSet")["metadata"]

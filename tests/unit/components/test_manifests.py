@@ -1,5 +1,6 @@
 """``manifests/`` is generated from the components; a change to a builder without a re-render fails here."""
 
+import pytest
 import yaml
 
 from components import render
@@ -29,3 +30,22 @@ def test_manifests_hold_the_whole_system_but_no_private_key():
             "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration", "GpuNodePool"} <= kinds
     assert "Secret" not in kinds
     assert {o["spec"]["consentMode"] for o in objs if o["kind"] == "GpuNodePool"} == {"auto", "propose"}
+
+
+def test_rendered_manifests_pass_the_gitops_policy_check(tmp_path, capsys):
+    from autoclusters.cli.main import main
+    from autoclusters.policy import opa
+
+    try:
+        opa.opa_binary()
+    except opa.OpaError as e:
+        pytest.skip(str(e))
+    for path, text in render.render().items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert main(["policy", "check", str(tmp_path)]) == 0
+    # The same check fails a pool whose consent mode a commit got wrong.
+    bad = (tmp_path / "pools" / "a100.yaml").read_text().replace("consentMode: propose", "consentMode: sometimes")
+    (tmp_path / "pools" / "a100.yaml").write_text(bad)
+    assert main(["policy", "check", str(tmp_path)]) == 1
+    assert "pool-consent-mode" in capsys.readouterr().out
