@@ -12,6 +12,7 @@ and removed at the end, so other tests on the same cluster are not affected.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -28,13 +29,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from autoclusters.deploy.admission import (
     admission_policy,
     admission_policy_binding,
     webhook_configuration,
 )
-from autoclusters.kube import NotFound
+from autoclusters.kube import Conflict, NotFound
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 SCOPE_LABEL = "admission-test.autoclusters.io/scope"
@@ -89,6 +95,48 @@ class Admission:
         ])
         self.user = self.cluster.service_account_kubeconfig(self.namespace, "alice")
         self.controller = self.cluster.service_account_kubeconfig("autoclusters-system", "autoclusters-controller")
+
+    def kubelet_kubeconfig(self, node: str) -> str:
+        """A kubeconfig holding a client certificate for ``system:node:<node>`` in ``system:nodes``
+        (issued through the CSR API), i.e. what a kubelet registering that node uses."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])).sign(key, hashes.SHA256())
+        path = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+        name = f"adm-test-{node}"
+        obj = self.kube.create(path, {
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
+            "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
+                     "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                     "usages": ["digital signature", "client auth"], "expirationSeconds": 3600}})
+        for _ in range(10):  # the CSR may change between our read and our approval
+            obj["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "AdmissionTest",
+                                             "message": "kubelet identity for an admission test"}]}
+            try:
+                self.kube.replace(f"{path}/{name}/approval", obj)
+                break
+            except Conflict:
+                obj = self.kube.get(f"{path}/{name}")
+        deadline = time.monotonic() + 30
+        while not (cert := (self.kube.get(f"{path}/{name}").get("status") or {}).get("certificate")):
+            assert time.monotonic() < deadline, "the CSR was not signed"
+            time.sleep(0.2)
+        self.kube.delete(f"{path}/{name}")
+        admin = yaml.safe_load(Path(self.cluster.kubeconfig).read_text())
+        ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+        cluster = next(c for c in admin["clusters"] if c["name"] == ctx["cluster"])
+        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+        cfg = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+               "users": [{"name": node, "user": {"client-certificate-data": cert,
+                                                 "client-key-data": base64.b64encode(key_pem).decode()}}],
+               "contexts": [{"name": node, "context": {"cluster": cluster["name"], "user": node}}],
+               "current-context": node}
+        out = self.workdir / f"kubelet-{node}.kubeconfig"
+        out.write_text(yaml.safe_dump(cfg))
+        out.chmod(0o600)
+        return str(out)
 
     def new_node(self) -> str:
         (name,) = self.cluster.create_gpu_nodes(f"adm{self.suffix}", 1)
@@ -276,6 +324,25 @@ def test_node_created_with_required_by_non_controller_rejected(admission: Admiss
         admission.nodes.append(name)
     assert r.returncode != 0
     assert _mark(layer) in r.stderr and "[maintenance-required-controller-only]" in r.stderr
+
+
+def test_kubelet_cannot_register_its_node_with_required(admission: Admission, layer: str) -> None:
+    """A real kubelet identity (system:node:<name>): NodeRestriction lets it create its own
+    Node, and only our layers stop it from arriving already marked for repair."""
+    name = f"adm-{admission.suffix}-kubelet-{layer}"
+    kubelet = admission.kubelet_kubeconfig(name)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {SCOPE_LABEL: admission.suffix}}}
+    marked = json.loads(json.dumps(node))
+    marked["metadata"]["labels"][admission.names.maintenance_required] = "true"
+    r = kubectl(kubelet, "create", "-f", "-", stdin=json.dumps(marked))
+    if r.returncode == 0:
+        admission.nodes.append(name)
+    assert r.returncode != 0
+    assert _mark(layer) in r.stderr and "[maintenance-required-controller-only]" in r.stderr
+    assert f"system:node:{name}" in r.stderr
+    r = kubectl(kubelet, "create", "-f", "-", stdin=json.dumps(node))
+    assert r.returncode == 0, r.stderr
+    admission.nodes.append(name)
 
 
 def test_unrelated_label_changes_pass(admission: Admission, layer: str) -> None:
