@@ -110,19 +110,22 @@ class Admission:
             "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
                      "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
                      "usages": ["digital signature", "client auth"], "expirationSeconds": 3600}})
-        for _ in range(10):  # the CSR may change between our read and our approval
-            obj["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "AdmissionTest",
-                                             "message": "kubelet identity for an admission test"}]}
-            try:
-                self.kube.replace(f"{path}/{name}/approval", obj)
-                break
-            except Conflict:
-                obj = self.kube.get(f"{path}/{name}")
-        deadline = time.monotonic() + 30
-        while not (cert := (self.kube.get(f"{path}/{name}").get("status") or {}).get("certificate")):
-            assert time.monotonic() < deadline, "the CSR was not signed"
-            time.sleep(0.2)
-        self.kube.delete(f"{path}/{name}")
+        try:
+            for _ in range(10):  # the CSR may change between our read and our approval
+                obj["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "AdmissionTest",
+                                                 "message": "kubelet identity for an admission test"}]}
+                try:
+                    self.kube.replace(f"{path}/{name}/approval", obj)
+                    break
+                except Conflict:
+                    obj = self.kube.get(f"{path}/{name}")
+            deadline = time.monotonic() + 30
+            while not (cert := (self.kube.get(f"{path}/{name}").get("status") or {}).get("certificate")):
+                assert time.monotonic() < deadline, "the CSR was not signed"
+                time.sleep(0.2)
+        finally:
+            with contextlib.suppress(NotFound):
+                self.kube.delete(f"{path}/{name}")
         admin = yaml.safe_load(Path(self.cluster.kubeconfig).read_text())
         ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
         cluster = next(c for c in admin["clusters"] if c["name"] == ctx["cluster"])
