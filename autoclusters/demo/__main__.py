@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
         banner(3, total, "Starting the runtime on the host under the stack's service accounts")
         runtime.spool.mkdir(parents=True, exist_ok=True)
-        runtime.start_webhook(port=WEBHOOK_PORT, opa_url=str(cluster.opa_url), webhook_config=stack.webhook_config,
-                              cert_dir=cluster.dir / "webhook-certs")
+        runtime.start_webhook(port=WEBHOOK_PORT, opa_url=str(cluster.opa_url),
+                              tls=stack.webhook_tls(cluster.dir / "webhook-tls"))
         runtime.start_detector(window_seconds=args.window, node_selector=f"{handle.names.pool_label}={POOL}")
         runtime.start_controller(sim_reset_seconds=args.reset_seconds, sim_replace_seconds=args.reset_seconds * 2)
         say(f"    controller, detector (simulated hardware in {runtime.spool}), webhook on 127.0.0.1:{WEBHOOK_PORT}")

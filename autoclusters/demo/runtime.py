@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -51,11 +52,19 @@ class Runtime:
             "--window", str(window_seconds), "--poll-interval", "0.5",
         ], DETECTOR_SERVICE_ACCOUNT)
 
-    def start_webhook(self, *, port: int, opa_url: str, webhook_config: str, cert_dir: Path) -> None:
+    def start_webhook(self, *, port: int, opa_url: str, tls: tuple[Path, Path]) -> None:
         self._start("webhook", [
             "webhook", "run", "--listen", "127.0.0.1", "--port", str(port), "--opa-url", opa_url,
-            "--cert-dir", str(cert_dir), "--webhook-config", webhook_config, "--push-opa-config",
+            "--no-push-opa-config", "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--webhook-config", "",
         ], WEBHOOK_SERVICE_ACCOUNT)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                return
+            self.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the webhook is not listening on 127.0.0.1:{port} after 30s")
+            time.sleep(0.2)
 
     def check(self) -> None:
         """Fails loudly, with the log's tail, when a runtime process has died."""

@@ -1,0 +1,85 @@
+"""The demo's Pulumi stack: the real CLI and Kubernetes provider, a local file backend, and
+the same program as ``__main__.py`` (run inline, see ``devcluster/pulumi_env.py``)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.devcluster import pulumi_env
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.kube import load_kube
+
+STACK = "demo"
+# Lines of `pulumi up` output worth showing: resource steps and the summary.
+_SHOWN = (" +", " ~", " -", "Resources:", "    ", "Duration:")
+
+
+class DemoStack:
+    def __init__(self, handle: ClusterHandle, state: Path, *, pool: str, webhook_port: int,
+                 namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.handle = handle
+        self.pool = pool
+        self.namespace = namespace
+        self.webhook_port = webhook_port
+        self.work, self.state = state / "work", state / "backend"
+        self.stack: Any = None
+
+    def config(self, consent_mode: str) -> dict[str, Any]:
+        return {
+            "autoclusters:local": True,
+            "autoclusters:namespace": self.namespace,
+            "autoclusters:kubeconfig": self.handle.kubeconfig,
+            "autoclusters:webhookUrl": f"https://127.0.0.1:{self.webhook_port}/validate",
+            "autoclusters:pools": [{
+                "name": self.pool, "consentMode": consent_mode,
+                "drain": {"resetDeadlineSeconds": 20, "replaceDeadlineSeconds": 30},
+                "nodes": {"backend": "simulated", "count": 2, "gpuProduct": "NVIDIA-A100-SXM4-80GB",
+                          "gpusPerNode": 8, "instanceType": "a100-80gb-sxm-ib.8x"},
+            }],
+        }
+
+    def up(self, *, consent_mode: str, progress: Callable[[str], None]) -> None:
+        """``pulumi up`` with the pool in ``consent_mode``: the first call creates the stack,
+        later ones change the stack configuration the way a GitOps pipeline would."""
+        if self.stack is None:
+            self.stack = pulumi_env.stack(STACK, self.work, self.state, self.config(consent_mode),
+                                          kubeconfig=self.handle.kubeconfig)
+        else:
+            pulumi_env.write_stack_config(self.work, STACK, self.config(consent_mode))
+        progress(f"$ pulumi up --stack {STACK}   (config: {self.work}/Pulumi.{STACK}.yaml, "
+                 f"pools[{self.pool}].consentMode={consent_mode})")
+        lines: list[str] = []
+
+        def out(line: str) -> None:
+            lines.append(line)
+            text = line.rstrip()
+            if text.startswith(_SHOWN) and "pulumi:pulumi:Stack" not in text:
+                progress(text)
+
+        t0 = time.monotonic()
+        result = self.stack.up(on_output=out)
+        if result.summary.result != "succeeded":
+            raise RuntimeError("pulumi up failed:\n" + "".join(lines[-40:]))
+        changes = ", ".join(f"{k} {v}" for k, v in sorted(result.summary.resource_changes.items()))
+        progress(f"pulumi up succeeded in {time.monotonic() - t0:.0f}s ({changes})")
+        pools = result.outputs["pools"].value
+        if pools.get(self.pool) != consent_mode:
+            raise RuntimeError(f"the stack reports pool modes {pools}, expected {self.pool}={consent_mode}")
+
+    def webhook_tls(self, into: Path) -> tuple[Path, Path]:
+        """The serving certificate the stack issued, read with the webhook's own token."""
+        sa = self.handle.service_account_kubeconfig(self.namespace, WEBHOOK_SERVICE_ACCOUNT)
+        secret = load_kube(sa).get(f"/api/v1/namespaces/{self.namespace}/secrets/autoclusters-webhook-tls")
+        into.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for key in ("tls.crt", "tls.key"):
+            path = into / key
+            path.write_bytes(base64.b64decode(secret["data"][key]))
+            path.chmod(0o600)
+            paths.append(path)
+        return paths[0], paths[1]
