@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
+from autoclusters.detector.records import Poll
 from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog
@@ -30,6 +32,30 @@ from autoclusters.kube.errors import KubeError
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
+
+
+class _SkipWhileUnchanged:
+    """Repeats a state source's last poll while its simulated hardware has not changed.
+
+    Port state changes in the spool only through ``SimulatedHardware`` (inject, clear,
+    reboot), which moves the node's generation; ``dcgm.json`` is watched by its own inode
+    and time. One ``stat`` instead of about twenty file reads keeps a fleet of thousands
+    of nodes cheap to poll every second.
+    """
+
+    def __init__(self, source: Any, stamp: Callable[[], tuple[int, int]]) -> None:
+        self.source = source
+        self.stamp = stamp
+        self.name = source.name
+        self._seen: tuple[int, int] | None = None
+        self._last: Poll | None = None
+
+    def poll(self) -> Poll:
+        gen = self.stamp()
+        if self._last is None or gen != self._seen:
+            self._seen = gen
+            self._last = self.source.poll()
+        return self._last
 
 
 def boot_id(node: dict[str, Any]) -> str:
@@ -109,11 +135,12 @@ class SimulatedFleet:
         hw = SimulatedHardware(self.spool, name)
         hw.ensure()
         interp = KernelLogInterpreter(self.catalog, self._gpus)
+        dcgm = DcgmSource(self.catalog, output_file=str(hw.dcgm_json))
+        ib = InfinibandSource(self.catalog, self.clock, str(hw.ib_root), self.config.infiniband)
         sources = [
             Scheduled(KernelLogFileSource(str(hw.kmsg), interp), 0.0),
-            Scheduled(DcgmSource(self.catalog, output_file=str(hw.dcgm_json)), self.config.snapshot_poll_s),
-            Scheduled(InfinibandSource(self.catalog, self.clock, str(hw.ib_root), self.config.infiniband),
-                      self.config.snapshot_poll_s),
+            Scheduled(_SkipWhileUnchanged(dcgm, hw.dcgm_stamp), 0.0),
+            Scheduled(_SkipWhileUnchanged(ib, hw.generation), 0.0),
         ]
         return NodeAgent(name, sources, catalog=self.catalog, names=self.names, writer=self.writer,
                          events=self.events, clock=self.clock, window_s=self.config.window_s)

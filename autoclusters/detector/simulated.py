@@ -6,6 +6,7 @@ Layout of ``<spool>/<node>/``::
     dcgm.json         what ``dcgmi health -c -j`` prints now
     sys/class/infiniband/mlx5_<n>/ports/1/{state,phys_state,counters/*}
     persistent.json   injected faults that model broken hardware: they return at every boot
+    generation        changes with every change to DCGM or the ports (lets a fleet skip unchanged nodes)
     .lock             serialises injectors and the agent's reboot handling
 
 ``inject-fault`` writes here exactly what the real part would show (a driver line in the
@@ -45,6 +46,14 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
+
+
 class SimulatedHardware:
     def __init__(self, spool: str | Path, node: str) -> None:
         if not node or "/" in node or node.startswith("."):
@@ -63,6 +72,21 @@ class SimulatedHardware:
     @property
     def ib_root(self) -> Path:
         return self.dir / "sys" / "class" / "infiniband"
+
+    @property
+    def generation_file(self) -> Path:
+        return self.dir / "generation"
+
+    def _bump(self) -> None:
+        _atomic_write(self.generation_file, f"{time.time_ns()}\n")
+
+    def generation(self) -> tuple[int, int]:
+        """Changes whenever the ports may read differently (inject, clear, reboot)."""
+        return _stamp(self.generation_file)
+
+    def dcgm_stamp(self) -> tuple[int, int]:
+        """Changes whenever ``dcgm.json`` is rewritten, by this class or by hand."""
+        return _stamp(self.dcgm_json)
 
     @property
     def persistent_file(self) -> Path:
@@ -95,6 +119,8 @@ class SimulatedHardware:
                 self._set_port(f"mlx5_{i}", "1", up=True)
                 for counter in ERROR_COUNTERS:
                     _atomic_write(port / "counters" / counter, "0\n")
+        if not self.generation_file.exists():
+            self._bump()
 
     def _set_port(self, hca: str, port: str, *, up: bool) -> None:
         base = self.ib_root / hca / "ports" / port
@@ -161,7 +187,9 @@ class SimulatedHardware:
             self._ensure()
             if persistent:
                 self._remember(fault)
-            return self._apply(fault, catalog)
+            written = self._apply(fault, catalog)
+            self._bump()
+            return written
 
     def clear(self) -> None:
         """Healthy again: DCGM and ports report healthy, no fault returns at the next boot.
@@ -176,6 +204,7 @@ class SimulatedHardware:
                     self._set_port(hca, port, up=True)
             with contextlib.suppress(FileNotFoundError):
                 self.persistent_file.unlink()
+            self._bump()
 
     def reboot(self, catalog: Catalog) -> None:
         """A new boot: a fresh kernel log, healthy DCGM and ports, then the persistent faults again."""
@@ -191,3 +220,4 @@ class SimulatedHardware:
                     self._apply(fault, catalog)
                 except (KeyError, TypeError, ValueError):
                     continue  # a hand-edited entry that does not make sense is skipped
+            self._bump()
