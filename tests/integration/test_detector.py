@@ -154,3 +154,32 @@ def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
     assert ev["type"] == "Warning" and ev["message"].startswith("GPU 1 reported Xid 13 (")
     time.sleep(2 * WINDOW)
     assert fleet.condition(node, names.gpu_condition)["status"] == "False"
+
+
+def test_the_cli_serves_simulated_nodes_and_stops_cleanly(cluster: ClusterHandle, unique: str,
+                                                          tmp_path: Path) -> None:
+    """``detector run --simulate`` and ``inject-fault`` as an operator runs them, spool found by env."""
+    import os
+    import subprocess
+    import sys
+
+    pool = f"detcli-{unique}"
+    (node,) = cluster.create_gpu_nodes(pool, 1, prefix=pool)
+    env = {**os.environ, "AUTOCLUSTERS_DETECTOR_SPOOL": str(tmp_path / "spool")}
+    cmd = [sys.executable, "-m", "autoclusters.cli.main"]
+    agent = subprocess.Popen([*cmd, "detector", "run", "--simulate", "--kubeconfig", cluster.kubeconfig,
+                              "--node-selector", f"{cluster.names.pool_label}={pool}", "--window", "1",
+                              "--poll-interval", "0.2"], env=env, stderr=subprocess.PIPE, text=True)
+    fleet = Fleet(cluster, pool, tmp_path / "spool", [node])
+    try:
+        fleet.wait_status(node, cluster.names.gpu_condition, "False", timeout=30)
+        out = subprocess.run([*cmd, "inject-fault", node, "--xid", "79", "--gpu", "6", "-o", "json"], env=env,
+                             capture_output=True, text=True, check=True)
+        assert '"node": "' + node in out.stdout
+        cond = fleet.wait_status(node, cluster.names.gpu_condition, "True")
+        assert cond["message"] == "GPU 6 reported Xid 79 (GPU has fallen off the bus)."
+    finally:
+        agent.terminate()
+        rc = agent.wait(timeout=15)
+        cluster.kube.delete(f"/api/v1/nodes/{node}")
+    assert rc == 0, agent.stderr.read() if agent.stderr else ""
