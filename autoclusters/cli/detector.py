@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
@@ -60,8 +61,22 @@ def register(sub: Any) -> None:
     run.add_argument("--accept-injected-kmsg", action="store_true",
                      help="count Xid lines written to /dev/kmsg from user space (for fault drills with "
                           "'autoclusters inject-fault --dev-kmsg')")
+    run.add_argument("--metrics-port", type=int, default=0,
+                     help="serve Prometheus metrics on this port (default: 0, off)")
+    run.add_argument("--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: 0.0.0.0)")
     run.set_defaults(func=_run)
     det.set_defaults(func=lambda args: (det.print_help(), EXIT_USAGE)[1])
+
+
+def _metrics(args: argparse.Namespace, text: Callable[[Any], str]) -> None:
+    """Starts the metrics endpoint when asked; ``text`` gets ``metrics.render`` (imported only then)."""
+    if args.metrics_port:
+        from autoclusters.detector.metrics import render, serve
+
+        try:
+            serve(args.metrics_port, lambda: text(render), args.metrics_address)
+        except OSError as e:
+            raise CliError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}") from e
 
 
 def _gpu_map(text: str) -> dict[str, int]:
@@ -117,7 +132,9 @@ def _run(args: argparse.Namespace) -> int:
         spool = args.spool or default_spool(args.cluster)
         os.makedirs(spool, exist_ok=True)
         log.info("serving simulated nodes %s from %s (window %.1fs)", args.node_selector, spool, args.window)
-        SimulatedFleet(kube, clock, catalog, names, spool, args.node_selector, config).run(stop)
+        fleet = SimulatedFleet(kube, clock, catalog, names, spool, args.node_selector, config)
+        _metrics(args, lambda render: render(fleet.agent_list(), fleet.writer, clock.monotonic()))
+        fleet.run(stop)
         return 0
     if not args.node:
         raise CliError("--node (or $NODE_NAME) is required unless --simulate", EXIT_USAGE)
@@ -129,5 +146,6 @@ def _run(args: argparse.Namespace) -> int:
                       use_nvml=not args.no_nvml)
     agent, writer, events = build_agent(args.node, kube, clock, catalog, names, config, paths)
     log.info("detector for node %s (window %.1fs)", args.node, args.window)
+    _metrics(args, lambda render: render([agent], writer, clock.monotonic()))
     run_node(agent, writer, events, config, stop)
     return 0

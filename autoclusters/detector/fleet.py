@@ -145,6 +145,15 @@ class SimulatedFleet:
         return NodeAgent(name, sources, catalog=self.catalog, names=self.names, writer=self.writer,
                          events=self.events, clock=self.clock, window_s=self.config.window_s)
 
+    def agent_list(self) -> list[NodeAgent]:
+        """A copy of the agents, safe to read from another thread (metrics)."""
+        for _ in range(5):
+            try:
+                return list(self.agents.values())
+            except RuntimeError:  # the poll thread added or removed a node meanwhile
+                continue
+        return []
+
     def poll_once(self) -> None:
         with self._lock:
             boots = dict(self._boots)

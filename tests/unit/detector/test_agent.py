@@ -149,3 +149,28 @@ def test_dcgm_fault_message(tmp_path: Path) -> None:
     c = kube.condition("n1", GPU)
     assert (c["reason"], c["message"]) == ("NvidiaDCGMError", "GPU 5 reported DCGM_FR_NVLINK_DOWN.")
     writer.close()
+
+
+def test_metrics_count_faults_by_class_and_state_and_unreadable_sources(tmp_path: Path) -> None:
+    import urllib.request
+
+    from autoclusters.detector.metrics import render, serve
+
+    kube, clock, hw, writer, _, agent = setup(tmp_path, [Scheduled(Broken())])
+    hw.inject({"kind": "xid", "code": 79, "gpu": 3}, CAT)
+    tick(agent, writer, clock)
+    hw.inject({"kind": "hca", "hca": "mlx5_0", "port": 1}, CAT)
+    tick(agent, writer, clock, 60)
+    text = render([agent], writer, clock.monotonic())
+    assert 'autoclusters_detector_active_faults{class="gpu",state="confirmed"} 1' in text
+    assert 'autoclusters_detector_active_faults{class="interconnect",state="pending"} 1' in text
+    assert 'autoclusters_detector_unreadable_sources{source="nvml"} 1' in text
+    assert f"autoclusters_detector_condition_writes_total {writer.writes}" in text and writer.writes >= 2
+    server = serve(0, lambda: render([agent], writer, clock.monotonic()), "127.0.0.1")
+    try:
+        port = server.server_address[1]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "autoclusters_detector_nodes 1" in body
+    finally:
+        server.shutdown()
+        writer.close()
