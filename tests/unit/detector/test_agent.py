@@ -156,7 +156,7 @@ def test_metrics_count_faults_by_class_and_state_and_unreadable_sources(tmp_path
 
     from autoclusters.detector.metrics import render, serve
 
-    kube, clock, hw, writer, _, agent = setup(tmp_path, [Scheduled(Broken())])
+    _kube, clock, hw, writer, _, agent = setup(tmp_path, [Scheduled(Broken())])
     hw.inject({"kind": "xid", "code": 79, "gpu": 3}, CAT)
     tick(agent, writer, clock)
     hw.inject({"kind": "hca", "hca": "mlx5_0", "port": 1}, CAT)
