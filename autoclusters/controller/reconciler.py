@@ -142,6 +142,10 @@ class Reconciler:
             if stored is None:
                 return 0.2  # another writer got there first: look again at the fresh record
             self._observe_metrics(state, decision)
+            if state is None or state.phase != decision.state.phase:
+                log.info("node %s record %s: %s -> %s (pool in progress %s): %s", name, decision.state.name,
+                         state.phase.value if state else "-", decision.state.phase.value,
+                         obs.pool.in_progress if obs.pool else "-", decision.state.message)
         provider = self._provider(pool)
         self._act.run(decision.actions, name, node, decision.state, provider)
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:

@@ -177,6 +177,7 @@ class ProviderView:
     state: ProviderState = ProviderState.NOT_STARTED
     message: str = ""
     new_node: str = ""
+    next_check: float | None = None  # seconds until the provider expects progress (sooner than a poll)
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ def _to(s: RepairState, phase: Phase, now: datetime, message: str, **changes: ob
 
 
 def _fault_text(f: Fault) -> str:
-    return f"{f.reason}: {f.message}" if f.message else f.reason
+    return f"{f.reason}: {f.message.rstrip('.')}" if f.message else f.reason
 
 
 def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
@@ -433,7 +434,8 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decisio
         return _action_failed(s, o, now, p, f"the provider reported: {o.provider.message or 'failed'}")
     if now >= op.started + timedelta(seconds=p.operation_timeout_seconds):
         return _action_failed(s, o, now, p, f"the provider did not finish within {int(p.operation_timeout_seconds)}s")
-    return Decision(s, (DriveProvider(op),), p.poll_seconds)
+    wait = p.poll_seconds if o.provider.next_check is None else min(p.poll_seconds, max(o.provider.next_check, 0.0))
+    return Decision(s, (DriveProvider(op),), wait)
 
 
 def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:

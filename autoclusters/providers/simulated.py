@@ -67,13 +67,14 @@ class SimulatedProvider:
             if ann.get(ANN_DONE) == op.id:
                 return ProviderView(ProviderState.SUCCEEDED)
             if ann.get(ANN_OPERATION) == op.id:
-                return ProviderView(ProviderState.RUNNING)
+                return ProviderView(ProviderState.RUNNING, next_check=self._remaining(current, self.reset_seconds))
             return ProviderView(ProviderState.NOT_STARTED)
         new = self.replacement_name(op, pool)
         if current is None and lookup(new) is not None:
             return ProviderView(ProviderState.SUCCEEDED, new_node=new)
         if current is not None and ann.get(ANN_OPERATION) == op.id:
-            return ProviderView(ProviderState.RUNNING, new_node=new)
+            return ProviderView(ProviderState.RUNNING, new_node=new,
+                                next_check=self._remaining(current, self.replace_seconds))
         return ProviderView(ProviderState.NOT_STARTED, new_node=new)
 
     # --- drive --------------------------------------------------------------------------
@@ -90,8 +91,15 @@ class SimulatedProvider:
 
     def _mark_started(self, node: str, op: Operation, extra: dict[str, str | None]) -> None:
         self._kube.patch_node(node, {"metadata": {"annotations": {
-            ANN_OPERATION: op.id, ANN_STARTED: utc_iso(self._clock.now()), ANN_DONE: None, ANN_FAILED: None,
+            ANN_OPERATION: op.id, ANN_STARTED: self._clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            ANN_DONE: None, ANN_FAILED: None,
             **extra}}})
+
+    def _remaining(self, node: dict[str, Any], seconds: float) -> float:
+        started = parse_iso(_annotations(node).get(ANN_STARTED))
+        if started is None:
+            return 0.0
+        return max(0.0, (started + timedelta(seconds=seconds) - self._clock.now()).total_seconds())
 
     def _due(self, node: dict[str, Any], seconds: float) -> bool:
         started = parse_iso(_annotations(node).get(ANN_STARTED))

@@ -62,8 +62,17 @@ def test_killed_at_each_phase_boundary_resumes_without_double_or_lost_repair(ctl
     ctl.watcher.hold_clear.add(verifying)
     for node in (waiting, draining, acting, verifying):
         ctl.raise_fault(node)
-    wait_for("all parked", lambda: [phase(ctl, x) for x in (waiting, draining, acting, verifying)]
-             == ["AwaitingApproval", "Draining", "Acting", "Verifying"], 30, 0.1)
+    parked = ["AwaitingApproval", "Draining", "Acting", "Verifying"]
+    seen: list[list[str]] = []
+
+    def all_parked() -> bool:
+        seen.append([phase(ctl, x) for x in (waiting, draining, acting, verifying)])
+        return seen[-1] == parked
+
+    try:
+        wait_for("all parked", all_parked, 30, 0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; phases seen: {seen[-3:]}") from None
     for c in ctl.running():
         c.kill()
     # while no controller runs, the world moves on: an approval, the PDB allows, the detector looks

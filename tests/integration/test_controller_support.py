@@ -239,7 +239,7 @@ class BootWatcher:
                     boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
                     before = self._boots.get(name)
                     self._boots[name] = boot
-                    if before is not None and before != boot:
+                    if before and boot and before != boot:  # "" -> id is the node's first status write
                         self.boot_changes[name] = self.boot_changes.get(name, 0) + 1
                         self._pending.add(name)
                     if name not in self._pending or name in self.hold_clear:
@@ -256,8 +256,20 @@ class BootWatcher:
                 print(f"boot watcher: {e}", file=sys.stderr)
 
 
+_SHARED: list[Env] = []
+
+
 @pytest.fixture(scope="session", name="ctl")
 def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """One environment (one lease, one controller) for the whole session.
+
+    Each test module imports this fixture, which pytest then counts as one fixture per
+    module; two environments would mean two leases and two leaders acting on the same
+    pools. So the first instance owns the environment and the others share it.
+    """
+    if _SHARED:
+        yield _SHARED[0]
+        return
     names = cluster.names
     cluster.apply(crds(names))
     namespace = f"ctl-{secrets.token_hex(3)}"
@@ -267,14 +279,19 @@ def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory
     rbac = controller_rbac(names, namespace=namespace, service_account="autoclusters-controller")
     cluster.apply(rbac)
     kubeconfig = cluster.service_account_kubeconfig(namespace, "autoclusters-controller")
-    env = Env(cluster, namespace, kubeconfig, tmp_path_factory.mktemp("controller-logs"))
+    wanted = os.environ.get("AUTOCLUSTERS_TEST_CONTROLLER_LOGS")
+    log_dir = Path(wanted) if wanted else tmp_path_factory.mktemp("controller-logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = Env(cluster, namespace, kubeconfig, log_dir)
     watcher = BootWatcher(env).start()
     env.watcher = watcher  # type: ignore[attr-defined]
     main = env.start_controller("main")
     env.wait_leader([main])
+    _SHARED.append(env)
     try:
         yield env
     finally:
+        _SHARED.clear()
         watcher.stop()
         for c in env.controllers:
             c.terminate()

@@ -305,3 +305,11 @@ def test_terminal_state_is_stable() -> None:
     s = run(replacing(), obs(provider=ProviderView(ProviderState.FAILED))).state
     closed = run(s, obs(fault=None)).state
     assert run(closed, obs()).state == closed and run(closed, obs()).actions == ()
+
+
+def test_acting_requeues_when_the_provider_expects_progress() -> None:
+    acting = to_acting()
+    d = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, next_check=0.25)))
+    assert d.requeue_after == 0.25
+    slow = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, next_check=30)))
+    assert slow.requeue_after == P.poll_seconds
