@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 _GPU_IS_LOST = 15
 _NOT_SUPPORTED = 3
 _INVALID_ARGUMENT = 2
-_ABSENT = {12, 9}  # LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED
+_LIBRARY_NOT_FOUND = 12
+_DRIVER_NOT_LOADED = 9
 
 
 def load_library() -> Any | None:
@@ -69,7 +70,10 @@ class NvmlSource:
         try:
             self.lib.nvmlInit()
         except self.lib.NVMLError as e:
-            if self._code(e) in _ABSENT and not self.expect_gpus:
+            code = self._code(e)
+            # No libnvidia-ml in reach (not mounted into this container): the source is absent, not broken.
+            # No driver is only fine on a node without GPUs; where the driver lists GPUs it is a failure.
+            if code == _LIBRARY_NOT_FOUND or (code == _DRIVER_NOT_LOADED and not self.expect_gpus):
                 self.off = True
                 log.info("NVML not available on this node (%s); the NVML source is off", e)
                 return None

@@ -145,10 +145,10 @@ class FakeNvml:
         return 1 if link in self.links[h] else 0
 
 
-def test_nvml_absent_on_a_node_without_gpus_is_off() -> None:
-    src = NvmlSource(FakeNvml(init_error=12), CAT, expect_gpus=False)
-    p = src.poll()
-    assert p.ok and p.records == ()
+def test_nvml_absent_is_off() -> None:
+    for code, expect_gpus in ((12, False), (12, True), (9, False)):  # no library; no driver on a GPU-less node
+        p = NvmlSource(FakeNvml(init_error=code), CAT, expect_gpus=expect_gpus).poll()
+        assert p.ok and p.records == (), (code, expect_gpus)
 
 
 def test_nvml_init_failure_on_a_gpu_node_is_an_error_not_a_fault() -> None:
