@@ -125,8 +125,9 @@ class SimulatedFleet:
                         self._seen(obj)
                     elif kind == "DELETED":
                         self._deleted(obj)
-            except KubeError as e:
-                log.warning("node watch failed (%s); relisting in %.0fs", e, backoff)
+            except Exception as e:  # noqa: BLE001 - the watch must outlive any one broken stream
+                level = logging.WARNING if isinstance(e, KubeError) else logging.ERROR
+                log.log(level, "node watch failed (%s); relisting in %.0fs", e, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
@@ -163,13 +164,13 @@ class SimulatedFleet:
             self.agents.pop(name, None)
             self.writer.forget(name)
         for name in boots:
-            agent = self.agents.get(name)
-            if agent is None:
-                agent = self.agents[name] = self._agent(name)
-            elif name in reboots:
-                SimulatedHardware(self.spool, name).reboot(self.catalog)
-                agent.reboot()
             try:
+                agent = self.agents.get(name)
+                if agent is None:
+                    agent = self.agents[name] = self._agent(name)
+                elif name in reboots:
+                    SimulatedHardware(self.spool, name).reboot(self.catalog)
+                    agent.reboot()
                 agent.poll()
             except Exception:
                 log.exception("polling simulated node %s failed", name)
