@@ -1,0 +1,72 @@
+"""The simulated fleet's bookkeeping: new nodes get agents, a new boot id is a reboot, gone nodes go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoclusters.clock import FakeClock
+from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.fleet import SimulatedFleet
+from autoclusters.detector.simulated import SimulatedHardware
+from autoclusters.detector.writer import WriterConfig
+from autoclusters.faults.catalog import load_catalog
+from autoclusters.names import Names
+from tests.unit.detector.fakes import FakeKube
+
+NAMES = Names()
+
+
+def node(name: str, boot: str) -> dict[str, object]:
+    return {"metadata": {"name": name}, "status": {"nodeInfo": {"bootID": boot}}}
+
+
+def fleet(tmp_path: Path) -> tuple[FakeKube, FakeClock, SimulatedFleet]:
+    kube = FakeKube(["a", "b"])
+    clock = FakeClock()
+    f = SimulatedFleet(kube, clock, load_catalog(), NAMES, tmp_path, "x=y",  # type: ignore[arg-type]
+                       AgentConfig(window_s=5, writer=WriterConfig(min_interval_s=0, qps=1000)))
+    return kube, clock, f
+
+
+def cycle(f: SimulatedFleet, clock: FakeClock, seconds: float = 1) -> None:
+    clock.advance(seconds)
+    f.poll_once()
+    f.writer.step()
+    f.writer.wait_idle()
+
+
+def gpu(kube: FakeKube, name: str) -> str:
+    return kube.condition(name, NAMES.gpu_condition)["status"]
+
+
+def test_a_new_boot_id_drops_the_faults_and_a_gone_node_is_dropped(tmp_path: Path) -> None:
+    kube, clock, f = fleet(tmp_path)
+    f._seen(node("a", "boot-1"))
+    f._seen(node("b", "boot-1"))
+    cycle(f, clock)
+    assert sorted(f.agents) == ["a", "b"] and gpu(kube, "a") == "False"
+    SimulatedHardware(tmp_path, "a").inject({"kind": "xid", "code": 79, "gpu": 0}, load_catalog())
+    cycle(f, clock)
+    cycle(f, clock, 5)
+    assert gpu(kube, "a") == "True" and gpu(kube, "b") == "False"
+    f._seen(node("a", "boot-1"))  # an update that is not a reboot
+    cycle(f, clock)
+    assert gpu(kube, "a") == "True"
+    f._seen(node("a", "boot-2"))
+    cycle(f, clock)
+    assert gpu(kube, "a") == "False"
+    assert SimulatedHardware(tmp_path, "a").kmsg.read_text() == ""  # the new boot's log starts empty
+    f._deleted(node("b", "boot-1"))
+    cycle(f, clock)
+    assert sorted(f.agents) == ["a"]
+    f.writer.close()
+
+
+def test_one_broken_node_does_not_stop_the_others(tmp_path: Path) -> None:
+    kube, clock, f = fleet(tmp_path)
+    (tmp_path / "b").write_text("a file where the node's directory should be")
+    f._seen(node("a", "1"))
+    f._seen(node("b", "1"))
+    cycle(f, clock)
+    assert list(f.agents) == ["a"] and gpu(kube, "a") == "False"
+    f.writer.close()
