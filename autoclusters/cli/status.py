@@ -27,9 +27,10 @@ def run_status(args: argparse.Namespace) -> int:
     kube, names = connect(args, "autoclusters-status")
     snap = take_snapshot(kube, names, SystemClock())
     if args.pool:
-        snap = FleetSnapshot(snap.taken_at, [p for p in snap.pools if p.name == args.pool],
-                             [f for f in snap.faulty if f.pool == args.pool], snap.nodes, snap.degraded_detectors,
-                             snap.pools_installed, snap.records_installed, snap.notes)
+        pools = [p for p in snap.pools if p.name == args.pool]
+        snap = FleetSnapshot(snap.taken_at, pools, [f for f in snap.faulty if f.pool == args.pool],
+                             sum(p.nodes for p in pools), snap.degraded_detectors, snap.pools_installed,
+                             snap.records_installed, snap.notes)
     if args.output == "json":
         print_json(snap.to_dict())
         return 0
