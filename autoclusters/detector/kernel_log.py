@@ -27,7 +27,7 @@ these shapes; the throughput target (200,000 lines/s) is met by rejecting lines 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoclusters.detector.pci import GpuIndex, normalize
 from autoclusters.detector.records import Record
@@ -44,10 +44,12 @@ _SXID = re.compile(r"nvidia-nvswitch\d{0,3}: SXid \(PCI:" + _BUS + r"\): " + _CO
 # Leading process fields some drivers add before the description.
 _PROC_FIELD = re.compile(r"^(?:pid=(?:'[^']{0,64}'|[^,]{0,64}),\s*)?(?:name=[^,]{0,64},\s*)?")
 _JOURNAL_TAG = re.compile(r"^\S.{0,80}? (\S{1,64}): ")
+# The common case in one step: a /dev/kmsg record carrying an Xid or SXid line.
+_KMSG_FAST = re.compile(r"^(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,16};(?:NVRM: Xid|nvidia-nvswitch\d{0,3}: (S)Xid) "
+                        r"\(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
 
 
-@dataclass(frozen=True)
-class DriverLine:
+class DriverLine(NamedTuple):
     """One parsed driver fault line, before the catalog gives it meaning."""
 
     kind: str  # "xid" or "sxid"
@@ -92,27 +94,32 @@ def parse_line(line: str) -> DriverLine | None:
     if len(line) > MAX_LINE:
         line = line[:MAX_LINE]
     line = line.rstrip("\r\n")
-    framed = _strip_framing(line)
-    if framed is None:
-        return None
-    text, from_kernel = framed
-    if text.startswith("NVRM: Xid ("):
-        m = _XID.match(text)
-        kind = "xid"
+    fast = _KMSG_FAST.match(line)
+    if fast:
+        from_kernel = int(fast.group(1)) >> 3 == 0
+        kind = "sxid" if fast.group(2) else "xid"
+        raw_bus, code_text, rest = fast.group(3, 4, 5)
     else:
-        m = _SXID.match(text)
-        kind = "sxid"
-    if not m:
-        return None
-    raw_bus = m.group(1)
+        framed = _strip_framing(line)
+        if framed is None:
+            return None
+        text, from_kernel = framed
+        if text.startswith("NVRM: Xid ("):
+            m = _XID.match(text)
+            kind = "xid"
+        else:
+            m = _SXID.match(text)
+            kind = "sxid"
+        if not m:
+            return None
+        raw_bus, code_text, rest = m.group(1, 2, 3)
     if len(raw_bus) == 10 and raw_bus == raw_bus.lower():  # the driver's usual "0000:3b:00": already normal
         bus = raw_bus
     else:
         bus = normalize(raw_bus)
         if bus is None:
             return None
-    code = int(m.group(2))
-    rest = m.group(3)
+    code = int(code_text)
     fatal: bool | None = None
     if kind == "xid":
         rest = rest[_PROC_FIELD.match(rest).end():]  # type: ignore[union-attr]
