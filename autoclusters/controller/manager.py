@@ -40,6 +40,7 @@ class Controller:
         self.names = names or Names()
         self.clock = clock or SystemClock()
         self.metrics = Metrics()
+        self.metrics.api_requests.set_function(lambda: kube.requests.total)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)

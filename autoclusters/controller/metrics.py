@@ -25,6 +25,8 @@ class Metrics:
         self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
                                         registry=r)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
+        self.api_requests = Gauge("autoclusters_controller_api_requests", "API requests this process has made",
+                                  registry=r)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)

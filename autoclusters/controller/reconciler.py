@@ -113,14 +113,18 @@ class Reconciler:
         if node is None and active is None:
             return None
         pre_start = state is None or state.phase in PRE_START
-        lock = self._pool_locks[pool.name] if (pool is not None and pre_start) else None
-        if lock:
-            lock.acquire()
-        try:
+        if pool is None or not pre_start:
             return self._reconcile_node(name, node, records, active, state, pool)
-        finally:
-            if lock:
-                lock.release()
+        with self._pool_locks[pool.name]:
+            # Read again under the lock: while we waited, the node (its fault) or the pool's
+            # other repairs may have changed, and the guards must judge the present.
+            node = self._fleet.node(name)
+            records = self._fleet.records_of(name)
+            active = next((r for r in records if rec.is_active(r)), None)
+            state = rec.state_of(active) if active else None
+            if node is None and active is None:
+                return None
+            return self._reconcile_node(name, node, records, active, state, pool)
 
     def _reconcile_node(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
                         state: RepairState | None, pool: Pool | None) -> float | None:

@@ -1,0 +1,298 @@
+"""Platform overhead of the remediation controller (SPEC section 8), on a running cluster.
+
+    python benchmarks/controller_overhead.py --kubeconfig $(autoclusters dev kubeconfig --name NAME) \\
+        --nodes 1000 --faults 50
+
+Creates a pool of simulated GPU nodes, runs ``autoclusters controller run`` as a
+subprocess under its own service account (default flags, except the simulated reset
+time), raises ``--faults`` GPU faults at once (as the detector would), acts as the detector
+after each reboot (clears the condition when it sees the new bootID), and measures from
+its own watch streams with a monotonic clock:
+
+  report   fault written            -> the Remediation record appears
+  start    record appears           -> record in Acting (decision, marking, cordon, drain of 0 pods)
+  act      Acting                   -> Verifying, minus the provider's fixed reset time
+  verify   condition cleared        -> Succeeded (the controller's reaction to a healthy node)
+  total    fault written -> Succeeded, minus the reset time and the stand-in detector's reaction
+
+Also prints API requests per repair (the controller's own request counter, scraped from its
+metrics endpoint) and the controller's peak RSS (VmHWM). Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.controller import controller_rbac
+from autoclusters.deploy.crds import crds
+from autoclusters.devcluster.handle import ClusterHandle, node_ready
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound
+from autoclusters.sim import nodes as sim
+
+MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+class Watcher(threading.Thread):
+    """Watches a collection and calls ``on`` with (monotonic time, event type, object)."""
+
+    def __init__(self, kube: Kube, path: str, selector: str | None, on: Any) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.path, self.selector, self.on = kube, path, selector, on
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        rv = ""
+        while not self.stop.is_set():
+            try:
+                if not rv:
+                    items, rv = self.kube.list_with_version(self.path, label_selector=self.selector)
+                    for obj in items:
+                        self.on(time.monotonic(), "ADDED", obj)
+                for ev in self.kube.watch(self.path, resource_version=rv, label_selector=self.selector,
+                                          timeout_seconds=60):
+                    if self.stop.is_set():
+                        return
+                    obj = ev.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if ev.get("type") != "BOOKMARK":
+                        self.on(time.monotonic(), ev["type"], obj)
+            except KubeError:
+                rv = ""
+                time.sleep(0.5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--faults", type=int, default=50)
+    ap.add_argument("--reset-seconds", type=float, default=5.0, help="simulated provider's reset time")
+    ap.add_argument("--workers", type=int, default=8, help="controller workers")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--keep", action="store_true", help="leave the pool, nodes and records behind")
+    ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")
+    args = ap.parse_args()
+
+    handle = ClusterHandle(args.kubeconfig, local=True)
+    kube, names = handle.kube, handle.names
+    run_id = secrets.token_hex(3)
+    pool, namespace = f"bench-{run_id}", f"bench-{run_id}"
+    print(f"pool {pool}: {args.nodes} nodes, {args.faults} faults, reset {args.reset_seconds}s", flush=True)
+    handle.apply(crds(names))
+    with contextlib.suppress(Conflict):
+        kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    rbac = controller_rbac(names, namespace=namespace)
+    for obj in rbac:
+        if obj["kind"].startswith("Cluster"):
+            obj["metadata"]["name"] = f"{obj['metadata']['name']}-{run_id}"
+        if obj["kind"] == "ClusterRoleBinding":
+            obj["roleRef"]["name"] = obj["metadata"]["name"]
+    handle.apply(rbac)
+    sa_kubeconfig = handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=7200)
+    pool_path = Kube.custom_path(names.api_group, API_VERSION, "gpunodepools")
+    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
+                            "metadata": {"name": pool},
+                            "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
+                                     "provider": {"type": "simulated", "resetSeconds": args.reset_seconds}}})
+
+    t0 = time.monotonic()
+    node_names = [f"{pool}-{i}" for i in range(args.nodes)]
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool, names), node_names))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready = sum(node_ready(n) for n in kube.list_nodes(f"{names.pool_label}={pool}"))
+        if ready == args.nodes:
+            break
+        time.sleep(1)
+    print(f"{args.nodes} nodes Ready in {time.monotonic() - t0:.1f}s", flush=True)
+
+    port = free_port()
+    argv = [sys.executable, "-m", "autoclusters.cli.main", "controller", "run", "--kubeconfig", sa_kubeconfig,
+            "--namespace", namespace, "--metrics-port", str(port), "--workers", str(args.workers)]
+    log = open(f"/tmp/controller-bench-{run_id}.log", "wb")  # noqa: SIM115 - closed at the end
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def scrape() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if scrape().get("autoclusters_controller_leader") == 1:
+                break
+        time.sleep(0.3)
+    time.sleep(3)  # the informers' initial lists
+    base = scrape()["autoclusters_controller_api_requests"]
+
+    # --- measurement -------------------------------------------------------------------------
+    lock = threading.Lock()
+    fault_at: dict[str, float] = {}
+    boot_seen: dict[str, float] = {}
+    cleared_at: dict[str, float] = {}
+    record_first: dict[str, float] = {}
+    phase_first: dict[tuple[str, str], float] = {}
+    node_of: dict[str, str] = {}
+    boots: dict[str, str] = {}
+
+    def on_record(t: float, _kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with lock:
+            node_of[name] = obj["spec"]["node"]
+            record_first.setdefault(name, t)
+            ph = (obj.get("status") or {}).get("phase")
+            if ph:
+                phase_first.setdefault((name, ph), t)
+
+    def on_node(t: float, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            return
+        name = obj["metadata"]["name"]
+        boot = ((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+        before = boots.get(name)
+        boots[name] = boot
+        if before and boot and before != boot and name in fault_at and name not in cleared_at:
+            boot_seen[name] = t
+            now = utc_iso(SystemClock().now())
+            kube.patch_node_status(name, {"status": {"conditions": [{
+                "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
+                "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+            cleared_at[name] = time.monotonic()
+
+    rec_watch = Watcher(kube, Kube.custom_path(names.api_group, API_VERSION, "remediations"),
+                        f"{names.api_group}/pool={pool}", on_record)
+    node_watch = Watcher(kube, "/api/v1/nodes", f"{names.pool_label}={pool}", on_node)
+    rec_watch.start()
+    node_watch.start()
+    time.sleep(2)
+
+    faulty = node_names[:: max(1, args.nodes // args.faults)][: args.faults]
+
+    def raise_fault(node: str) -> None:
+        now = utc_iso(SystemClock().now())
+        kube.patch_node_status(node, {"status": {"conditions": [{
+            "type": names.gpu_condition, "status": "True", "reason": "NvidiaXIDError", "message": MESSAGE,
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+        fault_at[node] = time.monotonic()
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(min(32, args.faults)) as ex:
+        list(ex.map(raise_fault, faulty))
+    print(f"{len(faulty)} faults raised in {time.monotonic() - start:.2f}s", flush=True)
+
+    deadline = time.monotonic() + args.timeout
+    done: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        with lock:
+            done = {node_of[r]: r for (r, ph) in phase_first if ph == "Succeeded"}
+        if len(done) >= len(faulty):
+            break
+        time.sleep(0.5)
+    elapsed = time.monotonic() - start
+    after = scrape()
+    with open(f"/proc/{proc.pid}/status") as f:
+        hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+
+    report, startp, act, verify, total = [], [], [], [], []
+    for node in faulty:
+        r = done.get(node)
+        if not r:
+            continue
+        t_rec = record_first[r]
+        t_act = phase_first.get((r, "Acting"), phase_first.get((r, "Verifying")))
+        t_ver = phase_first.get((r, "Verifying"), t_act)
+        t_ok = phase_first[(r, "Succeeded")]
+        detector = cleared_at[node] - boot_seen[node]
+        report.append(t_rec - fault_at[node])
+        if t_act is not None and t_ver is not None:
+            startp.append(t_act - t_rec)
+            act.append(max(0.0, t_ver - t_act - args.reset_seconds))
+        verify.append(max(0.0, t_ok - cleared_at[node]))
+        total.append(t_ok - fault_at[node] - args.reset_seconds - detector)
+
+    requests = after["autoclusters_controller_api_requests"] - base
+    rows = [("report", report), ("start", startp), ("act", act), ("verify", verify), ("total", total)]
+    print(f"\n{len(done)}/{len(faulty)} repairs succeeded in {elapsed:.1f}s "
+          f"(reset time {args.reset_seconds}s excluded below)")
+    print(f"{'phase':<8} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
+    for label, values in rows:
+        print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} {max(values or [float('nan')]):8.3f}")
+    print(f"API requests per repair: {requests / max(1, len(done)):.1f} (total {int(requests)})")
+    print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
+    result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
+              "reset_seconds": args.reset_seconds, "workers": args.workers,
+              "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
+                         for label, v in rows},
+              "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024}
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=2)
+
+    rec_watch.stop.set()
+    node_watch.stop.set()
+    os.kill(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(15)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    log.close()
+    if not args.keep:
+        cleanup(kube, names, pool, namespace, rbac)
+    return 0 if len(done) == len(faulty) else 1
+
+
+def cleanup(kube: Kube, names: Any, pool: str, namespace: str, rbac: list[dict[str, Any]]) -> None:
+    nodes = kube.list_nodes(f"{names.pool_label}={pool}")
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda n: _quiet(kube.delete, f"/api/v1/nodes/{n['metadata']['name']}"), nodes))
+    rec_path = Kube.custom_path(names.api_group, API_VERSION, "remediations")
+    for r in kube.list(rec_path, label_selector=f"{names.api_group}/pool={pool}"):
+        _quiet(kube.delete, f"{rec_path}/{r['metadata']['name']}")
+    _quiet(kube.delete, Kube.custom_path(names.api_group, API_VERSION, "gpunodepools", pool))
+    _quiet(kube.delete, f"/api/v1/namespaces/{namespace}")
+    for obj in rbac:
+        if obj["kind"].startswith("Cluster"):
+            _quiet(kube.delete, f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/{obj['metadata']['name']}")
+
+
+def _quiet(fn: Any, *a: Any) -> None:
+    with contextlib.suppress(NotFound, KubeError):
+        fn(*a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
