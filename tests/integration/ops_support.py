@@ -161,3 +161,31 @@ def delete_pool_nodes(cluster: ClusterHandle, names: Names, pool: str) -> None:
     for node in cluster.kube.list_nodes(label_selector=f"{names.pool_label}={pool}"):
         with contextlib.suppress(NotFound):
             cluster.kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+
+
+@contextlib.contextmanager
+def running_controller(cluster: ClusterHandle, names: Names, lease: str, log: Any) -> Iterator[None]:
+    """The real controller as a process, under ``names`` and a lease of its own, with short timings."""
+    import os
+
+    env = dict(os.environ, AUTOCLUSTERS_DOMAIN=names.domain, AUTOCLUSTERS_CONDITION_PREFIX=names.prefix)
+    entry = "import sys; from autoclusters.cli.main import main; sys.exit(main())"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", entry, "controller", "run", "--kubeconfig", cluster.kubeconfig,
+             "--lease-name", lease, "--metrics-port", "0", "--sim-reset-seconds", "2", "--poll-seconds", "0.5",
+             "--hold-recheck-seconds", "1", "--retry-period-seconds", "0.5"],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield
+    finally:
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -9,10 +9,7 @@ its own lease, so it touches nothing of the other tests sharing the cluster.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from tests.integration.ops_support import (
     labels,
     private_domain,
     report_fault,
+    running_controller,
 )
 
 
@@ -43,23 +41,8 @@ def names(cluster: ClusterHandle) -> Iterator[Names]:
 @pytest.fixture()
 def controller(cluster: ClusterHandle, names: Names, unique: str, tmp_path: Path) -> Iterator[Path]:
     log = tmp_path / "controller.log"
-    env = dict(os.environ, AUTOCLUSTERS_DOMAIN=names.domain, AUTOCLUSTERS_CONDITION_PREFIX=names.prefix)
-    entry = "import sys; from autoclusters.cli.main import main; sys.exit(main())"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", entry, "controller", "run", "--kubeconfig", cluster.kubeconfig,
-             "--lease-name", f"ops-e2e-{unique}", "--metrics-port", "0", "--sim-reset-seconds", "2",
-             "--poll-seconds", "0.5", "--hold-recheck-seconds", "1", "--retry-period-seconds", "0.5"],
-            stdout=out, stderr=subprocess.STDOUT, env=env)
-    try:
+    with running_controller(cluster, names, f"ops-e2e-{unique}", log):
         yield log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def as_json(kubeconfig: str, *args: str) -> Any:
