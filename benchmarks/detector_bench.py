@@ -56,15 +56,21 @@ def corpus(n: int, fault_share: float, seed: int = 7) -> list[str]:
     return out
 
 
-def throughput(lines: list[str]) -> tuple[float, int]:
+def throughput(lines: list[str]) -> tuple[float, float, int]:
+    """Lines per CPU second of this thread, lines per wall second, faults found.
+
+    CPU time is the figure to compare: on a shared machine wall time mostly measures how
+    much of a core the scheduler gave the benchmark.
+    """
     interp = KernelLogInterpreter(load_catalog(), GpuIndex.simulated())
     record = interp.record
-    start = time.perf_counter()
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
     found = 0
     for line in lines:
         if record(line) is not None:
             found += 1
-    return len(lines) / (time.perf_counter() - start), found
+    cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+    return len(lines) / cpu, len(lines) / wall, found
 
 
 def _proc_stat(pid: int) -> tuple[float, int]:
@@ -114,18 +120,20 @@ def main() -> int:
     ap.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = ap.parse_args()
     mixed = corpus(args.lines, 0.01)
-    rate, found = throughput(mixed)
+    rate, rate_wall, found = throughput(mixed)
     faults_only = corpus(max(args.lines // 10, 1000), 1.0)
-    worst, _ = throughput(faults_only)
-    result: dict[str, object] = {"lines": len(mixed), "fault_lines": found, "lines_per_s": round(rate),
-                                 "fault_lines_per_s": round(worst), "target_lines_per_s": 200_000}
+    worst, worst_wall, _ = throughput(faults_only)
+    result: dict[str, object] = {"lines": len(mixed), "fault_lines": found, "lines_per_cpu_s": round(rate),
+                                 "lines_per_wall_s": round(rate_wall), "fault_lines_per_cpu_s": round(worst),
+                                 "fault_lines_per_wall_s": round(worst_wall), "target_lines_per_s": 200_000}
     if args.kubeconfig and args.node:
         result["idle"] = idle(args.kubeconfig, args.node, args.idle_seconds, args.warmup)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"parser: {rate:,.0f} lines/s on a 1% fault mix ({found} faults in {len(mixed):,} lines); "
-              f"{worst:,.0f} lines/s on fault lines only (target 200,000)")
+        print(f"parser, 1% fault mix: {rate:,.0f} lines per CPU second ({rate_wall:,.0f} per wall second; "
+              f"{found} faults in {len(mixed):,} lines); target 200,000")
+        print(f"parser, fault lines only: {worst:,.0f} lines per CPU second ({worst_wall:,.0f} per wall second)")
         if "idle" in result:
             i = result["idle"]
             assert isinstance(i, dict)
