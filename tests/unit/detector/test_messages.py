@@ -49,3 +49,19 @@ def test_spec_examples_word_for_word() -> None:
     assert (message_for(ib), reason_for(ib)) == ("HCA mlx5_0 port 1 reported port_down.", "InterconnectError")
     nv = Record("nvml", FaultClass.GPU, "ROW_REMAP_FAILURE", "GPU 2", xid.severity, "x")
     assert (message_for(nv), reason_for(nv)) == ("GPU 2 reported ROW_REMAP_FAILURE.", "GpuError")
+
+
+def test_an_unmapped_gpu_still_reads_back_and_the_health_condition_is_never_a_fault() -> None:
+    from autoclusters.detector.conditions import health_condition
+
+    cat = load_catalog()
+    names = Names()
+    rec = Record("kmsg", FaultClass.GPU, "79", "GPU PCI:0000:3b:00", cat.lookup("gpu", 79).severity,
+                 cat.lookup("gpu", 79).name)
+    ref = cat.fault_from_condition(condition_for(rec, names), names)
+    assert ref is not None and (ref.fault_class, ref.code) == (FaultClass.GPU, "79")
+    degraded = health_condition({"nvml": "NVML init failed: Driver Not Loaded"}, names)
+    assert degraded.status == "True"
+    as_dict = {"type": degraded.type, "status": degraded.status, "reason": degraded.reason,
+               "message": degraded.message}
+    assert cat.fault_from_condition(as_dict, names) is None
