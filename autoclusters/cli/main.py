@@ -72,4 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under ``python -m autoclusters.cli.main`` this file is ``__main__`` while the commands import
+    # ``autoclusters.cli.main``: run that module's ``main`` so the CliError they raise is the one caught.
+    from autoclusters.cli import main as _package_main
+
+    sys.exit(_package_main.main())

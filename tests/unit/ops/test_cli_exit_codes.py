@@ -42,3 +42,18 @@ def test_bad_usage_exits_2_before_touching_the_cluster(argv: list[str], dead_kub
 def test_commands_are_registered() -> None:
     sub = next(a for a in cli.build_parser()._actions if a.dest == "command")
     assert {"status", "approve", "history"} <= set(sub.choices)
+
+
+def test_exit_codes_hold_under_python_dash_m(dead_kubeconfig: str) -> None:
+    """The demo and scripts run ``python -m autoclusters.cli.main``; a CliError must still map to its code."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *args], capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    usage = run("approve", "--kubeconfig", dead_kubeconfig)
+    assert usage.returncode == cli.EXIT_USAGE, usage.stderr
+    assert "Traceback" not in usage.stderr and "either NODE... or --pool" in usage.stderr
+    assert run("status", "--kubeconfig", dead_kubeconfig).returncode == cli.EXIT_UNREACHABLE
