@@ -11,6 +11,7 @@ Accepted framings, all seen on real nodes:
 The driver's texts (the part after ``NVRM:`` / ``nvidia-nvswitchN:``) come in these
 shapes across driver generations::
 
+    NVRM: Xid (0000:3b:00): 79, GPU has fallen off the bus.                      (old drivers)
     NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
     NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
@@ -39,14 +40,14 @@ _MAX_CODE_DIGITS = 6
 _KMSG_HEADER = re.compile(r"^(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]{0,16};")
 _BUS = r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
 _CODE = r"(\d{1,%d})" % _MAX_CODE_DIGITS  # noqa: UP031 - a regular expression, not a message
-_XID = re.compile(r"NVRM: Xid \(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
 _SXID = re.compile(r"nvidia-nvswitch\d{0,3}: SXid \(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
 # Leading process fields some drivers add before the description.
 _PROC_FIELD = re.compile(r"^(?:pid=(?:'[^']{0,64}'|[^,]{0,64}),\s*)?(?:name=[^,]{0,64},\s*)?")
 _JOURNAL_TAG = re.compile(r"^\S.{0,80}? (\S{1,64}): ")
 # The common case in one step: a /dev/kmsg record carrying an Xid or SXid line.
 _KMSG_FAST = re.compile(r"^(\d{1,4}),\d{1,20},\d{1,20},[^;]{0,16};(?:NVRM: Xid|nvidia-nvswitch\d{0,3}: (S)Xid) "
-                        r"\(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
+                        r"\((?:PCI:)?" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
 
 
 class DriverLine(NamedTuple):
