@@ -34,7 +34,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from typing import Any
 
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.kube import Kube, KubeError, NotFound, Unavailable, load_kube
+from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
 from autoclusters.ops.approval import ApprovalStatus, approve_node
 from autoclusters.ops.resources import get_pool, labels_of
@@ -65,7 +65,6 @@ class Config:
     prepare_timeout: float = 600.0
     retry_after: float = 60.0  # a failed preparation is tried again after this long
     watch_timeout: int = 300
-    event_namespace: str = "default"
 
 
 @dataclass
@@ -90,6 +89,7 @@ class ApprovalController:
         self.config = config
         self.names = config.names
         self.clock = clock
+        self.events = EventRecorder(kube, clock, COMPONENT)  # repeats within 10 min bump one event's count
         self.ledgers: dict[str, PoolLedger] = {}
         self._queues: dict[str, queue.Queue[str | None]] = {}
         self._workers: list[threading.Thread] = []
@@ -312,19 +312,7 @@ class ApprovalController:
 
     def _event(self, node: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
         meta = node["metadata"]
-        now = utc_iso(self.clock.now())
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": self.config.event_namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid", "")},
-            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
-            "reportingInstance": socket.gethostname(), "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
-        try:
-            self.kube.create(f"/api/v1/namespaces/{self.config.event_namespace}/events", body)
-        except KubeError as e:
-            log.warning("could not record event %s on node %s: %s", reason, meta["name"], e)
+        self.events.emit(ObjectRef("Node", meta["name"], uid=meta.get("uid", "")), reason, message, warning=warning)
 
 
 def _fault_env(node: dict[str, Any], names: Names) -> dict[str, str]:
@@ -358,7 +346,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--retry-after", type=float, default=60.0, metavar="SECONDS",
                    help="try a failed preparation again after this long (default 60)")
     p.add_argument("--watch-timeout", type=int, default=300, metavar="SECONDS", help=argparse.SUPPRESS)
-    p.add_argument("--event-namespace", default="default", help="namespace for the events it records")
     p.add_argument("--domain", default=None, help="label domain (default: $AUTOCLUSTERS_DOMAIN or autoclusters.io)")
     return p.parse_args(argv)
 
@@ -370,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     names = Names(domain=args.domain, prefix=env_names.prefix) if args.domain else env_names
     config = Config(names=names, prepare=args.prepare, pools=frozenset(args.pool),
                     prepare_timeout=args.prepare_timeout, retry_after=args.retry_after,
-                    watch_timeout=args.watch_timeout, event_namespace=args.event_namespace)
+                    watch_timeout=args.watch_timeout)
     try:
         kube = load_kube(args.kubeconfig, user_agent=COMPONENT)
     except KubeError as e:
