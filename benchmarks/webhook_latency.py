@@ -185,6 +185,12 @@ async def settle(url: str, ctx: ssl.SSLContext | None, wrap: bool, samples: list
     return time.perf_counter() - start
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc; Linux only)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def opa_bench(binary: str, policies: Path, review: dict[str, Any]) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(review, f)
@@ -202,6 +208,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="100,500,1000")
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--serial", type=int, default=1000, help="reviews sent one at a time (latency and CPU cost)")
+    ap.add_argument("--decision-logs", action=argparse.BooleanOptionalAction, default=True,
+                    help="OPA decision logs to the console (as deployed; the webhook then logs decision ids)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
@@ -212,7 +221,8 @@ def main() -> int:
     try:
         opa_port, hook_port = free_port(), free_port()
         procs.append(subprocess.Popen([binary, "run", "--server", f"--addr=127.0.0.1:{opa_port}", "--log-level=error",
-                                       "--set=decision_logs.console=true", *opa.load_args(policies)[:-2],
+                                       *(["--set=decision_logs.console=true"] if args.decision_logs else []),
+                                       *opa.load_args(policies)[:-2],
                                        str(policies)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_http(f"http://127.0.0.1:{opa_port}/health")
         with open(workdir / "webhook.log", "wb") as log:
@@ -226,6 +236,7 @@ def main() -> int:
                 break
             time.sleep(0.1)
         ctx = ssl.create_default_context(cafile=str(workdir / "certs" / "ca.crt"))
+        servers = {"opa": procs[0], "webhook": procs[1]}
         wait_http(f"https://127.0.0.1:{hook_port}/readyz", context=ctx)
 
         results: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
@@ -241,10 +252,15 @@ def main() -> int:
                 ("opa-http", f"http://127.0.0.1:{opa_port}/v1/data/autoclusters/admission/decision", None, True),
                 ("webhook", f"https://127.0.0.1:{hook_port}/validate", ctx, False)):
             asyncio.run(settle(url, ctx_, wrap, samples))
-            serial = asyncio.run(run_serial(url, 500, samples, ctx_, wrap))
+            before = {n: cpu_seconds(p.pid) for n, p in servers.items()}
+            serial = asyncio.run(run_serial(url, args.serial, samples, ctx_, wrap))
+            # CPU per review barely depends on how busy the machine is, unlike latency.
+            serial["cpu_us_per_review"] = {n: (cpu_seconds(p.pid) - before[n]) / args.serial * 1e6
+                                           for n, p in servers.items()}
             results[f"{name} serial"] = serial
+            cpu = ", ".join(f"{n} {v:.0f} µs" for n, v in serial["cpu_us_per_review"].items() if v > 0)
             print(f"\n{name}, one at a time ({serial['requests']}): p50 {serial['p50_ms']:.2f} ms, "
-                  f"p99 {serial['p99_ms']:.2f} ms")
+                  f"p99 {serial['p99_ms']:.2f} ms; CPU per review: {cpu}")
             rows = []
             print(f"{name}: rate/s  answered  errors  p50 ms  p99 ms  max ms  wrong allows  wrong denials")
             for rate in rates:
