@@ -3,7 +3,10 @@ is down the configuration fails closed for users while the controller keeps work
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,13 +38,20 @@ def test_webhook_writes_its_ca_bundle_then_fails_closed_when_down(admission: Adm
     admission.wait_enforced(WEBHOOK_MARK)
     cfg = admission.kube.get(f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
                              f"{admission.webhook_name}")
-    import base64
-
     bundle = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"])
     assert bundle == (admission.workdir / "fresh-certs" / "ca.crt").read_bytes()
 
     node = admission.new_node()
     req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
+    # Each decision is logged with OPA's decision id (the dev cluster's OPA keeps decision logs).
+    assert kubectl(admission.user, "label", "node", node, f"{appr}=true").returncode != 0
+    pattern = re.compile(rf"allowed=False outcome=denied opa_decision_id=[0-9a-f-]{{36}} user=\S+:alice "
+                         rf"op=UPDATE Node/{node} rules=maintenance-approved-requires-fault")
+    deadline = time.monotonic() + 5
+    while not pattern.search((admission.workdir / "webhook.log").read_text()):
+        assert time.monotonic() < deadline, "no decision line with an OPA decision id in the webhook log"
+        time.sleep(0.2)
+
     admission.webhook_stop(remove_config=False)
     # Users' label writes fail closed...
     r = kubectl(admission.user, "label", "node", node, f"{appr}=true")
