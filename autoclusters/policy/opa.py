@@ -35,20 +35,31 @@ def policies_dir() -> Path:
 
 
 def opa_binary() -> Path:
-    """``$AUTOCLUSTERS_OPA``, then ``opa`` on PATH, then the binary the project builds."""
+    """``$AUTOCLUSTERS_OPA``, then ``opa`` on PATH, then the binary ``tools/build-tools.sh``
+    builds into ``~/.cache/autoclusters/bin/opa-<OPA_VERSION>/`` (version from tools/versions.env)."""
     env = os.environ.get("AUTOCLUSTERS_OPA")
     if env:
         return Path(env)
     found = shutil.which("opa")
     if found:
         return Path(found)
-    from autoclusters.devcluster.tools import ToolsMissing
-    from autoclusters.devcluster.tools import opa_binary as built
+    built = _built_opa()
+    if built is None:
+        raise OpaError("no opa binary: set AUTOCLUSTERS_OPA, put opa on PATH, or run tools/build-tools.sh core")
+    return built
 
-    try:
-        return built()
-    except ToolsMissing as e:
-        raise OpaError(f"no opa binary: {e} (or set AUTOCLUSTERS_OPA)") from e
+
+def _built_opa() -> Path | None:
+    cache = Path(os.environ.get("AUTOCLUSTERS_CACHE", Path.home() / ".cache" / "autoclusters"))
+    for parent in Path(__file__).resolve().parents:
+        versions = parent / "tools" / "versions.env"
+        if versions.exists():
+            for line in versions.read_text().splitlines():
+                if line.startswith("OPA_VERSION="):
+                    path = cache / "bin" / f"opa-{line.split('=', 1)[1].strip()}" / "opa"
+                    return path if path.exists() else None
+    candidates = sorted((cache / "bin").glob("opa-*/opa"))
+    return candidates[-1] if candidates else None
 
 
 def load_args(policies: Path) -> list[str]:
