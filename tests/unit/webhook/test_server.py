@@ -184,3 +184,22 @@ def test_renewed_certificate_is_served_without_a_restart(opa_url: str, tmp_path:
         assert second == x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes()).serial_number
 
     asyncio.run(_serve(opa_url, certs, body))
+
+
+def test_pool_writes_are_checked(opa_url: str, tmp_path: Path) -> None:
+    def pool_review(mode: object) -> dict[str, Any]:
+        pool = {"apiVersion": "remediation.autoclusters.io/v1alpha1", "kind": "GpuNodePool",
+                "metadata": {"name": "h100"}, "spec": {"consentMode": mode}}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "p-1", "kind": {"group": "remediation.autoclusters.io", "version": "v1alpha1",
+                                   "kind": "GpuNodePool"},
+            "operation": "CREATE", "userInfo": {"username": "alice"}, "object": pool, "oldObject": None}}
+
+    async def body(w: Running, s: aiohttp.ClientSession) -> None:
+        _, ok = await w.post(s, pool_review("propose"))
+        assert ok["response"]["allowed"] is True
+        _, no = await w.post(s, pool_review(False))
+        assert no["response"]["allowed"] is False
+        assert no["response"]["status"]["message"].startswith("[pool-consent-mode] spec.consentMode false")
+
+    asyncio.run(_serve(opa_url, _certs(tmp_path), body))
