@@ -47,6 +47,8 @@ class Fleet:
         self._members: dict[str, set[str]] = defaultdict(set)
         self._faulty: dict[str, set[str]] = defaultdict(set)
         self._records_by_node: dict[str, set[str]] = defaultdict(set)
+        self._records_by_pool: dict[str, set[str]] = defaultdict(set)
+        self._reserved: dict[str, set[str]] = defaultdict(set)
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
         self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "gpunodepools"), self._on_pool,
@@ -154,7 +156,20 @@ class Fleet:
                     self._faulty[pool.name].add(name)
         return before, pool.name if pool else ""
 
+    @staticmethod
+    def _fingerprint(node: JSON | None) -> tuple[Any, ...] | None:
+        """What a reconcile can react to; kubelet/kwok heartbeats (condition times) are not in it."""
+        if node is None:
+            return None
+        meta, status = node.get("metadata") or {}, node.get("status") or {}
+        conds = tuple(sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+                             for c in status.get("conditions") or []))
+        return (repr(meta.get("labels")), repr(meta.get("annotations")), repr(node.get("spec")), conds,
+                (status.get("nodeInfo") or {}).get("bootID"), meta.get("deletionTimestamp"))
+
     def _on_node(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and self._fingerprint(old) == self._fingerprint(new):
+            return  # a heartbeat: nothing a repair depends on changed
         was_faulty = self._repairable(old, self.pool_for(old)) if old else False
         before, after = self._index_node(name, new)
         self._enqueue(name)
@@ -174,11 +189,14 @@ class Fleet:
     def _on_record(self, name: str, old: JSON | None, new: JSON | None) -> None:
         obj = new or old or {}
         node = (obj.get("spec") or {}).get("node", "")
+        pool = (obj.get("spec") or {}).get("pool", "")
         with self._lock:
             if new is None:
                 self._records_by_node[node].discard(name)
+                self._records_by_pool[pool].discard(name)
             else:
                 self._records_by_node[node].add(name)
+                self._records_by_pool[pool].add(name)
         if node:
             self._enqueue(node)
         was_active = old is not None and rec.is_active(old)
@@ -194,8 +212,10 @@ class Fleet:
     def record_written(self, obj: JSON) -> None:
         self.record_informer.upsert(obj)
         node = (obj.get("spec") or {}).get("node", "")
+        pool = (obj.get("spec") or {}).get("pool", "")
         with self._lock:
             self._records_by_node[node].add(obj["metadata"]["name"])
+            self._records_by_pool[pool].add(obj["metadata"]["name"])
 
     def records_of(self, node: str) -> list[JSON]:
         with self._lock:
@@ -204,11 +224,23 @@ class Fleet:
         return sorted(out, key=lambda r: r["metadata"].get("creationTimestamp", ""))
 
     def records_in_pool(self, pool: str) -> list[JSON]:
-        return [r for r in self.record_informer.items() if (r.get("spec") or {}).get("pool") == pool]
+        with self._lock:
+            names = list(self._records_by_pool.get(pool, ()))
+        return [r for r in (self.record_informer.get(n) for n in names) if r is not None]
 
     def in_progress(self, pool: str, exclude: str = "") -> int:
-        count = 0
-        for r in self.records_in_pool(pool):
-            if r["metadata"]["name"] != exclude and rec.phase_of(r) in IN_PROGRESS:
-                count += 1
-        return count
+        """Records of the pool in Draining/Acting/Verifying, plus slots reserved by starts
+        whose record write is still on its way."""
+        busy = {r["metadata"]["name"] for r in self.records_in_pool(pool) if rec.phase_of(r) in IN_PROGRESS}
+        with self._lock:
+            busy |= self._reserved.get(pool, set())
+        busy.discard(exclude)
+        return len(busy)
+
+    def reserve(self, pool: str, record: str) -> None:
+        with self._lock:
+            self._reserved[pool].add(record)
+
+    def unreserve(self, pool: str, record: str) -> None:
+        with self._lock:
+            self._reserved[pool].discard(record)

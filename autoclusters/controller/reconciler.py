@@ -30,6 +30,7 @@ from autoclusters.controller.fleet import POOL_KEY, Fleet, node_ready
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pools import Pool
 from autoclusters.controller.statemachine import (
+    IN_PROGRESS,
     TERMINAL,
     Decision,
     Fault,
@@ -57,6 +58,16 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
+
+
+@dataclass(frozen=True)
+class Plan:
+    node: JSON | None
+    records: list[JSON]
+    active: JSON | None
+    state: RepairState | None
+    obs: Observation
+    decision: Decision
 
 
 @dataclass(frozen=True)
@@ -112,9 +123,13 @@ class Reconciler:
             pool = self._fleet.pool_named(state.pool)
         if node is None and active is None:
             return None
+        if active is None and node is not None and self._fleet.fault_of(node)[0] is None:
+            # the common case (a healthy node): only leftovers of an earlier repair to clean
+            self._cleanup_leftovers(name, node, records, None)
+            return None
         pre_start = state is None or state.phase in PRE_START
         if pool is None or not pre_start:
-            return self._reconcile_node(name, node, records, active, state, pool)
+            return self._commit(name, pool, self._plan(name, node, records, active, state, pool))
         with self._pool_locks[pool.name]:
             # Read again under the lock: while we waited, the node (its fault) or the pool's
             # other repairs may have changed, and the guards must judge the present.
@@ -124,10 +139,23 @@ class Reconciler:
             state = rec.state_of(active) if active else None
             if node is None and active is None:
                 return None
-            return self._reconcile_node(name, node, records, active, state, pool)
+            plan = self._plan(name, node, records, active, state, pool)
+            new = plan.decision.state
+            # A repair that starts takes its slot now, before the lock is released; the
+            # record's write makes it visible to the next reconcile (the persist and the
+            # actions run outside the lock so the pool's other nodes are not serialised).
+            reserved = new is not None and new.phase in IN_PROGRESS and (state is None or not state.started)
+            if reserved:
+                self._fleet.reserve(pool.name, new.name)
+        try:
+            return self._commit(name, pool, plan)
+        finally:
+            if reserved:
+                self._fleet.unreserve(pool.name, new.name)
 
-    def _reconcile_node(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-                        state: RepairState | None, pool: Pool | None) -> float | None:
+    def _plan(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
+              state: RepairState | None, pool: Pool | None) -> Plan:
+        """Observe and decide; no writes."""
         now = self._clock.now()
         policy = pool.policy(self._settings.policy) if pool else self._settings.policy
         obs, cond = self._observe(name, node, records, active, state, pool, policy)
@@ -138,11 +166,16 @@ class Reconciler:
         else:
             new_name = active["metadata"]["name"] if active else ""
         decision = transition(state, obs, now, policy, record_name=new_name)
+        return Plan(node, records, active, state, obs, decision)
+
+    def _commit(self, name: str, pool: Pool | None, plan: Plan) -> float | None:
+        """Persist the decided state, then carry out its actions."""
+        state, decision, obs = plan.state, plan.decision, plan.obs
         if decision.state is None:
-            self._cleanup_leftovers(name, node, records, obs)
+            self._cleanup_leftovers(name, plan.node, plan.records, obs)
             return None
         if decision.state != state:
-            stored = self._persist(active, decision.state)
+            stored = self._persist(plan.active, decision.state)
             if stored is None:
                 return 0.2  # another writer got there first: look again at the fresh record
             self._observe_metrics(state, decision)
@@ -151,7 +184,7 @@ class Reconciler:
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
         provider = self._provider(pool)
-        self._act.run(decision.actions, name, node, decision.state, provider)
+        self._act.run(decision.actions, name, plan.node, decision.state, provider)
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
             self._fleet.wake_held(pool.name)
         return decision.requeue_after
@@ -262,7 +295,8 @@ class Reconciler:
             if after.outcome and not (before and before.outcome):
                 self._metrics.outcomes.labels(after.action.value, after.outcome).inc()
 
-    def _cleanup_leftovers(self, name: str, node: JSON | None, records: list[JSON], obs: Observation) -> None:
+    def _cleanup_leftovers(self, name: str, node: JSON | None, records: list[JSON], obs: Observation | None
+                           ) -> None:
         """No active record: our label or taint on the node are leftovers (e.g. a crash after the
         record was closed and before the node was cleaned). Remove them, quietly."""
         if node is None:
@@ -273,7 +307,7 @@ class Reconciler:
             t.get("key") == self._names.taint_key for t in taints)
         if not marked:
             return
-        if obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":
+        if obs is not None and obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":
             return  # a new repair is being decided
         last = rec.state_of(records[-1]) if records else None
         uncordon = bool(last and last.started and not last.node_was_cordoned)
