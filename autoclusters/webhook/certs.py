@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -207,7 +208,7 @@ def _expired(pem: bytes, now: dt.datetime) -> bool:
 def _signed_by(pair: KeyPair, ca: KeyPair) -> bool:
     try:
         pair.cert.verify_directly_issued_by(ca.cert)
-    except (ValueError, TypeError, Exception):  # noqa: BLE001 - any failure means "not this CA"
+    except (ValueError, TypeError, InvalidSignature):
         return False
     return True
 

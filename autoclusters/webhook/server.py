@@ -53,7 +53,6 @@ class Webhook:
         self.bundle_writer = bundle_writer
         self.metrics = WebhookMetrics()
         self._maintenance: asyncio.Task[None] | None = None
-        self._opa_ready = False
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=4 * 1024 * 1024)
@@ -86,8 +85,7 @@ class Webhook:
         return web.Response(text="ok")
 
     async def readyz(self, _: web.Request) -> web.Response:
-        self._opa_ready = await self.decider.ready()
-        if not self._opa_ready:
+        if not await self.decider.ready():
             return web.Response(status=503, text=f"OPA at {self.decider.url} is not healthy")
         return web.Response(text="ok")
 
