@@ -101,7 +101,7 @@ def response(uid: str, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview the API server expects back."""
     resp: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
-        code = 403 if decision.violations else 500 if decision.outcome == "error" else 403
+        code = 500 if decision.outcome == "error" else 403
         resp["status"] = {"code": code, "reason": "Forbidden" if code == 403 else "InternalError",
                           "message": decision.message}
     if decision.decision_id:
