@@ -16,7 +16,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("remediation.%s/", [cfg.domain]))
 }
 
-pool_violations(obj, cfg) := (consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj) if {
+pool_violations(obj, cfg) := ((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -53,6 +53,32 @@ concurrency_violations(obj) := {v |
 		"rule": "pool-max-concurrent-repairs",
 		"msg": sprintf("spec.maxConcurrentRepairs %v must be an integer of at least 1", [n]),
 	}
+}
+
+# The breaker opens above one share of faulty nodes and closes below another; a close
+# threshold above the open one would make it flap (the CRD rejects it too, but only at apply time).
+breaker_violations(obj) := {v |
+	b := object.get(obj, ["spec", "circuitBreaker"], {})
+	open := object.get(b, "openAbovePercent", 30)
+	close := object.get(b, "closeBelowPercent", 20)
+	some msg in _breaker_problems(open, close)
+	v := {"rule": "pool-circuit-breaker", "msg": msg}
+}
+
+_breaker_problems(open, close) := {msg |
+	some [name, value] in [["openAbovePercent", open], ["closeBelowPercent", close]]
+	not _percent(value)
+	msg := sprintf("spec.circuitBreaker.%s %v must be an integer from 1 to 100", [name, value])
+} | {msg |
+	_percent(open)
+	_percent(close)
+	close > open
+	msg := sprintf("spec.circuitBreaker.closeBelowPercent %v must not exceed openAbovePercent %v", [close, open])
+}
+
+_percent(n) if {
+	_positive_int(n)
+	n <= 100
 }
 
 # A missing field takes the CRD default, so only present values are checked.

@@ -46,3 +46,12 @@ test_messages_name_the_value if {
 	some v in pools.pool_violations(pool({"consentMode": "manual"}), cfg)
 	contains(v.msg, "manual")
 }
+
+test_circuit_breaker if {
+	rules(pool({"circuitBreaker": {"openAbovePercent": 40, "closeBelowPercent": 10}})) == set()
+	rules(pool({"circuitBreaker": {"closeBelowPercent": 30}})) == set()
+	rules(pool({"circuitBreaker": {"openAbovePercent": 20, "closeBelowPercent": 25}})) == {"pool-circuit-breaker"}
+	rules(pool({"circuitBreaker": {"openAbovePercent": 10}})) == {"pool-circuit-breaker"}
+	rules(pool({"circuitBreaker": {"openAbovePercent": 101}})) == {"pool-circuit-breaker"}
+	rules(pool({"circuitBreaker": {"closeBelowPercent": "20"}})) == {"pool-circuit-breaker"}
+}

@@ -45,6 +45,7 @@ def test_bad_set_reports_every_violation_with_file_and_object(capsys: pytest.Cap
         ("pools.yaml", 0, None, "GpuNodePool", "h100-training", "pool-consent-mode"),
         ("pools.yaml", 1, None, "GpuNodePool", "a100-inference", "pool-consent-mode"),
         ("pools.yaml", 1, None, "GpuNodePool", "a100-inference", "pool-max-concurrent-repairs"),
+        ("pools.yaml", 2, None, "GpuNodePool", "b200-flapping", "pool-circuit-breaker"),
     }
 
 
