@@ -352,3 +352,45 @@ def test_unrelated_label_changes_pass(admission: Admission, layer: str) -> None:
     r = kubectl(admission.user, "label", "node", node, "team=research")
     assert r.returncode == 0, r.stderr
 
+
+
+LABEL_STATES = (None, "true", "no")  # absent, the one valid value, any other value
+
+
+def test_every_user_label_transition_matches_the_rego(admission: Admission, layer: str) -> None:
+    """Differential check: all 81 transitions of the two labels (absent / "true" / other) made
+    by a user, judged by the API server (this layer) and by the Rego; they must agree, so the
+    CEL floor can never allow what the policy denies, nor the webhook's matchConditions skip it."""
+    from autoclusters.kube import KubeError, load_kube
+    from autoclusters.policy import opa
+
+    req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
+    user_kube = load_kube(admission.user)
+    controller_kube = load_kube(admission.controller)
+    username = f"system:serviceaccount:{admission.namespace}:alice"
+    node = admission.new_node()
+    states = [{req: r, appr: a} for r in LABEL_STATES for a in LABEL_STATES]
+    cases, got = [], []
+    for old in states:
+        for new in states:
+            controller_kube.patch_node(node, {"metadata": {"labels": old}})  # exempt: sets up any state
+            try:
+                user_kube.patch_node(node, {"metadata": {"labels": new}})
+                allowed = True
+            except KubeError as e:
+                assert _mark(layer) in str(e), f"denied by something else: {e}"
+                allowed = False
+            got.append(allowed)
+            cases.append({"request": {
+                "uid": f"{len(cases)}", "kind": {"group": "", "version": "v1", "kind": "Node"}, "operation": "UPDATE",
+                "userInfo": {"username": username},
+                "oldObject": {"metadata": {"labels": {k: v for k, v in old.items() if v is not None}}},
+                "object": {"metadata": {"labels": {k: v for k, v in new.items() if v is not None}}}}})
+    expected = opa.evaluate("[d.allowed | some r in input.reviews; d := data.autoclusters.admission.decision "
+                            "with input as r]", {"reviews": cases}, {})
+    differ = [(c["request"]["oldObject"], c["request"]["object"], g) for c, g, e in zip(cases, got, expected,
+                                                                                      strict=True) if g != e]
+    assert not differ, f"{layer} disagrees with the Rego on {len(differ)} transitions: {differ[:5]}"
+    # The contract's shape, not only agreement: of the 27 transitions that keep maintenance-required, the user
+    # may remove or keep the approval (5 per required state), and set it to "true" only while required is there.
+    assert got.count(True) == 19 and got.count(False) == 62
