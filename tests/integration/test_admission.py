@@ -391,6 +391,7 @@ def test_every_user_label_transition_matches_the_rego(admission: Admission, laye
     differ = [(c["request"]["oldObject"], c["request"]["object"], g) for c, g, e in zip(cases, got, expected,
                                                                                       strict=True) if g != e]
     assert not differ, f"{layer} disagrees with the Rego on {len(differ)} transitions: {differ[:5]}"
-    # The contract's shape, not only agreement: of the 27 transitions that keep maintenance-required, the user
-    # may remove or keep the approval (5 per required state), and set it to "true" only while required is there.
+    # The contract's shape, not only agreement: only the 27 transitions that keep maintenance-required can pass;
+    # of those, removing or keeping the approval always does (5 per required state: 15), and setting it to "true"
+    # does only while required is present (2 more for each of the two present states: 4).
     assert got.count(True) == 19 and got.count(False) == 62
