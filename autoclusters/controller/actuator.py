@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
+def _pointer(key: str) -> str:
+    """A JSON pointer segment (RFC 6901): ``~`` and ``/`` escaped."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 class Actuator:
     def __init__(self, kube: Kube, names: Names, recorder: EventRecorder, notifier: Notifier) -> None:
         self._kube = kube
@@ -83,11 +88,27 @@ class Actuator:
         return -1
 
     def ensure_marked(self, node: JSON) -> JSON:
+        """Label and taint in one JSON patch guarded by the resourceVersion (one request)."""
         name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
-        if labels.get(self._names.maintenance_required) != "true":
-            node = self._kube.patch_node(name, {"metadata": {"labels": {self._names.maintenance_required: "true"}}})
-        return self._taint_patch(node, add=True)
+        key = self._names.maintenance_required
+        for _ in range(5):
+            labels = node["metadata"].get("labels")
+            taints = (node.get("spec") or {}).get("taints")
+            ops: list[JSON] = []
+            if (labels or {}).get(key) != "true":
+                ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(key)}", "value": "true"}
+                           if labels is not None else {"op": "add", "path": "/metadata/labels", "value": {key: "true"}})
+            if self._has_taint(node) < 0:
+                ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()} if taints is not None
+                           else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
+            if not ops:
+                return node
+            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
+            try:
+                return self._kube.patch_node(name, [test, *ops], JSON_PATCH)
+            except (Conflict, Invalid):
+                node = self._kube.get_node(name)
+        raise Conflict(f"marking node {name}: too many concurrent writers")
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
         name = node["metadata"]["name"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from autoclusters.clock import Clock, SystemClock
 from autoclusters.controller import records as rec
@@ -30,6 +31,17 @@ from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
+
+
+def expired(records: list[dict[str, Any]], now: datetime, retention_days: float) -> list[str]:
+    """Closed records whose repair ended longer ago than the retention; active ones never."""
+    cutoff = now - timedelta(days=retention_days)
+    out = []
+    for r in records:
+        s = rec.state_of(r)
+        if s is not None and not rec.is_active(r) and s.completed is not None and s.completed < cutoff:
+            out.append(r["metadata"]["name"])
+    return out
 
 
 class Controller:
@@ -145,13 +157,8 @@ class Controller:
 
     def collect_garbage(self) -> int:
         """Deletes closed records older than the retention; returns how many."""
-        cutoff = self.clock.now() - timedelta(days=self.config.retention_days)
         deleted = 0
-        for r in self.fleet.record_informer.items():
-            s = rec.state_of(r)
-            if s is None or rec.is_active(r) or s.completed is None or s.completed >= cutoff:
-                continue
-            name = r["metadata"]["name"]
+        for name in expired(self.fleet.record_informer.items(), self.clock.now(), self.config.retention_days):
             try:
                 self.kube.delete(Kube.custom_path(self.names.api_group, API_VERSION, "remediations", name))
                 deleted += 1

@@ -217,6 +217,7 @@ class BootWatcher:
         self.env = env
         self.persistent: set[str] = set()
         self.hold_clear: set[str] = set()  # rebooted, but the "detector" has not looked yet
+        self.ignore: set[str] = set()  # nodes the real detector serves
         self.boot_changes: dict[str, int] = {}
         self._pending: set[str] = set()
         self._boots: dict[str, str] = {}
@@ -236,6 +237,8 @@ class BootWatcher:
             try:
                 for node in self.env.kube.list_nodes(f"{self.env.names.pool_label}"):
                     name = node["metadata"]["name"]
+                    if name in self.ignore:
+                        continue
                     boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
                     before = self._boots.get(name)
                     self._boots[name] = boot

@@ -187,3 +187,21 @@ def test_crds_and_rbac_shape() -> None:
     assert {"Node", "Phase", "Outcome", "Action"} <= set(cols)
     kinds = [o["kind"] for o in controller_rbac(NAMES)]
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+
+
+def test_garbage_collection_takes_only_old_closed_records() -> None:
+    from datetime import timedelta
+
+    from autoclusters.controller.manager import expired
+
+    def record(name: str, phase: str, completed: datetime | None) -> dict:
+        status = {"phase": phase, "action": "reset"}
+        if completed:
+            status["completed"] = completed.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"metadata": {"name": name}, "spec": {"node": "n", "pool": "p", "fault": {}}, "status": status}
+
+    old = T - timedelta(days=91)
+    recs = [record("old-done", "Succeeded", old), record("new-done", "Succeeded", T - timedelta(days=89)),
+            record("old-failed-holding", "Failed", old), record("old-closed", "Closed", old),
+            record("running", "Acting", None)]
+    assert expired(recs, T, 90) == ["old-done", "old-closed"]
