@@ -53,6 +53,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (its threads included), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -209,6 +216,7 @@ def main() -> int:
             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         fault_at[node] = time.monotonic()
 
+    cpu_before = cpu_seconds(proc.pid)
     start = time.monotonic()
     with ThreadPoolExecutor(min(32, args.faults)) as ex:
         list(ex.map(raise_fault, faulty))
@@ -223,6 +231,8 @@ def main() -> int:
             break
         time.sleep(0.5)
     elapsed = time.monotonic() - start
+    cpu_used = cpu_seconds(proc.pid) - cpu_before
+    load = os.getloadavg()[0]
     after = scrape()
     with open(f"/proc/{proc.pid}/status") as f:
         hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
@@ -253,11 +263,14 @@ def main() -> int:
         print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} {max(values or [float('nan')]):8.3f}")
     print(f"API requests per repair: {requests / max(1, len(done)):.1f} (total {int(requests)})")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
+    print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / max(1, len(done)) * 1000:.0f} ms per "
+          f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
     result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
               "reset_seconds": args.reset_seconds, "workers": args.workers,
               "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                          for label, v in rows},
-              "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024}
+              "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024,
+              "controller_cpu_s": cpu_used, "load_average": load, "cpus": os.cpu_count()}
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=2)

@@ -57,7 +57,7 @@ class Controller:
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add)
-        self.recorder = EventRecorder(kube, self.clock, self.names.component)
+        self.recorder = EventRecorder(kube, self.clock, self.names.component, senders=2)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
         self.actuator = Actuator(kube, self.names, self.recorder, notifier)
@@ -107,6 +107,7 @@ class Controller:
 
     def _shutdown(self) -> None:
         self.queue.close()
+        self.recorder.flush()
         self.fleet.stop()
         for t in self._threads:
             t.join(timeout=5)

@@ -130,6 +130,7 @@ class Reconciler:
         pre_start = state is None or state.phase in PRE_START
         if pool is None or not pre_start:
             return self._commit(name, pool, self._plan(name, node, records, active, state, pool))
+        pods = self._pods(name)  # an API call: made before the pool's lock, never under it
         with self._pool_locks[pool.name]:
             # Read again under the lock: while we waited, the node (its fault) or the pool's
             # other repairs may have changed, and the guards must judge the present.
@@ -139,7 +140,7 @@ class Reconciler:
             state = rec.state_of(active) if active else None
             if node is None and active is None:
                 return None
-            plan = self._plan(name, node, records, active, state, pool)
+            plan = self._plan(name, node, records, active, state, pool, pods)
             new = plan.decision.state
             # A repair that starts takes its slot now, before the lock is released; the
             # record's write makes it visible to the next reconcile (the persist and the
@@ -154,11 +155,11 @@ class Reconciler:
                 self._fleet.unreserve(pool.name, new.name)
 
     def _plan(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-              state: RepairState | None, pool: Pool | None) -> Plan:
+              state: RepairState | None, pool: Pool | None, pods: PodsView | None = None) -> Plan:
         """Observe and decide; no writes."""
         now = self._clock.now()
         policy = pool.policy(self._settings.policy) if pool else self._settings.policy
-        obs, cond = self._observe(name, node, records, active, state, pool, policy)
+        obs, cond = self._observe(name, node, records, active, state, pool, policy, pods)
         if state is None and active is None and obs.fault is not None:
             seq = len(records)
             new_name = rec.record_name(name, str((cond or {}).get("type", "")),
@@ -189,8 +190,14 @@ class Reconciler:
             self._fleet.wake_held(pool.name)
         return decision.requeue_after
 
+    def _pods(self, name: str) -> PodsView:
+        all_pods = self._kube.pods_on_node(name)
+        return PodsView(evictable=len(drainrules.drainable(all_pods)),
+                        opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label))
+
     def _observe(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-                 state: RepairState | None, pool: Pool | None, policy: Policy) -> tuple[Observation, JSON | None]:
+                 state: RepairState | None, pool: Pool | None, policy: Policy,
+                 pods_seen: PodsView | None = None) -> tuple[Observation, JSON | None]:
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         view = NodeView(
             name=name, exists=node is not None, ready=node_ready(node),
@@ -213,9 +220,7 @@ class Reconciler:
             (state is None and fault is not None and pool is not None and pool.mode.value != "off")
             or (state is not None and state.phase in (Phase.SCHEDULED, Phase.DRAINING, Phase.AWAITING_APPROVAL)))
         if wants_pods:
-            all_pods = self._kube.pods_on_node(name)
-            pods = PodsView(evictable=len(drainrules.drainable(all_pods)),
-                            opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label))
+            pods = pods_seen if pods_seen is not None else self._pods(name)
         provider_view = ProviderView()
         replacement_ready = False
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:

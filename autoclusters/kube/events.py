@@ -10,9 +10,12 @@ describe``. Events of cluster-scoped objects live in the ``default`` namespace, 
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
 import threading
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from autoclusters.clock import Clock, utc_iso
@@ -39,10 +42,15 @@ class ObjectRef:
 
 
 class EventRecorder:
-    """Writes events; never raises (an event that cannot be written is logged, not fatal)."""
+    """Writes events; never raises (an event that cannot be written is logged, not fatal).
+
+    With ``senders`` > 0, ``emit`` only queues the event and that many threads write them,
+    so a reconcile never waits on an event write (as client-go's broadcaster does); the
+    queue is bounded and an event that does not fit is logged and dropped.
+    """
 
     def __init__(self, kube: Kube, clock: Clock, component: str, *, aggregate_seconds: float = 600,
-                 max_cache: int = 4096) -> None:
+                 max_cache: int = 4096, senders: int = 0, max_queue: int = 10000) -> None:
         self._kube = kube
         self._clock = clock
         self._component = component
@@ -50,10 +58,40 @@ class EventRecorder:
         self._max = max_cache
         self._seen: dict[tuple[str, str, str, str], tuple[str, int, float]] = {}
         self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[ObjectRef, str, str, bool, datetime]] | None = None
+        if senders > 0:
+            self._queue = queue.Queue(max_queue)
+            for i in range(senders):
+                threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True).start()
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
+        if self._queue is None:
+            self._write(ref, reason, message, warning, self._clock.now())
+            return
+        try:
+            self._queue.put_nowait((ref, reason, message, warning, self._clock.now()))
+        except queue.Full:
+            log.warning("event queue full: %s on %s %s dropped", reason, ref.kind, ref.name)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Waits (bounded) until queued events are written; for a clean shutdown."""
+        if self._queue is None:
+            return
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _send_loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            ref, reason, message, warning, at = self._queue.get()
+            try:
+                self._write(ref, reason, message, warning, at)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, ref: ObjectRef, reason: str, message: str, warning: bool, now: datetime) -> None:
         key = (ref.kind, ref.name, reason, message)
-        now = self._clock.now()
         mono = self._clock.monotonic()
         with self._lock:
             prev = self._seen.get(key)
