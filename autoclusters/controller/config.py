@@ -26,7 +26,7 @@ class ControllerConfig:
     gc_interval_seconds: float = 3600
     retention_days: float = 90
     metrics_port: int = 9102  # 0: no metrics server
-    workers: int = 8
+    workers: int = 16
     sim_reset_seconds: float = 30
     sim_replace_seconds: float = 30
     notifier_url: str = ""
