@@ -253,3 +253,19 @@ def test_detector_rollout_is_not_awaited_when_asked():
     assert _one(mocks, "DaemonSet")["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
     mocks = record(lambda: Detector("det", DetectorArgs(image=IMAGE)))
     assert "annotations" not in _one(mocks, "DaemonSet")["metadata"]
+
+
+def test_the_example_dev_stack_is_a_propose_pool_of_two_simulated_a100_nodes():
+    import yaml
+
+    from components import stack
+    from components.render import ROOT
+
+    config = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    mocks = record(stack.program, RecordingMocks(issue), config=config)
+    nodes = [r.inputs for r in mocks.of_type(DYNAMIC) if "pool" in r.inputs]
+    assert [(n["name"], n["gpus"], n["gpu_product"]) for n in nodes] == [
+        ("a100-0", 8, "NVIDIA-A100-SXM4-80GB"), ("a100-1", 8, "NVIDIA-A100-SXM4-80GB")]
+    assert _one(mocks, "GpuNodePool")["spec"]["consentMode"] == "propose"
+    client = _one(mocks, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
+    assert client["url"] == "https://127.0.0.1:9443/validate"
