@@ -42,6 +42,7 @@ class Fleet:
         self._enqueue = enqueue
         self._lock = threading.RLock()
         self.pools: dict[str, Pool] = {}
+        self._selecting: list[Pool] = []  # pools with a nodeSelector, by name
         self.invalid_pools: dict[str, str] = {}
         self._node_pool: dict[str, str] = {}
         self._members: dict[str, set[str]] = defaultdict(set)
@@ -88,12 +89,16 @@ class Fleet:
 
     # --- pools -------------------------------------------------------------------------------
     def pool_for(self, node: JSON) -> Pool | None:
+        """A pool whose ``nodeSelector`` matches (first by name), else the pool the label names."""
         with self._lock:
-            pools = list(self.pools.values())
-        for pool in sorted(pools, key=lambda p: p.name):
+            selecting = self._selecting
+            pools = self.pools
+        for pool in selecting:
             if pool.selects(node, self.names):
                 return pool
-        return None
+        label = ((node.get("metadata") or {}).get("labels") or {}).get(self.names.pool_label)
+        pool = pools.get(label) if label else None
+        return pool if pool is not None and pool.config.node_selector is None else None
 
     def pool_named(self, name: str) -> Pool | None:
         with self._lock:
@@ -102,6 +107,15 @@ class Fleet:
     def members(self, pool: str) -> set[str]:
         with self._lock:
             return set(self._members.get(pool, ()))
+
+    def counts(self, pool: str) -> tuple[int, int]:
+        """(members, faulty members) without copying the sets: the breaker asks on every reconcile."""
+        with self._lock:
+            return len(self._members.get(pool, ())), len(self._faulty.get(pool, ()))
+
+    def is_faulty(self, pool: str, node: str) -> bool:
+        with self._lock:
+            return node in self._faulty.get(pool, ())
 
     def faulty(self, pool: str) -> set[str]:
         with self._lock:
@@ -120,6 +134,8 @@ class Fleet:
                     log.error("GpuNodePool %s ignored: %s", name, e)
                     self.pools.pop(name, None)
                     self.invalid_pools[name] = str(e)
+            self._selecting = sorted((p for p in self.pools.values() if p.config.node_selector is not None),
+                                     key=lambda p: p.name)
             spec_changed = (old or {}).get("spec") != (new or {}).get("spec")
         if spec_changed and self.node_informer.synced.is_set():
             self._reindex_all()
@@ -136,6 +152,8 @@ class Fleet:
             return
         with self._lock:
             self.pools[parsed.name] = parsed
+            self._selecting = sorted((p for p in self.pools.values() if p.config.node_selector is not None),
+                                     key=lambda p: p.name)
 
     def _reindex_all(self) -> None:
         for node in self.node_informer.items():
@@ -173,7 +191,7 @@ class Fleet:
         was_faulty = self._repairable(old, self.pool_for(old)) if old else False
         before, after = self._index_node(name, new)
         self._enqueue(name)
-        now_faulty = name in self.faulty(after) if after else False
+        now_faulty = self.is_faulty(after, name) if after else False
         if before != after or was_faulty != now_faulty or new is None:
             for pool in {before, after} - {""}:
                 self._enqueue(POOL_KEY + pool)

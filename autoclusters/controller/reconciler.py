@@ -321,8 +321,8 @@ class Reconciler:
     # --- pool ------------------------------------------------------------------------------
     def _breaker_open(self, pool: Pool) -> bool:
         cb = pool.config.circuit_breaker
-        members = self._fleet.members(pool.name)
-        reading = brk.next_state(pool.breaker_state, len(members), len(self._fleet.faulty(pool.name)),
+        members, faulty = self._fleet.counts(pool.name)
+        reading = brk.next_state(pool.breaker_state, members, faulty,
                                  open_above=cb.open_above_percent, close_below=cb.close_below_percent,
                                  min_nodes=cb.min_nodes)
         return reading.state == brk.OPEN
@@ -332,9 +332,8 @@ class Reconciler:
         if pool is None:
             return None
         cb = pool.config.circuit_breaker
-        members = self._fleet.members(name)
-        faulty = self._fleet.faulty(name)
-        reading = brk.next_state(pool.breaker_state, len(members), len(faulty), open_above=cb.open_above_percent,
+        members, faulty = self._fleet.counts(name)
+        reading = brk.next_state(pool.breaker_state, members, faulty, open_above=cb.open_above_percent,
                                  close_below=cb.close_below_percent, min_nodes=cb.min_nodes)
         self._metrics.breaker_open.labels(name).set(1 if reading.state == brk.OPEN else 0)
         old = pool.obj.get("status") or {}
