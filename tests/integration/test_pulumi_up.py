@@ -314,3 +314,47 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
     wait_for(lambda: not run.leftovers(), timeout=60, what="the stack's objects to be gone")
     print(f"\npulumi timings: up {up_seconds:.1f}s, preview {preview_seconds:.1f}s, "
           f"consent update {update_seconds:.1f}s, destroy {destroy_seconds:.1f}s", file=sys.stderr)
+
+
+def test_existing_nodes_get_the_pool_label_and_lose_it_on_destroy(cluster: ClusterHandle, pulumi_tools: Any,
+                                                                  tmp_path: Path, unique: str) -> None:
+    """The ``existing`` backend: nodes chosen by a selector are labelled with a server-side
+    apply patch; destroy takes the label back off and leaves the nodes alone."""
+    names = Names(f"pex{unique}.autoclusters.test", "AutoClusters")
+    source_pool, pool = f"ex{unique}", f"gpu{unique}"
+    made = cluster.create_gpu_nodes(source_pool, 2, prefix=source_pool)
+    namespace = f"ace-{unique}"
+    config = {
+        "autoclusters:namespace": namespace, "autoclusters:domain": names.domain,
+        "autoclusters:kubeconfig": cluster.kubeconfig, "autoclusters:local": True,
+        "autoclusters:webhookUrl": f"https://127.0.0.1:{_free_port()}/validate",
+        "autoclusters:pools": [{"name": pool, "consentMode": "off",
+                                "nodes": {"selector": {cluster.names.pool_label: source_pool}}}],
+    }
+    try:
+        _label_and_unlabel(cluster, names, pool, source_pool, made, config, tmp_path)
+    finally:
+        for node in made:
+            with contextlib.suppress(NotFound):
+                cluster.kube.delete(f"/api/v1/nodes/{node}")
+
+
+def _label_and_unlabel(cluster: ClusterHandle, names: Names, pool: str, source_pool: str, made: list[str],
+                       config: dict[str, Any], tmp_path: Path) -> None:
+    from autoclusters.devcluster import pulumi_env
+
+    stack = pulumi_env.stack("existing", tmp_path / "work", tmp_path / "state", config, kubeconfig=cluster.kubeconfig)
+    out: list[str] = []
+    try:
+        result = stack.up(on_output=out.append)
+        assert result.summary.result == "succeeded", "".join(out[-40:])
+        labelled = sorted(n["metadata"]["name"] for n in cluster.kube.list_nodes(f"{names.pool_label}={pool}"))
+        assert labelled == sorted(made)
+        assert stack.preview(expect_no_changes=True, on_output=out.append).change_summary.keys() == {"same"}
+    finally:
+        result = stack.destroy(on_output=out.append)
+    assert result.summary.result == "succeeded", "".join(out[-40:])
+    for node in made:
+        labels = cluster.kube.get_node(node)["metadata"]["labels"]
+        assert names.pool_label not in labels  # the stack's label is gone ...
+        assert labels[cluster.names.pool_label] == source_pool  # ... and the node and its own labels stay
