@@ -216,6 +216,11 @@ def main() -> int:
             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         fault_at[node] = time.monotonic()
 
+    rtt = []
+    for node in node_names[:20]:  # the API server's own pace right now: a reference for every number below
+        t = time.monotonic()
+        kube.get_node(node)
+        rtt.append(time.monotonic() - t)
     cpu_before = cpu_seconds(proc.pid)
     start = time.monotonic()
     with ThreadPoolExecutor(min(32, args.faults)) as ex:
@@ -265,12 +270,14 @@ def main() -> int:
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / max(1, len(done)) * 1000:.0f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
+    print(f"reference: one GET of a node took {pct(rtt, 0.5) * 1000:.0f} ms (p50 of 20) before the faults")
     result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
               "reset_seconds": args.reset_seconds, "workers": args.workers,
               "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                          for label, v in rows},
               "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024,
-              "controller_cpu_s": cpu_used, "load_average": load, "cpus": os.cpu_count()}
+              "controller_cpu_s": cpu_used, "get_node_p50_s": pct(rtt, 0.5), "load_average": load,
+              "cpus": os.cpu_count()}
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=2)
