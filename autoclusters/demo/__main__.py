@@ -7,15 +7,16 @@ import sys
 import time
 
 from autoclusters.cli._output import print_table
+from autoclusters.clock import parse_iso
 from autoclusters.demo import story
 from autoclusters.demo.runtime import Runtime
 from autoclusters.demo.story import Result, say
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.processes import free_port
 from autoclusters.names import REASON_XID
 
 POOL = "a100"
-WEBHOOK_PORT = 9443
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -42,14 +43,15 @@ def main(argv: list[str] | None = None) -> int:
                      "(etcd, kube-apiserver, controller-manager, scheduler, kwok, OPA)")
     cluster.up(progress=lambda m: say(f"    {m}"))
     handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir)
-    runtime = Runtime(handle, logs=cluster.logs, spool=cluster.dir / "detector-spool")
+    runtime = Runtime(handle, logs=cluster.logs, spool=cluster.dir / "detector-spool", cluster=cluster)
     results: list[Result] = []
     try:
         from autoclusters.demo.stack import DemoStack
 
         banner(2, total, f"pulumi up: CRDs, RBAC, detector, controller, admission policy, and pool '{POOL}' "
                          "(2 x 8x A100, consent mode auto)")
-        stack = DemoStack(handle, cluster.dir / "pulumi", pool=POOL, webhook_port=WEBHOOK_PORT)
+        webhook_port = free_port()
+        stack = DemoStack(handle, cluster.dir / "pulumi", pool=POOL, webhook_port=webhook_port)
         stack.up(consent_mode="auto", progress=lambda m: say(f"    {m}"))
         nodes = sorted(n["metadata"]["name"] for n in handle.kube.list_nodes(f"{handle.names.pool_label}={POOL}"))
         if len(nodes) < 2:
@@ -58,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
 
         banner(3, total, "Starting the runtime on the host under the stack's service accounts")
         runtime.spool.mkdir(parents=True, exist_ok=True)
-        runtime.start_webhook(port=WEBHOOK_PORT, opa_url=str(cluster.opa_url),
+        runtime.start_webhook(port=webhook_port, opa_url=str(cluster.opa_url),
                               tls=stack.webhook_tls(cluster.dir / "webhook-tls"))
-        runtime.start_detector(window_seconds=args.window, node_selector=f"{handle.names.pool_label}={POOL}")
+        runtime.start_detectors(nodes, window_seconds=args.window)
         runtime.start_controller(sim_reset_seconds=args.reset_seconds, sim_replace_seconds=args.reset_seconds * 2)
-        say(f"    controller, detector (simulated hardware in {runtime.spool}), webhook on 127.0.0.1:{WEBHOOK_PORT}")
-        say(f"    logs: {cluster.logs}/{{controller,detector,webhook}}.log")
+        say(f"    controller; one detector per node (token bound to its node; simulated hardware in {runtime.spool});"
+            f" webhook on 127.0.0.1:{webhook_port}")
+        say(f"    logs: {cluster.logs}/{{controller,detector-<node>,webhook}}.log")
 
         banner(4, total, "A training job: one 8-GPU worker per node, checkpointing on SIGTERM, PDB maxUnavailable 1")
         handle.apply(story.training_workload(handle.names.pool_label, POOL, replicas=2), field_manager="demo")
@@ -89,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"autoclusters dev down --name {args.cluster}")
         else:
             runtime.stop()
-            cluster.down()
+            failed = not results or not all(r.ok for r in results)
+            cluster.down(keep_logs=failed)
+            if failed:
+                say(f"Cluster stopped; its logs are kept in {cluster.logs}")
     return 0 if results and all(r.ok for r in results) else 1
 
 
@@ -98,12 +104,12 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
     names = handle.names
     result = Result(mode, node, "Xid 79 on GPU 3", mode)
     before = handle.kube.get_node(node)["status"]["nodeInfo"]["bootID"]
-    since = story.now()
+    since = story.now().replace(microsecond=0)  # API timestamps have second precision
     say(f"    $ {story.inject(args.cluster, str(runtime.spool), node, xid=79, gpu=3)}")
     say(f"    (the detector reads the driver line from the node's kernel log; the fault must stay "
         f"{args.window:g}s before it counts — 60s by default)")
     cond = story.wait_condition(handle, node, "True", timeout=args.window + 30)
-    t_detect = (story.now() - since).total_seconds()
+    t_detect = ((parse_iso(cond.get("lastTransitionTime")) or story.now()) - since).total_seconds()
     say(f"    +{t_detect:6.1f}s  {names.gpu_condition}=True  {cond['reason']}: {cond['message']}")
     if cond["reason"] != REASON_XID:
         raise RuntimeError(f"unexpected reason {cond['reason']}")

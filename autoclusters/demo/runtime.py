@@ -19,7 +19,9 @@ from autoclusters.deploy import (
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
+from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.processes import Proc
 
 
 @dataclass
@@ -27,16 +29,21 @@ class Runtime:
     handle: ClusterHandle
     logs: Path
     spool: Path
+    cluster: LocalCluster | None = None
     namespace: str = DEFAULT_NAMESPACE
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def _start(self, name: str, args: list[str], service_account: str) -> None:
-        kubeconfig = self.handle.service_account_kubeconfig(self.namespace, service_account, expiration=7200)
+    def _start(self, name: str, args: list[str], service_account: str, node: str | None = None) -> None:
+        kubeconfig = self.handle.service_account_kubeconfig(self.namespace, service_account, node=node,
+                                                            expiration=7200)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its life
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.procs[name] = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "autoclusters.cli.main", *args, "--kubeconfig", kubeconfig],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.procs[name] = proc
+        if self.cluster is not None:  # `autoclusters dev down` stops it with the cluster
+            self.cluster.adopt(Proc(name, proc.pid, sys.executable, str(self.logs / f"{name}.log")))
 
     def start_controller(self, *, sim_reset_seconds: float, sim_replace_seconds: float) -> None:
         self._start("controller", [
@@ -46,11 +53,14 @@ class Runtime:
             "--sim-reset-seconds", str(sim_reset_seconds), "--sim-replace-seconds", str(sim_replace_seconds),
         ], CONTROLLER_SERVICE_ACCOUNT)
 
-    def start_detector(self, *, window_seconds: float, node_selector: str) -> None:
-        self._start("detector", [
-            "detector", "run", "--simulate", "--node-selector", node_selector, "--spool", str(self.spool),
-            "--window", str(window_seconds), "--poll-interval", "0.5",
-        ], DETECTOR_SERVICE_ACCOUNT)
+    def start_detectors(self, nodes: list[str], *, window_seconds: float) -> None:
+        """One agent per node, as the DaemonSet runs them: each under a token bound to its own
+        node, so the admission policy lets it write that node's conditions and nothing else."""
+        for node in nodes:
+            self._start(f"detector-{node}", [
+                "detector", "run", "--simulate", "--node-selector", f"kubernetes.io/hostname={node}",
+                "--spool", str(self.spool), "--window", str(window_seconds), "--poll-interval", "0.5",
+            ], DETECTOR_SERVICE_ACCOUNT, node=node)
 
     def start_webhook(self, *, port: int, opa_url: str, tls: tuple[Path, Path]) -> None:
         self._start("webhook", [

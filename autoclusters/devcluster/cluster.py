@@ -71,6 +71,17 @@ class LocalCluster:
         st = self.state() or {}
         return [p.Proc(**d) for d in st.get("procs", [])]
 
+    def runtime_procs(self) -> list[p.Proc]:
+        st = self.state() or {}
+        return [p.Proc(**d) for d in st.get("runtime", [])]
+
+    def adopt(self, proc: p.Proc) -> None:
+        """Records a process started beside the cluster (the demo's controller, detectors,
+        webhook) so that ``down`` stops it with the cluster."""
+        st = self.state() or {}
+        st.setdefault("runtime", []).append(asdict(proc))
+        self.state_file.write_text(json.dumps(st, indent=2))
+
     def is_running(self) -> bool:
         procs = self.procs()
         return bool(procs) and all(p.alive(x) for x in procs)
@@ -193,9 +204,9 @@ class LocalCluster:
     # --- down ------------------------------------------------------------------------------
     def down(self, progress: Progress = _noop, keep_logs: bool = False) -> bool:
         """Stops every component (newest first) and removes the state. False if none existed."""
-        procs = self.procs()
+        procs = self.runtime_procs() + self.procs()
         existed = self.dir.exists()
-        for proc in reversed(procs):
+        for proc in [*reversed(self.runtime_procs()), *reversed(self.procs())]:
             if p.alive(proc):
                 progress(f"stopping {proc.name} (pid {proc.pid})")
             p.stop(proc)
