@@ -40,7 +40,7 @@ test: setup
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 manifests: venv
-	$(BIN)/python -m autoclusters.deploy.render manifests/
+	$(BIN)/python -m components.render
 
 demo: setup
 	$(BIN)/python -m autoclusters.demo
