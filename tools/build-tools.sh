@@ -17,12 +17,33 @@ which=${1:-all}
 
 step=0; total=0
 t0=$(date +%s)
-log() { printf '[build-tools %4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*"; }
+exec 3>&1  # progress lines go to the terminal; each tool's Go output goes to its own log
+log() { printf '[build-tools %4ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&3; }
 
-# done_or_start TOOL VERSION -> returns 0 if the tool still has to be built.
+# run FUNC: runs one build step with its output in $work/FUNC.log, a heartbeat every
+# minute, and the log's tail on failure.
+run() {
+  local fn=$1 logf="$work/$1.log" start
+  step=$((step + 1)); start=$(date +%s)
+  : >"$logf"
+  ( "$fn" ) >>"$logf" 2>&1 &
+  local pid=$! beat=$start
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.5
+    if (( $(date +%s) - beat >= 60 )); then
+      beat=$(date +%s); log "    ... still building ($(( beat - start ))s so far; log: $logf)"
+    fi
+  done
+  if ! wait "$pid"; then
+    log "    FAILED after $(( $(date +%s) - start ))s; last lines of $logf:"
+    tail -n 30 "$logf" >&2
+    exit 1
+  fi
+}
+
+# need TOOL VERSION -> returns 0 if the tool still has to be built.
 need() {
   local dir="$cache/bin/$1-$2"
-  step=$((step + 1))
   if [ -f "$dir/.complete" ]; then
     log "($step/$total) $1 $2: cached in $dir"
     return 1
@@ -41,12 +62,14 @@ wrapper() { # wrapper DIR MODULE -> a fresh module dir that requires nothing yet
 build_etcd() {
   need etcd "$ETCD_VERSION" || return 0
   local d="$work/etcd"; wrapper "$d" etcd
-  (cd "$d" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null \
+  (cd "$d" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
      && go build -trimpath -o "$cache/bin/etcd-$ETCD_VERSION/etcd" go.etcd.io/etcd/server/v3)
   finish etcd "$ETCD_VERSION"
 }
 
 build_kube() {
+  # kubectl joined the set later: a cached set without it is rebuilt.
+  [ -x "$cache/bin/kube-$KUBE_VERSION/kubectl" ] || rm -f "$cache/bin/kube-$KUBE_VERSION/.complete"
   need kube "$KUBE_VERSION" || return 0
   local d="$work/kube" v=$KUBE_VERSION minor
   minor=${v#v1.}; minor=${minor%%.*}
@@ -66,7 +89,8 @@ build_kube() {
   done
   (cd "$d" && go mod download >/dev/null 2>&1 || true
    cd "$d" && go build -trimpath -tags selinux,notest -ldflags "-s -w $ld" -o "$cache/bin/kube-$v/" \
-     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+     k8s.io/kubernetes/cmd/kubectl)
   finish kube "$v"
 }
 
@@ -150,9 +174,12 @@ build_pulumi_kubernetes() {
 }
 
 case "$which" in
-  core) total=4; build_etcd; build_kwok; build_opa; build_kube ;;
-  pulumi) total=2; build_pulumi; build_pulumi_kubernetes ;;
-  all) total=6; build_etcd; build_kwok; build_opa; build_kube; build_pulumi; build_pulumi_kubernetes ;;
+  core) steps=(build_etcd build_kwok build_opa build_kube) ;;
+  pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_pulumi build_pulumi_kubernetes) ;;
   *) echo "usage: $0 [core|pulumi|all]" >&2; exit 2 ;;
 esac
+command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }
+total=${#steps[@]}
+for s in "${steps[@]}"; do run "$s"; done
 log "all requested tools are in $cache/bin"
