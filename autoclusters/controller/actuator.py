@@ -1,10 +1,11 @@
 """Carries out the state machine's actions on the cluster.
 
-Every write touches only what it names: merge patches for our labels and
-``spec.unschedulable``; the taint is added or removed with a JSON patch that first
-``test``s the node's resourceVersion (and, for a removal, the taint at that index), so a
-concurrent writer of ``spec.taints`` is never overwritten: on a failed test the node is
-read again and the patch rebuilt. Each action is idempotent: it checks the node first.
+Every write touches only what it names. Marking (label, taint, and the cordon when a
+repair starts) and unmarking are each one JSON patch that first ``test``s the node's
+resourceVersion (and, for a removal, the taint at its index), so a concurrent writer of
+``spec.taints`` is never overwritten: on a failed test the node is read again and the patch
+rebuilt. A lone cordon is a merge patch of ``spec.unschedulable``. Each action is
+idempotent: it checks the node first.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ class Actuator:
             provider: Provider | None) -> JSON | None:
         """Runs ``actions`` in order; returns the node as last written (or the one given)."""
         current = node_obj
-        for action in actions:
+        merged_cordon = False
+        for i, action in enumerate(actions):
+            if merged_cordon and isinstance(action, Cordon):
+                merged_cordon = False
+                continue
             if isinstance(action, Emit):
                 uid = ((current or {}).get("metadata") or {}).get("uid", "")
                 self._recorder.emit(ObjectRef("Node", node, uid=uid), action.reason, action.message,
@@ -68,7 +73,10 @@ class Actuator:
             elif current is None:
                 continue  # the node is gone: nothing to mark, cordon or drain
             elif isinstance(action, EnsureMarked):
-                current = self.ensure_marked(current)
+                # a Cordon right behind (a repair starting) goes into the same patch
+                merged_cordon = any(isinstance(a, Cordon) for a in actions[i + 1:i + 3]) and all(
+                    isinstance(a, Cordon | Emit) for a in actions[i + 1:i + 3])
+                current = self.ensure_marked(current, cordon=merged_cordon)
             elif isinstance(action, Unmark):
                 current = self.unmark(current, uncordon=action.uncordon)
             elif isinstance(action, Cordon):
@@ -87,8 +95,9 @@ class Actuator:
                 return i
         return -1
 
-    def ensure_marked(self, node: JSON) -> JSON:
-        """Label and taint in one JSON patch guarded by the resourceVersion (one request)."""
+    def ensure_marked(self, node: JSON, *, cordon: bool = False) -> JSON:
+        """Label and taint (and the cordon, when asked) in one JSON patch guarded by the
+        resourceVersion: one request."""
         name = node["metadata"]["name"]
         key = self._names.maintenance_required
         for _ in range(5):
@@ -101,6 +110,8 @@ class Actuator:
             if self._has_taint(node) < 0:
                 ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()} if taints is not None
                            else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
+            if cordon and not (node.get("spec") or {}).get("unschedulable"):
+                ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
             if not ops:
                 return node
             test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
@@ -111,43 +122,34 @@ class Actuator:
         raise Conflict(f"marking node {name}: too many concurrent writers")
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
+        """Taint, both labels and (when asked) the cordon removed in one JSON patch that tests
+        the resourceVersion and the taint at its index."""
         name = node["metadata"]["name"]
-        node = self._taint_patch(node, add=False)
-        labels = node["metadata"].get("labels") or {}
-        body: JSON = {}
-        if self._names.maintenance_required in labels or self._names.maintenance_approved in labels:
-            body["metadata"] = {"labels": {self._names.maintenance_required: None,
-                                           self._names.maintenance_approved: None}}
-        if uncordon and (node.get("spec") or {}).get("unschedulable"):
-            body["spec"] = {"unschedulable": None}
-        return self._kube.patch_node(name, body) if body else node
+        for _ in range(5):
+            labels = node["metadata"].get("labels") or {}
+            ops: list[JSON] = []
+            idx = self._has_taint(node)
+            if idx >= 0:
+                ops += [{"op": "test", "path": f"/spec/taints/{idx}", "value": node["spec"]["taints"][idx]},
+                        {"op": "remove", "path": f"/spec/taints/{idx}"}]
+            for key in (self._names.maintenance_required, self._names.maintenance_approved):
+                if key in labels:
+                    ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
+            if uncordon and (node.get("spec") or {}).get("unschedulable"):
+                ops.append({"op": "remove", "path": "/spec/unschedulable"})
+            if not ops:
+                return node
+            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
+            try:
+                return self._kube.patch_node(name, [test, *ops], JSON_PATCH)
+            except (Conflict, Invalid):
+                node = self._kube.get_node(name)
+        raise Conflict(f"unmarking node {name}: too many concurrent writers")
 
     def cordon(self, node: JSON) -> JSON:
         if (node.get("spec") or {}).get("unschedulable"):
             return node
         return self._kube.patch_node(node["metadata"]["name"], {"spec": {"unschedulable": True}})
-
-    def _taint_patch(self, node: JSON, *, add: bool) -> JSON:
-        name = node["metadata"]["name"]
-        for _ in range(5):
-            idx = self._has_taint(node)
-            if (idx >= 0) == add:
-                return node
-            rv = node["metadata"]["resourceVersion"]
-            ops: list[JSON] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
-            taints = (node.get("spec") or {}).get("taints")
-            if add and taints is None:
-                ops.append({"op": "add", "path": "/spec/taints", "value": [self._taint()]})
-            elif add:
-                ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()})
-            else:
-                ops += [{"op": "test", "path": f"/spec/taints/{idx}", "value": taints[idx]},
-                        {"op": "remove", "path": f"/spec/taints/{idx}"}]
-            try:
-                return self._kube.patch_node(name, ops, JSON_PATCH)
-            except (Conflict, Invalid):
-                node = self._kube.get_node(name)  # someone else wrote the node: rebuild on the fresh copy
-        raise Conflict(f"taint on node {name}: too many concurrent writers")
 
     # --- drain ---------------------------------------------------------------------------------
     def drain(self, node: str, *, force: bool) -> drainrules.DrainPass:
