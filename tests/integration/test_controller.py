@@ -87,3 +87,31 @@ def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
     assert ctl.node(node) is None
     assert ctl.pool_nodes(pool) == [new]
     assert ctl.labels(new)[ctl.names.pool_label] == pool
+
+
+@pytest.mark.parametrize(("spec", "expect"), [
+    ({"consentMode": "sometimes"}, "consentMode"),
+    ({"maxConcurrentRepairs": 0}, "maxConcurrentRepairs"),
+    ({"faultClasses": {"gpu": "reboot"}}, "faultClasses.gpu"),
+    ({"circuitBreaker": {"openAbovePercent": 20, "closeBelowPercent": 30}}, "closeBelowPercent must not exceed"),
+    ({"provider": {"type": "cloud"}}, "provider.type"),
+])
+def test_the_api_server_rejects_a_bad_pool(ctl: Env, spec: dict, expect: str) -> None:
+    from autoclusters.kube import Invalid
+
+    body = {"apiVersion": f"{ctl.names.api_group}/v1alpha1", "kind": "GpuNodePool",
+            "metadata": {"name": f"bad-{abs(hash(expect)) % 10000}"}, "spec": spec}
+    with pytest.raises(Invalid) as err:
+        ctl.kube.create(ctl.pool_path(), body)
+    assert expect in str(err.value)
+
+
+def test_pool_status_shows_nodes_faults_and_breaker(ctl: Env) -> None:
+    pool, nodes = ctl.pool("propose", nodes=2)
+    ctl.raise_fault(nodes[0])
+    ctl.record_in(nodes[0], "AwaitingApproval")
+    status = wait_for("pool status", lambda: (s := ctl.get_pool(pool).get("status", {})).get("faultyNodes") == 1
+                      and s)
+    assert status["nodes"] == 2 and status["faultyPercent"] == 50 and status["circuitBreaker"]["state"] == "Closed"
+    ctl.clear_fault(nodes[0])
+    wait_for("fault gone from the pool status", lambda: ctl.get_pool(pool)["status"]["faultyNodes"] == 0)
