@@ -97,6 +97,7 @@ class Env:
         self.sa_kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.controllers: list[ControllerProcess] = []
+        self.pools: set[str] = set()  # the pools these tests made; other tests' nodes are not ours
         self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/autoclusters-controller"
 
     # --- controller processes ---------------------------------------------------------------
@@ -136,6 +137,7 @@ class Env:
                 "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
                          **spec}}
         self.kube.create(self.pool_path(), body)
+        self.pools.add(name)
         made = self.cluster.create_gpu_nodes(name, nodes, prefix=name) if nodes else []
         return name, made
 
@@ -237,8 +239,9 @@ class BootWatcher:
             try:
                 for node in self.env.kube.list_nodes(f"{self.env.names.pool_label}"):
                     name = node["metadata"]["name"]
-                    if name in self.ignore:
-                        continue
+                    pool = (node["metadata"].get("labels") or {}).get(self.env.names.pool_label)
+                    if name in self.ignore or pool not in self.env.pools:
+                        continue  # the real detector's node, or another test's
                     boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
                     before = self._boots.get(name)
                     self._boots[name] = boot
