@@ -26,8 +26,7 @@ from autoclusters.controller.statemachine import (
     RepairState,
     Unmark,
 )
-from autoclusters.kube import Conflict, Invalid, Kube, NotFound, TooManyRequests
-from autoclusters.kube.client import JSON_PATCH
+from autoclusters.kube import Kube, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
 from autoclusters.providers import Provider
@@ -98,9 +97,9 @@ class Actuator:
     def ensure_marked(self, node: JSON, *, cordon: bool = False) -> JSON:
         """Label and taint (and the cordon, when asked) in one JSON patch guarded by the
         resourceVersion: one request."""
-        name = node["metadata"]["name"]
         key = self._names.maintenance_required
-        for _ in range(5):
+
+        def ops_for(node: JSON) -> list[JSON]:
             labels = node["metadata"].get("labels")
             taints = (node.get("spec") or {}).get("taints")
             ops: list[JSON] = []
@@ -112,20 +111,14 @@ class Actuator:
                            else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
             if cordon and not (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
-            if not ops:
-                return node
-            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
-            try:
-                return self._kube.patch_node(name, [test, *ops], JSON_PATCH)
-            except (Conflict, Invalid):
-                node = self._kube.get_node(name)
-        raise Conflict(f"marking node {name}: too many concurrent writers")
+            return ops
+
+        return self._kube.patch_node_guarded(node, ops_for)
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
         """Taint, both labels and (when asked) the cordon removed in one JSON patch that tests
         the resourceVersion and the taint at its index."""
-        name = node["metadata"]["name"]
-        for _ in range(5):
+        def ops_for(node: JSON) -> list[JSON]:
             labels = node["metadata"].get("labels") or {}
             ops: list[JSON] = []
             idx = self._has_taint(node)
@@ -137,14 +130,9 @@ class Actuator:
                     ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
             if uncordon and (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "remove", "path": "/spec/unschedulable"})
-            if not ops:
-                return node
-            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
-            try:
-                return self._kube.patch_node(name, [test, *ops], JSON_PATCH)
-            except (Conflict, Invalid):
-                node = self._kube.get_node(name)
-        raise Conflict(f"unmarking node {name}: too many concurrent writers")
+            return ops
+
+        return self._kube.patch_node_guarded(node, ops_for)
 
     def cordon(self, node: JSON) -> JSON:
         if (node.get("spec") or {}).get("unschedulable"):

@@ -12,12 +12,12 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from autoclusters.kube.errors import KubeError, NotFound, Unavailable, translate, translated
+from autoclusters.kube.errors import Conflict, Invalid, KubeError, NotFound, Unavailable, translate, translated
 
 JSON = dict[str, Any]
 
@@ -203,6 +203,22 @@ class Kube:
 
     def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
+
+    def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], list[JSON]], *, attempts: int = 5) -> JSON:
+        """A JSON patch of ``ops_for(node)`` that first tests the node's resourceVersion, so a
+        concurrent writer is never overwritten: on a lost race the node is read again and the
+        operations are computed anew. Returns the node unchanged when there is nothing to do."""
+        name = node["metadata"]["name"]
+        for _ in range(attempts):
+            ops = ops_for(node)
+            if not ops:
+                return node
+            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
+            try:
+                return self.patch_node(name, [test, *ops], JSON_PATCH)
+            except (Conflict, Invalid):  # a failed `test` answers 422, a stale object 409
+                node = self.get_node(name)
+        raise Conflict(f"patching node {name}: still losing to concurrent writers after {attempts} attempts")
 
     # --- pods -------------------------------------------------------------------------
     def pods_on_node(self, node: str) -> list[JSON]:
