@@ -15,9 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -40,14 +38,14 @@ from autoclusters.deploy.admission import (
     webhook_configuration,
 )
 from autoclusters.kube import Conflict, NotFound
+from tests.integration.helpers import kubectl_binary
 
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+KUBECTL = kubectl_binary()  # the one built with the control plane, $KUBECTL, or PATH; none is an error
 SCOPE_LABEL = "admission-test.autoclusters.io/scope"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 WEBHOOK_MARK = 'admission webhook "maintenance-labels.remediation.autoclusters.io" denied the request'
 FLOOR_MARK = "ValidatingAdmissionPolicy"
 
-pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="kubectl not found")
 
 
 def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

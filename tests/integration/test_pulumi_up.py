@@ -46,7 +46,9 @@ def pulumi_tools() -> Any:
     try:
         return PulumiTools.locate()
     except ToolsMissing as e:
-        pytest.skip(str(e))
+        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+            pytest.skip(f"the Pulumi binaries are not built on this machine: {e}")
+        raise  # `make test` builds them: missing here is a broken setup, not a skip
 
 
 def _free_port() -> int:
