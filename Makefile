@@ -37,7 +37,7 @@ test-integration: setup
 # The README's test command.
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest tests -q -p no:cacheprovider
+	AUTOCLUSTERS_REQUIRE_TOOLS=1 $(BIN)/pytest tests -q -p no:cacheprovider
 
 manifests: venv
 	$(BIN)/python -m components.render

@@ -10,6 +10,7 @@ import pytest
 
 from autoclusters.cli.main import main
 from autoclusters.policy import opa
+from tests.conftest import tool_missing
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
 
@@ -19,7 +20,7 @@ def _needs_opa() -> None:
     try:
         opa.opa_binary()
     except opa.OpaError as e:
-        pytest.skip(str(e))
+        tool_missing(str(e))
 
 
 def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from autoclusters.policy import opa
+from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
 ADAPTERS = {"admission": "data.autoclusters.admission.decision",
@@ -25,7 +26,7 @@ def opa_bin() -> str:
     try:
         return str(opa.opa_binary())
     except opa.OpaError as e:
-        pytest.skip(str(e))
+        tool_missing(str(e))
 
 
 def _opa(opa_bin: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from autoclusters.policy import opa
 from autoclusters.webhook.certs import CertManager, CertPolicy, CertStore
 from autoclusters.webhook.decider import OpaDecider
 from autoclusters.webhook.server import Webhook, WebhookSettings
+from tests.conftest import tool_missing
 
 SAMPLES = Path(__file__).resolve().parents[3] / "policies" / "admission" / "samples"
 
@@ -39,7 +40,7 @@ def _start_opa(*load: str) -> tuple[subprocess.Popen[bytes], str]:
     try:
         binary = opa.opa_binary()
     except opa.OpaError as e:
-        pytest.skip(str(e))
+        tool_missing(str(e))
     port = _free_port()
     proc = subprocess.Popen([str(binary), "run", "--server", f"--addr=127.0.0.1:{port}", "--log-level=error",
                              "--set=decision_logs.console=true", *load],
