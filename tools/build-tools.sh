@@ -179,6 +179,7 @@ case "$which" in
   all) steps=(build_etcd build_kwok build_opa build_kube build_pulumi build_pulumi_kubernetes) ;;
   *) echo "usage: $0 [core|pulumi|all]" >&2; exit 2 ;;
 esac
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }
 total=${#steps[@]}
 for s in "${steps[@]}"; do run "$s"; done
