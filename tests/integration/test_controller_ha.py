@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import secrets
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from autoclusters.kube import Conflict, NotFound
 from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
     Env,
     ctl_fixture,
@@ -21,13 +18,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture()
 def ns(ctl: Env) -> Iterator[str]:
-    name = f"ha-{secrets.token_hex(3)}"
-    with contextlib.suppress(Conflict):
-        ctl.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    ctl.ensure_one_controller()
-    with contextlib.suppress(NotFound):
-        ctl.kube.delete(f"/api/v1/namespaces/{name}")
+    with ctl.workload_namespace("ha") as name:
+        yield name
+        ctl.ensure_one_controller()
 
 
 def phase(ctl: Env, node: str) -> str:

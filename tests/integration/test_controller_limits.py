@@ -3,15 +3,13 @@ maxConcurrentRepairs, the circuit breaker and the attempt budget."""
 
 from __future__ import annotations
 
-import contextlib
-import secrets
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from autoclusters import names as n
-from autoclusters.kube import Conflict, NotFound
+from autoclusters.kube import NotFound
 from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
     XID64_MESSAGE,
     Env,
@@ -24,12 +22,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture()
 def ns(ctl: Env) -> Iterator[str]:
-    name = f"work-{secrets.token_hex(3)}"
-    with contextlib.suppress(Conflict):
-        ctl.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(NotFound):
-        ctl.kube.delete(f"/api/v1/namespaces/{name}")
+    with ctl.workload_namespace("work") as name:
+        yield name
 
 
 def make_pod(ctl: Env, ns: str, node: str, name: str, labels: dict[str, str] | None = None) -> None:

@@ -147,6 +147,19 @@ class Env:
     def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         self.kube.patch(self.pool_path(name), {"spec": spec})
 
+    @contextlib.contextmanager
+    def workload_namespace(self, prefix: str) -> Iterator[str]:
+        """A namespace of its own for one test's workload pods, deleted afterwards."""
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        with contextlib.suppress(Conflict):
+            self.kube.create("/api/v1/namespaces",
+                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(NotFound):
+                self.kube.delete(f"/api/v1/namespaces/{name}")
+
     def get_pool(self, name: str) -> dict[str, Any]:
         return self.kube.get(self.pool_path(name))
 
