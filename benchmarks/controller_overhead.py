@@ -40,8 +40,9 @@ from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
-from autoclusters.devcluster.handle import ClusterHandle, node_ready
+from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
+from autoclusters.kube.objects import node_ready
 from autoclusters.sim import nodes as sim
 
 MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."

@@ -28,13 +28,6 @@ JSON = dict[str, Any]
 POOL_KEY = "pool:"
 
 
-def node_ready(node: JSON | None) -> bool:
-    for c in ((node or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
-
-
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None]) -> None:
         self.names = names

@@ -14,6 +14,7 @@ from typing import Any
 from autoclusters.controller.statemachine import ConsentMode, Policy, RepairAction
 from autoclusters.deploy.pools import FaultAction, PoolConfig, PoolConfigError, pool_from_config
 from autoclusters.faults.catalog import Action, FaultRef
+from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
 
 
@@ -63,21 +64,6 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
     name = (obj.get("metadata") or {}).get("name", "")
     spec = dict(obj.get("spec") or {})
     return Pool(name, pool_from_config({"name": name, **spec}), obj)
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector: every matchLabels pair and every expression must hold."""
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), set(expr.get("values") or [])
-        present = key in labels
-        if (op == "In" and (not present or labels[key] not in values)) \
-                or (op == "NotIn" and present and labels[key] in values) \
-                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
-            return False
-    return True
 
 
 __all__ = ["Pool", "PoolConfigError", "parse_pool", "selector_matches"]

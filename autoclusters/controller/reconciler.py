@@ -26,7 +26,7 @@ from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller import records as rec
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.fleet import POOL_KEY, Fleet, node_ready
+from autoclusters.controller.fleet import POOL_KEY, Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pools import Pool
 from autoclusters.controller.statemachine import (
@@ -51,6 +51,7 @@ from autoclusters.controller.statemachine import (
 from autoclusters.deploy import API_VERSION
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.kube.objects import node_ready
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
 from autoclusters.providers import Provider, build_provider
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from autoclusters.devcluster.handle import ClusterHandle, node_ready
+from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
+from autoclusters.kube.objects import condition, node_ready
 from autoclusters.ops.records import HOLDING_PHASES, TERMINAL_PHASES, Repair, repair_from_object
 from autoclusters.ops.resources import list_remediations
 
@@ -100,10 +101,6 @@ def approve(kubeconfig: str, node: str) -> tuple[str, str]:
     if res.returncode != 0:
         raise RuntimeError(f"approve failed ({res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
     return " ".join(cmd), res.stdout.strip()
-
-
-def condition(node: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None)
 
 
 def latest_record(handle: ClusterHandle, node: str, since: datetime) -> Repair | None:

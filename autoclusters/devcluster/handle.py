@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from autoclusters.kube import Conflict, Kube, load_kube
+from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
 
@@ -109,9 +110,3 @@ class ClusterHandle:
             time.sleep(0.2)
         raise TimeoutError(f"CRD {name} not Established after {timeout}s")
 
-
-def node_ready(node: dict[str, Any]) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False

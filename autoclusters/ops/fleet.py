@@ -16,6 +16,7 @@ from typing import Any
 
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.kube import Kube
+from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
 from autoclusters.ops.records import (
@@ -123,10 +124,6 @@ def _conditions(node: JSON) -> dict[str, JSON]:
     return {c.get("type", ""): c for c in (node.get("status") or {}).get("conditions") or []}
 
 
-def node_is_ready(node: JSON) -> bool:
-    return _conditions(node).get("Ready", {}).get("status") == "True"
-
-
 def breaker_state(pool: JSON) -> str:
     """The circuit breaker as the controller reports it in the pool's status."""
     status = pool.get("status") or {}
@@ -208,7 +205,7 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
             approved=labels.get(names.maintenance_approved) == "true",
             tainted=any(t.get("key") == names.taint_key for t in taints),
             cordoned=bool((node.get("spec") or {}).get("unschedulable")),
-            ready=node_is_ready(node),
+            ready=node_ready(node),
             repair=repair,
         ))
 
@@ -226,7 +223,7 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
             name=pool_name,
             consent_mode=str(((obj or {}).get("spec") or {}).get("consentMode", "auto")) if obj else "",
             nodes=len(members),
-            ready=sum(1 for m in members if node_is_ready(m)),
+            ready=sum(1 for m in members if node_ready(m)),
             faulty=faulty_by_pool.get(pool_name, 0),
             awaiting_approval=sum(r.phase in AWAITING_PHASES for r in repairs) if counted else None,
             repairing=sum(r.phase in REPAIRING_PHASES for r in repairs) if counted else None,

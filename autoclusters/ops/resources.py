@@ -12,6 +12,7 @@ from typing import Any
 
 from autoclusters.deploy import API_VERSION
 from autoclusters.kube import Kube, NotFound
+from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -62,33 +63,6 @@ def pool_selector(pool: Mapping[str, Any], names: Names) -> JSON:
     if sel:
         return dict(sel)
     return {"matchLabels": {names.pool_label: (pool.get("metadata") or {}).get("name", "")}}
-
-
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A Kubernetes ``LabelSelector`` (matchLabels and matchExpressions) applied to a label set.
-
-    A bare mapping without either key is read as matchLabels, the way pool objects written
-    by hand often spell it.
-    """
-    if "matchLabels" not in selector and "matchExpressions" not in selector:
-        selector = {"matchLabels": selector}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-        if op not in {"In", "NotIn", "Exists", "DoesNotExist"}:
-            return False  # an operator we do not know matches nothing, as the API server would reject it
-    return True
 
 
 def node_pool(node: Mapping[str, Any], pools: list[JSON], names: Names) -> str:

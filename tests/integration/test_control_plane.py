@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from autoclusters.devcluster.handle import ClusterHandle, node_ready
+from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Forbidden, Invalid, Kube, TooManyRequests
 from autoclusters.kube.client import MERGE
+from autoclusters.kube.objects import node_ready
 from tests.integration.helpers import kubectl, wait_for
 
 
