@@ -18,6 +18,7 @@ from autoclusters.controller.informer import Informer
 from autoclusters.controller.pools import Pool, PoolConfigError, parse_pool
 from autoclusters.controller.statemachine import IN_PROGRESS
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
 from autoclusters.names import Names
@@ -35,7 +36,7 @@ class Fleet:
         self._enqueue = enqueue
         self._lock = threading.RLock()
         self.pools: dict[str, Pool] = {}
-        self._selecting: list[Pool] = []  # pools with a nodeSelector, by name
+        self._membership = Membership((), names)
         self.invalid_pools: dict[str, str] = {}
         self._node_pool: dict[str, str] = {}
         self._members: dict[str, set[str]] = defaultdict(set)
@@ -82,16 +83,14 @@ class Fleet:
 
     # --- pools -------------------------------------------------------------------------------
     def pool_for(self, node: JSON) -> Pool | None:
-        """A pool whose ``nodeSelector`` matches (first by name), else the pool the label names."""
+        """The node's pool by the membership rule (``deploy.membership``), among the valid pools."""
         with self._lock:
-            selecting = self._selecting
-            pools = self.pools
-        for pool in selecting:
-            if pool.selects(node, self.names):
-                return pool
-        label = ((node.get("metadata") or {}).get("labels") or {}).get(self.names.pool_label)
-        pool = pools.get(label) if label else None
-        return pool if pool is not None and pool.config.node_selector is None else None
+            membership, pools = self._membership, self.pools
+        name = membership.pool_of(node)
+        return pools.get(name) if name else None
+
+    def _pools_changed(self) -> None:
+        self._membership = Membership((p.config for p in self.pools.values()), self.names)
 
     def pool_named(self, name: str) -> Pool | None:
         with self._lock:
@@ -127,8 +126,7 @@ class Fleet:
                     log.error("GpuNodePool %s ignored: %s", name, e)
                     self.pools.pop(name, None)
                     self.invalid_pools[name] = str(e)
-            self._selecting = sorted((p for p in self.pools.values() if p.config.node_selector is not None),
-                                     key=lambda p: p.name)
+            self._pools_changed()
             spec_changed = (old or {}).get("spec") != (new or {}).get("spec")
         if spec_changed and self.node_informer.synced.is_set():
             self._reindex_all()
@@ -145,8 +143,7 @@ class Fleet:
             return
         with self._lock:
             self.pools[parsed.name] = parsed
-            self._selecting = sorted((p for p in self.pools.values() if p.config.node_selector is not None),
-                                     key=lambda p: p.name)
+            self._pools_changed()
 
     def _reindex_all(self) -> None:
         for node in self.node_informer.items():

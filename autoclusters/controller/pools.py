@@ -2,7 +2,8 @@
 
 The spec is parsed with the same strict parser the deployment uses
 (``deploy.pools.pool_from_config``), so a pool object means the same thing wherever it is
-read. Which nodes belong: ``spec.nodeSelector`` when given, else the pool label.
+read. Which nodes belong is the membership rule of ``deploy.membership``, shared with the
+operator tools.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoclusters.controller.statemachine import ConsentMode, Policy, RepairAction
-from autoclusters.deploy.pools import FaultAction, PoolConfig, PoolConfigError, pool_from_config
+from autoclusters.deploy.membership import config_of
+from autoclusters.deploy.pools import FaultAction, PoolConfig, PoolConfigError
 from autoclusters.faults.catalog import Action, FaultRef
-from autoclusters.kube.objects import selector_matches
-from autoclusters.names import Names
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,6 @@ class Pool:
     @property
     def breaker_state(self) -> str:
         return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", "Closed"))
-
-    def selects(self, node: Mapping[str, Any], names: Names) -> bool:
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        if self.config.node_selector is not None:
-            return selector_matches(self.config.node_selector, labels)
-        return labels.get(names.pool_label) == self.name
 
     def action_for(self, fault: FaultRef) -> RepairAction | None:
         """The pool's action for a fault: the class override, else the catalog's; None = not repaired."""
@@ -61,9 +55,8 @@ class Pool:
 
 def parse_pool(obj: Mapping[str, Any]) -> Pool:
     """Raises PoolConfigError with the field named when the object cannot be used."""
-    name = (obj.get("metadata") or {}).get("name", "")
-    spec = dict(obj.get("spec") or {})
-    return Pool(name, pool_from_config({"name": name, **spec}), obj)
+    config = config_of(obj)
+    return Pool(config.name, config, obj)
 
 
-__all__ = ["Pool", "PoolConfigError", "parse_pool", "selector_matches"]
+__all__ = ["Pool", "PoolConfigError", "parse_pool"]

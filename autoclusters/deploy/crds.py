@@ -38,7 +38,13 @@ _SELECTOR = _obj({
         "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
         "values": {"type": "array", "items": {"type": "string"}},
     }, required=["key", "operator"])},
-}, description="Nodes of the pool; default: nodes whose pool label equals the pool's name.")
+}, description="Nodes of the pool (see docs/operations.md for the membership rule); default: nodes whose "
+               "pool label equals the pool's name.",
+    **{"x-kubernetes-validations": [{
+        "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+                "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+        "message": "nodeSelector needs matchLabels or matchExpressions (an empty selector would select every "
+                   "node); leave nodeSelector out to use the pool label"}]})
 
 
 def pool_schema() -> dict[str, Any]:

@@ -126,6 +126,8 @@ class PoolConfig:
                              (self.max_repairs, "attemptBudget.maxRepairs"),
                              (self.attempt_window_seconds, "attemptBudget.windowSeconds")):
             _positive(value, f"{where}: {label}")
+        if self.node_selector is not None:
+            object.__setattr__(self, "node_selector", _label_selector(self.node_selector, f"{where}: nodeSelector"))
         provider = dict(self.provider)
         _enum(ProviderType, provider.get("type"), f"{where}: provider.type")
         object.__setattr__(self, "provider", provider)
@@ -159,6 +161,47 @@ def _positive(value: Any, where: str) -> None:
 def _non_negative(value: Any, where: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise PoolConfigError(f"{where} must be an integer >= 0, got {value!r}")
+
+
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _label_selector(value: Any, where: str) -> dict[str, Any]:
+    """A pool's ``nodeSelector``: a Kubernetes label selector that selects something.
+
+    An empty one is refused (the CRD refuses it too): in Kubernetes it would match every
+    node, which is never what a pool means; leaving ``nodeSelector`` out uses the pool label.
+    """
+    sel = _take(value, {"matchLabels", "matchExpressions"},
+                f"{where} (a label selector: matchLabels and/or matchExpressions)")
+    labels = sel.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        raise PoolConfigError(f"{where}.matchLabels must be a mapping of label keys to values")
+    for key, val in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise PoolConfigError(f"{where}.matchLabels key {key!r} is not a label key")
+        if not isinstance(val, str) or not _LABEL_VALUE.match(val):
+            raise PoolConfigError(f"{where}.matchLabels value {val!r} for {key} is not a label value")
+    exprs = sel.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        raise PoolConfigError(f"{where}.matchExpressions must be a list")
+    for i, raw in enumerate(exprs):
+        e = _take(raw, {"key", "operator", "values"}, f"{where}.matchExpressions[{i}]")
+        if not isinstance(e.get("key"), str) or not _LABEL_KEY.match(e["key"]):
+            raise PoolConfigError(f"{where}.matchExpressions[{i}].key {e.get('key')!r} is not a label key")
+        if e.get("operator") not in _SELECTOR_OPERATORS:
+            raise PoolConfigError(f"{where}.matchExpressions[{i}].operator must be one of "
+                                  f"{'|'.join(_SELECTOR_OPERATORS)}, got {e.get('operator')!r}")
+        values = e.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise PoolConfigError(f"{where}.matchExpressions[{i}].values must be a list of strings")
+        if (e["operator"] in ("In", "NotIn")) != bool(values):
+            raise PoolConfigError(f"{where}.matchExpressions[{i}]: operator {e['operator']} "
+                                  + ("needs values" if e["operator"] in ("In", "NotIn") else "takes no values"))
+    if not labels and not exprs:
+        raise PoolConfigError(f"{where} is empty, which would select every node; give matchLabels or "
+                              "matchExpressions, or leave nodeSelector out to use the pool label")
+    return sel
 
 
 def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, Any]:

@@ -87,12 +87,14 @@ def approval_patch(names: Names, resource_version: str) -> JSON:
 
 def approve_node(kube: Kube, names: Names, node: str, *, dry_run: bool = False, attempts: int = 5) -> ApprovalResult:
     """Approves one node if it needs it. Raises only ``Unavailable`` (the cluster cannot be reached)."""
-    return _approve(kube, names, node, None, dry_run=dry_run, attempts=attempts)
+    pool_of, _ = res.pool_reader(res.list_pools(kube, names), names)
+    return _approve(kube, names, node, None, pool_of, dry_run=dry_run, attempts=attempts)
 
 
-def _approve(kube: Kube, names: Names, node: str, seen: JSON | None, *, dry_run: bool,
-             attempts: int = 5) -> ApprovalResult:
-    """``seen``: the node as a list just returned it, judged first; a conflict reads it afresh."""
+def _approve(kube: Kube, names: Names, node: str, seen: JSON | None, pool_of: Callable[[JSON], str], *,
+             dry_run: bool, attempts: int = 5) -> ApprovalResult:
+    """``seen``: the node as a list just returned it, judged first; a conflict reads it afresh.
+    ``pool_of``: the membership rule over the cluster's pools (``res.pool_reader``)."""
     pool = ""
     for _ in range(attempts):
         if seen is None:
@@ -101,7 +103,7 @@ def _approve(kube: Kube, names: Names, node: str, seen: JSON | None, *, dry_run:
             except NotFound:
                 return ApprovalResult(node, pool, ApprovalStatus.NOT_FOUND, "no such node")
         obj, seen = seen, None
-        pool = res.labels_of(obj).get(names.pool_label, "")
+        pool = pool_of(obj)
         state = approval_state(obj, names)
         if state == ApprovalStatus.NOT_NEEDED:
             return ApprovalResult(node, pool, state, f"{names.maintenance_required} is not set: nothing to approve")
@@ -130,22 +132,28 @@ def _approve(kube: Kube, names: Names, node: str, seen: JSON | None, *, dry_run:
 def approve_nodes(kube: Kube, names: Names, nodes: list[str], *, dry_run: bool = False) -> list[ApprovalResult]:
     """Approves each node (duplicates once), a few at a time; results in the order given."""
     unique = list(dict.fromkeys(nodes))
-    return _in_parallel(lambda n: _approve(kube, names, n, None, dry_run=dry_run), unique)
+    pool_of, _ = res.pool_reader(res.list_pools(kube, names), names)
+    return _in_parallel(lambda n: _approve(kube, names, n, None, pool_of, dry_run=dry_run), unique)
 
 
 def pool_members_needing_repair(kube: Kube, names: Names, pool: str) -> tuple[bool, list[JSON]]:
     """Whether the pool exists, and its nodes that carry the required label (sorted by name)."""
-    pool_obj = res.get_pool(kube, names, pool)
-    pools = [pool_obj] if pool_obj else []
+    exists, members, _ = _pool_members(kube, names, pool)
+    return exists, members
+
+
+def _pool_members(kube: Kube, names: Names, pool: str) -> tuple[bool, list[JSON], Callable[[JSON], str]]:
+    pools = res.list_pools(kube, names)
+    pool_of, _ = res.pool_reader(pools, names)  # every pool: another pool's selector may claim a node
     due = kube.list_nodes(label_selector=f"{names.maintenance_required}=true")
-    members = sorted((n for n in due if res.node_pool(n, pools, names) == pool), key=lambda n: n["metadata"]["name"])
-    exists = pool_obj is not None or bool(members)
+    members = sorted((n for n in due if pool_of(n) == pool), key=lambda n: n["metadata"]["name"])
+    exists = any(p["metadata"]["name"] == pool for p in pools or []) or bool(members)
     if not exists:
         with contextlib.suppress(NotFound):
             page = kube.request("GET", "/api/v1/nodes", query={"labelSelector": f"{names.pool_label}={pool}",
                                                                 "limit": 1})
             exists = bool(page.get("items"))
-    return exists, members
+    return exists, members, pool_of
 
 
 def approve_pool(kube: Kube, names: Names, pool: str, *, dry_run: bool = False) -> PoolApproval:
@@ -154,8 +162,9 @@ def approve_pool(kube: Kube, names: Names, pool: str, *, dry_run: bool = False) 
     The nodes are judged as the list returned them (one request), then patched with that
     resourceVersion; only a node that changed in between is read again.
     """
-    exists, members = pool_members_needing_repair(kube, names, pool)
-    results = _in_parallel(lambda n: _approve(kube, names, str(n["metadata"]["name"]), n, dry_run=dry_run), members)
+    exists, members, pool_of = _pool_members(kube, names, pool)
+    results = _in_parallel(lambda n: _approve(kube, names, str(n["metadata"]["name"]), n, pool_of, dry_run=dry_run),
+                           members)
     return PoolApproval(pool, exists, results)
 
 

@@ -175,13 +175,16 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         notes.append(f"the Remediation CRD (remediations.{names.api_group}) is not installed: repair phases "
                      "and history are not available")
 
+    pool_of, invalid = res.pool_reader(pools, names)
+    notes += [f"GpuNodePool {name} is invalid and ignored by the controller: {err}"
+              for name, err in sorted(invalid.items())]
     by_pool: dict[str, list[JSON]] = {str(p["metadata"]["name"]): [] for p in pool_objs}
     node_pool: dict[str, str] = {}
     faulty: list[FaultyNode] = []
     degraded: list[str] = []
     for node in nodes:
         name = str(node["metadata"]["name"])
-        pool = res.node_pool(node, pool_objs, names)
+        pool = pool_of(node)
         node_pool[name] = pool
         if pool:
             by_pool.setdefault(pool, []).append(node)

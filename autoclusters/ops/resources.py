@@ -1,4 +1,4 @@
-"""Reading the two custom resources (``GpuNodePool``, ``Remediation``) and matching nodes to pools.
+"""Reading the two custom resources (``GpuNodePool``, ``Remediation``) and placing nodes in pools.
 
 The operator tools must work on a cluster where the CRDs are not installed yet (a fresh
 cluster, or one where only the detector runs), so a missing kind is an answer here
@@ -7,12 +7,12 @@ cluster, or one where only the detector runs), so a missing kind is an answer he
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.membership import Membership
 from autoclusters.kube import Kube, NotFound
-from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -57,18 +57,15 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def pool_selector(pool: Mapping[str, Any], names: Names) -> JSON:
-    """The pool's label selector: ``spec.nodeSelector``, or the pool label equal to the pool's name."""
-    sel = (pool.get("spec") or {}).get("nodeSelector")
-    if sel:
-        return dict(sel)
-    return {"matchLabels": {names.pool_label: (pool.get("metadata") or {}).get("name", "")}}
+def pool_reader(pools: list[JSON] | None, names: Names) -> tuple[Callable[[Mapping[str, Any]], str], dict[str, str]]:
+    """How the operator tools place a node in a pool, and the pool objects the controller ignores.
 
-
-def node_pool(node: Mapping[str, Any], pools: list[JSON], names: Names) -> str:
-    """The pool a node belongs to: the first pool object whose selector matches, else its pool label."""
-    labels = labels_of(node)
-    for pool in pools:
-        if selector_matches(pool_selector(pool, names), labels):
-            return str(pool["metadata"]["name"])
-    return labels.get(names.pool_label, "")
+    With pool objects, the controller's own rule (``deploy.membership``): "" for a node in no
+    pool; an invalid pool (error by name in the second value) selects nothing. Without the
+    GpuNodePool CRD (``pools`` None) nothing is decided by a controller, so the pool label is
+    shown as it is.
+    """
+    if pools is None:
+        return (lambda node: labels_of(node).get(names.pool_label, "")), {}
+    membership, invalid = Membership.from_objects(pools, names)
+    return (lambda node: membership.pool_of(node) or ""), invalid

@@ -121,3 +121,38 @@ def test_status_without_crds_shows_what_nodes_tell_and_says_what_is_missing(clus
             assert (p["nodes"], p["faulty"], p["consentMode"], p["awaitingApproval"]) == (2, 1, None, None)
         finally:
             delete_pool_nodes(cluster, names, pool)
+
+
+def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty_selector(
+        cluster: ClusterHandle, names: Names, unique: str) -> None:
+    """The reproduced disagreement: a node labelled with pool ``a`` that another pool's selector
+    also matches is in ``a`` (docs/operations.md, "Which pool a node belongs to")."""
+    from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+    from autoclusters.kube import Invalid
+
+    pools_path = Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools")
+    a, sel, stray = f"mem-{unique}", f"mem-{unique}-sel", f"mem-{unique}-none"
+    zone = {f"zone-{unique}": "z1"}
+    for bad in ({}, {"matchLabels": {}}, zone):  # a bare mapping is pruned to {} by the API server
+        obj = gpu_node_pool_object(pool_from_config({"name": f"bad-{unique}"}), names)
+        obj["spec"]["nodeSelector"] = bad
+        with pytest.raises(Invalid, match="nodeSelector needs matchLabels or matchExpressions"):
+            cluster.kube.create(pools_path, obj)
+    labelled, _ = create_nodes(cluster, names, a, 2)
+    (claimed,) = create_nodes(cluster, names, stray, 1)  # its label names no pool object
+    try:
+        create_pool(cluster.kube, names, a, "propose")
+        cluster.kube.create(pools_path, gpu_node_pool_object(
+            pool_from_config({"name": sel, "nodeSelector": {"matchLabels": zone}}), names))
+        for node in (labelled, claimed):
+            cluster.kube.patch_node(node, {"metadata": {"labels": zone}})
+        res = cli(cluster.kubeconfig, "status", "-o", "json", *flags(names))
+        assert res.returncode == 0, res.stderr
+        counts = {p["name"]: p["nodes"] for p in json.loads(res.stdout)["pools"]}
+        assert (counts.get(a), counts.get(sel), counts.get(stray)) == (2, 1, None)
+    finally:
+        delete_pool_nodes(cluster, names, a)
+        delete_pool_nodes(cluster, names, stray)
+        for pool in (a, sel):
+            cluster.kube.delete_object({"apiVersion": f"{names.api_group}/v1alpha1", "kind": "GpuNodePool",
+                                        "metadata": {"name": pool}})

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from autoclusters.controller import drain
-from autoclusters.controller.pools import parse_pool, selector_matches
+from autoclusters.controller.pools import parse_pool
 from autoclusters.controller.queue import WorkQueue
 from autoclusters.controller.records import record_name, state_of, status_of
 from autoclusters.controller.statemachine import (
@@ -27,6 +27,7 @@ from autoclusters.controller.statemachine import (
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.faults.catalog import load_catalog
+from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
 from autoclusters.providers.clusterapi import machine_ref, remediation_patch
 from autoclusters.providers.command import CommandProvider
@@ -74,15 +75,6 @@ def test_pool_policy_and_fault_class_overrides() -> None:
     assert default.mode == ConsentMode.AUTO and default.action_for(xid) == RepairAction.RESET
     assert default.policy(Policy(verify_timeout_seconds=7)).max_repairs == 3
     assert default.policy(Policy(verify_timeout_seconds=7)).verify_timeout_seconds == 7
-
-
-def test_pool_membership_by_label_or_selector() -> None:
-    by_label = parse_pool({"metadata": {"name": "a"}, "spec": {}})
-    node = {"metadata": {"labels": {NAMES.pool_label: "a", "zone": "z1"}}}
-    assert by_label.selects(node, NAMES)
-    by_sel = parse_pool({"metadata": {"name": "b"}, "spec": {"nodeSelector": {"matchLabels": {"zone": "z1"}}}})
-    assert by_sel.selects(node, NAMES)
-    assert not by_sel.selects({"metadata": {"labels": {"zone": "z2"}}}, NAMES)
 
 
 def test_selector_expressions() -> None:
@@ -235,7 +227,7 @@ def test_webhook_notifier_posts_json_and_survives_a_dead_endpoint() -> None:
         WebhookNotifier("ftp://example.invalid/")
 
 
-def test_fleet_ignores_heartbeats_and_prefers_selector_pools() -> None:
+def test_fleet_ignores_heartbeats_and_follows_the_membership_rule() -> None:
     from autoclusters.controller.fleet import POOL_KEY, Fleet
 
     queued: list[str] = []
@@ -243,8 +235,8 @@ def test_fleet_ignores_heartbeats_and_prefers_selector_pools() -> None:
     fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
     fleet._on_pool("sel", None, {"metadata": {"name": "sel"},
                                  "spec": {"nodeSelector": {"matchLabels": {"zone": "z1"}}}})
-    assert fleet.pool_for({"metadata": {"labels": {NAMES.pool_label: "a", "zone": "z1"}}}).name == "sel"
-    assert fleet.pool_for({"metadata": {"labels": {NAMES.pool_label: "a"}}}).name == "a"
+    assert fleet.pool_for({"metadata": {"labels": {NAMES.pool_label: "a", "zone": "z1"}}}).name == "a"
+    assert fleet.pool_for({"metadata": {"labels": {"zone": "z1"}}}).name == "sel"
     assert fleet.pool_for({"metadata": {"labels": {NAMES.pool_label: "sel"}}}) is None
 
     def node(beat: str, fault: bool) -> dict:

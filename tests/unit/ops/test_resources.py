@@ -1,6 +1,7 @@
 import pytest
 
-from autoclusters.ops.resources import node_pool, pool_selector, selector_matches
+from autoclusters.kube.objects import selector_matches
+from autoclusters.ops.resources import pool_reader
 from tests.unit.ops.builders import NAMES, node, pool
 
 
@@ -20,10 +21,9 @@ def test_selector_matches(selector: dict, labels: dict, expected: bool) -> None:
     assert selector_matches(selector, labels) is expected
 
 
-def test_default_pool_selector_is_the_pool_label() -> None:
-    assert pool_selector(pool("gpu-a"), NAMES) == {"matchLabels": {NAMES.pool_label: "gpu-a"}}
-
-
-def test_node_pool_falls_back_to_the_label() -> None:
-    assert node_pool(node("n", "x"), [pool("y")], NAMES) == "x"
-    assert node_pool(node("n", ""), [pool("y")], NAMES) == ""
+def test_pool_reader_is_the_membership_rule() -> None:
+    pool_of, invalid = pool_reader([pool("y"), pool("z", selector={"matchLabels": {"t": "1"}})], NAMES)
+    assert pool_of(node("n", "y", labels={"t": "1"})) == "y"
+    assert pool_of(node("n", "x", labels={"t": "1"})) == "z"
+    assert pool_of(node("n", "x")) == ""  # the label names no pool
+    assert invalid == {}

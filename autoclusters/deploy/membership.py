@@ -1,0 +1,66 @@
+"""Which pool a node belongs to: the one rule, read by the controller and the operator tools.
+
+1. The node's pool label (``<domain>/nodepool.name``) names a pool that has no
+   ``nodeSelector``: the node is in that pool.
+2. Otherwise the first pool, in order of name, whose ``nodeSelector`` matches the node's
+   labels.
+3. Otherwise the node is in no pool (no consent mode applies; the controller leaves it alone).
+
+The label comes first because it is the per-node, explicit statement: it is what a Pulumi
+pool writes on its nodes and what workloads schedule on (``nodeSelector`` of a training
+job), so the consent mode the team chose for a pool protects the jobs running on its
+nodes even when another pool's selector also matches them (e.g. a ``zone=z1`` pool). A
+pool with a ``nodeSelector`` is defined by that selector alone; a pool label naming it
+does not add a node its selector does not match.
+
+Only valid pools (``pool_from_config`` accepts them) select nodes: the controller ignores
+a pool object it cannot parse, so the operator tools do too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autoclusters.deploy.pools import PoolConfig, PoolConfigError, pool_from_config
+from autoclusters.kube.objects import selector_matches
+from autoclusters.names import Names
+
+
+def config_of(obj: Mapping[str, Any]) -> PoolConfig:
+    """The configuration a ``GpuNodePool`` object holds; PoolConfigError names the bad field."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    return pool_from_config({"name": name, **dict(obj.get("spec") or {})})
+
+
+class Membership:
+    """The membership rule over one set of pools (rebuilt when a pool changes)."""
+
+    def __init__(self, pools: Iterable[PoolConfig], names: Names) -> None:
+        pools = list(pools)
+        self._label = names.pool_label
+        self._by_label = {p.name: p for p in pools if p.node_selector is None}
+        self._selecting = sorted((p for p in pools if p.node_selector is not None), key=lambda p: p.name)
+
+    @classmethod
+    def from_objects(cls, objs: Iterable[Mapping[str, Any]], names: Names) -> tuple[Membership, dict[str, str]]:
+        """The rule over the valid pool objects, and the invalid ones' errors by pool name."""
+        valid: list[PoolConfig] = []
+        invalid: dict[str, str] = {}
+        for obj in objs:
+            try:
+                valid.append(config_of(obj))
+            except PoolConfigError as e:
+                invalid[str((obj.get("metadata") or {}).get("name", ""))] = str(e)
+        return cls(valid, names), invalid
+
+    def pool_of(self, node: Mapping[str, Any] | None) -> str | None:
+        """The name of the node's pool, or None."""
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        named = labels.get(self._label)
+        if named and named in self._by_label:
+            return str(named)
+        for pool in self._selecting:
+            if selector_matches(pool.node_selector or {}, labels):
+                return pool.name
+        return None
