@@ -125,25 +125,10 @@ def _conditions(node: JSON) -> dict[str, JSON]:
 
 
 def breaker_state(pool: JSON) -> str:
-    """The circuit breaker as the controller reports it in the pool's status."""
-    status = pool.get("status") or {}
-    cb = status.get("circuitBreaker")
-    value: Any = None
-    if isinstance(cb, dict):
-        value = cb.get("state", cb.get("open"))
-    elif cb is not None:
-        value = cb
-    if value is None:
-        value = status.get("breakerState", status.get("breakerOpen", status.get("breaker")))
-    if value is None:
-        for c in status.get("conditions") or []:
-            if c.get("type") in {"CircuitBreakerOpen", "BreakerOpen"}:
-                value = c.get("status") == "True"
-    if isinstance(value, bool):
-        return BREAKER_OPEN if value else BREAKER_CLOSED
-    if isinstance(value, str) and value.lower() in {"open", "closed"}:
-        return value.lower()
-    return BREAKER_UNKNOWN
+    """The circuit breaker as the controller writes it (``status.circuitBreaker.state``, Open or
+    Closed); ``unknown`` until a controller has written it."""
+    state = (((pool.get("status") or {}).get("circuitBreaker")) or {}).get("state")
+    return {"Open": BREAKER_OPEN, "Closed": BREAKER_CLOSED}.get(str(state), BREAKER_UNKNOWN)
 
 
 def _open_repairs_by_node(records: list[JSON]) -> dict[str, Repair]:

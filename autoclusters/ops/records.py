@@ -2,8 +2,10 @@
 
 The controller writes one record per repair (``spec``: what and why; ``status``: the
 phase, a timeline of steps, the outcome). Events expire after an hour; these records
-are what ``history`` and ``status`` read, so this reader is lenient about fields it does
-not need and never fails on a record written by an older or newer controller.
+are what ``history`` and ``status`` read. They are read with the controller's own reader
+(``controller.records.state_of``), so the tools see exactly what the controller knows; a
+record without a phase yet shows as ``Pending``, and one the reader refuses (written by
+another version) shows its spec with the reason in ``message`` instead of failing the command.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from datetime import datetime
 from typing import Any
 
 from autoclusters.clock import parse_iso, utc_iso
+from autoclusters.controller.records import state_of
+from autoclusters.controller.statemachine import HOLDING, IN_PROGRESS, TERMINAL, Phase, RepairState
 
-# Phases of the controller's state machine (autoclusters.controller.statemachine.Phase), by role.
-TERMINAL_PHASES = frozenset({"Succeeded", "NotNeeded", "Closed"})
-AWAITING_PHASES = frozenset({"AwaitingApproval"})
-REPAIRING_PHASES = frozenset({"Draining", "Acting", "Verifying"})
-HOLDING_PHASES = frozenset({"Failed", "HumanNeeded"})
+# The controller's phase roles, as the strings the views compare.
+TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
+AWAITING_PHASES = frozenset({Phase.AWAITING_APPROVAL.value})
+REPAIRING_PHASES = frozenset(p.value for p in IN_PROGRESS)
+HOLDING_PHASES = frozenset(p.value for p in HOLDING)
+PENDING = "Pending"  # created, not yet given a phase
 
 
 @dataclass(frozen=True)
@@ -107,49 +112,31 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def _first(*values: Any) -> Any:
-    for v in values:
-        if v not in (None, ""):
-            return v
-    return None
-
-
-def _text(*values: Any) -> str:
-    found = _first(*values)
-    return "" if found is None else str(found)
-
-
 def repair_from_object(obj: dict[str, Any]) -> Repair:
-    """Reads a ``Remediation`` object; missing fields become empty strings, never errors."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    """Reads a ``Remediation`` object with the controller's reader; never raises."""
+    try:
+        state, problem = state_of(obj), ""
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        state, problem = None, f"record not readable by this version: {e!r}"
+    created = _time((obj.get("metadata") or {}).get("creationTimestamp"))
+    if state is not None:
+        return _from_state(state, created)
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     fault = spec.get("fault") or {}
-    steps = tuple(
-        Step(str(s.get("phase", "")), _time(s.get("time")), str(s.get("message", "")))
-        for s in status.get("steps") or [] if isinstance(s, dict)
-    )
-    started = _time(_first(status.get("created"), status.get("startTime"), status.get("started"),
-                           meta.get("creationTimestamp")))
-    completed = _time(_first(status.get("completed"), status.get("completionTime"), status.get("completedAt")))
-    phase = _text(status.get("phase"), steps[-1].phase if steps else None, "Pending")
     return Repair(
-        name=str(meta.get("name", "")),
-        node=str(spec.get("node", "")),
-        pool=str(spec.get("pool", "")),
-        consent_mode=_text(spec.get("consentMode")),
-        action=_text(status.get("action"), spec.get("action")),
-        fault_class=_text(fault.get("class")),
-        fault_code=_text(fault.get("code")),
-        fault_reason=_text(fault.get("reason")),
-        fault_message=_text(fault.get("message")),
-        phase=phase,
-        outcome=_text(status.get("outcome")),
-        message=_text(status.get("message"), steps[-1].message if steps else None),
-        replacement_node=_text(status.get("replacementNode")),
-        started=started,
-        completed=completed,
-        steps=steps,
-        escalated=bool(status.get("escalated", False)),
-        hold=_text(status.get("hold")),
-    )
+        name=str(meta.get("name", "")), node=str(spec.get("node", "")), pool=str(spec.get("pool", "")),
+        consent_mode=str(spec.get("consentMode", "")), action=str(spec.get("action", "")),
+        fault_class=str(fault.get("class", "")), fault_code=str(fault.get("code", "")),
+        fault_reason=str(fault.get("reason", "")), fault_message=str(fault.get("message", "")),
+        phase=str((obj.get("status") or {}).get("phase") or PENDING), outcome="", message=problem,
+        replacement_node="", started=created, completed=None, steps=())
+
+
+def _from_state(s: RepairState, created: datetime | None) -> Repair:
+    steps = tuple(Step(st.phase, st.time, st.message) for st in s.steps)
+    return Repair(
+        name=s.name, node=s.node, pool=s.pool, consent_mode=s.consent_mode.value, action=s.action.value,
+        fault_class=s.fault.fault_class, fault_code=s.fault.code, fault_reason=s.fault.reason,
+        fault_message=s.fault.message, phase=s.phase.value, outcome=s.outcome,
+        message=s.message or (steps[-1].message if steps else ""), replacement_node=s.replacement_node,
+        started=s.created or created, completed=s.completed, steps=steps, escalated=s.escalated, hold=s.hold)

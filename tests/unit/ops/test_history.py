@@ -5,7 +5,7 @@ import pytest
 from autoclusters.ops.durations import DurationError, human_duration, parse_since
 from autoclusters.ops.history import HistoryQuery, select_repairs
 from autoclusters.ops.records import repair_from_object
-from tests.unit.ops.builders import record
+from tests.unit.ops.builders import NAMES, record
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 
@@ -80,3 +80,28 @@ def test_parse_since_rejects_nonsense(text: str) -> None:
                                                (8040, "2h14m"), (273600, "3d4h")])
 def test_human_duration(seconds: float | None, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+def test_the_view_reads_what_the_controller_writes() -> None:
+    from autoclusters.controller.records import new_record, status_of
+    from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, Step
+
+    t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
+    state = RepairState(name="n1-abc", node="n1", pool="p", consent_mode=ConsentMode.PROPOSE,
+                        fault=Fault("gpu", "79", "NvidiaXIDError", "Xid 79"), phase=Phase.SUCCEEDED,
+                        action=RepairAction.REPLACE, escalated=True, outcome="Succeeded", replacement_node="n9",
+                        created=t0, completed=t1, steps=(Step("Acting", t0, "replacing"),))
+    obj = {**new_record(state, NAMES), "status": status_of(state)}
+    r = repair_from_object(obj)
+    assert (r.node, r.pool, r.consent_mode, r.action, r.fault, r.phase, r.outcome, r.replacement_node,
+            r.escalated, r.started, r.completed) == ("n1", "p", "propose", "replace", "gpu:79", "Succeeded",
+                                                     "Succeeded", "n9", True, t0, t1)
+    assert not r.open and r.duration(NOW) == 120 and r.message == "replacing"
+
+
+def test_a_record_the_reader_refuses_is_shown_not_raised() -> None:
+    obj = record("r", "n", phase="Acting")
+    obj["status"]["operation"] = {"action": "reset"}  # no id: not something this version wrote
+    r = repair_from_object(obj)
+    assert (r.node, r.phase, r.fault) == ("n", "Acting", "gpu:79")
+    assert "not readable" in r.message and r.open
