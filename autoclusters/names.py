@@ -13,9 +13,17 @@ from dataclasses import dataclass
 
 DEFAULT_DOMAIN = "autoclusters.io"
 DEFAULT_PREFIX = "AutoClusters"
+# The reference system's event source (what ``kubectl describe node`` shows under From).
+# Not a default: the controller's ``event_source`` setting defaults to its own name, and an
+# operator who migrates sets this value (docs/operations.md).
+REFERENCE_EVENT_SOURCE = "nodepool-service"
 
 _DOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
 _PREFIX_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,30}$")
+# An event's reportingComponent must be a qualified name: an optional DNS subdomain and
+# "/", then up to 63 characters of [A-Za-z0-9-_.] that start and end alphanumeric.
+_QUALIFIED_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                           r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 # Condition reasons (SPEC section 2). They do not depend on the domain.
 REASON_XID = "NvidiaXIDError"
@@ -40,6 +48,15 @@ EVENT_BLOCKED = "MaintenanceBlocked"
 EVENT_BREAKER_OPEN = "RepairCircuitBreakerOpen"
 EVENT_BREAKER_CLOSED = "RepairCircuitBreakerClosed"
 EVENT_BUDGET_EXHAUSTED = "MaintenanceAttemptBudgetExhausted"
+
+
+def event_source_error(source: str) -> str | None:
+    """Why ``source`` cannot be an event source (``source.component`` /
+    ``reportingComponent``), or None when it can."""
+    if not isinstance(source, str) or not _QUALIFIED_RE.match(source) or len(source.partition("/")[0]) > 253:
+        return (f"event source {source!r} must be a Kubernetes qualified name (letters, digits, '-', '_', '.', "
+                "at most 63 characters, optionally after a DNS subdomain and '/'), e.g. nodepool-service")
+    return None
 
 
 class NameError_(ValueError):
@@ -105,11 +122,6 @@ class Names:
     @property
     def api_group(self) -> str:
         return f"remediation.{self.domain}"
-
-    @property
-    def component(self) -> str:
-        """The event source component name."""
-        return f"{self.domain.split('.')[0]}-controller"
 
     @classmethod
     def from_env(cls) -> Names:

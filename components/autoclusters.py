@@ -50,7 +50,8 @@ class AutoClusters(pulumi.ComponentResource):
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local), after(rbac))
-        Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace),
+        Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
+                                                      event_source=cfg.event_source),
                    after(rbac, crds))
         pools = [
             GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, names=names, kubeconfig=args.kubeconfig,

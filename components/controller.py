@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, workloads
-from autoclusters.names import Names
+from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
 from components._k8s import k8s_resource
 
@@ -18,6 +18,7 @@ class ControllerArgs:
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
     replicas: int = 2
+    event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -27,6 +28,9 @@ class ControllerArgs:
             # One replica plus a PDB of minAvailable 1 would block every drain of its node.
             raise ComponentArgsError("Controller: replicas must be >= 2 (leader election and the PodDisruptionBudget "
                                      f"need a standby), got {self.replicas}")
+        why = event_source_error(self.event_source)
+        if why:
+            raise ComponentArgsError(f"Controller: {why}")
 
 
 class Controller(pulumi.ComponentResource):
@@ -37,8 +41,8 @@ class Controller(pulumi.ComponentResource):
     def __init__(self, name: str, args: ControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        dep = k8s_resource(workloads.controller_deployment(args.names, args.namespace, args.image, args.replicas),
-                           child)
+        dep = k8s_resource(workloads.controller_deployment(args.names, args.namespace, args.image, args.replicas,
+                                                         args.event_source), child)
         k8s_resource(workloads.pod_disruption_budget(workloads.CONTROLLER, args.namespace), child)
         self.deployment_name = dep.metadata.apply(lambda m: m["name"])
         self.register_outputs({"deployment_name": self.deployment_name})

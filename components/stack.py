@@ -36,7 +36,8 @@ def raw_config(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
             parsed = json.loads(value) if isinstance(value, str) else value
         except json.JSONDecodeError:
             parsed = value
-        if name in ("domain", "conditionPrefix", "namespace", "image", "opaImage", "webhookUrl", "kubeconfig"):
+        if name in ("domain", "conditionPrefix", "namespace", "image", "opaImage", "webhookUrl", "kubeconfig",
+                    "eventSource"):
             parsed = value  # strings stay strings even when they look like JSON numbers
         (access if name in _ACCESS_KEYS else settings)[name] = parsed
     return settings, access

@@ -35,6 +35,7 @@ _FLAGS: dict[str, str] = {
     "sim_replace_seconds": "simulated provider: replacement duration (pool provider.replaceSeconds overrides)",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
     "catalog_path": "an operator's fault catalog instead of the shipped one",
+    "event_source": "the events' source (source.component, reportingComponent)",
 }
 
 
@@ -64,12 +65,16 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from autoclusters.cli.main import CliError
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.kube import load_kube
-    from autoclusters.names import Names
+    from autoclusters.names import Names, event_source_error
 
     config = ControllerConfig(**{f.name: getattr(args, f.name) for f in fields(ControllerConfig)})
+    why = event_source_error(config.event_source)
+    if why:
+        raise CliError(why, 2)
     kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
     controller = Controller(kube, config, names=Names.from_env())
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.controller import LEASE_NAME
+from autoclusters.deploy.workloads import CONTROLLER
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class ControllerConfig:
     sim_replace_seconds: float = 30
     notifier_url: str = ""
     catalog_path: str = ""
+    # source.component / reportingComponent of every event; "nodepool-service" matches the
+    # reference system (docs/operations.md)
+    event_source: str = CONTROLLER
 
     def with_identity(self) -> ControllerConfig:
         if self.identity:

@@ -57,7 +57,8 @@ class Controller:
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add)
-        self.recorder = EventRecorder(kube, self.clock, self.names.component, senders=2)
+        self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
+                                      background=True)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
         self.actuator = Actuator(kube, self.names, self.recorder, notifier)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
-from autoclusters.names import Names
+from autoclusters.deploy.workloads import CONTROLLER
+from autoclusters.names import Names, event_source_error
 
 FAULT_CLASSES = ("gpu", "nvswitch", "dcgm", "interconnect")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -302,6 +303,7 @@ class StackConfig:
     opa_image: str = "openpolicyagent/opa:1.22.4-static"
     local: bool = False
     webhook_url: str | None = None
+    event_source: str = CONTROLLER  # the controller's events' source.component ("nodepool-service": the reference)
 
     def __post_init__(self) -> None:
         if not _DNS_LABEL.match(self.namespace or ""):
@@ -322,6 +324,9 @@ class StackConfig:
             if pool.nodes.backend == NodeBackend.SIMULATED and not self.local:
                 raise PoolConfigError(f"pool {pool.name!r}: simulated nodes need local: true (a kwok cluster)")
         self.names  # validates domain and prefix  # noqa: B018
+        why = event_source_error(self.event_source)
+        if why:
+            raise PoolConfigError(f"eventSource: {why}")
 
     @property
     def names(self) -> Names:
@@ -333,7 +338,8 @@ class StackConfig:
 
 def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
     """Parses the ``autoclusters:`` namespace of a stack's configuration (camelCase keys)."""
-    raw = _take(data, {"pools", "domain", "conditionPrefix", "namespace", "image", "opaImage", "local", "webhookUrl"},
+    raw = _take(data, {"pools", "domain", "conditionPrefix", "namespace", "image", "opaImage", "local", "webhookUrl",
+                       "eventSource"},
                 "stack config autoclusters")
     pools = raw.get("pools", [])
     if not isinstance(pools, list):
@@ -348,6 +354,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         opa_image=raw.get("opaImage", defaults.opa_image),
         local=_bool(raw.get("local", False), "local"),
         webhook_url=raw.get("webhookUrl"),
+        event_source=raw.get("eventSource", defaults.event_source),
     )
 
 

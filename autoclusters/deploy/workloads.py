@@ -31,6 +31,8 @@ POLICY_CONFIGMAP = "autoclusters-policies"
 POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TAINT = "nvidia.com/gpu"
+# `autoclusters controller run` reads every setting from AUTOCLUSTERS_CONTROLLER_<NAME>.
+EVENT_SOURCE_ENV = "AUTOCLUSTERS_CONTROLLER_EVENT_SOURCE"
 
 # The commands the pods run; the local mode runs the same ones on the host. The controller
 # is always leader-elected (its Lease lives in the namespace given here).
@@ -132,9 +134,11 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
     }
 
 
-def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2) -> dict[str, Any]:
+def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
+                          event_source: str = CONTROLLER) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
-    the other takes over when the leader is lost."""
+    the other takes over when the leader is lost. ``event_source`` is what its events carry
+    as ``source.component`` / ``reportingComponent``."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -156,7 +160,8 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2) 
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
                                  "--metrics-port", str(CONTROLLER_METRICS_PORT)],
                         "env": [_field_env("POD_NAME", "metadata.name"),
-                                _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names)],
+                                _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
+                                {"name": EVENT_SOURCE_ENV, "value": event_source}],
                         "ports": [{"name": "metrics", "containerPort": CONTROLLER_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                                       "limits": {"cpu": "1", "memory": "512Mi"}},

@@ -1,10 +1,23 @@
-"""core/v1 Events about our objects (nodes, pools), aggregated like kubelet's recorder.
+"""Events about our objects (nodes, pools), written so that their order is the order they
+happened in, with repeats aggregated.
 
-A repeat of the same (object, reason, message) within the aggregation window bumps
-``count`` and ``lastTimestamp`` on the existing Event with a merge patch instead of
-creating a new one, so a held repair that is re-announced does not flood ``kubectl
-describe``. Events of cluster-scoped objects live in the ``default`` namespace, where
-``kubectl describe node`` looks for them.
+Each event is a core/v1 Event shaped like the ones client-go's current recorder writes
+through ``events.k8s.io/v1``: a microsecond ``eventTime``, ``reportingComponent`` /
+``reportingInstance`` and ``action``, and a ``series`` (count, last time seen) for
+repeats. ``kubectl describe`` sorts events by ``series.lastObservedTime``, else
+``lastTimestamp``, else ``eventTime``; we never write the second-resolution
+``first/lastTimestamp``, so it sorts by microseconds. The recorder stamps every event when
+it is emitted (not when it is sent) and makes the stamps strictly increasing, so two
+events emitted in the same microsecond still sort in emit order.
+
+Unlike an ``events.k8s.io/v1`` create, the core API also accepts ``source.component``,
+which older tools, alert rules and event exporters filter on; we set it to the same value
+as ``reportingComponent`` (the configured event source).
+
+A repeat of the same (object, reason, message) within the aggregation window updates the
+existing Event's ``series`` with a merge patch instead of creating a new one, so a held
+repair that is re-announced does not flood ``kubectl describe``. Events of cluster-scoped
+objects live in the ``default`` namespace, where ``kubectl describe node`` looks for them.
 """
 
 from __future__ import annotations
@@ -12,19 +25,27 @@ from __future__ import annotations
 import logging
 import queue
 import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoclusters.clock import Clock, utc_iso
+from autoclusters.clock import Clock
 from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import KubeError, NotFound
+from autoclusters.names import event_source_error
 
 log = logging.getLogger(__name__)
 
 EVENT_NAMESPACE = "default"
+MAX_MESSAGE = 1024  # the API server's limit for an event's message (note)
+MAX_INSTANCE = 128
+
+def micro_time(ts: datetime) -> str:
+    """RFC 3339 with microseconds and a Z: the API's MicroTime."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)
@@ -41,35 +62,54 @@ class ObjectRef:
         return ref
 
 
+@dataclass(frozen=True)
+class _Pending:
+    ref: ObjectRef
+    reason: str
+    message: str
+    warning: bool
+    at: datetime
+
+
 class EventRecorder:
     """Writes events; never raises (an event that cannot be written is logged, not fatal).
 
-    With ``senders`` > 0, ``emit`` only queues the event and that many threads write them,
-    so a reconcile never waits on an event write (as client-go's broadcaster does); the
-    queue is bounded and an event that does not fit is logged and dropped.
+    ``source`` is the event source (``source.component`` and ``reportingComponent``);
+    ``instance`` names this replica (``reportingInstance``, default: the host name).
+
+    With ``background=True``, ``emit`` only stamps and queues the event and one thread
+    writes the queue in order, so a reconcile never waits on an event write (as client-go's
+    broadcaster does); the queue is bounded and an event that does not fit is logged and
+    dropped.
     """
 
-    def __init__(self, kube: Kube, clock: Clock, component: str, *, aggregate_seconds: float = 600,
-                 max_cache: int = 4096, senders: int = 0, max_queue: int = 10000) -> None:
+    def __init__(self, kube: Kube, clock: Clock, source: str, *, instance: str = "",
+                 aggregate_seconds: float = 600, max_cache: int = 4096, background: bool = False,
+                 max_queue: int = 10000) -> None:
+        why = event_source_error(source)
+        if why:
+            raise ValueError(why)
         self._kube = kube
         self._clock = clock
-        self._component = component
+        self.source = source
+        self.instance = (instance or socket.gethostname() or source)[:MAX_INSTANCE]
         self._aggregate = aggregate_seconds
         self._max = max_cache
         self._seen: dict[tuple[str, str, str, str], tuple[str, int, float]] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[ObjectRef, str, str, bool, datetime]] | None = None
-        if senders > 0:
+        self._last: datetime | None = None
+        self._queue: queue.Queue[_Pending] | None = None
+        if background:
             self._queue = queue.Queue(max_queue)
-            for i in range(senders):
-                threading.Thread(target=self._send_loop, name=f"events-{i}", daemon=True).start()
+            threading.Thread(target=self._send_loop, name="events", daemon=True).start()
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
+        pending = _Pending(ref, reason, message, warning, self._stamp())
         if self._queue is None:
-            self._write(ref, reason, message, warning, self._clock.now())
+            self._write(pending)
             return
         try:
-            self._queue.put_nowait((ref, reason, message, warning, self._clock.now()))
+            self._queue.put_nowait(pending)
         except queue.Full:
             log.warning("event queue full: %s on %s %s dropped", reason, ref.kind, ref.name)
 
@@ -81,17 +121,26 @@ class EventRecorder:
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def _stamp(self) -> datetime:
+        """Now, but always later than the previous stamp (by at least a microsecond)."""
+        with self._lock:
+            now = self._clock.now()
+            if self._last is not None and now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
     def _send_loop(self) -> None:
         assert self._queue is not None
         while True:
-            ref, reason, message, warning, at = self._queue.get()
+            pending = self._queue.get()
             try:
-                self._write(ref, reason, message, warning, at)
+                self._write(pending)
             finally:
                 self._queue.task_done()
 
-    def _write(self, ref: ObjectRef, reason: str, message: str, warning: bool, now: datetime) -> None:
-        key = (ref.kind, ref.name, reason, message)
+    def _write(self, p: _Pending) -> None:
+        key = (p.ref.kind, p.ref.name, p.reason, p.message)
         mono = self._clock.monotonic()
         with self._lock:
             prev = self._seen.get(key)
@@ -100,26 +149,30 @@ class EventRecorder:
                 name, count, first = prev
                 try:
                     self._kube.patch(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events/{name}",
-                                     {"count": count + 1, "lastTimestamp": utc_iso(now)})
+                                     {"series": {"count": count + 1, "lastObservedTime": micro_time(p.at)}})
                     self._remember(key, name, count + 1, first)
                     return
                 except NotFound:
                     pass
-            name = f"{ref.name}.{secrets.token_hex(8)}"
-            body = {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": name, "namespace": EVENT_NAMESPACE},
-                "involvedObject": ref.as_dict(),
-                "reason": reason, "message": message[:1024],
-                "type": "Warning" if warning else "Normal",
-                "source": {"component": self._component},
-                "reportingComponent": self._component,
-                "firstTimestamp": utc_iso(now), "lastTimestamp": utc_iso(now), "count": 1,
-            }
-            self._kube.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+            name = f"{p.ref.name}.{secrets.token_hex(8)}"
+            self._kube.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", self.body(name, p))
             self._remember(key, name, 1, mono)
         except KubeError as e:
-            log.warning("event %s on %s %s not written: %s", reason, ref.kind, ref.name, e)
+            log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
+
+    def body(self, name: str, p: _Pending) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": EVENT_NAMESPACE},
+            "involvedObject": p.ref.as_dict(),
+            "reason": p.reason, "message": p.message[:MAX_MESSAGE],
+            "type": "Warning" if p.warning else "Normal",
+            "eventTime": micro_time(p.at),
+            "action": p.reason,
+            "source": {"component": self.source},
+            "reportingComponent": self.source,
+            "reportingInstance": self.instance,
+        }
 
     def _remember(self, key: tuple[str, str, str, str], name: str, count: int, first: float) -> None:
         with self._lock:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.controller.config import ControllerConfig
 from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
@@ -34,6 +35,7 @@ XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 XID48_MESSAGE = "GPU 1 reported Xid 48 (Double Bit ECC Error)."
 XID64_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
 
+EVENT_SOURCE = ControllerConfig().event_source  # the controllers here run with the default
 CONTROLLER_FLAGS = {
     "--lease-seconds": "4", "--renew-deadline-seconds": "3", "--retry-period-seconds": "0.5",
     "--poll-seconds": "0.3", "--hold-recheck-seconds": "0.5", "--verify-timeout-seconds": "12",
@@ -213,8 +215,8 @@ class Env:
     def events(self, name: str, kind: str = "Node") -> list[dict[str, Any]]:
         items = self.kube.list("/api/v1/namespaces/default/events",
                                field_selector=f"involvedObject.name={name},involvedObject.kind={kind}")
-        items = [e for e in items if (e.get("source") or {}).get("component") == self.names.component]
-        return sorted(items, key=lambda e: e.get("firstTimestamp") or "")
+        items = [e for e in items if e.get("reportingComponent") == EVENT_SOURCE]
+        return sorted(items, key=lambda e: e.get("eventTime") or "")
 
     def reasons(self, name: str, kind: str = "Node") -> list[str]:
         return [e["reason"] for e in self.events(name, kind)]

@@ -40,3 +40,15 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     n = Names.from_env()
     assert n.gpu_condition == "ExampleGPUFault"
     assert n.api_group == "remediation.example.com"
+
+
+def test_operations_doc_names_the_event_source_that_matches_the_reference() -> None:
+    from pathlib import Path
+
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.names import REFERENCE_EVENT_SOURCE
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert f"--event-source {REFERENCE_EVENT_SOURCE}" in doc
+    assert f"autoclusters:eventSource {REFERENCE_EVENT_SOURCE}" in doc
+    assert f"defaults to `{ControllerConfig().event_source}`" in doc

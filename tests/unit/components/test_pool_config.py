@@ -109,6 +109,7 @@ def test_stack_config_parses_pools_and_string_booleans():
     ({"pools": [{"name": "a100"}, {"name": "a100"}]}, "pool 'a100' is listed twice"),
     ({"pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 1}}]}, "simulated nodes need local: true"),
     ({"pool": []}, "unknown key(s) pool"),
+    ({"eventSource": "node pool service"}, "eventSource: event source 'node pool service' must be a Kubernetes"),
 ])
 def test_bad_stack_values_are_rejected(config, message):
     with pytest.raises(PoolConfigError) as err:

@@ -114,3 +114,36 @@ def test_every_pod_command_is_one_the_cli_accepts(build):
     args = build()["args"]
     parsed = build_parser().parse_args(args)  # argparse exits on an unknown flag
     assert callable(parsed.func)
+
+
+@pytest.mark.parametrize("source", [None, "nodepool-service"])
+def test_the_stack_event_source_reaches_the_controller_flag(source, monkeypatch):
+    """Stack config ``eventSource`` -> the Deployment's env -> ``controller run``'s setting."""
+    from autoclusters.cli.main import build_parser
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.deploy.pools import stack_config_from_dict
+
+    cfg = stack_config_from_dict({} if source is None else {"eventSource": source})
+    dep = workloads.controller_deployment(NAMES, "ns1", "img:1", event_source=cfg.event_source)
+    for e in _container(dep, "controller")["env"]:
+        if "value" in e:
+            monkeypatch.setenv(e["name"], e["value"])
+    args = build_parser().parse_args(["controller", "run"])
+    assert args.event_source == (source or ControllerConfig().event_source) == cfg.event_source
+    assert ControllerConfig().event_source == workloads.CONTROLLER  # autoclusters' own name by default
+
+
+def test_the_controller_flag_overrides_the_environment(monkeypatch):
+    from autoclusters.cli.main import build_parser
+
+    monkeypatch.setenv(workloads.EVENT_SOURCE_ENV, "from-env")
+    assert build_parser().parse_args(["controller", "run"]).event_source == "from-env"
+    assert build_parser().parse_args(["controller", "run", "--event-source", "nodepool-service"]).event_source \
+        == "nodepool-service"
+
+
+def test_an_invalid_event_source_is_a_clear_usage_error(capsys):
+    from autoclusters.cli.main import main
+
+    assert main(["controller", "run", "--event-source", "node pool"]) == 2
+    assert "must be a Kubernetes qualified name" in capsys.readouterr().err

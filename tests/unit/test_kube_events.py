@@ -1,0 +1,129 @@
+"""The event recorder: ordered microsecond stamps, the configured source, aggregation."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from autoclusters.clock import FakeClock
+from autoclusters.kube.errors import NotFound
+from autoclusters.kube.events import EventRecorder, ObjectRef, micro_time
+from autoclusters.names import REFERENCE_EVENT_SOURCE, event_source_error
+
+
+class EventStore:
+    """Just enough of the events API: create, merge-patch, and a slow write on demand."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []
+        self.gate: threading.Event | None = None
+
+    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if self.gate is not None:
+            self.gate.wait(5)
+        name = body["metadata"]["name"]
+        self.events[name] = dict(body)
+        self.order.append(name)
+        return body
+
+    def patch(self, path: str, body: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[1]
+        if name not in self.events:
+            raise NotFound(404, "not found")
+        self.events[name].update(body)
+        return self.events[name]
+
+    def describe_order(self) -> list[str]:
+        """The order ``kubectl describe`` shows: series.lastObservedTime, else lastTimestamp,
+        else eventTime (kubectl's SortableEvents)."""
+        def key(e: dict[str, Any]) -> str:
+            return (e.get("series") or {}).get("lastObservedTime") or e.get("lastTimestamp") or e["eventTime"]
+        return [e["reason"] for e in sorted(self.events.values(), key=key)]
+
+
+NODE = ObjectRef("Node", "gpu-1", uid="u1")
+
+
+def test_events_emitted_in_the_same_instant_sort_in_emit_order() -> None:
+    store, clock = EventStore(), FakeClock(datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC))
+    rec = EventRecorder(store, clock, "autoclusters-controller", instance="ctl-a")  # type: ignore[arg-type]
+    reasons = ["MaintenanceRequired", "MaintenanceAwaitingApproval", "MaintenanceApproved", "MaintenanceStarted"]
+    for r in reasons:
+        rec.emit(NODE, r, f"{r} text")  # the fake clock does not move: same instant for all
+    assert store.describe_order() == reasons
+    stamps = [store.events[n]["eventTime"] for n in store.order]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 4
+    assert stamps[0] == "2026-05-01T12:00:00.000000Z" and stamps[3] == "2026-05-01T12:00:00.000003Z"
+
+
+def test_no_second_resolution_timestamps_that_kubectl_would_sort_by() -> None:
+    store = EventStore()
+    EventRecorder(store, FakeClock(), "autoclusters-controller", instance="i").emit(  # type: ignore[arg-type]
+        NODE, "MaintenanceStarted", "VM reset started.")
+    (e,) = store.events.values()
+    assert "lastTimestamp" not in e and "firstTimestamp" not in e and "count" not in e
+    assert e["action"] and e["reportingInstance"] == "i"
+    assert e["involvedObject"] == {"kind": "Node", "name": "gpu-1", "apiVersion": "v1", "uid": "u1"}
+
+
+@pytest.mark.parametrize("source", ["autoclusters-controller", REFERENCE_EVENT_SOURCE])
+def test_the_configured_source_is_both_the_component_and_the_reporting_controller(source: str) -> None:
+    store = EventStore()
+    EventRecorder(store, FakeClock(), source).emit(NODE, "MaintenanceApproved", "x", warning=True)  # type: ignore[arg-type]
+    (e,) = store.events.values()
+    assert e["source"] == {"component": source} and e["reportingComponent"] == source
+    assert e["type"] == "Warning"
+
+
+@pytest.mark.parametrize("bad", ["", "Node Pool", "-x", "a" * 64, "x/", "UPPER.example/x"])
+def test_an_invalid_source_is_refused_with_the_reason(bad: str) -> None:
+    assert event_source_error(bad)
+    with pytest.raises(ValueError, match="qualified name"):
+        EventRecorder(EventStore(), FakeClock(), bad)  # type: ignore[arg-type]
+
+
+def test_repeats_aggregate_into_a_series_and_sort_by_their_last_occurrence() -> None:
+    store, clock = EventStore(), FakeClock()
+    rec = EventRecorder(store, clock, "autoclusters-controller", aggregate_seconds=600)  # type: ignore[arg-type]
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    clock.advance(1)
+    rec.emit(NODE, "MaintenanceApproved", "ok")
+    clock.advance(1)
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    assert len(store.events) == 2
+    blocked = next(e for e in store.events.values() if e["reason"] == "MaintenanceBlocked")
+    assert blocked["series"]["count"] == 3
+    # the two repeats share an instant; the later one is stamped a microsecond after
+    assert blocked["series"]["lastObservedTime"] == micro_time(clock.now() + timedelta(microseconds=1))
+    assert store.describe_order() == ["MaintenanceApproved", "MaintenanceBlocked"]
+    clock.advance(601)  # past the window: a new event
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    assert len(store.events) == 3
+
+
+def test_a_repeat_of_a_deleted_event_creates_it_again() -> None:
+    store = EventStore()
+    rec = EventRecorder(store, FakeClock(), "autoclusters-controller")  # type: ignore[arg-type]
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    store.events.clear()  # expired (events live an hour)
+    rec.emit(NODE, "MaintenanceBlocked", "held")
+    assert len(store.events) == 1 and "series" not in next(iter(store.events.values()))
+
+
+def test_background_sending_keeps_the_order_even_when_a_write_is_slow() -> None:
+    store, clock = EventStore(), FakeClock()
+    store.gate = threading.Event()
+    rec = EventRecorder(store, clock, "autoclusters-controller", background=True)  # type: ignore[arg-type]
+    reasons = [f"R{i}" for i in range(20)]
+    for r in reasons:
+        rec.emit(NODE, r, r)  # returns at once: the writer is held at the gate
+    assert store.order == []
+    store.gate.set()
+    rec.flush(5)
+    assert [store.events[n]["reason"] for n in store.order] == reasons  # written in emit order
+    assert store.describe_order() == reasons
