@@ -48,6 +48,17 @@ EVENT_BLOCKED = "MaintenanceBlocked"
 EVENT_BREAKER_OPEN = "RepairCircuitBreakerOpen"
 EVENT_BREAKER_CLOSED = "RepairCircuitBreakerClosed"
 EVENT_BUDGET_EXHAUSTED = "MaintenanceAttemptBudgetExhausted"
+EVENT_DRAIN_WARNING = "MaintenanceDrainWarning"  # on the node and on each pod, before any eviction
+EVENT_DRAIN_WAIT_ENDED = "MaintenanceDrainWaitEnded"  # acknowledged, or the pre-drain deadline passed
+EVENT_HOOK_FAILED = "MaintenancePreDrainHookFailed"
+
+# Slinky's slurm-operator (slurmd in pods): the node annotation it reads as the Slurm drain
+# reason when the node is cordoned, and the prefix of the pod conditions that mirror the
+# Slurm node's state onto each slurmd pod (SlurmNodeStateAllocated, ...Drain, ...).
+SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+SLINKY_STATE_PREFIX = "SlurmNodeState"
+# The Slurm reason prefix that marks a drain as ours (the Slurm bridge resumes only these).
+DRAIN_REASON_PREFIX = "autoclusters:"
 
 
 def event_source_error(source: str) -> str | None:
@@ -99,6 +110,45 @@ class Names:
     def auto_replacement_label(self) -> str:
         """Pod label; value ``disabled`` opts the pod's node out of automatic replacement."""
         return f"{self.domain}/auto-replacement"
+
+    # The warning before a drain (node and pod annotations) ------------------------------
+    @property
+    def drain_deadline(self) -> str:
+        """RFC 3339 UTC time when eviction starts at the latest (node and pods)."""
+        return f"{self.domain}/drain-deadline"
+
+    @property
+    def drain_reason(self) -> str:
+        """Human text naming the fault and the Remediation record (node and pods)."""
+        return f"{self.domain}/drain-reason"
+
+    @property
+    def remediation(self) -> str:
+        """The Remediation record's name (node and pods): what an acknowledgement must repeat."""
+        return f"{self.domain}/remediation"
+
+    @property
+    def drain_ack_prefix(self) -> str:
+        """Node annotation ``<prefix><acknowledger>`` = the record's name: that acknowledger is ready."""
+        return f"{self.domain}/drain-ack-"
+
+    def drain_ack(self, acknowledger: str) -> str:
+        return f"{self.drain_ack_prefix}{acknowledger}"
+
+    @property
+    def pod_drain_ack(self) -> str:
+        """Pod annotation = the record's name: this pod is ready to be evicted (e.g. checkpoint saved)."""
+        return f"{self.domain}/drain-ack"
+
+    @property
+    def drain_wait_label(self) -> str:
+        """Pod label; value ``true``: the repair waits for this pod's acknowledgement (up to the deadline)."""
+        return f"{self.domain}/drain-wait"
+
+    @property
+    def warning_annotations(self) -> tuple[str, str, str]:
+        """The three annotations of the warning, written on the node and on each pod."""
+        return (self.drain_deadline, self.drain_reason, self.remediation)
 
     # Conditions --------------------------------------------------------------------
     @property

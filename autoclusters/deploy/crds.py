@@ -68,6 +68,26 @@ def pool_schema() -> dict[str, Any]:
         "escalation": _obj({"refaultWindowSeconds": _int(1, 900), "resetMemorySeconds": _int(1, 86400)},
                            default={}),
         "attemptBudget": _obj({"maxRepairs": _int(1, 3), "windowSeconds": _int(1, 604800)}, default={}),
+        "preDrain": _obj({
+            "waitSeconds": {**_int(0, 120), "description": (
+                "Longest wait after the warning (node and pod annotations, events, hook) before eviction "
+                "starts; ends early when every acknowledger and every pod labelled drain-wait=true acked.")},
+            "acknowledgers": {"type": "array", "default": [], "items": {
+                "type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"},
+                "description": "Node-level preparers (e.g. slurm) that ack with the node annotation "
+                               "<domain>/drain-ack-<name> = the Remediation's name.",
+                **{"x-kubernetes-list-type": "set"}},
+            "slinky": {"type": "boolean", "default": False,
+                       "description": "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning."},
+            "hook": _obj({
+                "url": {"type": "string", "pattern": "^https?://\\S+$"},
+                "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                "timeoutSeconds": _int(1, 10),
+            }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",
+                **{"x-kubernetes-validations": [{
+                    "rule": "has(self.url) != has(self.command)",
+                    "message": "preDrain.hook needs exactly one of url or command"}]}),
+        }, default={}),
         "provider": _obj({"type": {"type": "string", "enum": ["simulated", "clusterapi", "command"]}},
                          required=["type"], default={"type": "simulated"},
                          **{"x-kubernetes-preserve-unknown-fields": True}),
@@ -105,6 +125,8 @@ def remediation_schema() -> dict[str, Any]:
         "attempts": {"type": "integer"},
         "nodeWasCordoned": {"type": "boolean"},
         "drainStarted": {"type": "string", "format": "date-time"},
+        "preDrainDeadline": {"type": "string", "format": "date-time"},
+        "evictionStarted": {"type": "string", "format": "date-time"},
         "operation": _obj({"id": {"type": "string"}, "action": {"type": "string"},
                            "started": {"type": "string", "format": "date-time"},
                            "bootIdBefore": {"type": "string"}, "newNode": {"type": "string"}}),

@@ -68,6 +68,29 @@ class CircuitBreaker:
     min_nodes: int = 0
 
 
+_ACKNOWLEDGER = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class PreDrainHook:
+    """Called once when the warning goes out: an HTTP POST to ``url`` or ``command`` run with
+    the same JSON on stdin. A failure is reported (event) and never holds the repair."""
+
+    url: str = ""
+    command: tuple[str, ...] = ()
+    timeout_seconds: int = 10
+
+
+@dataclass(frozen=True)
+class PreDrain:
+    """The warning before the drain: how long eviction may wait and for whom."""
+
+    wait_seconds: int = 120  # the longest the controller waits after the warning before it evicts
+    acknowledgers: tuple[str, ...] = ()  # node-level preparers, e.g. ("slurm",): <domain>/drain-ack-<name>
+    hook: PreDrainHook | None = None
+    slinky: bool = False  # write Slinky's node-cordon-reason before cordoning
+
+
 @dataclass(frozen=True)
 class Nodes:
     """The pool's node backend: ``count`` simulated nodes, or existing nodes matched by ``selector``."""
@@ -98,6 +121,7 @@ class PoolConfig:
     provider: Mapping[str, Any] = field(default_factory=lambda: {"type": ProviderType.SIMULATED.value})
     node_selector: Mapping[str, Any] | None = None
     nodes: Nodes = Nodes()
+    pre_drain: PreDrain = PreDrain()
 
     def __post_init__(self) -> None:
         where = f"pool {self.name!r}"
@@ -144,6 +168,33 @@ class PoolConfig:
                 raise PoolConfigError(f"{where}: nodes.selector key {key!r} is not a label key")
             if not isinstance(value, str) or not _LABEL_VALUE.match(value):
                 raise PoolConfigError(f"{where}: nodes.selector value {value!r} for {key} is not a label value")
+        _check_pre_drain(self.pre_drain, where)
+
+
+def _check_pre_drain(pd: PreDrain, where: str) -> None:
+    _non_negative(pd.wait_seconds, f"{where}: preDrain.waitSeconds")
+    if isinstance(pd.acknowledgers, str | bytes) or not isinstance(pd.acknowledgers, tuple | list):
+        raise PoolConfigError(f"{where}: preDrain.acknowledgers must be a list of names, got {pd.acknowledgers!r}")
+    for ack in pd.acknowledgers:
+        if not isinstance(ack, str) or not _ACKNOWLEDGER.match(ack):
+            raise PoolConfigError(f"{where}: preDrain.acknowledgers entry {ack!r} must be a short DNS label "
+                                  "(lower case, digits, '-', at most 40 characters)")
+    if len(set(pd.acknowledgers)) != len(pd.acknowledgers):
+        raise PoolConfigError(f"{where}: preDrain.acknowledgers lists a name twice")
+    if not isinstance(pd.slinky, bool):
+        raise PoolConfigError(f"{where}: preDrain.slinky must be true or false, got {pd.slinky!r}")
+    hook = pd.hook
+    if hook is None:
+        return
+    if bool(hook.url) == bool(hook.command):
+        raise PoolConfigError(f"{where}: preDrain.hook needs exactly one of url or command")
+    if hook.url and (not isinstance(hook.url, str) or not hook.url.startswith(("http://", "https://"))
+                     or any(c.isspace() for c in hook.url)):
+        raise PoolConfigError(f"{where}: preDrain.hook.url {hook.url!r} must be an http:// or https:// URL")
+    if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
+        raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
+                              "(the program and its arguments)")
+    _positive(hook.timeout_seconds, f"{where}: preDrain.hook.timeoutSeconds")
 
 
 def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
@@ -217,7 +268,7 @@ def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, A
 def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
     raw = _take(data, {"name", "consentMode", "faultClasses", "maxConcurrentRepairs", "circuitBreaker", "drain",
-                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes"}, "pool")
+                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain"}, "pool")
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
     where = f"pool {raw['name']!r}"
@@ -232,6 +283,7 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     if not isinstance(provider, Mapping) or "type" not in provider:
         raise PoolConfigError(f"{where}: provider must be a mapping with a 'type'")
     defaults = Nodes()
+    pre_drain = _pre_drain_from(raw.get("preDrain", {}), where)
     return PoolConfig(
         name=raw["name"],
         consent_mode=raw.get("consentMode", ConsentMode.AUTO),
@@ -255,7 +307,37 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
             gpus_per_node=nodes.get("gpusPerNode", defaults.gpus_per_node),
             instance_type=nodes.get("instanceType", defaults.instance_type),
         ),
+        pre_drain=pre_drain,
     )
+
+
+def _pre_drain_from(data: Any, where: str) -> PreDrain:
+    raw = _take(data, {"waitSeconds", "acknowledgers", "hook", "slinky"}, f"{where}: preDrain")
+    defaults = PreDrain()
+    acks = raw.get("acknowledgers", [])
+    if not isinstance(acks, list):
+        raise PoolConfigError(f"{where}: preDrain.acknowledgers must be a list of names, got {acks!r}")
+    hook = None
+    if raw.get("hook") is not None:
+        h = _take(raw["hook"], {"url", "command", "timeoutSeconds"}, f"{where}: preDrain.hook")
+        command = h.get("command", [])
+        if not isinstance(command, list):
+            raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
+                                  "(the program and its arguments)")
+        hook = PreDrainHook(url=h.get("url", ""), command=tuple(command),
+                            timeout_seconds=h.get("timeoutSeconds", PreDrainHook.timeout_seconds))
+    return PreDrain(wait_seconds=raw.get("waitSeconds", defaults.wait_seconds), acknowledgers=tuple(acks),
+                    hook=hook, slinky=raw.get("slinky", defaults.slinky))
+
+
+def pre_drain_spec(pd: PreDrain) -> dict[str, Any]:
+    """``spec.preDrain`` with every default written out."""
+    spec: dict[str, Any] = {"waitSeconds": pd.wait_seconds, "acknowledgers": list(pd.acknowledgers),
+                            "slinky": pd.slinky}
+    if pd.hook is not None:
+        hook: dict[str, Any] = {"url": pd.hook.url} if pd.hook.url else {"command": list(pd.hook.command)}
+        spec["hook"] = {**hook, "timeoutSeconds": pd.hook.timeout_seconds}
+    return spec
 
 
 def pool_spec(pool: PoolConfig) -> dict[str, Any]:
@@ -275,6 +357,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
                        "resetMemorySeconds": pool.reset_memory_seconds},
         "attemptBudget": {"maxRepairs": pool.max_repairs, "windowSeconds": pool.attempt_window_seconds},
         "provider": dict(pool.provider),
+        "preDrain": pre_drain_spec(pool.pre_drain),
     }
     if pool.node_selector is not None:
         spec["nodeSelector"] = dict(pool.node_selector)
