@@ -6,6 +6,11 @@ resourceVersion (and, for a removal, the taint at its index), so a concurrent wr
 ``spec.taints`` is never overwritten: on a failed test the node is read again and the patch
 rebuilt. A lone cordon is a merge patch of ``spec.unschedulable``. Each action is
 idempotent: it checks the node first.
+
+The warning before a drain is a merge patch of the node's annotations (only the keys it
+names), written before the cordon, then one merge patch and one event per pod not yet
+warned for this record. Unmarking removes the warning's annotations and every
+acknowledgement in the same JSON patch as the labels.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from autoclusters import names as n
+from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.controller import drain as drainrules
+from autoclusters.controller import hook as hooks
 from autoclusters.controller.notifier import Notifier
 from autoclusters.controller.statemachine import (
     Action,
+    ClearWarning,
     Cordon,
     Drain,
     DriveProvider,
@@ -25,7 +34,9 @@ from autoclusters.controller.statemachine import (
     Notify,
     RepairState,
     Unmark,
+    Warn,
 )
+from autoclusters.deploy.pools import PreDrainHook
 from autoclusters.kube import Kube, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
@@ -42,14 +53,16 @@ def _pointer(key: str) -> str:
 
 
 class Actuator:
-    def __init__(self, kube: Kube, names: Names, recorder: EventRecorder, notifier: Notifier) -> None:
+    def __init__(self, kube: Kube, names: Names, recorder: EventRecorder, notifier: Notifier,
+                 clock: Clock | None = None) -> None:
         self._kube = kube
         self._names = names
         self._recorder = recorder
         self._notifier = notifier
+        self._clock = clock or SystemClock()
 
     def run(self, actions: tuple[Action, ...], node: str, node_obj: JSON | None, state: RepairState | None,
-            provider: Provider | None) -> JSON | None:
+            provider: Provider | None, hook: PreDrainHook | None = None) -> JSON | None:
         """Runs ``actions`` in order; returns the node as last written (or the one given)."""
         current = node_obj
         merged_cordon = False
@@ -71,6 +84,11 @@ class Actuator:
                 provider.drive(action.operation, node, state.pool if state else "")
             elif current is None:
                 continue  # the node is gone: nothing to mark, cordon or drain
+            elif isinstance(action, Warn):
+                if state is not None:
+                    current = self.warn(current, state, action, hook)
+            elif isinstance(action, ClearWarning):
+                current = self.clear_warning(current)
             elif isinstance(action, EnsureMarked):
                 # a Cordon right behind (a repair starting) goes into the same patch
                 merged_cordon = any(isinstance(a, Cordon) for a in actions[i + 1:i + 3]) and all(
@@ -130,9 +148,66 @@ class Actuator:
                     ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
             if uncordon and (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "remove", "path": "/spec/unschedulable"})
-            return ops
+            return ops + self._warning_removals(node)
 
         return self._kube.patch_node_guarded(node, ops_for)
+
+    # --- the warning before the drain -----------------------------------------------------------
+    def _warning_removals(self, node: JSON) -> list[JSON]:
+        """JSON patch ``remove``s for the warning's node annotations, every acknowledgement, and
+        Slinky's cordon reason when it is ours (an admin's reason is left alone)."""
+        annotations = node["metadata"].get("annotations") or {}
+        ours = set(self._names.warning_annotations)
+        remove = [k for k, v in annotations.items()
+                  if k in ours or k.startswith(self._names.drain_ack_prefix)
+                  or (k == n.SLINKY_CORDON_REASON and str(v).startswith(n.DRAIN_REASON_PREFIX))]
+        return [{"op": "remove", "path": f"/metadata/annotations/{_pointer(k)}"} for k in sorted(remove)]
+
+    def clear_warning(self, node: JSON) -> JSON:
+        """The warning's annotations and the acknowledgements removed; labels and taint stay."""
+        return self._kube.patch_node_guarded(node, self._warning_removals)
+
+    def _warning(self, state: RepairState, action: Warn) -> dict[str, str]:
+        return {self._names.drain_deadline: utc_iso(action.deadline), self._names.drain_reason: action.reason,
+                self._names.remediation: state.name}
+
+    def warn(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook | None) -> JSON:
+        """Node annotations (one merge patch, before the cordon that follows), then each pod not
+        yet warned for this record: the same annotations and an event; then the hook, once."""
+        wanted = self._warning(state, action)
+        annotations = node["metadata"].get("annotations") or {}
+        on_node = dict(wanted)
+        slinky = annotations.get(n.SLINKY_CORDON_REASON)
+        if action.slinky and (slinky is None or str(slinky).startswith(n.DRAIN_REASON_PREFIX)):
+            on_node[n.SLINKY_CORDON_REASON] = f"{n.DRAIN_REASON_PREFIX} {action.reason}"
+        changed = {k: v for k, v in on_node.items() if annotations.get(k) != v}
+        if changed:
+            node = self._kube.patch_node(node["metadata"]["name"], {"metadata": {"annotations": changed}})
+        message = (f"node {state.node} will be drained for a {state.action}: eviction starts at "
+                   f"{wanted[self._names.drain_deadline]} at the latest; {action.reason}")
+        for pod in drainrules.drainable(self._kube.pods_on_node(state.node)):
+            meta = pod["metadata"]
+            if drainrules.warned_for(pod, self._names.remediation) == state.name or meta.get("deletionTimestamp"):
+                continue
+            ns, name = meta["namespace"], meta["name"]
+            try:
+                self._kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}", {"metadata": {"annotations": wanted}})
+            except NotFound:
+                continue
+            self._recorder.emit(ObjectRef("Pod", name, uid=meta.get("uid", ""), namespace=ns),
+                                n.EVENT_DRAIN_WARNING, message, warning=True)
+        if action.call_hook and hook is not None:
+            self._call_hook(node, state, action, hook)
+        return node
+
+    def _call_hook(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook) -> None:
+        ref = ObjectRef("Node", state.node, uid=node["metadata"].get("uid", ""))
+        try:
+            answer = hooks.call(hook, hooks.payload(state, action.deadline, action.reason))
+            log.info("pre-drain hook for %s (%s): %s", state.node, state.name, answer)
+        except hooks.HookFailed as e:
+            self._recorder.emit(ref, n.EVENT_HOOK_FAILED,
+                                f"pre-drain hook failed ({e}); the drain goes on at the deadline", warning=True)
 
     def cordon(self, node: JSON) -> JSON:
         if (node.get("spec") or {}).get("unschedulable"):
@@ -141,16 +216,27 @@ class Actuator:
 
     # --- drain ---------------------------------------------------------------------------------
     def drain(self, node: str, *, force: bool) -> drainrules.DrainPass:
-        evicted = blocked = deleted = terminating = 0
+        """One pass. Before the deadline: the Eviction API (PDBs and each pod's grace period
+        honoured; a slurmd pod only once Slurm has drained it). At the deadline: delete what is
+        left without cutting a pod's own grace period short (``drain.at_deadline``)."""
+        evicted = blocked = deleted = terminating = held = 0
+        now = self._clock.now()
         for pod in drainrules.drainable(self._kube.pods_on_node(node)):
             meta = pod["metadata"]
             ns, name = meta["namespace"], meta["name"]
             try:
                 if force:
-                    self._kube.delete_pod(ns, name, grace_seconds=0)
+                    step = drainrules.at_deadline(pod, now)
+                    if step == drainrules.DeadlineStep.WAIT:
+                        terminating += 1
+                        continue
+                    self._kube.delete_pod(ns, name, grace_seconds=0 if step == drainrules.DeadlineStep.DELETE_NOW
+                                          else None)
                     deleted += 1
                 elif meta.get("deletionTimestamp"):
                     terminating += 1  # its grace period is running; the next pass looks again
+                elif drainrules.held_for_slurm(pod):
+                    held += 1  # Slurm has not drained this slurmd pod's node yet
                 else:
                     self._kube.evict(ns, name)
                     evicted += 1
@@ -158,7 +244,7 @@ class Actuator:
                 blocked += 1  # a PodDisruptionBudget says not now
             except NotFound:
                 pass
-        result = drainrules.DrainPass(evicted, blocked, deleted, terminating)
-        if blocked or deleted:
+        result = drainrules.DrainPass(evicted, blocked, deleted, terminating, held)
+        if blocked or deleted or held:
             log.info("drain %s: %s", node, result)
         return result

@@ -61,7 +61,7 @@ class Controller:
                                       background=True)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
-        self.actuator = Actuator(kube, self.names, self.recorder, notifier)
+        self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock)
         c = self.config
         policy = Policy(verify_timeout_seconds=c.verify_timeout_seconds,
                         operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,

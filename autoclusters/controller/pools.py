@@ -50,7 +50,8 @@ class Pool:
             refault_window_seconds=c.refault_window_seconds, reset_memory_seconds=c.reset_memory_seconds,
             max_repairs=c.max_repairs, verify_timeout_seconds=base.verify_timeout_seconds,
             operation_timeout_seconds=base.operation_timeout_seconds, poll_seconds=base.poll_seconds,
-            hold_recheck_seconds=base.hold_recheck_seconds)
+            hold_recheck_seconds=base.hold_recheck_seconds, pre_drain_wait_seconds=c.pre_drain.wait_seconds,
+            acknowledgers=tuple(c.pre_drain.acknowledgers), slinky=c.pre_drain.slinky)
 
 
 def parse_pool(obj: Mapping[str, Any]) -> Pool:

@@ -186,25 +186,35 @@ class Reconciler:
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
         provider = self._provider(pool)
-        self._act.run(decision.actions, name, plan.node, decision.state, provider)
+        self._act.run(decision.actions, name, plan.node, decision.state, provider,
+                      hook=pool.config.pre_drain.hook if pool else None)
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
             self._fleet.wake_held(pool.name)
         return decision.requeue_after
 
     def _pods(self, name: str) -> PodsView:
         all_pods = self._kube.pods_on_node(name)
-        return PodsView(evictable=len(drainrules.drainable(all_pods)),
-                        opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label))
+        drainable = drainrules.drainable(all_pods)
+        return PodsView(evictable=len(drainable),
+                        opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label),
+                        warned_for=tuple(drainrules.warned_for(p, self._names.remediation) for p in drainable
+                                         if not p["metadata"].get("deletionTimestamp")),
+                        wait_acks=drainrules.wait_acks(drainable, self._names.drain_wait_label,
+                                                       self._names.pod_drain_ack))
 
     def _observe(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
                  state: RepairState | None, pool: Pool | None, policy: Policy,
                  pods_seen: PodsView | None = None) -> tuple[Observation, JSON | None]:
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+        prefix = self._names.drain_ack_prefix
         view = NodeView(
             name=name, exists=node is not None, ready=node_ready(node),
             boot_id=str((((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID", "")),
             unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
-            approved=labels.get(self._names.maintenance_approved) == "true")
+            approved=labels.get(self._names.maintenance_approved) == "true",
+            warned_for=str(annotations.get(self._names.remediation, "")),
+            drain_acks={k[len(prefix):]: str(v) for k, v in annotations.items() if k.startswith(prefix)})
         ref, cond = self._fleet.fault_of(node)
         action = pool.action_for(ref) if (ref is not None and pool is not None) else None
         fault = None
@@ -308,9 +318,11 @@ class Reconciler:
         if node is None:
             return
         labels = node["metadata"].get("labels") or {}
+        annotations = node["metadata"].get("annotations") or {}
         taints = (node.get("spec") or {}).get("taints") or []
         marked = labels.get(self._names.maintenance_required) is not None or any(
-            t.get("key") == self._names.taint_key for t in taints)
+            t.get("key") == self._names.taint_key for t in taints) or any(
+            k in self._names.warning_annotations or k.startswith(self._names.drain_ack_prefix) for k in annotations)
         if not marked:
             return
         if obs is not None and obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":

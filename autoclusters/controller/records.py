@@ -84,7 +84,8 @@ def status_of(s: RepairState) -> JSON:
         "replacementNode": s.replacement_node,
         "steps": [{"phase": st.phase, "time": utc_iso(st.time), "message": st.message} for st in s.steps],
     }
-    for key, value in (("drainStarted", s.drain_started), ("verifyStarted", s.verify_started),
+    for key, value in (("drainStarted", s.drain_started), ("preDrainDeadline", s.pre_drain_deadline),
+                       ("evictionStarted", s.eviction_started), ("verifyStarted", s.verify_started),
                        ("created", s.created), ("completed", s.completed)):
         if value is not None:
             status[key] = _ts(value)
@@ -116,7 +117,9 @@ def state_of(obj: JSON) -> RepairState | None:
         approved=bool(status.get("approved")), escalated=bool(status.get("escalated")),
         escalated_from=status.get("escalatedFrom", ""), opt_out=bool(status.get("optOut")),
         attempts=int(status.get("attempts", 0)), node_was_cordoned=bool(status.get("nodeWasCordoned")),
-        drain_started=parse_iso(status.get("drainStarted")), operation=operation,
+        drain_started=parse_iso(status.get("drainStarted")),
+        pre_drain_deadline=parse_iso(status.get("preDrainDeadline")),
+        eviction_started=parse_iso(status.get("evictionStarted")), operation=operation,
         verify_started=parse_iso(status.get("verifyStarted")), hold=status.get("hold", ""),
         outcome=status.get("outcome", ""), message=status.get("message", ""),
         replacement_node=status.get("replacementNode", ""), created=parse_iso(status.get("created")),

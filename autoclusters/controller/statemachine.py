@@ -9,15 +9,17 @@ the persisted state on the next reconcile, so a crash between any two steps resu
 without losing or doubling a repair.
 
 Read it top to bottom: ``_decide`` (no record yet) → AwaitingApproval → Scheduled
-(guards) → Draining → Acting (the provider) → Verifying → Succeeded; failures escalate a
+(guards) → Draining (first the warning and the pre-drain wait, then eviction) → Acting
+(the provider) → Verifying → Succeeded; failures escalate a
 reset to a replacement under the same approval, and a failed replacement holds the node
 (Failed) until its fault clears or a human acts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from autoclusters import names as n
@@ -26,7 +28,7 @@ from autoclusters import names as n
 class Phase(StrEnum):
     AWAITING_APPROVAL = "AwaitingApproval"  # propose: marked, waiting for the approval label
     SCHEDULED = "Scheduled"  # decided; waiting for the guards (opt-out, concurrency, breaker)
-    DRAINING = "Draining"  # cordoned; pods being evicted
+    DRAINING = "Draining"  # warned and cordoned; waiting for acknowledgements, then pods being evicted
     ACTING = "Acting"  # the provider is resetting or replacing the node
     VERIFYING = "Verifying"  # waiting for a healthy node
     SUCCEEDED = "Succeeded"  # terminal
@@ -119,7 +121,9 @@ class RepairState:
     opt_out: bool = False  # an opt-out pod was on the node when the repair started
     attempts: int = 0  # provider operations started
     node_was_cordoned: bool = False  # someone else cordoned it: leave it cordoned at the end
-    drain_started: datetime | None = None
+    drain_started: datetime | None = None  # the warning went out and the node was cordoned
+    pre_drain_deadline: datetime | None = None  # eviction starts at the latest then (the warning's deadline)
+    eviction_started: datetime | None = None  # the pre-drain wait ended: evicting (never waits again)
     operation: Operation | None = None
     verify_started: datetime | None = None
     hold: str = ""
@@ -144,12 +148,16 @@ class NodeView:
     boot_id: str = ""
     unschedulable: bool = False
     approved: bool = False  # carries maintenance-approved=true
+    warned_for: str = ""  # the record named by the node's <domain>/remediation annotation
+    drain_acks: Mapping[str, str] = field(default_factory=dict)  # acknowledger -> record it acked
 
 
 @dataclass(frozen=True)
 class PodsView:
     evictable: int = 0  # pods a drain must remove (not DaemonSet, not mirror)
     opt_out: bool = False  # a pod carries <domain>/auto-replacement=disabled
+    warned_for: tuple[str, ...] = ()  # per drainable pod: the record its <domain>/remediation names
+    wait_acks: tuple[tuple[str, str], ...] = ()  # per pod labelled drain-wait=true: ("ns/name", acked record)
 
 
 @dataclass(frozen=True)
@@ -203,6 +211,9 @@ class Policy:
     operation_timeout_seconds: float = 1800
     poll_seconds: float = 2.0
     hold_recheck_seconds: float = 10.0
+    pre_drain_wait_seconds: float = 120  # the longest wait after the warning before eviction
+    acknowledgers: tuple[str, ...] = ()  # node-level preparers the wait is for (e.g. "slurm")
+    slinky: bool = False  # the warning also writes Slinky's node-cordon-reason (before the cordon)
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -229,6 +240,24 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class Warn:
+    """The warning before the drain: node annotations (deadline, reason, record; Slinky's cordon
+    reason when asked) in one patch, then each pod not yet warned for this record gets the same
+    annotations and an event. ``call_hook``: the pool's pre-drain hook is called (once, when the
+    warning first goes out). Idempotent: what already names this record is left alone."""
+
+    deadline: datetime
+    reason: str
+    slinky: bool = False
+    call_hook: bool = False
+
+
+@dataclass(frozen=True)
+class ClearWarning:
+    """Remove the warning's node annotations and the acknowledgements (labels stay)."""
+
+
+@dataclass(frozen=True)
 class DriveProvider:
     operation: Operation
 
@@ -245,7 +274,7 @@ class Notify:
     message: str
 
 
-Action = EnsureMarked | Unmark | Cordon | Drain | DriveProvider | Emit | Notify
+Action = EnsureMarked | Unmark | Cordon | Drain | Warn | ClearWarning | DriveProvider | Emit | Notify
 
 
 @dataclass(frozen=True)
@@ -301,6 +330,21 @@ def _to(s: RepairState, phase: Phase, now: datetime, message: str, **changes: ob
 
 def _fault_text(f: Fault) -> str:
     return f"{f.reason}: {f.message.rstrip('.')}" if f.message else f.reason
+
+
+def drain_reason(f: Fault, record: str) -> str:
+    """The warning's reason: the fault and the record, e.g.
+    ``GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation a100-0-1f2e3d4c)``."""
+    what = f.message.strip().rstrip(".") if f.message.strip() else f"{f.reason} {f.code}".strip()
+    return f"{what} (remediation {record})"
+
+
+def pending_acks(s: RepairState, o: Observation, p: Policy) -> list[str]:
+    """Who the pre-drain wait is still for: each listed acknowledger whose node annotation does not
+    name this record (an ack of an earlier repair does not count), and each pod labelled
+    drain-wait=true whose ack annotation does not name it."""
+    acks = [a for a in p.acknowledgers if o.node.drain_acks.get(a) != s.name]
+    return [*acks, *(f"pod {pod}" for pod, acked in o.pods.wait_acks if acked != s.name)]
 
 
 def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
@@ -400,14 +444,59 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
     msg = f"{s.action} started: cordoned, draining (pods left after {int(deadline)}s are deleted)"
     if s.escalated and s.started:
         msg = f"replacement started after the failed reset: draining (deadline {int(deadline)}s)"
+    if s.started:
+        # an escalation: the workload was warned and evicted for this record already; no second wait
+        started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
+                      eviction_started=now)
+        return Decision(started, (EnsureMarked(), Cordon(), Emit(n.EVENT_STARTED, msg)), 0)
+    wait = min(p.pre_drain_wait_seconds, deadline)
+    evict_by = now + timedelta(seconds=wait)
     started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
-                  node_was_cordoned=s.node_was_cordoned if s.started else o.node.unschedulable)
-    return Decision(started, (EnsureMarked(), Cordon(), Emit(n.EVENT_STARTED, msg)), 0)
+                  node_was_cordoned=o.node.unschedulable, pre_drain_deadline=evict_by, eviction_started=None)
+    reason = drain_reason(s.fault, s.name)
+    warning = (f"{s.action} of this node: eviction starts at {_rfc3339(evict_by)} at the latest "
+               f"({int(wait)}s); {reason}")
+    return Decision(started, (Warn(evict_by, reason, slinky=p.slinky, call_hook=True), EnsureMarked(), Cordon(),
+                              Emit(n.EVENT_STARTED, msg), Emit(n.EVENT_DRAIN_WARNING, warning)), 0)
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _draining(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
     if not o.node.exists:
         return _failed(s, now, "the node disappeared while it was being drained")
+    if s.eviction_started is None:
+        return _pre_drain_wait(s, o, now, p)
+    return _evict(s, o, now, p)
+
+
+def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+    """Warned, nothing evicted yet: wait until everyone asked for has acknowledged or the deadline."""
+    evict_by = s.pre_drain_deadline or s.drain_started or now
+    pending = pending_acks(s, o, p)
+    if pending and now < evict_by:
+        actions: tuple[Action, ...] = (Cordon(),)
+        written_now = s.drain_started == now  # this reconcile's own Warn: the observation predates it
+        if not written_now and (o.node.warned_for != s.name or any(w != s.name for w in o.pods.warned_for)):
+            # a warning the node or a pod lacks (a crash before it was written, a pod that
+            # arrived since): written again, without calling the hook a second time
+            actions = (Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky), Cordon())
+        return Decision(s, actions, min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
+    waited = bool(p.acknowledgers) or bool(o.pods.wait_acks)
+    if not waited:  # nobody to wait for: evict at once, no step of its own
+        return _evict(replace(s, eviction_started=now), o, now, p)
+    if not pending:
+        who = ", ".join([*p.acknowledgers, *(f"pod {pod}" for pod, _ in o.pods.wait_acks)])
+        msg = f"warning acknowledged by {who}; evicting"
+    else:
+        msg = f"pre-drain deadline passed without an acknowledgement from {', '.join(pending)}; evicting"
+    decision = _evict(_to(s, Phase.DRAINING, now, msg, eviction_started=now), o, now, p)
+    return replace(decision, actions=(Emit(n.EVENT_DRAIN_WAIT_ENDED, msg), *decision.actions))
+
+
+def _evict(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
     if o.pods.evictable == 0:
         op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
@@ -445,7 +534,7 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
         if o.replacement_ready:
             msg = f"node replaced by {s.replacement_node}, which is Ready in pool {s.pool}"
             return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
-                            (Emit(n.EVENT_SUCCEEDED, msg),))
+                            (ClearWarning(), Emit(n.EVENT_SUCCEEDED, msg)))
     elif o.node.exists and o.node.ready and o.node.boot_id != op.boot_id_before and o.fault is None:
         msg = f"reset done: the node rebooted, is Ready and reports no {s.fault.fault_class} fault"
         return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
@@ -470,7 +559,7 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: Policy, why
 def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
     msg = f"{msg}; labels and condition stay on the node for a human"
     return Decision(_to(s, Phase.FAILED, now, msg, outcome=Outcome.FAILED.value, completed=now),
-                    (EnsureMarked(), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
+                    (EnsureMarked(), ClearWarning(), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
 
 
 def _holding(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:

@@ -1,7 +1,8 @@
 """RBAC of the remediation controller: exactly the verbs its code paths use.
 
 Cluster-wide: nodes (labels, taint, cordon; create/delete and status only for the
-simulated provider), pods (list, evict, delete after the drain deadline), events, our two
+simulated provider), pods (list, evict, delete after the drain deadline, patch for the
+warning's annotations), events (on nodes, pools and the warned pods), our two
 custom resources, and Cluster API Machines for that provider. Namespaced: the leader
 election Lease, in the controller's own namespace only.
 """
@@ -29,7 +30,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller")
         "rules": [
             _rule([""], ["nodes"], ["get", "list", "watch", "patch", "create", "delete"]),
             _rule([""], ["nodes/status"], ["patch"]),
-            _rule([""], ["pods"], ["get", "list", "watch", "delete"]),
+            _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
             _rule([g], ["gpunodepools"], ["get", "list", "watch"]),

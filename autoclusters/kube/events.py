@@ -17,7 +17,8 @@ as ``reportingComponent`` (the configured event source).
 A repeat of the same (object, reason, message) within the aggregation window updates the
 existing Event's ``series`` with a merge patch instead of creating a new one, so a held
 repair that is re-announced does not flood ``kubectl describe``. Events of cluster-scoped
-objects live in the ``default`` namespace, where ``kubectl describe node`` looks for them.
+objects live in the ``default`` namespace, where ``kubectl describe node`` looks for them;
+events of a pod live in the pod's namespace.
 """
 
 from __future__ import annotations
@@ -54,12 +55,19 @@ class ObjectRef:
     name: str
     api_version: str = "v1"
     uid: str = ""
+    namespace: str = ""  # only for namespaced objects (a pod)
 
     def as_dict(self) -> dict[str, Any]:
         ref = {"kind": self.kind, "name": self.name, "apiVersion": self.api_version}
         if self.uid:
             ref["uid"] = self.uid
+        if self.namespace:
+            ref["namespace"] = self.namespace
         return ref
+
+    @property
+    def event_namespace(self) -> str:
+        return self.namespace or EVENT_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ class EventRecorder:
         self.instance = (instance or socket.gethostname() or source)[:MAX_INSTANCE]
         self._aggregate = aggregate_seconds
         self._max = max_cache
-        self._seen: dict[tuple[str, str, str, str], tuple[str, int, float]] = {}
+        self._seen: dict[tuple[str, str, str, str, str], tuple[str, int, float]] = {}
         self._lock = threading.Lock()
         self._last: datetime | None = None
         self._queue: queue.Queue[_Pending] | None = None
@@ -140,7 +148,8 @@ class EventRecorder:
                 self._queue.task_done()
 
     def _write(self, p: _Pending) -> None:
-        key = (p.ref.kind, p.ref.name, p.reason, p.message)
+        key = (p.ref.kind, p.ref.event_namespace, p.ref.name, p.reason, p.message)
+        ns = p.ref.event_namespace
         mono = self._clock.monotonic()
         with self._lock:
             prev = self._seen.get(key)
@@ -148,14 +157,14 @@ class EventRecorder:
             if prev and mono - prev[2] < self._aggregate:
                 name, count, first = prev
                 try:
-                    self._kube.patch(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events/{name}",
+                    self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}",
                                      {"series": {"count": count + 1, "lastObservedTime": micro_time(p.at)}})
                     self._remember(key, name, count + 1, first)
                     return
                 except NotFound:
                     pass
             name = f"{p.ref.name}.{secrets.token_hex(8)}"
-            self._kube.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", self.body(name, p))
+            self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
             self._remember(key, name, 1, mono)
         except KubeError as e:
             log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
@@ -163,7 +172,7 @@ class EventRecorder:
     def body(self, name: str, p: _Pending) -> dict[str, Any]:
         return {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": EVENT_NAMESPACE},
+            "metadata": {"name": name, "namespace": p.ref.event_namespace},
             "involvedObject": p.ref.as_dict(),
             "reason": p.reason, "message": p.message[:MAX_MESSAGE],
             "type": "Warning" if p.warning else "Normal",
@@ -174,7 +183,7 @@ class EventRecorder:
             "reportingInstance": self.instance,
         }
 
-    def _remember(self, key: tuple[str, str, str, str], name: str, count: int, first: float) -> None:
+    def _remember(self, key: tuple[str, str, str, str, str], name: str, count: int, first: float) -> None:
         with self._lock:
             if len(self._seen) >= self._max:
                 self._seen.clear()

@@ -70,7 +70,7 @@ def to_acting(mode: ConsentMode = ConsentMode.AUTO) -> RepairState:
 def test_auto_schedules_at_once_and_starts_draining_through_the_chain() -> None:
     d = run(None, obs(pods=PodsView(evictable=2)))
     assert d.state is not None and d.state.phase == Phase.DRAINING
-    assert reasons(d) == [n.EVENT_REQUIRED, n.EVENT_SCHEDULED, n.EVENT_STARTED]
+    assert reasons(d) == [n.EVENT_REQUIRED, n.EVENT_SCHEDULED, n.EVENT_STARTED, n.EVENT_DRAIN_WARNING]
     assert "2026-03-01T12:00:00Z" in next(a.message for a in d.actions if isinstance(a, Emit)
                                           and a.reason == n.EVENT_SCHEDULED)
     assert any(isinstance(a, EnsureMarked) for a in d.actions) and any(isinstance(a, Cordon) for a in d.actions)

@@ -1,0 +1,418 @@
+"""The warning before the drain, without a cluster: who is waited for, how long, and that a
+restart resumes the wait without warning twice or waiting again once eviction started."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from autoclusters import names as n
+from autoclusters.controller import drain
+from autoclusters.controller import hook as hooks
+from autoclusters.controller.pools import parse_pool
+from autoclusters.controller.records import state_of, status_of
+from autoclusters.controller.statemachine import (
+    ClearWarning,
+    ConsentMode,
+    Cordon,
+    Decision,
+    Drain,
+    DriveProvider,
+    Emit,
+    EnsureMarked,
+    Fault,
+    NodeView,
+    Observation,
+    Phase,
+    PodsView,
+    Policy,
+    PoolView,
+    ProviderState,
+    ProviderView,
+    RepairAction,
+    Unmark,
+    Warn,
+    drain_reason,
+    transition,
+)
+from autoclusters.deploy.pools import PoolConfigError, PreDrainHook, gpu_node_pool_object, pool_from_config
+from autoclusters.names import Names
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
+REC = "n1-abc"
+P = Policy(reset_drain_seconds=300, replace_drain_seconds=600, poll_seconds=1, pre_drain_wait_seconds=120)
+SLURM = replace(P, acknowledgers=("slurm",))
+NAMES = Names()
+
+
+ONE_POD = PodsView(evictable=1)
+
+
+def obs(pods: PodsView = ONE_POD, **node_kw: object) -> Observation:
+    return Observation(node=replace(NodeView(name="n1", boot_id="boot-1"), **node_kw),  # type: ignore[arg-type]
+                       fault=XID79, fault_action=RepairAction.RESET, pool=PoolView("pool-a", ConsentMode.AUTO),
+                       pods=pods)
+
+
+def run(state, o: Observation, at: datetime = T0, p: Policy = P) -> Decision:  # type: ignore[no-untyped-def]
+    return transition(state, o, at, p, record_name=REC)
+
+
+def emitted(d: Decision) -> list[str]:
+    return [a.reason for a in d.actions if isinstance(a, Emit)]
+
+
+# --- the warning goes out first --------------------------------------------------------------
+def test_the_warning_precedes_the_cordon_and_any_eviction() -> None:
+    d = run(None, obs(), p=SLURM)
+    assert d.state is not None and d.state.phase == Phase.DRAINING
+    kinds = [type(a).__name__ for a in d.actions if not isinstance(a, Emit)]
+    assert kinds.count("Warn") == 1 and kinds.index("Warn") < kinds.index("Cordon")
+    assert not any(isinstance(a, Drain) for a in d.actions)  # the slurm acknowledger has not acked
+    warn = next(a for a in d.actions if isinstance(a, Warn))
+    assert warn.call_hook and warn.deadline == T0 + timedelta(seconds=120) == d.state.pre_drain_deadline
+    assert warn.reason == f"GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation {REC})"
+    assert d.state.eviction_started is None and n.EVENT_DRAIN_WARNING in emitted(d)
+
+
+def test_nothing_to_wait_for_evicts_at_once() -> None:
+    d = run(None, obs())
+    assert d.state is not None and d.state.eviction_started == T0
+    assert Drain(force=False) in d.actions and n.EVENT_DRAIN_WAIT_ENDED not in emitted(d)
+    actions = [a for a in d.actions if not isinstance(a, Emit)]
+    warn = next(i for i, a in enumerate(actions) if isinstance(a, Warn))
+    assert warn < actions.index(Cordon()) < actions.index(Drain(force=False))
+
+
+def test_an_acknowledgement_ends_the_wait_early() -> None:
+    waiting = run(None, obs(), p=SLURM).state
+    d = run(waiting, obs(warned_for=REC, drain_acks={"slurm": REC}), T0 + timedelta(seconds=5), SLURM)
+    assert d.state is not None and d.state.eviction_started == T0 + timedelta(seconds=5)
+    assert Drain(force=False) in d.actions
+    assert emitted(d) == [n.EVENT_DRAIN_WAIT_ENDED] and "acknowledged by slurm" in d.state.message
+
+
+def test_a_stale_acknowledgement_does_not_count() -> None:
+    waiting = run(None, obs(), p=SLURM).state
+    d = run(waiting, obs(warned_for=REC, drain_acks={"slurm": "n1-older-record"}), T0 + timedelta(seconds=5), SLURM)
+    assert d.state == waiting and not any(isinstance(a, Drain) for a in d.actions)
+    assert d.requeue_after == 1
+
+
+def test_the_deadline_holds_when_nobody_acknowledges() -> None:
+    waiting = run(None, obs(), p=SLURM).state
+    before = run(waiting, obs(warned_for=REC), T0 + timedelta(seconds=119.5), SLURM)
+    assert before.state == waiting and before.requeue_after == pytest.approx(0.5)
+    at = run(waiting, obs(warned_for=REC), T0 + timedelta(seconds=120), SLURM)
+    assert at.state is not None and at.state.eviction_started == T0 + timedelta(seconds=120)
+    assert Drain(force=False) in at.actions
+    assert "without an acknowledgement from slurm" in at.state.message
+
+
+def test_pods_that_asked_to_be_waited_for_must_ack_too() -> None:
+    pods = PodsView(evictable=2, warned_for=(REC, REC), wait_acks=(("train/worker-0", ""),))
+    waiting = run(None, obs(pods))
+    assert waiting.state is not None and waiting.state.eviction_started is None
+    still = run(waiting.state, obs(pods, warned_for=REC), T0 + timedelta(seconds=10))
+    assert not any(isinstance(a, Drain) for a in still.actions)
+    acked = replace(pods, wait_acks=(("train/worker-0", REC),))
+    d = run(waiting.state, obs(acked, warned_for=REC), T0 + timedelta(seconds=11))
+    assert Drain(force=False) in d.actions and "pod train/worker-0" in d.state.message  # type: ignore[union-attr]
+
+
+def test_the_wait_never_outlasts_the_drain_deadline() -> None:
+    long = replace(SLURM, pre_drain_wait_seconds=3600)
+    d = run(None, obs(), p=long)
+    assert d.state is not None and d.state.pre_drain_deadline == T0 + timedelta(seconds=300)
+
+
+def test_a_missing_warning_is_written_again_without_a_second_hook_call() -> None:
+    waiting = run(None, obs(), p=SLURM).state
+    lost = run(waiting, obs(PodsView(evictable=1, warned_for=("",))), T0 + timedelta(seconds=1), SLURM)
+    warns = [a for a in lost.actions if isinstance(a, Warn)]
+    assert len(warns) == 1 and not warns[0].call_hook and warns[0].deadline == waiting.pre_drain_deadline
+    done = run(waiting, obs(PodsView(evictable=1, warned_for=(REC,)), warned_for=REC), T0 + timedelta(seconds=2),
+               SLURM)
+    assert not any(isinstance(a, Warn) for a in done.actions) and emitted(done) == []
+
+
+def test_a_restart_resumes_the_same_wait_and_never_waits_again_once_evicting() -> None:
+    """The record's status is the state: round-trip it as a controller restart would."""
+    obj = {"metadata": {"name": REC}, "spec": {"node": "n1", "pool": "pool-a", "consentMode": "auto",
+                                                "action": "reset", "fault": {"class": "gpu", "code": "79",
+                                                                             "reason": XID79.reason,
+                                                                             "message": XID79.message}}}
+    waiting = run(None, obs(), p=SLURM).state
+    assert waiting is not None
+    restored = state_of({**obj, "status": json.loads(json.dumps(status_of(waiting)))})
+    assert restored == waiting
+    evicting = run(restored, obs(warned_for=REC, drain_acks={"slurm": REC}), T0 + timedelta(seconds=3), SLURM).state
+    assert evicting is not None
+    again = state_of({**obj, "status": json.loads(json.dumps(status_of(evicting)))})
+    assert again == evicting and again.eviction_started == T0 + timedelta(seconds=3)
+    # the ack is gone after the restart (someone removed it): eviction goes on, no new wait
+    d = run(again, obs(warned_for=REC), T0 + timedelta(seconds=4), SLURM)
+    assert Drain(force=False) in d.actions and not any(isinstance(a, Warn) for a in d.actions)
+    assert d.state == again
+
+
+def test_the_force_deadline_counts_from_the_warning() -> None:
+    waiting = run(None, obs(), p=SLURM).state
+    evicting = run(waiting, obs(warned_for=REC), T0 + timedelta(seconds=120), SLURM).state
+    d = run(evicting, obs(warned_for=REC), T0 + timedelta(seconds=300), SLURM)
+    assert Drain(force=True) in d.actions
+
+
+def test_an_escalation_neither_warns_nor_waits_again() -> None:
+    d = run(None, obs(PodsView()), p=SLURM)
+    waiting = d.state
+    acting = run(waiting, obs(PodsView(), warned_for=REC, drain_acks={"slurm": REC}), T0 + timedelta(seconds=1),
+                 SLURM).state
+    assert acting is not None and acting.phase == Phase.ACTING
+    failed = run(acting, replace(obs(PodsView(), warned_for=REC), provider=ProviderView(ProviderState.FAILED)),
+                 T0 + timedelta(seconds=2), SLURM)
+    assert failed.state is not None and failed.state.action == RepairAction.REPLACE
+    assert failed.state.phase == Phase.ACTING  # no pods, no second wait: straight to the replacement
+    assert not any(isinstance(a, Warn) for a in failed.actions)
+    assert any(isinstance(a, DriveProvider) for a in failed.actions)
+
+
+def test_the_warning_is_cleared_when_the_repair_ends() -> None:
+    acting = run(None, obs(PodsView())).state
+    ok = run(acting, replace(obs(PodsView(), boot_id="boot-2"), fault=None,
+                             provider=ProviderView(ProviderState.SUCCEEDED)), T0 + timedelta(seconds=5))
+    verified = run(ok.state, replace(obs(PodsView(), boot_id="boot-2"), fault=None), T0 + timedelta(seconds=6))
+    assert any(isinstance(a, Unmark) for a in ok.actions + verified.actions)
+    replacing = run(None, replace(obs(PodsView()), fault_action=RepairAction.REPLACE)).state
+    failed = run(replacing, replace(obs(PodsView()), provider=ProviderView(ProviderState.FAILED)),
+                 T0 + timedelta(seconds=5))
+    assert failed.state is not None and failed.state.phase == Phase.FAILED
+    assert ClearWarning() in failed.actions and EnsureMarked() in failed.actions  # labels stay for a human
+
+
+def test_drain_reason_names_the_fault_and_the_record() -> None:
+    assert drain_reason(XID79, "r1") == "GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation r1)"
+    assert drain_reason(Fault("gpu", "79", n.REASON_XID, ""), "r1") == "NvidiaXIDError 79 (remediation r1)"
+
+
+# --- the pool's preDrain settings -------------------------------------------------------------
+def test_pre_drain_defaults_are_written_out_and_reach_the_policy() -> None:
+    pool = pool_from_config({"name": "a100"})
+    spec = gpu_node_pool_object(pool, NAMES)["spec"]
+    assert spec["preDrain"] == {"waitSeconds": 120, "acknowledgers": [], "slinky": False}
+    custom = pool_from_config({"name": "a100", "preDrain": {
+        "waitSeconds": 30, "acknowledgers": ["slurm"], "slinky": True,
+        "hook": {"url": "https://hooks.example/predrain"}}})
+    assert gpu_node_pool_object(custom, NAMES)["spec"]["preDrain"] == {
+        "waitSeconds": 30, "acknowledgers": ["slurm"], "slinky": True,
+        "hook": {"url": "https://hooks.example/predrain", "timeoutSeconds": 10}}
+    policy = parse_pool(gpu_node_pool_object(custom, NAMES)).policy(P)
+    assert (policy.pre_drain_wait_seconds, policy.acknowledgers, policy.slinky) == (30, ("slurm",), True)
+
+
+@pytest.mark.parametrize(("pre_drain", "message"), [
+    ({"waitSeconds": -1}, "preDrain.waitSeconds must be an integer >= 0"),
+    ({"wait": 5}, "preDrain: unknown key(s) wait"),
+    ({"acknowledgers": "slurm"}, "preDrain.acknowledgers must be a list of names"),
+    ({"acknowledgers": ["Slurm"]}, "preDrain.acknowledgers entry 'Slurm'"),
+    ({"acknowledgers": ["slurm", "slurm"]}, "lists a name twice"),
+    ({"slinky": "yes"}, "preDrain.slinky must be true or false"),
+    ({"hook": {}}, "preDrain.hook needs exactly one of url or command"),
+    ({"hook": {"url": "ftp://x", }}, "must be an http:// or https:// URL"),
+    ({"hook": {"url": "http://x", "command": ["/bin/true"]}}, "exactly one of url or command"),
+    ({"hook": {"command": "/bin/true"}}, "preDrain.hook.command must be a list"),
+    ({"hook": {"command": ["/bin/true"], "timeoutSeconds": 0}}, "preDrain.hook.timeoutSeconds must be"),
+])
+def test_bad_pre_drain_settings_are_named(pre_drain: dict[str, object], message: str) -> None:
+    with pytest.raises(PoolConfigError, match=re.escape(message)) as err:
+        pool_from_config({"name": "a100", "preDrain": pre_drain})
+    assert str(err.value).startswith("pool 'a100': ")
+
+
+# --- which pods, and what the deadline does to them ------------------------------------------
+def _pod(name: str = "p", **meta: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "train", **meta}, "status": {}}
+
+
+def _slurmd(*true: str) -> dict[str, object]:
+    conds = [{"type": f"{n.SLINKY_STATE_PREFIX}{t}", "status": "True"} for t in true]
+    return {"metadata": {"name": "slurmd-0", "namespace": "slurm"}, "status": {"conditions": conds}}
+
+
+def test_a_busy_or_undrained_slurmd_pod_is_held_until_slurm_drained_it() -> None:
+    assert drain.held_for_slurm(_slurmd("Allocated"))
+    assert drain.held_for_slurm(_slurmd("Mixed", "Drain"))  # draining, not drained
+    assert drain.held_for_slurm(_slurmd("Idle", "Drain", "Completing"))
+    assert drain.held_for_slurm(_slurmd("Idle"))  # Slurm may still start a job there
+    assert drain.held_for_slurm(_slurmd("Idle", "Drain", "Undrain"))
+    assert not drain.held_for_slurm(_slurmd("Idle", "Drain"))  # DRAINED
+    assert not drain.held_for_slurm(_pod())
+    owned = _pod(ownerReferences=[{"kind": "NodeSet", "apiVersion": "slinky.slurm.net/v1beta1", "controller": True}])
+    assert drain.is_slurmd_pod(owned) and drain.held_for_slurm(owned)  # no conditions mirrored yet
+
+
+def test_at_the_deadline_a_pod_keeps_its_own_grace_period() -> None:
+    assert drain.at_deadline(_pod(), T0) == drain.DeadlineStep.DELETE
+    terminating = _pod(deletionTimestamp="2026-03-01T12:00:30Z")
+    assert drain.at_deadline(terminating, T0) == drain.DeadlineStep.WAIT
+    assert drain.at_deadline(terminating, T0 + timedelta(seconds=30)) == drain.DeadlineStep.DELETE_NOW
+
+
+def test_wait_acks_list_only_pods_that_asked() -> None:
+    pods = [_pod("a", labels={NAMES.drain_wait_label: "true"}, annotations={NAMES.pod_drain_ack: REC}),
+            _pod("b", labels={NAMES.drain_wait_label: "true"}),
+            _pod("c"),
+            _pod("d", labels={NAMES.drain_wait_label: "true"}, deletionTimestamp="2026-03-01T12:00:30Z")]
+    assert drain.wait_acks(pods, NAMES.drain_wait_label, NAMES.pod_drain_ack) == (("train/a", REC), ("train/b", ""))
+
+
+# --- the hook ----------------------------------------------------------------------------------
+def _state():  # type: ignore[no-untyped-def]
+    return run(None, obs(), p=SLURM).state
+
+
+def test_command_hook_gets_the_payload_on_stdin_and_in_the_environment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "got.json"
+    script = ("import json, os, sys; d = json.load(sys.stdin); d['env'] = os.environ['AUTOCLUSTERS_REMEDIATION']; "
+              f"open({str(out)!r}, 'w').write(json.dumps(d))")
+    s = _state()
+    hooks.call(PreDrainHook(command=(sys.executable, "-c", script)), hooks.payload(s, s.pre_drain_deadline, "why"))
+    got = json.loads(out.read_text())
+    assert got["node"] == "n1" and got["record"] == REC and got["env"] == REC
+    assert got["deadline"] == "2026-03-01T12:02:00Z" and got["fault"]["code"] == "79" and got["reason"] == "why"
+
+
+def test_a_failing_hook_is_reported_not_raised_as_anything_else(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = _state()
+    body = hooks.payload(s, s.pre_drain_deadline, "why")
+    with pytest.raises(hooks.HookFailed, match="exited 3: nope"):
+        hooks.call(PreDrainHook(command=(sys.executable, "-c", "import sys; sys.stderr.write('nope'); sys.exit(3)")),
+                   body)
+    with pytest.raises(hooks.HookFailed, match="did not finish within 1s"):
+        hooks.call(PreDrainHook(command=(sys.executable, "-c", "import time; time.sleep(5)"), timeout_seconds=1),
+                   body)
+    with pytest.raises(hooks.HookFailed, match="could not be run"):
+        hooks.call(PreDrainHook(command=(str(tmp_path / "missing"),)), body)
+
+
+def test_http_hook_posts_json() -> None:
+    got: list[dict[str, object]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204 if self.path == "/ok" else 500)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        s = _state()
+        base = f"http://127.0.0.1:{server.server_port}"
+        assert hooks.call(PreDrainHook(url=f"{base}/ok"), hooks.payload(s, s.pre_drain_deadline, "why")) == "HTTP 204"
+        assert got[0]["record"] == REC and got[0]["node"] == "n1"
+        with pytest.raises(hooks.HookFailed, match="answered HTTP 500"):
+            hooks.call(PreDrainHook(url=f"{base}/bad"), hooks.payload(s, s.pre_drain_deadline, "why"))
+    finally:
+        server.shutdown()
+
+
+# --- the actuator's writes, against a stand-in for the API ---------------------------------------
+class _Kube:
+    """Just enough of ``Kube`` for the warning: node merge/JSON patches, pods, pod patches."""
+
+    def __init__(self, node: dict[str, object], pods: list[dict[str, object]]) -> None:
+        self.node = node
+        self.pods = pods
+        self.node_patches: list[object] = []
+        self.pod_patches: list[str] = []
+
+    def patch_node(self, name: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
+        self.node_patches.append(body)
+        ann = self.node["metadata"].setdefault("annotations", {})  # type: ignore[index, union-attr]
+        ann.update(body["metadata"]["annotations"])  # type: ignore[index]
+        return self.node
+
+    def patch_node_guarded(self, node: dict[str, object], ops_for):  # type: ignore[no-untyped-def]
+        ops = ops_for(self.node)
+        if ops:
+            self.node_patches.append(ops)
+        for op in ops:
+            path = op["path"].split("/")
+            if op["op"] == "remove" and path[1:3] == ["metadata", "annotations"]:
+                key = path[3].replace("~1", "/").replace("~0", "~")
+                del self.node["metadata"]["annotations"][key]  # type: ignore[index]
+        return self.node
+
+    def pods_on_node(self, node: str) -> list[dict[str, object]]:
+        return self.pods
+
+    def patch(self, path: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
+        self.pod_patches.append(path)
+        name = path.rsplit("/", 1)[1]
+        pod = next(p for p in self.pods if p["metadata"]["name"] == name)  # type: ignore[index]
+        pod["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])  # type: ignore[index]
+        return pod
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def emit(self, ref, reason: str, message: str, *, warning: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self.events.append((ref.kind, ref.namespace, reason))
+
+
+def _actuator(node_annotations: dict[str, str]):  # type: ignore[no-untyped-def]
+    from autoclusters.controller.actuator import Actuator
+    from autoclusters.controller.notifier import LogNotifier
+
+    node = {"metadata": {"name": "n1", "resourceVersion": "1", "annotations": dict(node_annotations)}, "spec": {}}
+    daemon = _pod("ds", ownerReferences=[{"kind": "DaemonSet", "controller": True}])
+    pods = [_pod("a"), _pod("b", annotations={NAMES.remediation: REC}), daemon]
+    kube, rec = _Kube(node, pods), _Recorder()
+    return Actuator(kube, NAMES, rec, LogNotifier()), kube, rec  # type: ignore[arg-type]
+
+
+def test_warn_writes_the_node_once_and_each_unwarned_pod_with_an_event() -> None:
+    act, kube, rec = _actuator({})
+    s = _state()
+    w = Warn(s.pre_drain_deadline, drain_reason(s.fault, s.name), slinky=True)
+    act.run((w,), "n1", kube.node, s, None)
+    ann = kube.node["metadata"]["annotations"]
+    assert ann[NAMES.drain_deadline] == "2026-03-01T12:02:00Z" and ann[NAMES.remediation] == REC
+    assert ann[NAMES.drain_reason] == w.reason and ann[n.SLINKY_CORDON_REASON] == f"autoclusters: {w.reason}"
+    assert kube.pod_patches == ["/api/v1/namespaces/train/pods/a"]  # b was warned already; DaemonSet pods stay
+    assert rec.events == [("Pod", "train", n.EVENT_DRAIN_WARNING)]
+    act.run((w,), "n1", kube.node, s, None)  # idempotent: nothing written again
+    assert len(kube.node_patches) == 1 and len(kube.pod_patches) == 1 and len(rec.events) == 1
+
+
+def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
+    act, kube, _ = _actuator({n.SLINKY_CORDON_REASON: "rack maintenance"})
+    s = _state()
+    act.run((Warn(s.pre_drain_deadline, "why", slinky=True),), "n1", kube.node, s, None)
+    assert kube.node["metadata"]["annotations"][n.SLINKY_CORDON_REASON] == "rack maintenance"
+    kube.node["metadata"]["annotations"][NAMES.drain_ack("slurm")] = REC
+    act.run((ClearWarning(),), "n1", kube.node, s, None)
+    assert kube.node["metadata"]["annotations"] == {n.SLINKY_CORDON_REASON: "rack maintenance"}
+
+
+def test_clearing_removes_the_warning_every_ack_and_our_slinky_reason() -> None:
+    act, kube, _ = _actuator({"other.io/keep": "x"})
+    s = _state()
+    act.run((Warn(s.pre_drain_deadline, "why", slinky=True),), "n1", kube.node, s, None)
+    kube.node["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC, NAMES.drain_ack("old"): "r0"})
+    act.run((ClearWarning(),), "n1", kube.node, s, None)
+    assert kube.node["metadata"]["annotations"] == {"other.io/keep": "x"}
