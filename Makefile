@@ -41,6 +41,7 @@ test: setup
 
 manifests: venv
 	$(BIN)/python -m components.render
+	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
 
 demo: setup
 	$(BIN)/python -m autoclusters.demo

@@ -129,7 +129,8 @@ def main() -> int:
     kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
                             "metadata": {"name": pool},
                             "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
-                                     "provider": {"type": "simulated", "resetSeconds": args.reset_seconds}}})
+                                     "provider": {"type": "simulated",
+                                                  "simulated": {"resetSeconds": args.reset_seconds}}}})
 
     t0 = time.monotonic()
     node_names = [f"{pool}-{i}" for i in range(args.nodes)]

@@ -31,8 +31,11 @@ _FLAGS: dict[str, str] = {
     "retention_days": "keep closed Remediation records this long",
     "metrics_port": "Prometheus metrics port (0: off)",
     "workers": "parallel reconciles",
-    "sim_reset_seconds": "simulated provider: reset duration (pool provider.resetSeconds overrides)",
-    "sim_replace_seconds": "simulated provider: replacement duration (pool provider.replaceSeconds overrides)",
+    "sim_reset_seconds": "simulated provider: reset duration (pool provider.simulated.resetSeconds overrides)",
+    "sim_replace_seconds": "simulated provider: replacement duration (pool provider.simulated.replaceSeconds "
+                           "overrides)",
+    "provider_image": "image of provider Jobs (host reboot) when the pool names none; the deployment passes the "
+                      "controller's own image",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
     "catalog_path": "an operator's fault catalog instead of the shipped one",
     "event_source": "the events' source (source.component, reportingComponent)",

@@ -30,6 +30,7 @@ class ControllerConfig:
     workers: int = 16
     sim_reset_seconds: float = 30
     sim_replace_seconds: float = 30
+    provider_image: str = ""  # image of provider Jobs (host reboot) when the pool names none: the controller's own
     notifier_url: str = ""
     catalog_path: str = ""
     # source.component / reportingComponent of every event; "nodepool-service" matches the

@@ -68,7 +68,8 @@ class Controller:
                         hold_recheck_seconds=c.hold_recheck_seconds)
         self.reconciler = Reconciler(kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
-                                              sim_replace_seconds=c.sim_replace_seconds))
+                                              sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
+                                              image=c.provider_image))
         self.elector = LeaderElector(kube, self.clock, namespace=c.namespace, name=c.lease_name,
                                      identity=c.identity, lease_seconds=c.lease_seconds,
                                      renew_deadline=c.renew_deadline_seconds, retry_period=c.retry_period_seconds)

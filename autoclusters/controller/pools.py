@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoclusters.controller.statemachine import ConsentMode, Policy, RepairAction
-from autoclusters.deploy.membership import config_of
+from autoclusters.deploy.membership import config_of, provider_error
 from autoclusters.deploy.pools import FaultAction, PoolConfig, PoolConfigError
+from autoclusters.deploy.providers import ProviderSpec
 from autoclusters.faults.catalog import Action, FaultRef
 
 
@@ -23,6 +24,10 @@ class Pool:
     name: str
     config: PoolConfig
     obj: Mapping[str, Any]
+    provider_error: str = ""  # invalid spec.provider: the pool still reports faults, repairs are held
+
+    def provider_for(self, action: RepairAction) -> ProviderSpec | None:
+        return None if self.provider_error else self.config.provider.for_action(action.value)
 
     @property
     def mode(self) -> ConsentMode:
@@ -55,9 +60,13 @@ class Pool:
 
 
 def parse_pool(obj: Mapping[str, Any]) -> Pool:
-    """Raises PoolConfigError with the field named when the object cannot be used."""
+    """Raises PoolConfigError with the field named when the object cannot be used.
+
+    Invalid provider settings do not make the pool unusable: its nodes' faults are still
+    reported and marked, and its repairs are held with the error (``Pool.provider_error``).
+    """
     config = config_of(obj)
-    return Pool(config.name, config, obj)
+    return Pool(config.name, config, obj, provider_error=provider_error(obj))
 
 
 __all__ = ["Pool", "PoolConfigError", "parse_pool"]

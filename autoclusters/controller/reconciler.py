@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,6 +31,9 @@ from autoclusters.controller.fleet import POOL_KEY, Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pools import Pool
 from autoclusters.controller.statemachine import (
+    HOLD_NO_PROVIDER,
+    HOLD_PROVIDER_INVALID,
+    HOLD_PROVIDER_REFUSED,
     IN_PROGRESS,
     TERMINAL,
     Decision,
@@ -42,6 +46,7 @@ from autoclusters.controller.statemachine import (
     PodsView,
     Policy,
     PoolView,
+    ProviderBlock,
     ProviderView,
     RepairAction,
     RepairState,
@@ -53,7 +58,8 @@ from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
-from autoclusters.providers import Provider, build_provider
+from autoclusters.providers import Provider, ProviderError, build_provider
+from autoclusters.providers.registry import BuildContext
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +83,8 @@ class Settings:
     attempt_window_default: float = 604800
     sim_reset_seconds: float = 30
     sim_replace_seconds: float = 30
+    namespace: str = "autoclusters-system"  # where provider Jobs run
+    image: str = ""  # the controller's image: the default image of provider Jobs
 
 
 class Reconciler:
@@ -91,8 +99,11 @@ class Reconciler:
         self._metrics = metrics
         self._settings = settings
         self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._providers: dict[tuple[str, str], Provider] = {}
+        self._providers: dict[tuple[str, str], Provider | str] = {}  # str: why it could not be built
         self._plock = threading.Lock()
+        self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
+                                           sim_replace_seconds=settings.sim_replace_seconds,
+                                           namespace=settings.namespace, image=settings.image)
 
     # --- entry -----------------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:
@@ -101,17 +112,41 @@ class Reconciler:
             return self.reconcile_pool(key[len(POOL_KEY):])
         return self.reconcile_node(key)
 
-    def _provider(self, pool: Pool | None) -> Provider | None:
+    def _provider(self, pool: Pool | None, action: RepairAction) -> tuple[Provider | None, ProviderBlock | None]:
+        """The pool's provider for ``action``, or why there is none (never a default guessed)."""
         if pool is None:
-            return None
-        spec = dict(pool.config.provider)
-        cache_key = (pool.name, repr(sorted(spec.items())))
+            return None, None
+        if pool.provider_error:
+            return None, ProviderBlock(action, HOLD_PROVIDER_INVALID,
+                                       f"the provider settings of pool {pool.name} are invalid: {pool.provider_error}")
+        spec = pool.provider_for(action)
+        if spec is None:
+            return None, ProviderBlock(action, HOLD_NO_PROVIDER,
+                                       f"no repair provider configured for {action} in pool {pool.name} "
+                                       f"(spec.provider)")
+        cache_key = (pool.name, spec.key())
         with self._plock:
-            if cache_key not in self._providers:
-                self._providers[cache_key] = build_provider(
-                    spec, self._kube, self._clock, self._names, sim_reset_seconds=self._settings.sim_reset_seconds,
-                    sim_replace_seconds=self._settings.sim_replace_seconds)
-            return self._providers[cache_key]
+            cached = self._providers.get(cache_key)
+            if cached is None:
+                try:
+                    cached = build_provider(spec, self._build_context)
+                except ProviderError as e:
+                    cached = str(e)
+                self._providers[cache_key] = cached
+        if isinstance(cached, str):
+            return None, ProviderBlock(action, HOLD_PROVIDER_INVALID,
+                                       f"the provider settings of pool {pool.name} are invalid: {cached}")
+        return cached, None
+
+    def _provider_blocks(self, pool: Pool, node: JSON | None) -> tuple[ProviderBlock, ...]:
+        blocks = []
+        for action in RepairAction:
+            provider, block = self._provider(pool, action)
+            if provider is not None and (why := provider.refusal(node)):
+                block = ProviderBlock(action, HOLD_PROVIDER_REFUSED, why)
+            if block is not None:
+                blocks.append(block)
+        return tuple(blocks)
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
@@ -185,7 +220,7 @@ class Reconciler:
                 log.info("node %s record %s: %s -> %s (pool in progress %s): %s", name, decision.state.name,
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
-        provider = self._provider(pool)
+        provider, _ = self._provider(pool, decision.state.action)
         self._act.run(decision.actions, name, plan.node, decision.state, provider,
                       hook=pool.config.pre_drain.hook if pool else None)
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
@@ -235,14 +270,17 @@ class Reconciler:
         provider_view = ProviderView()
         replacement_ready = False
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:
-            provider = self._provider(pool)
+            provider, _ = self._provider(pool, state.operation.action)
             if provider is not None:
                 provider_view = provider.progress(state.operation, name, state.pool, self._fleet.node)
         if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
             replacement_ready = self._replacement_ready(state)
+        blocks: tuple[ProviderBlock, ...] = ()
+        if pool is not None and (state is None or state.phase in PRE_START) and (fault is not None or state):
+            blocks = self._provider_blocks(pool, node)
         obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods,
                           history=self._history(records, active, pool), provider=provider_view,
-                          replacement_ready=replacement_ready)
+                          replacement_ready=replacement_ready, provider_blocks=blocks)
         return obs, cond
 
     def _replacement_ready(self, state: RepairState) -> bool:
@@ -332,6 +370,71 @@ class Reconciler:
         self._act.run((Unmark(uncordon=uncordon),), name, node, None, None)
 
     # --- pool ------------------------------------------------------------------------------
+    def _provider_condition(self, pool: Pool) -> tuple[str, bool, str, str]:
+        """RepairProviderReady: every action has a provider that accepts every node of the pool."""
+        problems: list[ProviderBlock] = []
+        refused: dict[str, list[str]] = defaultdict(list)
+        for action in RepairAction:
+            provider, block = self._provider(pool, action)
+            if block is not None:
+                problems.append(block)
+                continue
+            assert provider is not None
+            for member in sorted(self._fleet.members(pool.name)):
+                if provider.refusal(self._fleet.node(member)):
+                    refused[provider.name].append(member)
+        if problems:
+            first = problems[0]
+            if all(b.hold == HOLD_NO_PROVIDER for b in problems):
+                missing = ", ".join(b.action.value for b in problems)
+                return ("RepairProviderReady", False, HOLD_NO_PROVIDER,
+                        f"no repair provider configured for {missing}: faults are reported and nodes marked, "
+                        "repairs are held until spec.provider names one")
+            return "RepairProviderReady", False, first.hold, first.message
+        if refused:
+            kind, nodes = next(iter(sorted(refused.items())))
+            node = self._fleet.node(nodes[0])
+            why = next((p.refusal(node) for a in RepairAction if (p := self._provider(pool, a)[0]) is not None
+                        and p.refusal(node)), "")
+            return ("RepairProviderReady", False, HOLD_PROVIDER_REFUSED,
+                    f"the {kind} provider refuses {len(nodes)} node(s) of the pool ({', '.join(nodes[:5])}): {why}")
+        return ("RepairProviderReady", True, "ProvidersReady",
+                f"providers: {pool.config.provider.describe()}")
+
+    def _write_pool_status(self, obj: Mapping[str, Any], status: JSON,
+                           conditions: list[tuple[str, bool, str, str]]) -> JSON | None:
+        """Patches the pool's status (conditions keep their transition time while unchanged) and
+        records an event on the pool when a condition turns False; None when nothing changed."""
+        name = obj["metadata"]["name"]
+        old = obj.get("status") or {}
+        before = {c.get("type"): c for c in old.get("conditions") or []}
+        now = utc_iso(self._clock.now())
+        generation = obj.get("metadata", {}).get("generation", 0)
+        written, turned_false = [], []
+        for ctype, ok, reason, message in conditions:
+            value = "True" if ok else "False"
+            prev = before.get(ctype) or {}
+            same = prev.get("status") == value
+            written.append({"type": ctype, "status": value, "reason": reason, "message": message,
+                            "lastTransitionTime": prev.get("lastTransitionTime", now) if same else now,
+                            "observedGeneration": generation})
+            if not ok and (not same or prev.get("reason") != reason):
+                turned_false.append((reason, message))
+        status = {**status, "conditions": written}
+        if status == old:
+            return None
+        try:
+            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, "gpunodepools", name)
+                                      + "/status", {"status": status})
+        except NotFound:
+            return None
+        self._fleet.pool_written(stored)
+        ref = ObjectRef("GpuNodePool", name, api_version=f"{self._names.api_group}/{API_VERSION}",
+                        uid=obj.get("metadata", {}).get("uid", ""))
+        for reason, message in turned_false:
+            self._recorder.emit(ref, reason, message, warning=True)
+        return stored
+
     def _breaker_open(self, pool: Pool) -> bool:
         cb = pool.config.circuit_breaker
         members, faulty = self._fleet.counts(pool.name)
@@ -343,6 +446,14 @@ class Reconciler:
     def reconcile_pool(self, name: str) -> float | None:
         pool = self._fleet.pool_named(name)
         if pool is None:
+            error = self._fleet.invalid_pools.get(name)
+            obj = self._fleet.pool_informer.get(name)
+            if error and obj is not None:
+                self._write_pool_status(obj, {**(obj.get("status") or {}), "providers": "",
+                                              "observedGeneration": obj.get("metadata", {}).get("generation", 0)},
+                                        [("Valid", False, "InvalidSpec", error),
+                                         ("RepairProviderReady", False, "InvalidSpec",
+                                          "the pool's spec is invalid: the controller does not act on its nodes")])
             return None
         cb = pool.config.circuit_breaker
         members, faulty = self._fleet.counts(name)
@@ -362,14 +473,14 @@ class Reconciler:
                                                                                           utc_iso(self._clock.now())),
                                "message": msg},
             "observedGeneration": pool.obj.get("metadata", {}).get("generation", 0),
+            "providers": "invalid" if pool.provider_error else pool.config.provider.describe(),
         }
-        if status == old:
-            return None
-        try:
-            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, "gpunodepools", name)
-                                      + "/status", {"status": status})
-            self._fleet.pool_written(stored)
-        except NotFound:
+        ready = self._provider_condition(pool)
+        invalid = ready[2] == HOLD_PROVIDER_INVALID
+        valid = ("Valid", not invalid, HOLD_PROVIDER_INVALID if invalid else "Valid",
+                 ready[3] if invalid else "the spec is valid")
+        stored = self._write_pool_status(pool.obj, status, [valid, ready])
+        if stored is None:
             return None
         if changed:
             uid = pool.obj.get("metadata", {}).get("uid", "")

@@ -73,6 +73,12 @@ class ProviderState(StrEnum):
 HOLD_OPT_OUT = "OptOutPod"
 HOLD_CONCURRENCY = "MaxConcurrentRepairs"
 HOLD_BREAKER = "CircuitBreakerOpen"
+# ... and the provider holds: the pool names no provider for the action, its settings are
+# invalid, or the provider will not act on this node. Never a guess: the repair waits.
+HOLD_NO_PROVIDER = "NoRepairProvider"
+HOLD_PROVIDER_INVALID = "InvalidProviderSettings"
+HOLD_PROVIDER_REFUSED = "ProviderRefusedNode"
+PROVIDER_HOLDS = (HOLD_NO_PROVIDER, HOLD_PROVIDER_INVALID, HOLD_PROVIDER_REFUSED)
 
 
 # --- what is persisted -----------------------------------------------------------------
@@ -189,6 +195,15 @@ class ProviderView:
 
 
 @dataclass(frozen=True)
+class ProviderBlock:
+    """Why no provider can start ``action`` on this node (one of the HOLD_*PROVIDER* reasons)."""
+
+    action: RepairAction
+    hold: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Observation:
     node: NodeView
     fault: Fault | None  # the active fault, None when the node reports none (or its class is off)
@@ -198,6 +213,10 @@ class Observation:
     history: HistoryView = HistoryView()
     provider: ProviderView = ProviderView()
     replacement_ready: bool = False
+    provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
+
+    def provider_block(self, action: RepairAction) -> ProviderBlock | None:
+        return next((b for b in self.provider_blocks if b.action == action), None)
 
 
 @dataclass(frozen=True)
@@ -426,7 +445,10 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
             return gone
     assert o.pool is not None or s.started
     hold, why = "", ""
-    if s.action == RepairAction.REPLACE and (s.opt_out or o.pods.opt_out) and not (s.approved or o.node.approved):
+    block = o.provider_block(s.action)
+    if block is not None:
+        hold, why = block.hold, block.message
+    elif s.action == RepairAction.REPLACE and (s.opt_out or o.pods.opt_out) and not (s.approved or o.node.approved):
         hold, why = HOLD_OPT_OUT, ("a pod on the node carries the auto-replacement opt-out label; "
                                    "add the approval label to replace it anyway")
     elif not s.started and o.pool is not None and o.pool.in_progress >= o.pool.max_concurrent:
@@ -438,7 +460,8 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
     if hold:
         actions: tuple[Action, ...] = (EnsureMarked(),)
         if hold != s.hold:
-            actions += (Emit(n.EVENT_BLOCKED, f"{s.action} held: {why}", warning=hold == HOLD_OPT_OUT),)
+            actions += (Emit(n.EVENT_BLOCKED, f"{s.action} held: {why}",
+                             warning=hold in (HOLD_OPT_OUT, *PROVIDER_HOLDS)),)
         return Decision(replace(s, hold=hold, message=why), actions, p.hold_recheck_seconds)
     deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
     msg = f"{s.action} started: cordoned, draining (pods left after {int(deadline)}s are deleted)"
@@ -549,10 +572,13 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
 def _action_failed(s: RepairState, o: Observation, now: datetime, p: Policy, why: str) -> Decision:
     """A failed reset escalates to a replacement under the same approval; a failed replacement holds."""
     if s.action == RepairAction.RESET:
-        msg = f"reset failed ({why}); escalating to a replacement under the same approval"
+        failed = f"reset failed: {why}"
+        msg = f"{failed}; escalating to a replacement under the same approval"
         esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
                   verify_started=None, approved=s.approved)
-        return Decision(esc, (Emit(n.EVENT_ESCALATED, msg),), 0)
+        return Decision(esc, (Emit(n.EVENT_FAILED, failed, warning=True),
+                              Emit(n.EVENT_ESCALATED, "replacing the node under the same approval after the "
+                                                      f"failed reset ({why})")), 0)
     return _failed(s, now, f"{s.action} failed: {why}")
 
 

@@ -39,6 +39,7 @@ class DemoStack:
             "autoclusters:pools": [{
                 "name": self.pool, "consentMode": consent_mode,
                 "drain": {"resetDeadlineSeconds": 20, "replaceDeadlineSeconds": 30},
+                "provider": {"type": "simulated"},
                 "nodes": {"backend": "simulated", "count": 2, "gpuProduct": "NVIDIA-A100-SXM4-80GB",
                           "gpusPerNode": 8, "instanceType": "a100-80gb-sxm-ib.8x"},
             }],

@@ -1,10 +1,11 @@
 """RBAC of the remediation controller: exactly the verbs its code paths use.
 
-Cluster-wide: nodes (labels, taint, cordon; create/delete and status only for the
-simulated provider), pods (list, evict, delete after the drain deadline, patch for the
-warning's annotations), events (on nodes, pools and the warned pods), our two
-custom resources, and Cluster API Machines for that provider. Namespaced: the leader
-election Lease, in the controller's own namespace only.
+Cluster-wide: nodes (labels, taint, cordon), pods (list, evict, delete after the drain
+deadline, patch for the warning's annotations), events (on nodes, pools and the warned
+pods), our two custom resources. Namespaced: the leader-election Lease, in the controller's
+own namespace only. On top, what each repair provider needs (``Rule`` entries of
+``deploy.providers.KINDS``: node create/delete for the simulated one, Machines for Cluster
+API, Jobs in the controller's namespace for host reboot), merged per resource.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.deploy.providers import KINDS
 from autoclusters.names import Names
 
 LEASE_NAME = "autoclusters-controller"
@@ -21,15 +23,30 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
+def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool) -> list[dict[str, Any]]:
+    """``rules`` plus every provider's rules of that scope; verbs of one resource merged, in order."""
+    out = [dict(r, verbs=list(r["verbs"])) for r in rules]
+    for kind in KINDS.values():
+        for need in kind.rbac:
+            if need.namespaced != namespaced:
+                continue
+            same = next((r for r in out if r["apiGroups"] == [need.group] and r["resources"] == [need.resource]),
+                        None)
+            if same is None:
+                out.append(_rule([need.group], [need.resource], list(need.verbs)))
+            else:
+                same["verbs"] += [v for v in need.verbs if v not in same["verbs"]]
+    return out
+
+
 def controller_cluster_role(names: Names, name: str = "autoclusters-controller") -> dict[str, Any]:
     g = names.api_group
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
-        "rules": [
-            _rule([""], ["nodes"], ["get", "list", "watch", "patch", "create", "delete"]),
-            _rule([""], ["nodes/status"], ["patch"]),
+        "rules": _with_providers([
+            _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
             _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
@@ -37,8 +54,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller")
             _rule([g], ["gpunodepools/status"], ["patch"]),
             _rule([g], ["remediations"], ["get", "list", "watch", "create", "delete"]),
             _rule([g], ["remediations/status"], ["patch"]),
-            _rule(["cluster.x-k8s.io"], ["machines"], ["get", "list", "patch", "delete"]),
-        ],
+        ], namespaced=False),
     }
 
 
@@ -59,7 +75,8 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
-        "rules": [_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])],
+        "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])],
+                                 namespaced=True),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
 
 FAULT_CLASSES = ("gpu", "nvswitch", "dcgm", "interconnect")
@@ -88,9 +89,7 @@ def pool_schema() -> dict[str, Any]:
                     "rule": "has(self.url) != has(self.command)",
                     "message": "preDrain.hook needs exactly one of url or command"}]}),
         }, default={}),
-        "provider": _obj({"type": {"type": "string", "enum": ["simulated", "clusterapi", "command"]}},
-                         required=["type"], default={"type": "simulated"},
-                         **{"x-kubernetes-preserve-unknown-fields": True}),
+        "provider": provider_schema(),
     }, default={})
     status = _obj({
         "nodes": {"type": "integer"},
@@ -101,6 +100,16 @@ def pool_schema() -> dict[str, Any]:
                                 "since": {"type": "string", "format": "date-time"},
                                 "message": {"type": "string"}}),
         "observedGeneration": {"type": "integer"},
+        "providers": {"type": "string", "description": "Which provider carries out each action."},
+        "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                       "items": _obj({
+                           "type": {"type": "string"},
+                           "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                           "reason": {"type": "string"},
+                           "message": {"type": "string"},
+                           "lastTransitionTime": {"type": "string", "format": "date-time"},
+                           "observedGeneration": {"type": "integer"},
+                       }, required=["type", "status"])},
     })
     return _obj({"spec": spec, "status": status})
 
@@ -173,7 +182,7 @@ def gpu_node_pool_crd(names: Names) -> dict[str, Any]:
         {"name": "Faulty", "type": "integer", "jsonPath": ".status.faultyNodes"},
         {"name": "Repairing", "type": "integer", "jsonPath": ".status.repairsInProgress"},
         {"name": "Breaker", "type": "string", "jsonPath": ".status.circuitBreaker.state"},
-        {"name": "Provider", "type": "string", "jsonPath": ".spec.provider.type", "priority": 1},
+        {"name": "Providers", "type": "string", "jsonPath": ".status.providers", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ])
 

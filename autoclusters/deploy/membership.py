@@ -20,17 +20,39 @@ a pool object it cannot parse, so the operator tools do too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from autoclusters.deploy.pools import PoolConfig, PoolConfigError, pool_from_config
+from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
 from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
 
 
 def config_of(obj: Mapping[str, Any]) -> PoolConfig:
-    """The configuration a ``GpuNodePool`` object holds; PoolConfigError names the bad field."""
+    """The configuration a ``GpuNodePool`` object holds; PoolConfigError names the bad field.
+
+    Invalid provider settings do not make the pool invalid: its nodes still belong to it and
+    their faults are reported, only its repairs are held. The configuration then has no
+    provider, and ``provider_error`` says why.
+    """
     name = (obj.get("metadata") or {}).get("name", "")
-    return pool_from_config({"name": name, **dict(obj.get("spec") or {})})
+    spec = dict(obj.get("spec") or {})
+    raw_provider = spec.pop("provider", None)
+    config = pool_from_config({"name": name, **spec})
+    try:
+        return replace(config, provider=parse_provider_choice(raw_provider, "spec.provider"))
+    except ProviderSettingsError:
+        return config
+
+
+def provider_error(obj: Mapping[str, Any]) -> str:
+    """Why the pool object's ``spec.provider`` cannot be used ("" when it can)."""
+    try:
+        parse_provider_choice((obj.get("spec") or {}).get("provider"), "spec.provider")
+    except ProviderSettingsError as e:
+        return str(e)
+    return ""
 
 
 class Membership:

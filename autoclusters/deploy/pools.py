@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.providers import (
+    NO_PROVIDER,
+    ProviderChoice,
+    ProviderSettingsError,
+    parse_provider_choice,
+)
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
 
@@ -51,14 +57,6 @@ class NodeBackend(enum.StrEnum):
 
     SIMULATED = "simulated"
     EXISTING = "existing"
-
-
-class ProviderType(enum.StrEnum):
-    """The repair backend the controller uses for the pool (SPEC section 6)."""
-
-    SIMULATED = "simulated"
-    CLUSTERAPI = "clusterapi"
-    COMMAND = "command"
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ class PoolConfig:
     reset_memory_seconds: int = 86400
     max_repairs: int = 3
     attempt_window_seconds: int = 604800
-    provider: Mapping[str, Any] = field(default_factory=lambda: {"type": ProviderType.SIMULATED.value})
+    provider: ProviderChoice = NO_PROVIDER  # none: repairs are held, never guessed
     node_selector: Mapping[str, Any] | None = None
     nodes: Nodes = Nodes()
     pre_drain: PreDrain = PreDrain()
@@ -153,9 +151,11 @@ class PoolConfig:
             _positive(value, f"{where}: {label}")
         if self.node_selector is not None:
             object.__setattr__(self, "node_selector", _label_selector(self.node_selector, f"{where}: nodeSelector"))
-        provider = dict(self.provider)
-        _enum(ProviderType, provider.get("type"), f"{where}: provider.type")
-        object.__setattr__(self, "provider", provider)
+        if not isinstance(self.provider, ProviderChoice):
+            try:
+                object.__setattr__(self, "provider", parse_provider_choice(self.provider))
+            except ProviderSettingsError as e:
+                raise PoolConfigError(f"{where}: {e}") from None
         n = self.nodes
         _enum(NodeBackend, n.backend, f"{where}: nodes.backend")
         if n.backend == NodeBackend.SIMULATED:
@@ -279,9 +279,10 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     budget = _take(raw.get("attemptBudget", {}), {"maxRepairs", "windowSeconds"}, f"{where}: attemptBudget")
     nodes = _take(raw.get("nodes", {}), {"backend", "count", "selector", "gpuProduct", "gpusPerNode", "instanceType"},
                   f"{where}: nodes")
-    provider = raw.get("provider", {"type": ProviderType.SIMULATED.value})
-    if not isinstance(provider, Mapping) or "type" not in provider:
-        raise PoolConfigError(f"{where}: provider must be a mapping with a 'type'")
+    try:
+        provider = parse_provider_choice(raw.get("provider"))
+    except ProviderSettingsError as e:
+        raise PoolConfigError(f"{where}: {e}") from None
     defaults = Nodes()
     pre_drain = _pre_drain_from(raw.get("preDrain", {}), where)
     return PoolConfig(
@@ -297,7 +298,7 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         reset_memory_seconds=esc.get("resetMemorySeconds", 86400),
         max_repairs=budget.get("maxRepairs", 3),
         attempt_window_seconds=budget.get("windowSeconds", 604800),
-        provider=dict(provider),
+        provider=provider,
         node_selector=raw.get("nodeSelector"),
         nodes=Nodes(
             backend=_enum(NodeBackend, nodes.get("backend", NodeBackend.EXISTING), f"{where}: nodes.backend"),
@@ -356,9 +357,10 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
         "escalation": {"refaultWindowSeconds": pool.refault_window_seconds,
                        "resetMemorySeconds": pool.reset_memory_seconds},
         "attemptBudget": {"maxRepairs": pool.max_repairs, "windowSeconds": pool.attempt_window_seconds},
-        "provider": dict(pool.provider),
         "preDrain": pre_drain_spec(pool.pre_drain),
     }
+    if pool.provider.configured:
+        spec["provider"] = pool.provider.to_dict()
     if pool.node_selector is not None:
         spec["nodeSelector"] = dict(pool.node_selector)
     return spec

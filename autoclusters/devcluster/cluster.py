@@ -26,6 +26,7 @@ import yaml
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.tools import Tools, repo_root
+from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
 Progress = Callable[[str], None]
 
@@ -181,7 +182,7 @@ class LocalCluster:
         kwok_port = ports["kwok"]
         start("kwok", [
             tools.kwok, f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}", "--node-ip=10.0.0.1",
             "--cidr=10.0.0.0/16", "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{kwok_port}",
             *[f"--config={s}" for s in stages],
         ], lambda: p.http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))

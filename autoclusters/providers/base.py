@@ -12,7 +12,7 @@ NodeLookup = Callable[[str], dict[str, Any] | None]
 
 
 class ProviderError(Exception):
-    """A provider that is misconfigured (bad settings in GpuNodePool.spec.provider)."""
+    """A provider that is misconfigured (bad settings in GpuNodePool.spec.provider); the message names the field."""
 
 
 class Provider(Protocol):
@@ -26,3 +26,7 @@ class Provider(Protocol):
 
     def replacement_name(self, op: Operation, pool: str) -> str:
         """The new node's name for a replacement, when the provider chooses it ("" when unknown)."""
+
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        """Why this provider will not act on ``node`` ("" = it will); asked before a repair starts,
+        so a node it cannot repair is never cordoned and drained for nothing."""

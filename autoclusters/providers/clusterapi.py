@@ -67,6 +67,13 @@ class ClusterApiProvider:
     def replacement_name(self, op: Operation, pool: str) -> str:
         return ""  # the infrastructure provider names the new node
 
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        if node is not None and machine_ref(node) is None:
+            name = (node.get("metadata") or {}).get("name", "")
+            return (f"node {name} names no Cluster API Machine (annotations {MACHINE_ANNOTATION} and "
+                    f"{NAMESPACE_ANNOTATION}): the clusterapi provider cannot repair it")
+        return ""
+
     def _ref(self, node: str, lookup: NodeLookup | None = None) -> MachineRef | None:
         if node in self._machines:
             return self._machines[node]

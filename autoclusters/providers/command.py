@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.providers.base import NodeLookup, ProviderError
@@ -57,7 +59,10 @@ class CommandProvider:
 
     def __init__(self, argv: Sequence[str], *, timeout: float = 900) -> None:
         if not argv or not all(isinstance(a, str) and a for a in argv):
-            raise ProviderError("provider.command must be a non-empty list of strings")
+            raise ProviderError("provider.command.command must be a non-empty list of strings")
+        if shutil.which(argv[0]) is None:
+            raise ProviderError(f"provider.command.command[0] {argv[0]!r} is not an executable file in the "
+                                "controller's container (mount the script and name its absolute path)")
         self._argv = list(argv)
         self._timeout = timeout
         self._results: dict[str, CommandResult | None] = {}  # None: running
@@ -67,6 +72,9 @@ class CommandProvider:
         with self._lock:
             result = self._results.get(op.id)
         return result.new_node if result else ""
+
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        return ""
 
     def drive(self, op: Operation, node: str, pool: str) -> None:
         with self._lock:

@@ -1,32 +1,72 @@
-"""Builds the provider a pool names in ``GpuNodePool.spec.provider``."""
+"""Builds the provider a pool names for an action: one builder per ``ProviderType``.
+
+The types and their settings are defined once in ``autoclusters.deploy.providers``; the
+settings arrive here already checked (types, ranges, required fields) and with their
+defaults filled in. A builder may still refuse what only the controller can judge (a
+command that does not exist in its container) with a ``ProviderError`` naming the field.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from autoclusters.clock import Clock
+from autoclusters.deploy.providers import ProviderSpec, ProviderType
 from autoclusters.kube import Kube
 from autoclusters.names import Names
-from autoclusters.providers.base import Provider, ProviderError
+from autoclusters.providers.base import Provider
 from autoclusters.providers.clusterapi import ClusterApiProvider
 from autoclusters.providers.command import CommandProvider
 from autoclusters.providers.simulated import SimulatedProvider
 
 
-def build_provider(spec: Mapping[str, Any], kube: Kube, clock: Clock, names: Names, *,
-                   sim_reset_seconds: float = 5, sim_replace_seconds: float = 5) -> Provider:
-    """``spec`` is the pool's provider mapping; simulated timings default to the controller's flags."""
-    kind = spec.get("type", "simulated")
-    if kind == "simulated":
-        return SimulatedProvider(kube, clock, names,
-                                 reset_seconds=float(spec.get("resetSeconds", sim_reset_seconds)),
-                                 replace_seconds=float(spec.get("replaceSeconds", sim_replace_seconds)))
-    if kind == "clusterapi":
-        return ClusterApiProvider(kube, clock, version=str(spec.get("version", "v1beta1")))
-    if kind == "command":
-        argv = spec.get("command")
-        if isinstance(argv, str):
-            argv = [argv]
-        return CommandProvider(argv or [], timeout=float(spec.get("timeoutSeconds", 900)))
-    raise ProviderError(f"unknown provider type {kind!r}; expected simulated, clusterapi or command")
+@dataclass(frozen=True)
+class BuildContext:
+    """What every builder may use: the API, the clock, the names, the controller's settings."""
+
+    kube: Kube
+    clock: Clock
+    names: Names
+    sim_reset_seconds: float = 30
+    sim_replace_seconds: float = 30
+    namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
+    image: str = ""  # the controller's own image: the default image of provider Jobs
+
+
+Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
+
+
+def _simulated(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return SimulatedProvider(c.kube, c.clock, c.names,
+                             reset_seconds=float(s.get("resetSeconds", c.sim_reset_seconds)),
+                             replace_seconds=float(s.get("replaceSeconds", c.sim_replace_seconds)))
+
+
+def _command(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return CommandProvider(list(s["command"]), timeout=float(s["timeoutSeconds"]))
+
+
+def _clusterapi(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return ClusterApiProvider(c.kube, c.clock, version=str(s["version"]))
+
+
+def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    from autoclusters.providers.hostreboot import HostRebootProvider
+
+    return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
+                              image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]))
+
+
+BUILDERS: dict[ProviderType, Builder] = {
+    ProviderType.SIMULATED: _simulated,
+    ProviderType.COMMAND: _command,
+    ProviderType.CLUSTERAPI: _clusterapi,
+    ProviderType.HOST_REBOOT: _host_reboot,
+}
+
+
+def build_provider(spec: ProviderSpec, context: BuildContext) -> Provider:
+    """Raises ProviderError (naming the field) when the controller cannot use these settings."""
+    return BUILDERS[spec.type](spec.settings, context)

@@ -51,6 +51,15 @@ class SimulatedProvider:
         self.reset_seconds = reset_seconds
         self.replace_seconds = replace_seconds
 
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        """Only nodes the local simulator manages: this provider fakes a reset and replaces a
+        node by deleting it and creating a fake one, which must never happen to a real machine."""
+        if node is None or sim.is_simulated(node):
+            return ""
+        name = (node.get("metadata") or {}).get("name", "")
+        return (f"the simulated provider acts only on nodes the local simulator manages (annotation "
+                f"{sim.KWOK_NODE_ANNOTATION}); node {name} is not one: name a real provider in the pool")
+
     def replacement_name(self, op: Operation, pool: str) -> str:
         """Derived from the operation id, so a retried replacement finds the node it created."""
         return f"{pool}-{hashlib.sha256(op.id.encode()).hexdigest()[:6]}"

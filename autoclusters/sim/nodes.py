@@ -39,6 +39,12 @@ class GpuShape:
 A100_8X = GpuShape()
 
 
+def is_simulated(node: dict[str, Any]) -> bool:
+    """A node the local simulator (kwok, started with this annotation as its selector) manages."""
+    ann = (node.get("metadata") or {}).get("annotations") or {}
+    return ann.get(KWOK_NODE_ANNOTATION) == KWOK_NODE_VALUE
+
+
 def new_node_name(pool: str) -> str:
     return f"{pool}-{secrets.token_hex(3)}"
 

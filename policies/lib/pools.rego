@@ -5,6 +5,8 @@
 #   pipeline: the consent mode, the per-class actions and the repair concurrency.
 package autoclusters.lib.pools
 
+import data.autoclusters.lib.providers.providers
+
 consent_modes := {"auto", "propose", "off"}
 
 fault_classes := {"gpu", "nvswitch", "dcgm", "interconnect"}
@@ -16,7 +18,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("remediation.%s/", [cfg.domain]))
 }
 
-pool_violations(obj, cfg) := ((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj) if {
+pool_violations(obj, cfg) := (((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -90,4 +92,97 @@ _positive_int(n) if {
 	is_number(n)
 	n == round(n)
 	n >= 1
+}
+
+# spec.provider: the provider types and their settings come from policies/lib/providers.rego,
+# generated from the Python definition, so this policy, the CRD and the parser agree.
+provider_violations(obj) := {v |
+	p := obj.spec.provider
+	some msg in _provider_problems(p)
+	v := {"rule": "pool-provider", "msg": msg}
+}
+
+_type_names := {t | some t, _ in providers.types}
+
+_provider_problems(p) := {"spec.provider must be an object"} if {
+	not is_object(p)
+} else := (({msg |
+	some key, _ in p
+	not key in (({"type"} | _type_names) | {a | some a in providers.actions})
+	msg := sprintf("spec.provider has unknown key %v", [key])
+} | _spec_problems(object.remove(p, providers.actions), "spec.provider", "")) | {msg |
+	some action in providers.actions
+	sub := p[action]
+	some msg in _action_problems(sub, action)
+})
+
+_action_problems(sub, action) := {sprintf("spec.provider.%s must be an object with a type", [action])} if {
+	not is_object(sub)
+} else := {sprintf("spec.provider.%s.type is required", [action])} if {
+	not sub.type
+} else := _spec_problems(sub, sprintf("spec.provider.%s", [action]), action)
+
+# A spec with no type and no settings (only per-action entries) has nothing to check here.
+_spec_problems(s, where, action) := set() if {
+	action == ""
+	count(s) == 0
+} else := {sprintf("%s.type is required", [where])} if {
+	not s.type
+} else := {sprintf("%s.type %v is not one of %v", [where, s.type, concat(", ", sort(_type_names))])} if {
+	not s.type in _type_names
+} else := ({msg |
+	some key, _ in s
+	key in _type_names
+	key != s.type
+	msg := sprintf("%s.%s does not apply to type %s", [where, key, s.type])
+} | {msg |
+	action != ""
+	not action in {a | some a in providers.types[s.type].actions}
+	msg := sprintf("%s.type %s cannot %s a node", [where, s.type, action])
+}) | _settings_problems(object.get(s, s.type, {}), providers.types[s.type].settings, sprintf("%s.%s", [where, s.type]))
+
+_settings_problems(given, defs, where) := {sprintf("%s must be an object", [where])} if {
+	not is_object(given)
+} else := ({msg |
+	some key, _ in given
+	not defs[key]
+	msg := sprintf("%s has unknown key %v", [where, key])
+} | {msg |
+	some key, def in defs
+	def.required
+	not key in object.keys(given)
+	msg := sprintf("%s.%s is required", [where, key])
+}) | {msg |
+	some key, value in given
+	def := defs[key]
+	not _setting_ok(def, value)
+	msg := sprintf("%s.%s %v is not a valid %s", [where, key, value, def.kind])
+}
+
+_setting_ok(def, value) if {
+	def.kind == "integer"
+	is_number(value)
+	value == round(value)
+	value >= object.get(def, "minimum", value)
+}
+
+_setting_ok(def, value) if {
+	def.kind == "string"
+	is_string(value)
+	value != ""
+}
+
+_setting_ok(def, value) if {
+	def.kind == "strings"
+	is_array(value)
+	count(value) > 0
+	every item in value {
+		is_string(item)
+		item != ""
+	}
+}
+
+_setting_ok(def, value) if {
+	def.kind == "enum"
+	value in def.values
 }

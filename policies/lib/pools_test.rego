@@ -55,3 +55,37 @@ test_circuit_breaker if {
 	rules(pool({"circuitBreaker": {"openAbovePercent": 101}})) == {"pool-circuit-breaker"}
 	rules(pool({"circuitBreaker": {"closeBelowPercent": "20"}})) == {"pool-circuit-breaker"}
 }
+
+msgs(obj) := {v.msg | some v in pools.pool_violations(obj, cfg)}
+
+test_providers_valid if {
+	every p in [
+		{"type": "simulated"},
+		{"type": "simulated", "simulated": {"resetSeconds": 0, "replaceSeconds": 5}},
+		{"type": "command", "command": {"command": ["/bin/fix"], "timeoutSeconds": 60}},
+		{"type": "clusterapi", "clusterapi": {"version": "v1beta2"}},
+		{"type": "clusterapi", "reset": {"type": "hostReboot", "hostReboot": {"image": "x", "timeoutSeconds": 9}}},
+		{"reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}},
+		{},
+	] {
+		rules(pool({"provider": p})) == set()
+	}
+}
+
+test_providers_invalid if {
+	msgs(pool({"provider": "simulated"})) == {"spec.provider must be an object"}
+	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, simulated"}
+	msgs(pool({"provider": {"simulated": {}}})) == {"spec.provider.type is required"}
+	msgs(pool({"provider": {"type": "simulated", "resetSeconds": 1}})) == {"spec.provider has unknown key resetSeconds"}
+	msgs(pool({"provider": {"type": "simulated", "command": {"command": ["x"]}}})) == {"spec.provider.command does not apply to type simulated"}
+	msgs(pool({"provider": {"type": "command"}})) == {"spec.provider.command.command is required"}
+	msgs(pool({"provider": {"type": "command", "command": {"command": []}}})) == {"spec.provider.command.command [] is not a valid strings"}
+	msgs(pool({"provider": {"type": "command", "command": "x"}})) == {"spec.provider.command must be an object"}
+	msgs(pool({"provider": {"type": "simulated", "simulated": {"resetSeconds": -1}}})) == {"spec.provider.simulated.resetSeconds -1 is not a valid integer"}
+	msgs(pool({"provider": {"type": "simulated", "simulated": {"resetSecs": 1}}})) == {"spec.provider.simulated has unknown key resetSecs"}
+	msgs(pool({"provider": {"type": "clusterapi", "clusterapi": {"version": "v1"}}})) == {"spec.provider.clusterapi.version v1 is not a valid enum"}
+	msgs(pool({"provider": {"type": "hostReboot", "hostReboot": {"image": ""}}})) == {"spec.provider.hostReboot.image  is not a valid string"}
+	msgs(pool({"provider": {"replace": {"type": "hostReboot"}}})) == {"spec.provider.replace.type hostReboot cannot replace a node"}
+	msgs(pool({"provider": {"reset": "hostReboot"}})) == {"spec.provider.reset must be an object with a type"}
+	msgs(pool({"provider": {"reset": {}}})) == {"spec.provider.reset.type is required"}
+}

@@ -141,7 +141,8 @@ def create_record(kube: Kube, names: Names, state: Any) -> dict[str, Any]:
 def create_pool(kube: Kube, names: Names, pool: str, mode: str, status: dict[str, Any] | None = None) -> None:
     from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
 
-    obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode}), names)
+    obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode,
+                                                 "provider": {"type": "simulated"}}), names)
     kube.create(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools"), obj)
     if status is not None:
         kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools", pool) + "/status",

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture()
 def detector(ctl: Env, tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    pool, (node,) = ctl.pool("auto", provider={"type": "simulated", "resetSeconds": 1})
+    pool, (node,) = ctl.pool("auto", provider={"type": "simulated", "simulated": {"resetSeconds": 1}})
     ctl.watcher.ignore.add(node)
     spool = tmp_path / "spool"
     log = (tmp_path / "detector.log").open("wb")

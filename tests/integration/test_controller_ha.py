@@ -41,7 +41,7 @@ def test_killed_at_each_phase_boundary_resumes_without_double_or_lost_repair(ctl
     # Four nodes, each parked in a different phase when the controller is killed.
     _, (waiting,) = ctl.pool("propose")
     _, (draining,) = ctl.pool("auto", drain={"resetDeadlineSeconds": 120, "replaceDeadlineSeconds": 120})
-    _, (acting,) = ctl.pool("auto", provider={"type": "simulated", "resetSeconds": 8})
+    _, (acting,) = ctl.pool("auto", provider={"type": "simulated", "simulated": {"resetSeconds": 8}})
     _, (verifying,) = ctl.pool("auto")
     ctl.kube.create(f"/api/v1/namespaces/{ns}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "held", "labels": {"app": "held"}},
@@ -82,7 +82,7 @@ def test_killed_at_each_phase_boundary_resumes_without_double_or_lost_repair(ctl
 def test_repeated_kills_during_repairs_never_double_a_reset(ctl: Env) -> None:
     _, nodes = ctl.pool("auto", nodes=3, maxConcurrentRepairs=3,
                         circuitBreaker={"openAbovePercent": 100, "closeBelowPercent": 100},
-                        provider={"type": "simulated", "resetSeconds": 2})
+                        provider={"type": "simulated", "simulated": {"resetSeconds": 2}})
     for node in nodes:
         ctl.raise_fault(node)
     for _ in range(4):

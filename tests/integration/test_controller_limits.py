@@ -103,7 +103,7 @@ def test_an_opt_out_pod_blocks_automatic_replacement(ctl: Env, ns: str) -> None:
 def test_max_concurrent_repairs_holds(ctl: Env) -> None:
     pool, nodes = ctl.pool("auto", nodes=3, maxConcurrentRepairs=1,
                            circuitBreaker={"openAbovePercent": 100, "closeBelowPercent": 100},
-                           provider={"type": "simulated", "resetSeconds": 2})
+                           provider={"type": "simulated", "simulated": {"resetSeconds": 2}})
     for node in nodes:
         ctl.raise_fault(node)
     peak = 0

@@ -137,7 +137,7 @@ class Env:
         body = {"apiVersion": f"{self.names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
                 "metadata": {"name": name},
                 "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
-                         **spec}}
+                         "provider": {"type": "simulated"}, **spec}}
         self.kube.create(self.pool_path(), body)
         self.pools.add(name)
         made = self.cluster.create_gpu_nodes(name, nodes, prefix=name) if nodes else []

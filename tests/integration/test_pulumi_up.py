@@ -109,7 +109,7 @@ class StackRun:
             "autoclusters:pools": [{
                 "name": self.pool, "consentMode": mode,
                 "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
-                "provider": {"type": "simulated", "resetSeconds": 1, "replaceSeconds": 1},
+                "provider": {"type": "simulated", "simulated": {"resetSeconds": 1, "replaceSeconds": 1}},
                 "nodes": {"backend": "simulated", "count": 2},
             }],
         }

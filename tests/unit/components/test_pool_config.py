@@ -31,7 +31,8 @@ def test_consent_mode_defaults_to_auto_and_every_default_is_written():
     assert spec["drain"] == {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600}
     assert spec["escalation"] == {"refaultWindowSeconds": 900, "resetMemorySeconds": 86400}
     assert spec["attemptBudget"] == {"maxRepairs": 3, "windowSeconds": 604800}
-    assert spec["provider"] == {"type": "simulated"}
+    assert "provider" not in spec  # none configured: the controller holds repairs, never picks one
+    assert pool.provider.missing() == ("reset", "replace")
     assert "nodeSelector" not in spec
 
 
@@ -40,7 +41,8 @@ def test_pool_fields_reach_the_spec():
         "name": "h100", "consentMode": "propose", "faultClasses": {"interconnect": "reset", "dcgm": "off"},
         "maxConcurrentRepairs": 4, "circuitBreaker": {"openAbovePercent": 50, "closeBelowPercent": 10, "minNodes": 3},
         "drain": {"resetDeadlineSeconds": 30}, "attemptBudget": {"maxRepairs": 5},
-        "nodeSelector": {"matchLabels": {"gpu": "h100"}}, "provider": {"type": "command", "reset": "/bin/reset"},
+        "nodeSelector": {"matchLabels": {"gpu": "h100"}},
+        "provider": {"type": "command", "command": {"command": ["/bin/fix"]}, "reset": {"type": "hostReboot"}},
     })
     spec = gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["spec"]
     assert spec["consentMode"] == "propose"
@@ -52,7 +54,9 @@ def test_pool_fields_reach_the_spec():
     assert spec["drain"] == {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 600}
     assert spec["attemptBudget"]["maxRepairs"] == 5
     assert spec["nodeSelector"] == {"matchLabels": {"gpu": "h100"}}
-    assert spec["provider"] == {"type": "command", "reset": "/bin/reset"}
+    assert spec["provider"] == {"type": "command", "command": {"command": ["/bin/fix"], "timeoutSeconds": 900},
+                                "reset": {"type": "hostReboot", "hostReboot": {"timeoutSeconds": 600}}}
+    assert pool.provider.describe() == "reset=hostReboot replace=command"
     assert gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["apiVersion"] == "remediation.crusoe.ai/v1alpha1"
 
 
@@ -68,7 +72,21 @@ def test_pool_fields_reach_the_spec():
     ({"name": "a100", "circuitBreaker": {"openAbovePercent": 130}}, "openAbovePercent must be an integer in 1..100"),
     ({"name": "a100", "drain": {"resetDeadline": 30}}, "drain: unknown key(s) resetDeadline"),
     ({"name": "a100", "consentmode": "auto"}, "unknown key(s) consentmode"),
-    ({"name": "a100", "provider": {"type": "aws"}}, "provider.type must be one of simulated|clusterapi|command"),
+    ({"name": "a100", "provider": {"type": "aws"}},
+     "pool 'a100': provider.type must be one of simulated|command|clusterapi|hostReboot, got 'aws'"),
+    ({"name": "a100", "provider": {"type": "command"}}, "provider.command.command is required"),
+    ({"name": "a100", "provider": {"type": "command", "command": {"command": []}}},
+     "provider.command.command must be a non-empty list"),
+    ({"name": "a100", "provider": {"type": "simulated", "simulated": {"resetSecs": 1}}},
+     "provider.simulated: unknown key(s) resetSecs"),
+    ({"name": "a100", "provider": {"type": "simulated", "simulated": {"resetSeconds": -1}}},
+     "provider.simulated.resetSeconds must be an integer >= 0"),
+    ({"name": "a100", "provider": {"type": "simulated", "command": {"command": ["x"]}}},
+     "provider.command does not apply to type simulated"),
+    ({"name": "a100", "provider": {"replace": {"type": "hostReboot"}}},
+     "provider.replace.type hostReboot cannot replace a node (it supports: reset)"),
+    ({"name": "a100", "provider": {"reset": {}}}, "provider.reset.type must be one of"),
+    ({"name": "a100", "provider": {"resetSeconds": 3}}, "provider: unknown key(s) resetSeconds"),
     ({"name": "a100", "nodes": {"backend": "simulated"}}, "nodes.count must be an integer >= 1"),
     ({"name": "a100", "nodes": {"backend": "cloud"}}, "nodes.backend must be one of simulated|existing"),
     ({"name": "a100", "nodes": {"count": 2}}, "nodes.count applies to the simulated backend only"),
@@ -115,3 +133,18 @@ def test_bad_stack_values_are_rejected(config, message):
     with pytest.raises(PoolConfigError) as err:
         stack_config_from_dict(config)
     assert message in str(err.value)
+
+
+def test_provider_per_action_and_per_pool():
+    only_reset = pool_from_config({"name": "a", "provider": {"type": "hostReboot"}}).provider
+    assert only_reset.for_action("reset").type == "hostReboot"
+    assert only_reset.for_action("replace") is None and only_reset.missing() == ("replace",)
+    both = pool_from_config({"name": "a", "provider": {"type": "simulated", "simulated": {"resetSeconds": 2}}})
+    assert both.provider.for_action("replace").settings == {"resetSeconds": 2}
+    split = pool_from_config({"name": "a", "provider": {
+        "reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}}}).provider
+    assert split.describe() == "reset=hostReboot replace=clusterapi"
+    assert split.to_dict() == {"reset": {"type": "hostReboot", "hostReboot": {"timeoutSeconds": 600}},
+                               "replace": {"type": "clusterapi", "clusterapi": {"version": "v1beta1"}}}
+    # the written spec parses back to the same choice
+    assert pool_from_config({"name": "a", "provider": split.to_dict()}).provider == split

@@ -1,0 +1,329 @@
+"""The repair providers a pool can name, and the typed settings of each (written once).
+
+A pool chooses its providers in ``GpuNodePool.spec.provider``, in the shape of a
+Kubernetes discriminated union (like a Deployment's ``strategy``)::
+
+    provider:
+      type: hostReboot          # the provider for every action it supports ...
+      hostReboot: {timeoutSeconds: 600}
+      replace:                  # ... and one per action, which wins for that action
+        type: command
+        command: {command: [/opt/replace-node]}
+
+``type`` names a provider; the field named after the type holds its settings (no other
+type's field may be present). ``reset`` / ``replace`` choose a provider for one action.
+A pool with no provider for an action never picks one itself: the controller holds that
+repair with "no repair provider configured".
+
+Everything else derives from ``KINDS``: the CRD schema (``crds.py``), the strict parser
+(``parse_provider_choice``, used by the stack config, the Pulumi components and the
+controller), the Rego data of the pool policy (``rego_module``, rendered to
+``policies/lib/providers.rego``) and the controller's registry of builders (a test
+proves its keys equal ``ProviderType``). Adding a provider = one ``ProviderKind`` here,
+one builder in ``autoclusters/providers/registry.py``, one section in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = ("reset", "replace")
+
+
+class ProviderType(enum.StrEnum):
+    SIMULATED = "simulated"
+    COMMAND = "command"
+    CLUSTERAPI = "clusterapi"
+    HOST_REBOOT = "hostReboot"
+
+
+class ProviderSettingsError(ValueError):
+    """Provider settings that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One field of a provider's settings. ``kind``: integer, string, strings (a non-empty list), enum."""
+
+    name: str
+    kind: str
+    description: str
+    required: bool = False
+    minimum: int | None = None
+    default: Any = None
+    values: tuple[str, ...] = ()
+
+    def schema(self) -> dict[str, Any]:
+        s: dict[str, Any]
+        if self.kind == "integer":
+            s = {"type": "integer"}
+            if self.minimum is not None:
+                s["minimum"] = self.minimum
+        elif self.kind == "string":
+            s = {"type": "string", "minLength": 1}
+        elif self.kind == "strings":
+            s = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+        elif self.kind == "enum":
+            s = {"type": "string", "enum": list(self.values)}
+        else:  # pragma: no cover - a typo in KINDS
+            raise AssertionError(self.kind)
+        if self.default is not None:
+            s["default"] = self.default
+        s["description"] = self.description
+        return s
+
+    def check(self, value: Any, where: str) -> Any:
+        bad = ""
+        if self.kind == "integer":
+            if not isinstance(value, int) or isinstance(value, bool):
+                bad = "must be an integer"
+            elif self.minimum is not None and value < self.minimum:
+                bad = f"must be an integer >= {self.minimum}"
+        elif self.kind == "string":
+            if not isinstance(value, str) or not value:
+                bad = "must be a non-empty string"
+        elif self.kind == "strings":
+            if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) and v for v in value):
+                bad = "must be a non-empty list of non-empty strings"
+            else:
+                value = list(value)
+        elif self.kind == "enum" and value not in self.values:
+            bad = f"must be one of {'|'.join(self.values)}"
+        if bad:
+            raise ProviderSettingsError(f"{where}.{self.name} {bad}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One RBAC rule a provider needs: cluster-wide, or in the controller's namespace."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    namespaced: bool = False
+
+
+@dataclass(frozen=True)
+class ProviderKind:
+    type: ProviderType
+    actions: tuple[str, ...]
+    description: str
+    settings: tuple[Setting, ...] = ()
+    rbac: tuple[Rule, ...] = ()  # beyond the controller's own (nodes get/list/watch/patch, pods, events)
+
+    def setting(self, name: str) -> Setting | None:
+        return next((s for s in self.settings if s.name == name), None)
+
+
+KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
+    ProviderKind(ProviderType.SIMULATED, ACTIONS,
+                 "kwok nodes of the local simulator only: reset = NotReady then Ready with a new boot id, "
+                 "replace = a new node joins the pool. Refuses any node kwok does not manage.",
+                 (Setting("resetSeconds", "integer", "How long a reset takes (default: the controller's "
+                          "--sim-reset-seconds).", minimum=0),
+                  Setting("replaceSeconds", "integer", "How long a replacement takes (default: the controller's "
+                          "--sim-replace-seconds).", minimum=0)),
+                 (Rule("", "nodes", ("create", "delete")), Rule("", "nodes/status", ("patch",)))),
+    ProviderKind(ProviderType.COMMAND, ACTIONS,
+                 "Runs an operator's script in the controller's container: ARGV + ACTION NODE; exit 0 = done.",
+                 (Setting("command", "strings", "The program and its first arguments.", required=True),
+                  Setting("timeoutSeconds", "integer", "The script fails after this long.", minimum=1,
+                          default=900))),
+    ProviderKind(ProviderType.CLUSTERAPI, ACTIONS,
+                 "Cluster API: replace deletes the node's Machine; reset sets its remediation annotation.",
+                 (Setting("version", "enum", "The Cluster API version of the Machine objects.",
+                          default="v1beta1", values=("v1beta1", "v1beta2")),),
+                 (Rule("cluster.x-k8s.io", "machines", ("get", "list", "patch", "delete")),)),
+    ProviderKind(ProviderType.HOST_REBOOT, ("reset",),
+                 "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
+                 "node reports a new boot id and is Ready.",
+                 (Setting("image", "string", "Image of the reboot Job (needs nsenter; the autoclusters image "
+                          "by default)."),
+                  Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+                          "new boot id this long after the Job started.", minimum=1, default=600)),
+                 (Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),)),
+)}
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """One provider and its checked settings (camelCase, defaults filled in)."""
+
+    type: ProviderType
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type.value, self.type.value: dict(self.settings)}
+
+    def key(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """A pool's providers: one for every action it supports, and per-action overrides."""
+
+    default: ProviderSpec | None = None
+    reset: ProviderSpec | None = None
+    replace: ProviderSpec | None = None
+
+    def for_action(self, action: str) -> ProviderSpec | None:
+        own = self.reset if action == "reset" else self.replace if action == "replace" else None
+        if own is not None:
+            return own
+        if self.default is not None and action in KINDS[self.default.type].actions:
+            return self.default
+        return None
+
+    @property
+    def configured(self) -> bool:
+        return any(self.for_action(a) for a in ACTIONS)
+
+    def missing(self) -> tuple[str, ...]:
+        """The actions no provider covers."""
+        return tuple(a for a in ACTIONS if self.for_action(a) is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.default.to_dict() if self.default else {}
+        for action in ACTIONS:
+            spec = getattr(self, action)
+            if spec is not None:
+                out[action] = spec.to_dict()
+        return out
+
+    def describe(self) -> str:
+        """``reset=hostReboot replace=command`` / ``none``, for status lines."""
+        parts = [f"{a}={s.type.value}" for a in ACTIONS if (s := self.for_action(a)) is not None]
+        return " ".join(parts) or "none"
+
+
+NO_PROVIDER = ProviderChoice()
+
+
+def _parse_spec(raw: Any, where: str, *, action: str = "") -> ProviderSpec:
+    if not isinstance(raw, Mapping):
+        raise ProviderSettingsError(f"{where} must be a mapping with a 'type', got {type(raw).__name__}")
+    allowed = {"type", *(t.value for t in ProviderType)}
+    if not action:
+        allowed |= set(ACTIONS)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ProviderSettingsError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; "
+                                    f"allowed: {', '.join(sorted(allowed))}")
+    kind_name = raw.get("type")
+    try:
+        kind = KINDS[ProviderType(kind_name)]
+    except ValueError:
+        raise ProviderSettingsError(f"{where}.type must be one of {'|'.join(t.value for t in ProviderType)}, "
+                                    f"got {kind_name!r}") from None
+    others = sorted(k for k in raw if k in {t.value for t in ProviderType} and k != kind.type.value)
+    if others:
+        raise ProviderSettingsError(f"{where}.{others[0]} does not apply to type {kind.type.value}")
+    if action and action not in kind.actions:
+        raise ProviderSettingsError(f"{where}.type {kind.type.value} cannot {action} a node "
+                                    f"(it supports: {', '.join(kind.actions)})")
+    settings_raw = raw.get(kind.type.value) or {}
+    here = f"{where}.{kind.type.value}"
+    if not isinstance(settings_raw, Mapping):
+        raise ProviderSettingsError(f"{here} must be a mapping, got {type(settings_raw).__name__}")
+    names = {s.name for s in kind.settings}
+    unknown = sorted(set(settings_raw) - names)
+    if unknown:
+        raise ProviderSettingsError(f"{here}: unknown key(s) {', '.join(map(str, unknown))}; "
+                                    f"allowed: {', '.join(sorted(names)) or 'none'}")
+    settings: dict[str, Any] = {}
+    for s in kind.settings:
+        if s.name in settings_raw:
+            settings[s.name] = s.check(settings_raw[s.name], here)
+        elif s.required:
+            raise ProviderSettingsError(f"{here}.{s.name} is required")
+        elif s.default is not None:
+            settings[s.name] = s.default
+    return ProviderSpec(kind.type, settings)
+
+
+def parse_provider_choice(raw: Any, where: str = "provider") -> ProviderChoice:
+    """Strict: raises ProviderSettingsError naming the field. ``None`` / ``{}``: no provider."""
+    if raw is None:
+        return NO_PROVIDER
+    if not isinstance(raw, Mapping):
+        raise ProviderSettingsError(f"{where} must be a mapping, got {type(raw).__name__}")
+    own = {a: _parse_spec(raw[a], f"{where}.{a}", action=a) for a in ACTIONS if a in raw}
+    default = None
+    if "type" in raw or set(raw) - set(ACTIONS):
+        default = _parse_spec({k: v for k, v in raw.items() if k not in ACTIONS}, where)
+    return ProviderChoice(default, own.get("reset"), own.get("replace"))
+
+
+# --- derived forms ------------------------------------------------------------------------
+def _spec_schema(*, with_actions: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {"type": {"type": "string", "enum": [t.value for t in ProviderType],
+                                      "description": "The provider; its settings go in the field of the same name."}}
+    for kind in KINDS.values():
+        s: dict[str, Any] = {"type": "object", "description": kind.description,
+                             "properties": {x.name: x.schema() for x in kind.settings}}
+        required = [x.name for x in kind.settings if x.required]
+        if required:
+            s["required"] = required
+        props[kind.type.value] = s
+    rules = [{"rule": f"!has(self.{k.type.value}) || (has(self.type) && self.type == '{k.type.value}')",
+              "message": f"{k.type.value} settings apply to type {k.type.value} only"} for k in KINDS.values()]
+    rules += [{"rule": f"!has(self.type) || self.type != '{k.type.value}' || has(self.{k.type.value})",
+               "message": f"type {k.type.value} needs its settings in the field {k.type.value} "
+                          f"({', '.join(x.name for x in k.settings if x.required)} required)"}
+              for k in KINDS.values() if any(x.required for x in k.settings)]
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if with_actions:
+        for action in ACTIONS:
+            able = [k.type.value for k in KINDS.values() if action in k.actions]
+            sub = _spec_schema(with_actions=False)
+            sub["required"] = ["type"]
+            sub["properties"]["type"] = {"type": "string", "enum": able,
+                                         "description": f"The provider that {action}s this pool's nodes."}
+            sub["description"] = f"The provider for {action} (overrides type for this action)."
+            props[action] = sub
+        out["description"] = ("Repair providers: type (and its settings) for every action it supports; reset / "
+                              "replace for one action. No provider: repairs are held, never guessed.")
+    else:
+        rules.append({"rule": "has(self.type)", "message": "type is required"})
+    out["x-kubernetes-validations"] = rules
+    return out
+
+
+def provider_schema() -> dict[str, Any]:
+    """The OpenAPI schema of ``GpuNodePool.spec.provider``."""
+    return _spec_schema(with_actions=True)
+
+
+def rego_data() -> dict[str, Any]:
+    """What the pool policy needs to know about providers."""
+    return {
+        "actions": list(ACTIONS),
+        "types": {k.type.value: {
+            "actions": list(k.actions),
+            "settings": {s.name: {"kind": s.kind, "required": s.required, "values": list(s.values),
+                                  **({"minimum": s.minimum} if s.minimum is not None else {})}
+                         for s in k.settings},
+        } for k in KINDS.values()},
+    }
+
+
+def rego_module() -> str:
+    """``policies/lib/providers.rego``: the data above as a Rego module (a test keeps the file equal)."""
+    body = json.dumps(rego_data(), indent="\t", sort_keys=True)
+    return ("# METADATA\n"
+            "# title: Repair provider types (generated)\n"
+            "# description: |\n"
+            "#   Generated from autoclusters/deploy/providers.py by `make manifests`; do not edit.\n"
+            "#   tests/unit/policy/test_provider_parity.py keeps this file equal to the Python.\n"
+            "package autoclusters.lib.providers\n\n"
+            f"providers := {body}\n")
+
+
+if __name__ == "__main__":
+    print(rego_module(), end="")

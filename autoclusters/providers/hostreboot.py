@@ -1,0 +1,178 @@
+"""The host-reboot provider: resets a node by rebooting its host from a short-lived Job.
+
+The reset of any cluster (bare metal, a cloud without an API integration, the reset step
+anywhere): one Job per operation, in the controller's namespace, pinned to the node.
+
+- ``spec.nodeName`` pins the pod: the scheduler is bypassed, so the cordon the repair put on
+  the node does not keep it off; ``tolerations: [{operator: Exists}]`` lets it past every
+  taint (the maintenance taint, ``node.kubernetes.io/unschedulable``, the NoExecute taints a
+  NotReady node gets, and whatever taints the GPU node already carries).
+- ``hostPID: true`` + ``privileged: true``: the container joins the host's PID namespace and
+  may ``setns`` into PID 1's namespaces; ``nsenter --target 1 --mount --uts --ipc --net --pid
+  -- sh -c 'systemctl reboot || reboot'`` then asks the host's init for a clean reboot (systemd
+  stops the kubelet and the services in order), or runs ``reboot`` where there is no systemd.
+  The command returns as soon as the reboot is queued, so the Job completes before the host
+  goes down.
+- ``backoffLimit: 0``: a reboot is never retried by the Job controller (a second reboot would
+  be a second reset); ``activeDeadlineSeconds`` stops a Job that never ran.
+
+Success = the node reports a new ``bootID`` and is Ready again within ``timeoutSeconds`` of
+the operation's start; the Job is then deleted. Failure = the Job failed (kept one day for its
+log) or the timeout (the Job is deleted so it cannot reboot the node later). The Job's name
+derives from the operation id, so ``drive`` after a controller restart finds the Job it
+created instead of starting a second reboot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+from autoclusters.clock import Clock, parse_iso
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.base import NodeLookup, ProviderError
+
+COMPONENT = "autoclusters-host-reboot"
+REBOOT_COMMAND = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
+                  "sh", "-c", "systemctl reboot || reboot")
+FAILED_JOB_TTL_SECONDS = 86400  # a failed Job stays a day for its log; a succeeded one is deleted at once
+
+
+def boot_id(node: dict[str, Any] | None) -> str:
+    return str((((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
+
+
+def job_name(op: Operation) -> str:
+    return f"host-reboot-{hashlib.sha256(op.id.encode()).hexdigest()[:16]}"
+
+
+def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names) -> dict[str, Any]:
+    """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
+    labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
+    annotations = {f"remediation.{names.domain}/operation": op.id, f"remediation.{names.domain}/node": node}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(op), "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(timeout)),
+            "ttlSecondsAfterFinished": FAILED_JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "nodeName": node,
+                    "hostPID": True,
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 5,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{
+                        "name": "reboot",
+                        "image": image,
+                        "command": list(REBOOT_COMMAND),
+                        "securityContext": {"privileged": True},
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                      "limits": {"memory": "64Mi"}},
+                    }],
+                },
+            },
+        },
+    }
+
+
+def _job_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return c
+    return None
+
+
+class HostRebootProvider:
+    name = "hostReboot"
+
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
+                 timeout: float = 600) -> None:
+        if not image:
+            raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "
+                                "image (start it with --provider-image)")
+        self._kube = kube
+        self._clock = clock
+        self._names = names
+        self.namespace = namespace
+        self.image = image
+        self.timeout = timeout
+
+    def _path(self, op: Operation | None = None) -> str:
+        base = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
+        return f"{base}/{job_name(op)}" if op else base
+
+    def _where(self, op: Operation) -> str:
+        return f"Job {self.namespace}/{job_name(op)}"
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        return ""
+
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        return ""
+
+    def _job(self, op: Operation) -> dict[str, Any] | None:
+        try:
+            return self._kube.get(self._path(op))
+        except NotFound:
+            return None
+
+    def _delete(self, op: Operation) -> None:
+        with contextlib.suppress(NotFound):
+            self._kube.delete(self._path(op), {"propagationPolicy": "Background"})
+
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        if op.action != RepairAction.RESET:
+            raise ProviderError("the hostReboot provider resets nodes only; name another provider for replace")
+        if self._job(op) is not None:
+            return  # created earlier (maybe by a controller that crashed since): never a second reboot
+        with contextlib.suppress(NotFound):
+            current = self._kube.get_node(node)
+            if boot_id(current) not in ("", op.boot_id_before):
+                return  # the host already rebooted for this operation; its Job was cleaned up
+        with contextlib.suppress(Conflict):
+            self._kube.create(self._path(), reboot_job(op, node, self.namespace, self.image, self.timeout,
+                                                       self._names))
+
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        if op.action != RepairAction.RESET:
+            return ProviderView(ProviderState.FAILED, "the hostReboot provider cannot replace a node")
+        current = lookup(node)
+        if current is None:
+            return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its host reboot")
+        if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
+            self._delete(op)
+            return ProviderView(ProviderState.SUCCEEDED)
+        job = self._job(op)
+        if job is None:
+            return ProviderView(ProviderState.NOT_STARTED)
+        failed = _job_condition(job, "Failed")
+        if failed is not None:
+            return ProviderView(ProviderState.FAILED, (
+                f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
+                f"{failed.get('message', '').rstrip('.')}); see `kubectl -n {self.namespace} logs job/{job_name(op)}` "
+                f"and `kubectl -n {self.namespace} describe job {job_name(op)}` (kept "
+                f"{FAILED_JOB_TTL_SECONDS // 3600}h)"))
+        started = parse_iso((job.get("metadata") or {}).get("creationTimestamp")) or op.started
+        deadline = started + timedelta(seconds=self.timeout)
+        now = self._clock.now()
+        if now >= deadline:
+            done = _job_condition(job, "Complete") is not None
+            self._delete(op)
+            what = ("the reboot command ran, but the node did not come back" if done
+                    else "the reboot Job did not complete")
+            return ProviderView(ProviderState.FAILED, (
+                f"{what}: node {node} was not Ready with a new boot id {int(self.timeout)}s after {self._where(op)} "
+                "started; the Job was deleted; look at the host's console (BMC) and `kubectl describe node "
+                f"{node}`"))
+        return ProviderView(ProviderState.RUNNING, next_check=min(2.0, (deadline - now).total_seconds()))

@@ -1,0 +1,88 @@
+# METADATA
+# title: Repair provider types (generated)
+# description: |
+#   Generated from autoclusters/deploy/providers.py by `make manifests`; do not edit.
+#   tests/unit/policy/test_provider_parity.py keeps this file equal to the Python.
+package autoclusters.lib.providers
+
+providers := {
+	"actions": [
+		"reset",
+		"replace"
+	],
+	"types": {
+		"clusterapi": {
+			"actions": [
+				"reset",
+				"replace"
+			],
+			"settings": {
+				"version": {
+					"kind": "enum",
+					"required": false,
+					"values": [
+						"v1beta1",
+						"v1beta2"
+					]
+				}
+			}
+		},
+		"command": {
+			"actions": [
+				"reset",
+				"replace"
+			],
+			"settings": {
+				"command": {
+					"kind": "strings",
+					"required": true,
+					"values": []
+				},
+				"timeoutSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": []
+				}
+			}
+		},
+		"hostReboot": {
+			"actions": [
+				"reset"
+			],
+			"settings": {
+				"image": {
+					"kind": "string",
+					"required": false,
+					"values": []
+				},
+				"timeoutSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": []
+				}
+			}
+		},
+		"simulated": {
+			"actions": [
+				"reset",
+				"replace"
+			],
+			"settings": {
+				"replaceSeconds": {
+					"kind": "integer",
+					"minimum": 0,
+					"required": false,
+					"values": []
+				},
+				"resetSeconds": {
+					"kind": "integer",
+					"minimum": 0,
+					"required": false,
+					"values": []
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,58 @@
+"""Provider type names are written once (autoclusters/deploy/providers.py): the CRD schema,
+the controller's registry of builders and the pool policy's Rego data are proven equal to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoclusters.deploy.crds import pool_schema
+from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderType, rego_data, rego_module
+from autoclusters.policy import opa
+from autoclusters.providers.registry import BUILDERS
+from tests.conftest import tool_missing
+
+POLICIES = Path(__file__).resolve().parents[3] / "policies"
+PYTHON_TYPES = {t.value for t in ProviderType}
+
+
+def _crd_provider() -> dict:
+    return pool_schema()["properties"]["spec"]["properties"]["provider"]
+
+
+def test_generated_rego_module_is_current() -> None:
+    assert (POLICIES / "lib" / "providers.rego").read_text() == rego_module(), (
+        "policies/lib/providers.rego is stale: run `make manifests`")
+
+
+def test_crd_enums_equal_python() -> None:
+    crd = _crd_provider()
+    assert set(crd["properties"]["type"]["enum"]) == PYTHON_TYPES
+    assert set(crd["properties"]) >= PYTHON_TYPES  # one settings object per type
+    for action in ACTIONS:
+        able = {k.type.value for k in KINDS.values() if action in k.actions}
+        assert set(crd["properties"][action]["properties"]["type"]["enum"]) == able
+
+
+def test_every_type_has_a_builder() -> None:
+    assert {t.value for t in BUILDERS} == PYTHON_TYPES == {t.value for t in KINDS}
+
+
+def test_opa_sees_the_same_types_and_actions() -> None:
+    try:
+        opa.opa_binary()
+    except opa.OpaError as e:
+        tool_missing(str(e))
+    value = opa.evaluate("data.autoclusters.lib.providers.providers", {}, {}, policies=POLICIES)
+    assert set(value["types"]) == PYTHON_TYPES
+    assert value == rego_data()
+    assert {t: set(v["actions"]) for t, v in value["types"].items()} == {
+        k.type.value: set(k.actions) for k in KINDS.values()}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS, key=str))
+def test_crd_settings_equal_python(kind: ProviderType) -> None:
+    props = _crd_provider()["properties"][kind.value]
+    assert set(props["properties"]) == {s.name for s in KINDS[kind].settings}
+    assert set(props.get("required", [])) == {s.name for s in KINDS[kind].settings if s.required}
