@@ -9,7 +9,9 @@ from autoclusters import names as n
 from autoclusters.controller.statemachine import (
     HOLD_BREAKER,
     HOLD_CONCURRENCY,
+    HOLD_NO_PROVIDER,
     HOLD_OPT_OUT,
+    HOLD_PROVIDER_REFUSED,
     ConsentMode,
     Cordon,
     Decision,
@@ -27,6 +29,7 @@ from autoclusters.controller.statemachine import (
     PodsView,
     Policy,
     PoolView,
+    ProviderBlock,
     ProviderState,
     ProviderView,
     RepairAction,
@@ -174,6 +177,14 @@ def test_reset_failed_escalates_to_replace_under_the_same_approval() -> None:
     assert n.EVENT_ESCALATED in reasons(d) and n.EVENT_AWAITING_APPROVAL not in reasons(d)
 
 
+def test_a_failed_reset_records_action_failed_then_escalated() -> None:
+    d = run(to_acting(), obs(provider=ProviderView(ProviderState.FAILED, "the reboot Job ns/j failed")))
+    emits = [a for a in d.actions if isinstance(a, Emit)]
+    assert [e.reason for e in emits][:2] == [n.EVENT_FAILED, n.EVENT_ESCALATED]
+    assert emits[0].warning and "reset failed" in emits[0].message and "ns/j failed" in emits[0].message
+    assert d.state and d.state.phase != Phase.FAILED  # the repair goes on as a replacement
+
+
 def test_reset_verify_timeout_escalates() -> None:
     acting = to_acting()
     v = run(acting, obs(provider=ProviderView(ProviderState.SUCCEEDED))).state
@@ -186,6 +197,37 @@ def test_an_escalation_is_not_held_by_concurrency_or_breaker() -> None:
     busy = obs(provider=ProviderView(ProviderState.FAILED), pool=PoolView("pool-a", ConsentMode.AUTO, 1, 5, True))
     d = run(acting, busy)
     assert d.state and d.state.phase == Phase.ACTING
+
+
+NO_PROVIDER = ProviderBlock(RepairAction.RESET, HOLD_NO_PROVIDER,
+                            "no repair provider configured for reset in pool pool-a (spec.provider)")
+
+
+def test_no_provider_reports_the_fault_but_holds_the_repair() -> None:
+    d = run(None, obs(provider_blocks=(NO_PROVIDER,)))
+    assert d.state and d.state.phase == Phase.SCHEDULED and d.state.hold == HOLD_NO_PROVIDER
+    assert EnsureMarked() in d.actions and not any(isinstance(a, Cordon | Drain | DriveProvider) for a in d.actions)
+    blocked = [a for a in d.actions if isinstance(a, Emit) and a.reason == n.EVENT_BLOCKED]
+    assert len(blocked) == 1 and blocked[0].warning and "no repair provider configured" in blocked[0].message
+    again = run(d.state, obs(provider_blocks=(NO_PROVIDER,)))
+    assert again.state == d.state and not any(isinstance(a, Emit) for a in again.actions)  # announced once
+    started = run(d.state, obs())  # a provider was named: the repair starts
+    assert started.state and started.state.phase == Phase.ACTING and Cordon() in started.actions
+
+
+def test_no_provider_under_propose_holds_after_the_approval() -> None:
+    waiting = run(None, obs(ConsentMode.PROPOSE, provider_blocks=(NO_PROVIDER,))).state
+    assert waiting and waiting.phase == Phase.AWAITING_APPROVAL
+    d = run(waiting, obs(ConsentMode.PROPOSE, node=node(approved=True), provider_blocks=(NO_PROVIDER,)))
+    assert d.state and d.state.phase == Phase.SCHEDULED and d.state.hold == HOLD_NO_PROVIDER
+
+
+def test_a_block_for_one_action_does_not_hold_the_other() -> None:
+    refused = ProviderBlock(RepairAction.REPLACE, HOLD_PROVIDER_REFUSED, "not a simulated node")
+    assert run(None, obs(provider_blocks=(refused,))).state.phase == Phase.ACTING  # type: ignore[union-attr]
+    d = run(to_acting(), obs(provider=ProviderView(ProviderState.FAILED, "x"), provider_blocks=(refused,)))
+    assert d.state and d.state.action == RepairAction.REPLACE and d.state.hold == HOLD_PROVIDER_REFUSED
+    assert d.state.phase == Phase.SCHEDULED
 
 
 # --- replacement --------------------------------------------------------------------------

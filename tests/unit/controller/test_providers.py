@@ -1,0 +1,161 @@
+"""Providers without a cluster: the host-reboot Job's shape and life, the simulated provider's
+refusal of real nodes, the registry's checks of what only the controller can judge."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
+from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
+from autoclusters.kube import Conflict, NotFound
+from autoclusters.names import Names
+from autoclusters.providers import ProviderError
+from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
+from autoclusters.providers.registry import BuildContext, build_provider
+from autoclusters.providers.simulated import SimulatedProvider
+from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+
+NAMES = Names()
+
+
+class FakeKube:
+    """Objects by path; enough of the client for the providers (get, create, delete, get_node)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.clock = clock
+        self.creates = 0
+
+    def get(self, path: str, **_: Any) -> dict[str, Any]:
+        if path not in self.objects:
+            raise NotFound(path)
+        return copy.deepcopy(self.objects[path])
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self.get(f"/api/v1/nodes/{name}")
+
+    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        full = f"{path}/{body['metadata']['name']}"
+        if full in self.objects:
+            raise Conflict(full)
+        self.creates += 1
+        obj = copy.deepcopy(body)
+        obj["metadata"]["creationTimestamp"] = utc_iso(self.clock.now())
+        self.objects[full] = obj
+        return copy.deepcopy(obj)
+
+    def delete(self, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        if path not in self.objects:
+            raise NotFound(path)
+        return self.objects.pop(path)
+
+
+def gpu_node(name: str, boot: str = "boot-1", ready: bool = True, kwok: bool = False) -> dict[str, Any]:
+    ann = {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE} if kwok else {}
+    return {"metadata": {"name": name, "annotations": ann},
+            "status": {"nodeInfo": {"bootID": boot},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+@pytest.fixture
+def env() -> tuple[FakeClock, FakeKube, HostRebootProvider, Operation]:
+    clock = FakeClock()
+    kube = FakeKube(clock)
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1")
+    provider = HostRebootProvider(kube, clock, NAMES, namespace="autoclusters-system", image="img:1", timeout=60)
+    op = Operation("n1-abc-1", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
+    return clock, kube, provider, op
+
+
+def _job_path(op: Operation) -> str:
+    return f"/apis/batch/v1/namespaces/autoclusters-system/jobs/{job_name(op)}"
+
+
+def test_reboot_job_is_pinned_privileged_and_never_retried() -> None:
+    op = Operation("rec-1", RepairAction.RESET, FakeClock().now())
+    job = reboot_job(op, "gpu-7", "ns", "img:1", 600, NAMES)
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 600
+    assert pod["nodeName"] == "gpu-7" and pod["hostPID"] is True and pod["restartPolicy"] == "Never"
+    assert pod["tolerations"] == [{"operator": "Exists"}]  # the maintenance taint, the cordon, NotReady
+    container = pod["containers"][0]
+    assert container["securityContext"] == {"privileged": True} and container["image"] == "img:1"
+    assert container["command"] == list(REBOOT_COMMAND) and container["command"][:3] == ["nsenter", "--target", "1"]
+    assert job["metadata"]["annotations"]["remediation.autoclusters.io/operation"] == "rec-1"
+    assert job_name(op) == reboot_job(op, "other", "ns", "x", 1, NAMES)["metadata"]["name"]  # from the op id
+
+
+def test_drive_creates_one_job_per_operation(env) -> None:
+    _clock, kube, provider, op = env
+    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.NOT_STARTED
+    provider.drive(op, "n1", "p")
+    provider.drive(op, "n1", "p")  # a retry, or a restarted controller: the same Job
+    assert kube.creates == 1 and _job_path(op) in kube.objects
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+
+
+def test_new_boot_id_and_ready_succeeds_and_deletes_the_job(env) -> None:
+    _clock, kube, provider, op = env
+    provider.drive(op, "n1", "p")
+    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2", ready=False)
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING  # rebooted, not Ready yet
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
+    assert _job_path(op) not in kube.objects
+    provider.drive(op, "n1", "p")  # after the cleanup a late drive does not reboot again
+    assert kube.creates == 1
+
+
+def test_a_failed_job_fails_the_reset_and_says_where_to_look(env) -> None:
+    _clock, kube, provider, op = env
+    provider.drive(op, "n1", "p")
+    kube.objects[_job_path(op)]["status"] = {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the "
+         "specified backoff limit"}]}
+    view = provider.progress(op, "n1", "p", lambda n: kube.objects.get(f"/api/v1/nodes/{n}"))
+    assert view.state == ProviderState.FAILED
+    assert f"autoclusters-system/{job_name(op)}" in view.message and "BackoffLimitExceeded" in view.message
+    assert f"kubectl -n autoclusters-system logs job/{job_name(op)}" in view.message
+    assert _job_path(op) in kube.objects  # kept for its log
+
+
+def test_timeout_fails_and_deletes_the_job(env) -> None:
+    clock, kube, provider, op = env
+    provider.drive(op, "n1", "p")
+    clock.advance(61)
+    view = provider.progress(op, "n1", "p", lambda n: kube.objects.get(f"/api/v1/nodes/{n}"))
+    assert view.state == ProviderState.FAILED and "60s" in view.message and "BMC" in view.message
+    assert _job_path(op) not in kube.objects  # it cannot reboot the node later
+
+
+def test_host_reboot_needs_an_image() -> None:
+    clock = FakeClock()
+    with pytest.raises(ProviderError, match=r"provider\.hostReboot\.image"):
+        HostRebootProvider(FakeKube(clock), clock, NAMES, namespace="ns", image="")
+
+
+def test_simulated_provider_refuses_nodes_the_simulator_does_not_manage() -> None:
+    clock = FakeClock()
+    provider = SimulatedProvider(FakeKube(clock), clock, NAMES)  # type: ignore[arg-type]
+    assert provider.refusal(gpu_node("kwok-1", kwok=True)) == ""
+    why = provider.refusal(gpu_node("dgx-042"))
+    assert "dgx-042" in why and KWOK_NODE_ANNOTATION in why and "simulated provider" in why
+
+
+def test_registry_builds_each_type_and_refuses_what_only_the_controller_can_judge() -> None:
+    clock = FakeClock()
+    ctx = BuildContext(FakeKube(clock), clock, NAMES, image="img:1")  # type: ignore[arg-type]
+    for raw in ({"type": "simulated"}, {"type": "clusterapi"}, {"type": "hostReboot"},
+                {"type": "command", "command": {"command": ["true"]}}):
+        spec = parse_provider_choice(raw).default
+        assert spec is not None and build_provider(spec, ctx).name == raw["type"]
+    missing = ProviderSpec(ProviderType.COMMAND, {"command": ["/nonexistent/fix-node"], "timeoutSeconds": 5})
+    with pytest.raises(ProviderError, match=r"provider.command.command\[0\] '/nonexistent/fix-node'"):
+        build_provider(missing, ctx)
+
