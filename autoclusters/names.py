@@ -25,7 +25,7 @@ _PREFIX_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,30}$")
 _QUALIFIED_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
-# Condition reasons (SPEC section 2). They do not depend on the domain.
+# Condition reasons (docs/contract.md, "Names"). They do not depend on the domain.
 REASON_XID = "NvidiaXIDError"
 REASON_SXID = "NvidiaSXIDError"
 REASON_DCGM = "NvidiaDCGMError"
@@ -34,7 +34,7 @@ REASON_NO_GPU_FAULT = "NoGpuFaultDetected"
 REASON_INTERCONNECT = "InterconnectError"
 REASON_NO_INTERCONNECT_FAULT = "NoInterconnectFaultDetected"
 
-# Event reasons (SPEC section 4).
+# Event reasons (docs/contract.md, "Events"; tests/unit/test_contract_doc.py keeps them equal).
 EVENT_REQUIRED = "MaintenanceRequired"
 EVENT_AWAITING_APPROVAL = "MaintenanceAwaitingApproval"
 EVENT_APPROVED = "MaintenanceApproved"

@@ -1,4 +1,4 @@
-"""Platform overhead of the remediation controller (SPEC section 8), on a running cluster.
+"""Platform overhead of the remediation controller (docs/contract.md, "Targets"), on a running cluster.
 
     python benchmarks/controller_overhead.py --kubeconfig $(autoclusters dev kubeconfig --name NAME) \\
         --nodes 1000 --faults 50

@@ -1,8 +1,8 @@
 """Runs components against Pulumi's mock engine and records what they register.
 
 The unit tests read the records to check what a component creates; the manifest renderer
-(``tools/render_manifests.py``) turns the same records back into YAML, so ``manifests/`` is
-generated from the components themselves.
+(``components/render.py``, ``make manifests``) turns the same records back into YAML, so
+``manifests/`` is generated from the components themselves.
 """
 
 from __future__ import annotations

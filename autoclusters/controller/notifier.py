@@ -1,4 +1,4 @@
-"""Where a failed repair is announced besides the node's events (SPEC: a configurable notifier)."""
+"""Where a failed repair is announced besides the node's events (docs/contract.md, "When a repair does not work")."""
 
 from __future__ import annotations
 

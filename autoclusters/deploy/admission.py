@@ -1,7 +1,7 @@
 """Admission objects: the CEL floor (ValidatingAdmissionPolicy + binding), the webhook
 configuration, and the webhook's RBAC, all generated from ``Names``.
 
-Two layers enforce the maintenance-label contract (SPEC sections 4 and 7):
+Two layers enforce the maintenance-label contract (docs/contract.md, "Admission rules"):
 
 - The ValidatingAdmissionPolicy runs inside the API server, needs no network hop and
   holds when the webhook is down. It exempts the controller identities with a

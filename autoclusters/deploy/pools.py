@@ -36,7 +36,7 @@ class PoolConfigError(ValueError):
 
 
 class ConsentMode(enum.StrEnum):
-    """Who decides when a repair starts (SPEC section 3)."""
+    """Who decides when a repair starts (docs/contract.md, "Pools and consent modes")."""
 
     AUTO = "auto"
     PROPOSE = "propose"

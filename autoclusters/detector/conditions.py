@@ -1,9 +1,9 @@
 """What the node's fault conditions should say, derived from the tracker's state.
 
-Reasons and messages follow SPEC section 2 word for word, and every message is one that
-``Catalog.fault_from_condition`` reads back to the same fault class and code (a unit
-test checks this for every catalogued code), because that is how the controller learns
-which fault to repair.
+Reasons and messages are those of docs/contract.md ("Names") word for word, and every
+message is one that ``Catalog.fault_from_condition`` reads back to the same fault class
+and code (a unit test checks this for every catalogued code), because that is how the
+controller learns which fault to repair.
 """
 
 from __future__ import annotations

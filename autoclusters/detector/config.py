@@ -1,4 +1,4 @@
-"""The agent's settings; SPEC durations are defaults here and tests shorten them here."""
+"""The agent's settings; the durations of docs/contract.md are defaults here and tests shorten them here."""
 
 from __future__ import annotations
 

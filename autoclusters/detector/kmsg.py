@@ -27,10 +27,6 @@ class KernelLogFileSource:
         self._inode: int | None = None
         self._partial = b""
 
-    def rewind(self) -> None:
-        """Read the file from its start again (after a simulated reboot the spool is new)."""
-        self._offset, self._inode, self._partial = 0, None, b""
-
     def poll(self) -> Poll:
         try:
             st = os.stat(self.path)

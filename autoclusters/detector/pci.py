@@ -50,12 +50,6 @@ class GpuIndex:
         key = normalize(bus_id)
         return None if key is None else self._by_bus.get(key)
 
-    def bus_of(self, index: int) -> str | None:
-        for bus, idx in self._by_bus.items():
-            if idx == index:
-                return bus
-        return None
-
     def subject(self, bus_id: str) -> str:
         """``GPU 3``, or ``GPU PCI:0000:3b:00`` when the index is not known."""
         idx = self.index_of(bus_id)

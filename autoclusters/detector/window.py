@@ -71,7 +71,3 @@ class FaultTracker:
         """Faults still inside the window."""
         return [a for a in self.active.values() if now - a.first_seen < self.window_s]
 
-    def next_deadline(self, now: float) -> float | None:
-        """When the next pending fault leaves the window (to wake up on time)."""
-        times = [a.first_seen + self.window_s for a in self.pending(now)]
-        return min(times) if times else None

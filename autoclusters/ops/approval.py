@@ -136,13 +136,10 @@ def approve_nodes(kube: Kube, names: Names, nodes: list[str], *, dry_run: bool =
     return _in_parallel(lambda n: _approve(kube, names, n, None, pool_of, dry_run=dry_run), unique)
 
 
-def pool_members_needing_repair(kube: Kube, names: Names, pool: str) -> tuple[bool, list[JSON]]:
-    """Whether the pool exists, and its nodes that carry the required label (sorted by name)."""
-    exists, members, _ = _pool_members(kube, names, pool)
-    return exists, members
-
-
-def _pool_members(kube: Kube, names: Names, pool: str) -> tuple[bool, list[JSON], Callable[[JSON], str]]:
+def pool_members_needing_repair(kube: Kube, names: Names,
+                                pool: str) -> tuple[bool, list[JSON], Callable[[JSON], str]]:
+    """Whether the pool exists, its nodes that carry the required label (sorted by name), and the
+    membership rule they were judged by."""
     pools = res.list_pools(kube, names)
     pool_of, _ = res.pool_reader(pools, names)  # every pool: another pool's selector may claim a node
     due = kube.list_nodes(label_selector=f"{names.maintenance_required}=true")
@@ -162,7 +159,7 @@ def approve_pool(kube: Kube, names: Names, pool: str, *, dry_run: bool = False) 
     The nodes are judged as the list returned them (one request), then patched with that
     resourceVersion; only a node that changed in between is read again.
     """
-    exists, members, pool_of = _pool_members(kube, names, pool)
+    exists, members, pool_of = pool_members_needing_repair(kube, names, pool)
     results = _in_parallel(lambda n: _approve(kube, names, str(n["metadata"]["name"]), n, pool_of, dry_run=dry_run),
                            members)
     return PoolApproval(pool, exists, results)

@@ -1,4 +1,4 @@
-"""Changing a pool's consent mode from a terminal (SPEC section 3: Pulumi, git, or a CLI).
+"""Changing a pool's consent mode from a terminal (docs/contract.md, "Pools and consent modes": Pulumi, git, or a CLI).
 
 The change is a merge patch of ``spec.consentMode`` alone, so nothing else in the pool object
 moves. The controller applies it to its next decision: a repair already started completes;

@@ -1,4 +1,4 @@
-"""Node lifecycle backends: how a node is reset or replaced (SPEC section 6).
+"""Node lifecycle backends: how a node is reset or replaced (docs/contract.md, "Providers").
 
 Each provider is driven by the controller with one ``Operation`` at a time and must keep
 two promises: ``drive`` is idempotent for an operation id (calling it again after a crash

@@ -1,7 +1,7 @@
 # METADATA
 # title: maintenance label rules
 # description: |
-#   The label contract of SPEC section 4 as pure functions of the labels before and
+#   The label contract (docs/contract.md, "Admission rules") as pure functions of the labels before and
 #   after a change and of who asks. Adapters (admission, manifests) only extract these
 #   arguments; every decision is made here, so the webhook and the GitOps checks can
 #   never disagree. Each violation is {"rule": id, "msg": text}.

@@ -1,4 +1,4 @@
-"""The repair flow against the real control plane (SPEC sections 3-5), durations shortened by flags."""
+"""The repair flow against the real control plane (docs/contract.md), durations shortened by flags."""
 
 from __future__ import annotations
 

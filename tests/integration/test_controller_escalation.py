@@ -1,4 +1,4 @@
-"""Escalation and failure (SPEC section 4): failed reset, refault, repeated fault, failed replacement."""
+"""Escalation and failure (docs/contract.md): failed reset, refault, repeated fault, failed replacement."""
 
 from __future__ import annotations
 
