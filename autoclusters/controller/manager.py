@@ -65,7 +65,8 @@ class Controller:
         c = self.config
         policy = Policy(verify_timeout_seconds=c.verify_timeout_seconds,
                         operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,
-                        hold_recheck_seconds=c.hold_recheck_seconds)
+                        hold_recheck_seconds=c.hold_recheck_seconds,
+                        approval_label=self.names.maintenance_approved)
         self.reconciler = Reconciler(kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,

@@ -9,7 +9,7 @@ operator tools.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoclusters.controller.statemachine import ConsentMode, Policy, RepairAction
@@ -50,12 +50,10 @@ class Pool:
 
     def policy(self, base: Policy) -> Policy:
         c = self.config
-        return Policy(
-            reset_drain_seconds=c.reset_deadline_seconds, replace_drain_seconds=c.replace_deadline_seconds,
+        return replace(
+            base, reset_drain_seconds=c.reset_deadline_seconds, replace_drain_seconds=c.replace_deadline_seconds,
             refault_window_seconds=c.refault_window_seconds, reset_memory_seconds=c.reset_memory_seconds,
-            max_repairs=c.max_repairs, verify_timeout_seconds=base.verify_timeout_seconds,
-            operation_timeout_seconds=base.operation_timeout_seconds, poll_seconds=base.poll_seconds,
-            hold_recheck_seconds=base.hold_recheck_seconds, pre_drain_wait_seconds=c.pre_drain.wait_seconds,
+            max_repairs=c.max_repairs, pre_drain_wait_seconds=c.pre_drain.wait_seconds,
             acknowledgers=tuple(c.pre_drain.acknowledgers), slinky=c.pre_drain.slinky)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+import autoclusters.controller.messages as words
 from autoclusters import names as n
 
 
@@ -233,6 +234,7 @@ class Policy:
     pre_drain_wait_seconds: float = 120  # the longest wait after the warning before eviction
     acknowledgers: tuple[str, ...] = ()  # node-level preparers the wait is for (e.g. "slurm")
     slinky: bool = False  # the warning also writes Slinky's node-cordon-reason (before the cordon)
+    approval_label: str = n.Names().maintenance_approved  # the label the approval message tells users to add
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -347,10 +349,6 @@ def _to(s: RepairState, phase: Phase, now: datetime, message: str, **changes: ob
     return replace(s, phase=phase, steps=steps, message=message, hold="", **changes)  # type: ignore[arg-type]
 
 
-def _fault_text(f: Fault) -> str:
-    return f"{f.reason}: {f.message.rstrip('.')}" if f.message else f.reason
-
-
 def drain_reason(f: Fault, record: str) -> str:
     """The warning's reason: the fault and the record, e.g.
     ``GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation a100-0-1f2e3d4c)``."""
@@ -373,7 +371,7 @@ def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decis
     f, pool = o.fault, o.pool
     base = RepairState(name=record_name, node=o.node.name, pool=pool.name, consent_mode=pool.mode, fault=f,
                        phase=Phase.SCHEDULED, action=o.fault_action, created=now)
-    required = Emit(n.EVENT_REQUIRED, f"{_fault_text(f)} Consent mode {pool.mode}.", warning=True)
+    required = Emit(n.EVENT_REQUIRED, words.required(f, pool.name, pool.mode), warning=True)
     if o.history.started_in_window >= p.max_repairs:
         msg = (f"{o.history.started_in_window} repairs started within the attempt-budget window "
                f"(limit {p.max_repairs}); not repairing again: a human must look at this node")
@@ -394,17 +392,17 @@ def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decis
     if action == RepairAction.RESET and since_reset is not None and h.last_reset_fault is not None \
             and since_reset <= p.reset_memory_seconds and h.last_reset_fault.fault_class == f.fault_class:
         action = RepairAction.REPLACE
-        why = f" The node was reset {int(since_reset)}s ago for a {f.fault_class} fault: replacing directly."
+        why = f"The node was reset {int(since_reset)}s ago for a {f.fault_class} fault, so it is replaced directly."
     base = replace(base, action=action)
     if pool.mode == ConsentMode.PROPOSE and not o.node.approved:
-        msg = f"{action} proposed for {_fault_text(f)}.{why} Waiting for the approval label."
+        msg = words.awaiting_approval(action, o.node.name, p.approval_label, why)
         s = _to(base, Phase.AWAITING_APPROVAL, now, msg)
         return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_AWAITING_APPROVAL, msg)))
     if pool.mode == ConsentMode.PROPOSE:
-        msg = f"{action} approved for {_fault_text(f)}.{why}"
+        msg = words.approved(action, p.approval_label, by_label=True, why=why)
         s = _to(base, Phase.SCHEDULED, now, msg, approved=True)
         return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_APPROVED, msg)))
-    msg = f"{action} scheduled to start at {now.strftime('%Y-%m-%dT%H:%M:%SZ')}.{why}"
+    msg = words.scheduled(action, now.strftime('%Y-%m-%dT%H:%M:%SZ'), why)
     s = _to(base, Phase.SCHEDULED, now, msg, approved=o.node.approved)
     return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_SCHEDULED, msg)))
 
@@ -431,8 +429,7 @@ def _awaiting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decis
         return gone
     assert o.pool is not None
     if o.node.approved or o.pool.mode == ConsentMode.AUTO:
-        who = "approval label" if o.node.approved else "consent mode changed to auto"
-        msg = f"{s.action} approved ({who}) for {_fault_text(s.fault)}"
+        msg = words.approved(s.action, p.approval_label, by_label=o.node.approved)
         return Decision(_to(s, Phase.SCHEDULED, now, msg, approved=o.node.approved),
                         (Emit(n.EVENT_APPROVED, msg),))
     return Decision(s, (EnsureMarked(),))
@@ -464,9 +461,7 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
                              warning=hold in (HOLD_OPT_OUT, *PROVIDER_HOLDS)),)
         return Decision(replace(s, hold=hold, message=why), actions, p.hold_recheck_seconds)
     deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
-    msg = f"{s.action} started: cordoned, draining (pods left after {int(deadline)}s are deleted)"
-    if s.escalated and s.started:
-        msg = f"replacement started after the failed reset: draining (deadline {int(deadline)}s)"
+    msg = words.started(s.action, deadline, after_failed_reset=s.escalated and s.started)
     if s.started:
         # an escalation: the workload was warned and evicted for this record already; no second wait
         started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
@@ -555,11 +550,11 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
     assert op is not None and s.verify_started is not None
     if op.action == RepairAction.REPLACE:
         if o.replacement_ready:
-            msg = f"node replaced by {s.replacement_node}, which is Ready in pool {s.pool}"
+            msg = words.replace_succeeded(s.replacement_node, s.pool)
             return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
                             (ClearWarning(), Emit(n.EVENT_SUCCEEDED, msg)))
     elif o.node.exists and o.node.ready and o.node.boot_id != op.boot_id_before and o.fault is None:
-        msg = f"reset done: the node rebooted, is Ready and reports no {s.fault.fault_class} fault"
+        msg = words.reset_succeeded(s.fault.fault_class)
         return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
                         (Unmark(uncordon=not s.node_was_cordoned), Emit(n.EVENT_SUCCEEDED, msg)))
     if now >= s.verify_started + timedelta(seconds=p.verify_timeout_seconds):

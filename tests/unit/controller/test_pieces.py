@@ -75,6 +75,8 @@ def test_pool_policy_and_fault_class_overrides() -> None:
     assert default.mode == ConsentMode.AUTO and default.action_for(xid) == RepairAction.RESET
     assert default.policy(Policy(verify_timeout_seconds=7)).max_repairs == 3
     assert default.policy(Policy(verify_timeout_seconds=7)).verify_timeout_seconds == 7
+    assert default.policy(Policy(approval_label="crusoe.ai/maintenance-approved")).approval_label \
+        == "crusoe.ai/maintenance-approved"
 
 
 def test_selector_expressions() -> None:

@@ -1,0 +1,84 @@
+"""The words of the repair events: what a user reads in ``kubectl describe node``.
+
+Each message is whole sentences, says which repair (a VM reset or a node replacement) and,
+where the user has something to do, exactly what: the approval message names the label and
+value to add, with the installation's domain, and the command that adds it. Pure functions
+of the repair's facts, so the state machine stays free of wording and the tests check every
+message under any brand.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+# The state machine's RepairAction and ConsentMode are StrEnums; their values are used here
+# so that this module does not import the state machine (which imports it).
+_ACTION = {"reset": "VM reset", "replace": "node replacement"}
+
+
+class FaultLike(Protocol):
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+def action_name(action: str) -> str:
+    """``VM reset`` / ``node replacement``."""
+    return _ACTION.get(str(action), str(action))
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def sentence(text: str) -> str:
+    """``text`` ending with one full stop (or the mark it already ends with)."""
+    text = text.strip()
+    return text if not text or text[-1] in ".!?" else f"{text}."
+
+
+def fault_sentence(fault: FaultLike) -> str:
+    """The fault as the node's condition words it (``GPU 3 reported Xid 79 (…).``)."""
+    return sentence(fault.message) if fault.message.strip() else f"The node reports {fault.reason}."
+
+
+def required(fault: FaultLike, pool: str, mode: str) -> str:
+    what = ("it is repaired without waiting for approval" if str(mode) == "auto"
+            else "the repair waits for your approval")
+    return f"Repair needed: {fault_sentence(fault)} Pool {pool} has consent mode {mode}: {what}."
+
+
+def awaiting_approval(action: str, node: str, approval_label: str, why: str = "") -> str:
+    return (f"A {action_name(action)} is proposed.{_why(why)} To approve it, add the label "
+            f"{approval_label}=true to this node: kubectl label node {node} {approval_label}=true")
+
+
+def approved(action: str, approval_label: str, *, by_label: bool, why: str = "") -> str:
+    how = (f"the label {approval_label}=true is on the node" if by_label
+           else "the pool's consent mode changed to auto")
+    return f"{_cap(action_name(action))} approved: {how}.{_why(why)}"
+
+
+def scheduled(action: str, start: str, why: str = "") -> str:
+    return f"{_cap(action_name(action))} scheduled to start at {start}.{_why(why)}"
+
+
+def started(action: str, drain_seconds: float, *, after_failed_reset: bool = False) -> str:
+    lead = "The VM reset did not fix the node; node replacement started" if after_failed_reset \
+        else f"{_cap(action_name(action))} started"
+    return (f"{lead}: the node is cordoned and its pods are evicted "
+            f"(any still running after {int(drain_seconds)}s are deleted).")
+
+
+def reset_succeeded(fault_class: str) -> str:
+    return f"VM reset succeeded: the node rebooted, is Ready and reports no {fault_class} fault."
+
+
+def replace_succeeded(new_node: str, pool: str) -> str:
+    return f"Node replacement succeeded: {new_node} took this node's place and is Ready in pool {pool}."
+
+
+def _why(why: str) -> str:
+    return f" {sentence(why)}" if why.strip() else ""
