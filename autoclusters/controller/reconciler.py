@@ -36,6 +36,7 @@ from autoclusters.controller.statemachine import (
     HOLD_PROVIDER_REFUSED,
     IN_PROGRESS,
     TERMINAL,
+    ClearWarning,
     Decision,
     Fault,
     HistoryView,
@@ -359,12 +360,17 @@ class Reconciler:
         annotations = node["metadata"].get("annotations") or {}
         taints = (node.get("spec") or {}).get("taints") or []
         marked = labels.get(self._names.maintenance_required) is not None or any(
-            t.get("key") == self._names.taint_key for t in taints) or any(
-            k in self._names.warning_annotations or k.startswith(self._names.drain_ack_prefix) for k in annotations)
-        if not marked:
+            t.get("key") == self._names.taint_key for t in taints)
+        warned = any(k in self._names.warning_annotations or k.startswith(self._names.drain_ack_prefix)
+                     for k in annotations)
+        if not (marked or warned):
             return
         if obs is not None and obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":
             return  # a new repair is being decided
+        if not marked:
+            # only the warning's annotations or a late acknowledgement: removed, the cordon untouched
+            self._act.run((ClearWarning(),), name, node, None, None)
+            return
         last = rec.state_of(records[-1]) if records else None
         uncordon = bool(last and last.started and not last.node_was_cordoned)
         self._act.run((Unmark(uncordon=uncordon),), name, node, None, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.pools import ACKNOWLEDGER_PATTERN, PreDrain, PreDrainHook
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
 
@@ -70,20 +71,20 @@ def pool_schema() -> dict[str, Any]:
                            default={}),
         "attemptBudget": _obj({"maxRepairs": _int(1, 3), "windowSeconds": _int(1, 604800)}, default={}),
         "preDrain": _obj({
-            "waitSeconds": {**_int(0, 120), "description": (
+            "waitSeconds": {**_int(0, PreDrain.wait_seconds), "description": (
                 "Longest wait after the warning (node and pod annotations, events, hook) before eviction "
                 "starts; ends early when every acknowledger and every pod labelled drain-wait=true acked.")},
             "acknowledgers": {"type": "array", "default": [], "items": {
-                "type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"},
+                "type": "string", "pattern": ACKNOWLEDGER_PATTERN},
                 "description": "Node-level preparers (e.g. slurm) that ack with the node annotation "
                                "<domain>/drain-ack-<name> = the Remediation's name.",
                 **{"x-kubernetes-list-type": "set"}},
-            "slinky": {"type": "boolean", "default": False,
+            "slinky": {"type": "boolean", "default": PreDrain.slinky,
                        "description": "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning."},
             "hook": _obj({
                 "url": {"type": "string", "pattern": "^https?://\\S+$"},
                 "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-                "timeoutSeconds": _int(1, 10),
+                "timeoutSeconds": _int(1, PreDrainHook.timeout_seconds),
             }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",
                 **{"x-kubernetes-validations": [{
                     "rule": "has(self.url) != has(self.command)",

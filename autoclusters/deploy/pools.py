@@ -66,7 +66,10 @@ class CircuitBreaker:
     min_nodes: int = 0
 
 
-_ACKNOWLEDGER = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+# A pre-drain acknowledger's name: it becomes the annotation key <domain>/drain-ack-<name>.
+# The CRD schema and the pool Rego rule use this same pattern (a unit test compares them).
+ACKNOWLEDGER_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+_ACKNOWLEDGER = re.compile(ACKNOWLEDGER_PATTERN)
 
 
 @dataclass(frozen=True)

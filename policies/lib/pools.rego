@@ -2,7 +2,8 @@
 # title: GpuNodePool rules
 # description: |
 #   Checks on GpuNodePool objects that a CRD schema alone reports poorly in a GitOps
-#   pipeline: the consent mode, the per-class actions and the repair concurrency.
+#   pipeline: the consent mode, the per-class actions, the repair concurrency and the
+#   warning before the drain.
 package autoclusters.lib.pools
 
 import data.autoclusters.lib.providers.providers
@@ -18,7 +19,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("remediation.%s/", [cfg.domain]))
 }
 
-pool_violations(obj, cfg) := (((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj) if {
+pool_violations(obj, cfg) := ((((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj)) | pre_drain_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -78,6 +79,54 @@ _breaker_problems(open, close) := {msg |
 	msg := sprintf("spec.circuitBreaker.closeBelowPercent %v must not exceed openAbovePercent %v", [close, open])
 }
 
+# The warning before the drain: a wait in whole seconds, acknowledgers named as the node
+# annotation they write (<domain>/drain-ack-<name>) needs, and a hook that is a URL or a
+# command, not both.
+pre_drain_violations(obj) := {v |
+	pd := object.get(obj, ["spec", "preDrain"], {})
+	some msg in _pre_drain_problems(pd)
+	v := {"rule": "pool-pre-drain", "msg": msg}
+}
+
+_pre_drain_problems(pd) := (_wait_problems(pd) | _acknowledger_problems(pd)) | _hook_problems(pd)
+
+_wait_problems(pd) := {msg |
+	some w in {w | w := pd.waitSeconds}
+	not _non_negative_int(w)
+	msg := sprintf("spec.preDrain.waitSeconds %v must be an integer of at least 0", [w])
+}
+
+_acknowledger_problems(pd) := {msg |
+	acks := pd.acknowledgers
+	not is_array(acks)
+	msg := sprintf("spec.preDrain.acknowledgers %v must be a list of names", [acks])
+} | {msg |
+	is_array(pd.acknowledgers)
+	some a in pd.acknowledgers
+	not _acknowledger(a)
+	msg := sprintf("spec.preDrain.acknowledgers entry %v must be a lower-case DNS label of at most 40 characters", [a])
+}
+
+_hook_problems(pd) := {msg |
+	hook := pd.hook
+	is_object(hook)
+	_hook_kinds(hook) != 1
+	msg := "spec.preDrain.hook needs exactly one of url or command"
+}
+
+_hook_kinds(hook) := count({k | some k in ["url", "command"]; object.get(hook, k, null) != null})
+
+_acknowledger(a) if {
+	is_string(a)
+	regex.match(`^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$`, a)
+}
+
+_non_negative_int(n) if {
+	is_number(n)
+	n == round(n)
+	n >= 0
+}
+
 _percent(n) if {
 	_positive_int(n)
 	n <= 100
@@ -106,7 +155,7 @@ _type_names := {t | some t, _ in providers.types}
 
 _provider_problems(p) := {"spec.provider must be an object"} if {
 	not is_object(p)
-} else := (({msg |
+} else := ({msg |
 	some key, _ in p
 	not key in (({"type"} | _type_names) | {a | some a in providers.actions})
 	msg := sprintf("spec.provider has unknown key %v", [key])
@@ -114,7 +163,7 @@ _provider_problems(p) := {"spec.provider must be an object"} if {
 	some action in providers.actions
 	sub := p[action]
 	some msg in _action_problems(sub, action)
-})
+}
 
 _action_problems(sub, action) := {sprintf("spec.provider.%s must be an object with a type", [action])} if {
 	not is_object(sub)

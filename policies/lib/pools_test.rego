@@ -89,3 +89,16 @@ test_providers_invalid if {
 	msgs(pool({"provider": {"reset": "hostReboot"}})) == {"spec.provider.reset must be an object with a type"}
 	msgs(pool({"provider": {"reset": {}}})) == {"spec.provider.reset.type is required"}
 }
+
+test_pre_drain if {
+	rules(pool({"preDrain": {"waitSeconds": 0, "acknowledgers": ["slurm"], "slinky": true, "hook": {"url": "https://h.example/x"}}})) == set()
+	rules(pool({"preDrain": {"hook": {"command": ["/bin/notify"]}}})) == set()
+	every w in [-1, 1.5, "120"] {
+		rules(pool({"preDrain": {"waitSeconds": w}})) == {"pool-pre-drain"}
+	}
+	every acks in ["slurm", ["Slurm"], ["-x"], [1]] {
+		rules(pool({"preDrain": {"acknowledgers": acks}})) == {"pool-pre-drain"}
+	}
+	rules(pool({"preDrain": {"hook": {}}})) == {"pool-pre-drain"}
+	rules(pool({"preDrain": {"hook": {"url": "https://h.example/x", "command": ["/bin/x"]}}})) == {"pool-pre-drain"}
+}

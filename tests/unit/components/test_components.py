@@ -269,3 +269,19 @@ def test_the_example_dev_stack_is_a_propose_pool_of_two_simulated_a100_nodes():
     assert _one(mocks, "GpuNodePool")["spec"]["consentMode"] == "propose"
     client = _one(mocks, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
     assert client["url"] == "https://127.0.0.1:9443/validate"
+
+
+def test_stack_program_carries_the_pre_drain_settings_to_the_pool_object():
+    from components import stack
+
+    mocks = record(stack.program, RecordingMocks(issue), config={
+        "autoclusters:local": "true",
+        "autoclusters:kubeconfig": "/tmp/kc",
+        "autoclusters:pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 1},
+                                "preDrain": {"waitSeconds": 240, "acknowledgers": ["slurm"], "slinky": True}}],
+    })
+    assert _one(mocks, "GpuNodePool")["spec"]["preDrain"] == {"waitSeconds": 240, "acknowledgers": ["slurm"],
+                                                              "slinky": True}
+    with pytest.raises(PoolConfigError, match=r"pool 'a100': preDrain.acknowledgers entry 'Slurm'"):
+        record(stack.program, config={"autoclusters:pools": [{"name": "a100",
+                                                              "preDrain": {"acknowledgers": ["Slurm"]}}]})

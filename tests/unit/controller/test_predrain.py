@@ -42,7 +42,7 @@ from autoclusters.controller.statemachine import (
     drain_reason,
     transition,
 )
-from autoclusters.deploy.pools import PoolConfigError, PreDrainHook, gpu_node_pool_object, pool_from_config
+from autoclusters.deploy.pools import PoolConfigError, PreDrain, PreDrainHook, gpu_node_pool_object, pool_from_config
 from autoclusters.names import Names
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -416,3 +416,16 @@ def test_clearing_removes_the_warning_every_ack_and_our_slinky_reason() -> None:
     kube.node["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC, NAMES.drain_ack("old"): "r0"})
     act.run((ClearWarning(),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"] == {"other.io/keep": "x"}
+
+
+def test_the_acknowledger_rule_is_one_pattern_in_parser_crd_and_rego() -> None:
+    from pathlib import Path
+
+    from autoclusters.deploy.crds import pool_schema
+    from autoclusters.deploy.pools import ACKNOWLEDGER_PATTERN
+
+    schema = pool_schema()["properties"]["spec"]["properties"]["preDrain"]["properties"]
+    assert schema["acknowledgers"]["items"]["pattern"] == ACKNOWLEDGER_PATTERN
+    assert schema["waitSeconds"]["default"] == PreDrain().wait_seconds
+    rego = (Path(__file__).resolve().parents[3] / "policies" / "lib" / "pools.rego").read_text()
+    assert f"regex.match(`{ACKNOWLEDGER_PATTERN}`, a)" in rego
