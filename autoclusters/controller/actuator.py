@@ -22,6 +22,7 @@ from autoclusters import names as n
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller import hook as hooks
+from autoclusters.controller import messages as words
 from autoclusters.controller.notifier import Notifier
 from autoclusters.controller.statemachine import (
     Action,
@@ -183,8 +184,9 @@ class Actuator:
         changed = {k: v for k, v in on_node.items() if annotations.get(k) != v}
         if changed:
             node = self._kube.patch_node(node["metadata"]["name"], {"metadata": {"annotations": changed}})
-        message = (f"node {state.node} will be drained for a {state.action}: eviction starts at "
-                   f"{wanted[self._names.drain_deadline]} at the latest; {action.reason}")
+        message = words.pod_drain_warning(state.node, state.action, wanted[self._names.drain_deadline],
+                                          action.reason, self._names.drain_wait_label, self._names.pod_drain_ack,
+                                          state.name)
         for pod in drainrules.drainable(self._kube.pods_on_node(state.node)):
             meta = pod["metadata"]
             if drainrules.warned_for(pod, self._names.remediation) == state.name or meta.get("deletionTimestamp"):
@@ -206,8 +208,7 @@ class Actuator:
             answer = hooks.call(hook, hooks.payload(state, action.deadline, action.reason))
             log.info("pre-drain hook for %s (%s): %s", state.node, state.name, answer)
         except hooks.HookFailed as e:
-            self._recorder.emit(ref, n.EVENT_HOOK_FAILED,
-                                f"pre-drain hook failed ({e}); the drain goes on at the deadline", warning=True)
+            self._recorder.emit(ref, n.EVENT_HOOK_FAILED, words.hook_failed(str(e)), warning=True)
 
     def cordon(self, node: JSON) -> JSON:
         if (node.get("spec") or {}).get("unschedulable"):

@@ -72,6 +72,33 @@ def started(action: str, drain_seconds: float, *, after_failed_reset: bool = Fal
             f"(any still running after {int(drain_seconds)}s are deleted).")
 
 
+def drain_warning(action: str, deadline: str, wait_seconds: float, reason: str) -> str:
+    """On the node, when the warning goes out."""
+    return (f"Before the {action_name(action)}, this node's workloads are warned: its pods are evicted at "
+            f"{deadline} at the latest ({int(wait_seconds)}s). Reason: {reason}.")
+
+
+def pod_drain_warning(node: str, action: str, deadline: str, reason: str, wait_label: str, ack_key: str,
+                      record: str) -> str:
+    """On each pod of the node: what is coming, and how to answer it."""
+    return (f"Node {node} is drained for a {action_name(action)}: this pod is evicted at {deadline} at the "
+            f"latest (SIGTERM, then its grace period). Reason: {reason}. Save your state now. A pod labelled "
+            f"{wait_label}=true is waited for until it is annotated {ack_key}={record}.")
+
+
+def drain_wait_acknowledged(who: list[str]) -> str:
+    return f"Every acknowledgement the drain waited for arrived ({', '.join(who)}): evicting the pods now."
+
+
+def drain_wait_deadline(pending: list[str]) -> str:
+    return (f"The pre-drain wait reached its deadline without an acknowledgement from {', '.join(pending)}: "
+            "evicting the pods now.")
+
+
+def hook_failed(error: str) -> str:
+    return f"The pool's pre-drain hook failed ({error}). The drain goes on as planned."
+
+
 def reset_succeeded(fault_class: str) -> str:
     return f"VM reset succeeded: the node rebooted, is Ready and reports no {fault_class} fault."
 

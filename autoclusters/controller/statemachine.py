@@ -472,8 +472,7 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
     started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
                   node_was_cordoned=o.node.unschedulable, pre_drain_deadline=evict_by, eviction_started=None)
     reason = drain_reason(s.fault, s.name)
-    warning = (f"{s.action} of this node: eviction starts at {_rfc3339(evict_by)} at the latest "
-               f"({int(wait)}s); {reason}")
+    warning = words.drain_warning(s.action, _rfc3339(evict_by), wait, reason)
     return Decision(started, (Warn(evict_by, reason, slinky=p.slinky, call_hook=True), EnsureMarked(), Cordon(),
                               Emit(n.EVENT_STARTED, msg), Emit(n.EVENT_DRAIN_WARNING, warning)), 0)
 
@@ -506,10 +505,9 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: Policy) ->
     if not waited:  # nobody to wait for: evict at once, no step of its own
         return _evict(replace(s, eviction_started=now), o, now, p)
     if not pending:
-        who = ", ".join([*p.acknowledgers, *(f"pod {pod}" for pod, _ in o.pods.wait_acks)])
-        msg = f"warning acknowledged by {who}; evicting"
+        msg = words.drain_wait_acknowledged([*p.acknowledgers, *(f"pod {pod}" for pod, _ in o.pods.wait_acks)])
     else:
-        msg = f"pre-drain deadline passed without an acknowledgement from {', '.join(pending)}; evicting"
+        msg = words.drain_wait_deadline(pending)
     decision = _evict(_to(s, Phase.DRAINING, now, msg, eviction_started=now), o, now, p)
     return replace(decision, actions=(Emit(n.EVENT_DRAIN_WAIT_ENDED, msg), *decision.actions))
 

@@ -97,7 +97,7 @@ def test_an_acknowledgement_ends_the_wait_early() -> None:
     d = run(waiting, obs(warned_for=REC, drain_acks={"slurm": REC}), T0 + timedelta(seconds=5), SLURM)
     assert d.state is not None and d.state.eviction_started == T0 + timedelta(seconds=5)
     assert Drain(force=False) in d.actions
-    assert emitted(d) == [n.EVENT_DRAIN_WAIT_ENDED] and "acknowledged by slurm" in d.state.message
+    assert emitted(d) == [n.EVENT_DRAIN_WAIT_ENDED] and "arrived (slurm)" in d.state.message
 
 
 def test_a_stale_acknowledgement_does_not_count() -> None:
@@ -114,7 +114,7 @@ def test_the_deadline_holds_when_nobody_acknowledges() -> None:
     at = run(waiting, obs(warned_for=REC), T0 + timedelta(seconds=120), SLURM)
     assert at.state is not None and at.state.eviction_started == T0 + timedelta(seconds=120)
     assert Drain(force=False) in at.actions
-    assert "without an acknowledgement from slurm" in at.state.message
+    assert "without an acknowledgement from slurm:" in at.state.message
 
 
 def test_pods_that_asked_to_be_waited_for_must_ack_too() -> None:
@@ -429,3 +429,18 @@ def test_the_acknowledger_rule_is_one_pattern_in_parser_crd_and_rego() -> None:
     assert schema["waitSeconds"]["default"] == PreDrain().wait_seconds
     rego = (Path(__file__).resolve().parents[3] / "policies" / "lib" / "pools.rego").read_text()
     assert f"regex.match(`{ACKNOWLEDGER_PATTERN}`, a)" in rego
+
+
+def test_the_warning_words_say_when_why_and_how_to_answer() -> None:
+    from autoclusters.controller import messages as words
+
+    s = _state()
+    reason = drain_reason(s.fault, s.name)
+    pod_msg = words.pod_drain_warning("n1", "reset", "2026-03-01T12:02:00Z", reason, NAMES.drain_wait_label,
+                                      NAMES.pod_drain_ack, REC)
+    assert "VM reset" in pod_msg and "2026-03-01T12:02:00Z" in pod_msg and reason in pod_msg
+    assert f"{NAMES.pod_drain_ack}={REC}" in pod_msg and f"{NAMES.drain_wait_label}=true" in pod_msg
+    for msg in (pod_msg, words.drain_warning("replace", "2026-03-01T12:02:00Z", 120, reason),
+                words.drain_wait_acknowledged(["slurm"]), words.drain_wait_deadline(["slurm", "pod a/b"]),
+                words.hook_failed("exit 3")):
+        assert msg[:1].isupper() and msg.endswith(".") and ".." not in msg
