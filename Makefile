@@ -39,9 +39,16 @@ test: setup
 	$(BIN)/ruff check .
 	AUTOCLUSTERS_REQUIRE_TOOLS=1 $(BIN)/pytest tests -q -p no:cacheprovider
 
+# A brand (make manifests|demo DOMAIN=crusoe.ai PREFIX=Crusoe [EVENT_SOURCE=nodepool-service]):
+# the label domain, condition prefix and event source. manifests/ keeps the default names;
+# `make manifests` with a brand also renders a set into build/manifests/<domain>-<prefix>/.
+BRAND_FLAGS = $(if $(DOMAIN),--domain $(DOMAIN)) $(if $(PREFIX),--condition-prefix $(PREFIX)) \
+	$(if $(EVENT_SOURCE),--event-source $(EVENT_SOURCE))
+
 manifests: venv
 	$(BIN)/python -m components.render
 	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
+	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))
 
 demo: setup
-	$(BIN)/python -m autoclusters.demo
+	$(BIN)/python -m autoclusters.demo $(BRAND_FLAGS)

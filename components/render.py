@@ -2,6 +2,10 @@
 
 ``python -m components.render`` rewrites the files; ``--check`` exits 1 when the committed
 files differ from what the components produce now (the unit tests run the same check).
+``--domain`` / ``--condition-prefix`` / ``--event-source`` render a set for another brand
+(e.g. ``crusoe.ai`` / ``Crusoe`` / ``nodepool-service``) into its own folder
+(``build/manifests/<domain>-<prefix>/`` unless ``--out`` says where); ``manifests/`` always
+holds the default names.
 The objects are what ``AutoClusters`` registers under Pulumi's mock engine, so Pulumi and
 the YAML cannot drift. Left out: the webhook's TLS Secret (a private key does not belong in
 git; docs/deploy.md shows how cert-manager provides it and the caBundle).
@@ -11,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from autoclusters.deploy.pools import stack_config_from_dict
+from autoclusters.deploy.pools import PoolConfigError, StackConfig, stack_config_from_dict
 from components._recording import RecordingMocks, record
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
@@ -75,9 +80,10 @@ def file_for(obj: dict[str, Any]) -> str | None:
     raise ValueError(f"no manifest file for {kind} {obj['metadata']['name']}")
 
 
-def render() -> dict[str, str]:
-    """Relative path → YAML text of every manifest file."""
-    config = stack_config_from_dict({"pools": EXAMPLE_POOLS})
+def render(brand: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys
+    (``domain``, ``conditionPrefix``, ``eventSource``) that differ from the defaults."""
+    config = stack_config_from_dict({"pools": EXAMPLE_POOLS, **(brand or {})})
     mocks = record(lambda: AutoClusters("autoclusters", AutoClustersArgs(config=config)), RecordingMocks())
     files: dict[str, list[dict[str, Any]]] = {}
     for obj in mocks.kubernetes_objects():
@@ -103,22 +109,50 @@ def stale(root: Path = MANIFESTS) -> list[str]:
     return sorted(out)
 
 
+def brand_dir(config: StackConfig) -> Path:
+    return ROOT / "build" / "manifests" / f"{config.domain}-{config.condition_prefix}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if manifests/ is stale")
+    parser.add_argument("--domain", help="render a set with this label domain (e.g. crusoe.ai)")
+    parser.add_argument("--condition-prefix", help="... and this condition prefix (e.g. Crusoe)")
+    parser.add_argument("--event-source", help="... and this event source (e.g. nodepool-service)")
+    parser.add_argument("--out", type=Path, help="folder of that set (default build/manifests/<domain>-<prefix>)")
     args = parser.parse_args(argv)
+    brand = {k: v for k, v in (("domain", args.domain), ("conditionPrefix", args.condition_prefix),
+                               ("eventSource", args.event_source)) if v}
+    if brand or args.out:
+        if args.check:
+            parser.error("--check compares manifests/, which holds the default names")
+        try:
+            config = stack_config_from_dict(brand)
+        except PoolConfigError as e:
+            parser.error(str(e))
+        out = (args.out or brand_dir(config)).resolve()
+        if out == MANIFESTS.resolve():
+            parser.error("manifests/ holds the default names; render a brand into another folder")
+        write(render(brand), out)
+        return 0
     if args.check:
         bad = stale()
         for p in bad:
             print(f"stale: manifests/{p}", file=sys.stderr)
         return 1 if bad else 0
-    for p in MANIFESTS.rglob("*.yaml"):
-        p.unlink()
-    for path, text in render().items():
-        (MANIFESTS / path).parent.mkdir(parents=True, exist_ok=True)
-        (MANIFESTS / path).write_text(text)
-        print(f"wrote manifests/{path}")
+    write(render(), MANIFESTS)
     return 0
+
+
+def write(files: dict[str, str], root: Path) -> None:
+    """Replaces the YAML files under ``root`` with ``files``."""
+    for p in root.rglob("*.yaml"):
+        p.unlink()
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+        shown = root.relative_to(ROOT) if root.is_relative_to(ROOT) else root
+        print(f"wrote {shown}/{path}")
 
 
 if __name__ == "__main__":

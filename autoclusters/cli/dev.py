@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
+from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX
 
 
 def register(sub: Any) -> None:
@@ -19,6 +20,10 @@ def register(sub: Any) -> None:
     up.add_argument("--pool", action="append", default=[], metavar="NAME",
                     help="create a pool of simulated 8x A100 nodes with this name (repeatable)")
     up.add_argument("--nodes", type=int, default=2, metavar="N", help="nodes per pool (default 2)")
+    up.add_argument("--domain", default=None,
+                    help=f"label domain of the pools' nodes (default: $AUTOCLUSTERS_DOMAIN or {DEFAULT_DOMAIN})")
+    up.add_argument("--condition-prefix", default=None,
+                    help=f"condition prefix (default: $AUTOCLUSTERS_CONDITION_PREFIX or {DEFAULT_PREFIX})")
     up.set_defaults(func=_up)
 
     down = dsub.add_parser("down", help="stop the local cluster and remove its state")
@@ -44,6 +49,7 @@ def _progress(msg: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from autoclusters.cli._cluster import names_from_args
     from autoclusters.cli.main import EXIT_FAILED, CliError
     from autoclusters.devcluster.cluster import LocalCluster
     from autoclusters.devcluster.handle import ClusterHandle
@@ -52,15 +58,18 @@ def _up(args: argparse.Namespace) -> int:
 
     if args.nodes < 1 or args.nodes > 10000:
         raise CliError("--nodes must be between 1 and 10000", 2)
+    names = names_from_args(args)
     cluster = LocalCluster(args.name)
     try:
         cluster.up(progress=_progress)
     except (ToolsMissing, StartError) as e:
         raise CliError(str(e), EXIT_FAILED) from e
     if args.pool:
-        handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir)
+        handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir,
+                               names=names)
         for pool in args.pool:
-            _progress(f"creating pool {pool!r}: {args.nodes} simulated 8x A100 nodes")
+            _progress(f"creating pool {pool!r}: {args.nodes} simulated 8x A100 nodes "
+                      f"(label {names.pool_label}={pool})")
             nodes = handle.create_gpu_nodes(pool, args.nodes, prefix=pool)
             _progress(f"  Ready: {', '.join(nodes)}")
     print(cluster.kubeconfig)

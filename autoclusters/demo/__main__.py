@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -11,22 +12,50 @@ from autoclusters.clock import parse_iso
 from autoclusters.demo import story
 from autoclusters.demo.runtime import Runtime
 from autoclusters.demo.story import Result, say
+from autoclusters.deploy.workloads import CONTROLLER, EVENT_SOURCE_ENV
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.processes import free_port
-from autoclusters.names import REASON_XID
+from autoclusters.names import (
+    DEFAULT_DOMAIN,
+    DEFAULT_PREFIX,
+    REASON_XID,
+    REFERENCE_EVENT_SOURCE,
+    NameError_,
+    Names,
+    event_source_error,
+)
 
 POOL = "a100"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    try:
+        env = Names.from_env()
+    except NameError_:
+        env = Names()
     p = argparse.ArgumentParser(prog="make demo", description=__doc__)
     p.add_argument("--cluster", default="demo", help="local cluster name (default: demo)")
     p.add_argument("--window", type=float, default=5.0,
                    help="fault persistence window in seconds (the contract's default is 60; shortened for the demo)")
     p.add_argument("--reset-seconds", type=float, default=6.0, help="how long the simulated VM reset takes")
     p.add_argument("--keep", action="store_true", help="leave the cluster and runtime running at the end")
-    return p.parse_args(argv)
+    p.add_argument("--domain", default=env.domain,
+                   help=f"label domain (default: $AUTOCLUSTERS_DOMAIN or {DEFAULT_DOMAIN}; crusoe.ai: the reference)")
+    p.add_argument("--condition-prefix", default=env.prefix,
+                   help=f"condition prefix (default: $AUTOCLUSTERS_CONDITION_PREFIX or {DEFAULT_PREFIX})")
+    p.add_argument("--event-source", default=os.environ.get(EVENT_SOURCE_ENV) or CONTROLLER,
+                   help=f"the controller's event source (default: ${EVENT_SOURCE_ENV} or {CONTROLLER}; "
+                        f"{REFERENCE_EVENT_SOURCE}: the reference)")
+    args = p.parse_args(argv)
+    try:
+        args.names = Names(args.domain, args.condition_prefix)
+    except NameError_ as e:
+        p.error(str(e))
+    why = event_source_error(args.event_source)
+    if why:
+        p.error(why)
+    return args
 
 
 def banner(step: int, total: int, text: str) -> None:
@@ -42,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     banner(1, total, f"Starting the local control plane '{args.cluster}' "
                      "(etcd, kube-apiserver, controller-manager, scheduler, kwok, OPA)")
     cluster.up(progress=lambda m: say(f"    {m}"))
-    handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir)
-    runtime = Runtime(handle, logs=cluster.logs, spool=cluster.dir / "detector-spool", cluster=cluster)
+    handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir,
+                           names=args.names)
+    runtime = Runtime(handle, logs=cluster.logs, spool=cluster.dir / "detector-spool", cluster=cluster,
+                      event_source=args.event_source)
     results: list[Result] = []
     try:
         from autoclusters.demo.stack import DemoStack
@@ -51,12 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         banner(2, total, f"pulumi up: CRDs, RBAC, detector, controller, admission policy, and pool '{POOL}' "
                          "(2 x 8x A100, consent mode auto)")
         webhook_port = free_port()
-        stack = DemoStack(handle, cluster.dir / "pulumi", pool=POOL, webhook_port=webhook_port)
+        say(f"    names: domain {args.names.domain}, condition prefix {args.names.prefix}, "
+            f"event source {args.event_source}")
+        stack = DemoStack(handle, cluster.dir / "pulumi", pool=POOL, webhook_port=webhook_port,
+                          event_source=args.event_source)
         stack.up(consent_mode="auto", progress=lambda m: say(f"    {m}"))
         nodes = sorted(n["metadata"]["name"] for n in handle.kube.list_nodes(f"{handle.names.pool_label}={POOL}"))
         if len(nodes) < 2:
             raise RuntimeError(f"pool {POOL} has {len(nodes)} nodes after pulumi up; expected 2")
-        say(f"    pool {POOL}: {', '.join(nodes)} (Ready)")
+        say(f"    pool {POOL}: {', '.join(nodes)} (Ready; label {handle.names.pool_label}={POOL})")
 
         banner(3, total, "Starting the runtime on the host under the stack's service accounts")
         runtime.spool.mkdir(parents=True, exist_ok=True)
@@ -122,7 +156,7 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
             say(f"             node labels: {names.maintenance_required}={labels.get(names.maintenance_required)}; "
                 f"taints: {', '.join(taints)}; workers still running: {', '.join(story.pods_on(handle, node))}")
             say("             an operator reads the condition, lets the job checkpoint, then approves:")
-            cmd, out = story.approve(handle.kubeconfig, node)
+            cmd, out = story.approve(handle.kubeconfig, node, names)
             say(f"    $ {cmd}")
             for line in out.splitlines():
                 say(f"      {line}")
@@ -134,6 +168,7 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
     result.replacement = rec.replacement_node
     if rec.phase != "Succeeded":
         say(f"    repair ended in {rec.phase}: {rec.message}")
+        story.show_events(handle, node, args.event_source)
         return result
     final = rec.replacement_node or node
     n = story.wait_back_in_service(handle, final)
@@ -142,6 +177,7 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
     say(f"    {final} is back in service: Ready, uncordoned, labels and taint removed, "
         f"{names.gpu_condition}={(story.condition(n, names.gpu_condition) or {}).get('status')} "
         f"(boot id {before[:8]} -> {boot[:8]})")
+    story.show_events(handle, node, args.event_source)
     story.wait_running(handle, 2)
     say("    both training workers Running again")
     return result

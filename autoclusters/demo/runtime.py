@@ -19,6 +19,7 @@ from autoclusters.deploy import (
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
+from autoclusters.deploy.workloads import CONTROLLER, EVENT_SOURCE_ENV
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.processes import Proc
@@ -32,12 +33,19 @@ class Runtime:
     cluster: LocalCluster | None = None
     namespace: str = DEFAULT_NAMESPACE
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    event_source: str = CONTROLLER
+
+    def brand_env(self) -> dict[str, str]:
+        """What the stack's Deployments set: every process uses the stack's names."""
+        names = self.handle.names
+        return {"AUTOCLUSTERS_DOMAIN": names.domain, "AUTOCLUSTERS_CONDITION_PREFIX": names.prefix,
+                EVENT_SOURCE_ENV: self.event_source}
 
     def _start(self, name: str, args: list[str], service_account: str, node: str | None = None) -> None:
         kubeconfig = self.handle.service_account_kubeconfig(self.namespace, service_account, node=node,
                                                             expiration=7200)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its life
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.brand_env()}
         proc = subprocess.Popen(
             [sys.executable, "-m", "autoclusters.cli.main", *args, "--kubeconfig", kubeconfig],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -65,7 +73,9 @@ class Runtime:
     def start_webhook(self, *, port: int, opa_url: str, tls: tuple[Path, Path]) -> None:
         self._start("webhook", [
             "webhook", "run", "--listen", "127.0.0.1", "--port", str(port), "--opa-url", opa_url,
-            "--no-push-opa-config", "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--webhook-config", "",
+            # the stack's names (domain, controller identity) into OPA's data, as in the cluster
+            "--namespace", self.namespace, "--push-opa-config",
+            "--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--webhook-config", "",
         ], WEBHOOK_SERVICE_ACCOUNT)
         deadline = time.monotonic() + 30
         while True:

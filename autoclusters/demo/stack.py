@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster import pulumi_env
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import load_kube
@@ -22,8 +23,9 @@ _DONE = re.compile(r"^\s+[+~-]\s+(\S+)\s+(\S+)\s+(created|updated|deleted|replac
 
 class DemoStack:
     def __init__(self, handle: ClusterHandle, state: Path, *, pool: str, webhook_port: int,
-                 namespace: str = DEFAULT_NAMESPACE) -> None:
+                 namespace: str = DEFAULT_NAMESPACE, event_source: str = CONTROLLER) -> None:
         self.handle = handle
+        self.event_source = event_source
         self.pool = pool
         self.namespace = namespace
         self.webhook_port = webhook_port
@@ -33,6 +35,9 @@ class DemoStack:
     def config(self, consent_mode: str) -> dict[str, Any]:
         return {
             "autoclusters:local": True,
+            "autoclusters:domain": self.handle.names.domain,
+            "autoclusters:conditionPrefix": self.handle.names.prefix,
+            "autoclusters:eventSource": self.event_source,
             "autoclusters:namespace": self.namespace,
             "autoclusters:kubeconfig": self.handle.kubeconfig,
             "autoclusters:webhookUrl": f"https://127.0.0.1:{self.webhook_port}/validate",

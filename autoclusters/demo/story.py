@@ -14,6 +14,7 @@ from typing import Any
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
 from autoclusters.kube.objects import condition, node_ready
+from autoclusters.names import Names
 from autoclusters.ops.records import HOLDING_PHASES, TERMINAL_PHASES, Repair, repair_from_object
 from autoclusters.ops.resources import list_remediations
 
@@ -94,8 +95,10 @@ def inject(cluster_name: str, spool: str, node: str, xid: int, gpu: int) -> str:
     return " ".join(cmd[:-2])
 
 
-def approve(kubeconfig: str, node: str) -> tuple[str, str]:
+def approve(kubeconfig: str, node: str, names: Names) -> tuple[str, str]:
     cmd = ["autoclusters", "approve", node]
+    if names != Names():
+        cmd += ["--domain", names.domain, "--condition-prefix", names.prefix]
     res = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *cmd[1:], "--kubeconfig", kubeconfig],
                          capture_output=True, text=True, timeout=30)
     if res.returncode != 0:
@@ -178,3 +181,26 @@ def wait_back_in_service(handle: ClusterHandle, node: str, timeout: float = 60) 
 def now() -> datetime:
     return datetime.now(UTC)
 
+
+
+def _event_time(e: dict[str, Any]) -> str:
+    """What ``kubectl describe`` sorts events by."""
+    return str((e.get("series") or {}).get("lastObservedTime") or e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def node_events(handle: ClusterHandle, node: str, source: str) -> list[dict[str, Any]]:
+    """The controller's events on ``node``, in ``kubectl describe node`` order."""
+    items = handle.kube.list("/api/v1/namespaces/default/events",
+                             field_selector=f"involvedObject.kind=Node,involvedObject.name={node}")
+    return sorted((e for e in items if (e.get("source") or {}).get("component") == source), key=_event_time)
+
+
+def show_events(handle: ClusterHandle, node: str, source: str) -> list[dict[str, Any]]:
+    """Prints the node's repair events the way ``kubectl describe node`` lists them."""
+    events = node_events(handle, node, source)
+    say(f"    $ kubectl describe node {node}   (Events)")
+    width = max((len(e["reason"]) for e in events), default=6)
+    say(f"      {'Type':<8} {'Reason':<{width}}  {'From':<{len(source)}}  Message")
+    for e in events:
+        say(f"      {e.get('type', ''):<8} {e['reason']:<{width}}  {source}  {e.get('message', '')}")
+    return events

@@ -1,5 +1,6 @@
 """``manifests/`` is generated from the components; a change to a builder without a re-render fails here."""
 
+import pytest
 import yaml
 
 from components import render
@@ -32,7 +33,11 @@ def test_manifests_hold_the_whole_system_but_no_private_key():
     assert {o["spec"]["consentMode"] for o in objs if o["kind"] == "GpuNodePool"} == {"auto", "propose"}
 
 
-def test_rendered_manifests_pass_the_gitops_policy_check(tmp_path, capsys):
+REFERENCE_BRAND = {"domain": "crusoe.ai", "conditionPrefix": "Crusoe", "eventSource": "nodepool-service"}
+
+
+@pytest.mark.parametrize("brand", [{}, REFERENCE_BRAND], ids=["default", "reference"])
+def test_rendered_manifests_pass_the_gitops_policy_check(brand, tmp_path, capsys, monkeypatch):
     from autoclusters.cli.main import main
     from autoclusters.policy import opa
 
@@ -40,12 +45,32 @@ def test_rendered_manifests_pass_the_gitops_policy_check(tmp_path, capsys):
         opa.opa_binary()
     except opa.OpaError as e:
         tool_missing(str(e))
-    for path, text in render.render().items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    assert main(["policy", "check", str(tmp_path)]) == 0
+    monkeypatch.delenv("AUTOCLUSTERS_DOMAIN", raising=False)
+    domain = ["--domain", brand["domain"]] if brand else []
+    render.write(render.render(brand), tmp_path)
+    assert main(["policy", "check", str(tmp_path), *domain]) == 0
     # The same check fails a pool whose consent mode a commit got wrong.
     bad = (tmp_path / "pools" / "a100.yaml").read_text().replace("consentMode: propose", "consentMode: sometimes")
     (tmp_path / "pools" / "a100.yaml").write_text(bad)
-    assert main(["policy", "check", str(tmp_path)]) == 1
+    assert main(["policy", "check", str(tmp_path), *domain]) == 1
     assert "pool-consent-mode" in capsys.readouterr().out
+
+
+def test_a_branded_set_carries_only_that_brand(tmp_path):
+    files = render.render(REFERENCE_BRAND)
+    assert set(files) == set(render.render())
+    objs = [o for path, text in files.items() for o in yaml.safe_load_all(text)]
+    everything = yaml.safe_dump([o for o in objs if o["kind"] != "ConfigMap"])  # the Rego source names its defaults
+    assert "autoclusters.io" not in everything and "AutoClustersGPUFault" not in everything
+    assert "crusoe.ai/maintenance-required" in everything
+    assert {o["spec"]["group"] for o in objs if o["kind"] == "CustomResourceDefinition"} == {"remediation.crusoe.ai"}
+    env = {e["name"]: e.get("value") for o in objs if o["kind"] == "Deployment"
+           for c in o["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+    assert env["AUTOCLUSTERS_DOMAIN"] == "crusoe.ai" and env["AUTOCLUSTERS_CONDITION_PREFIX"] == "Crusoe"
+    assert env["AUTOCLUSTERS_CONTROLLER_EVENT_SOURCE"] == "nodepool-service"
+    # the CLI writes it into its own folder, never over manifests/
+    assert render.main(["--domain", "crusoe.ai", "--condition-prefix", "Crusoe", "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "pools" / "a100.yaml").read_text() == files["pools/a100.yaml"]
+    with pytest.raises(SystemExit):
+        render.main(["--domain", "crusoe.ai", "--out", str(render.MANIFESTS)])
+    assert render.stale() == []
