@@ -24,6 +24,9 @@ def register(sub: Any) -> None:
                     help=f"label domain of the pools' nodes (default: $AUTOCLUSTERS_DOMAIN or {DEFAULT_DOMAIN})")
     up.add_argument("--condition-prefix", default=None,
                     help=f"condition prefix (default: $AUTOCLUSTERS_CONDITION_PREFIX or {DEFAULT_PREFIX})")
+    up.add_argument("--slurm", action="store_true",
+                    help="also run real Slurm (munged, slurmctld, one slurmd per GPU node, same names) "
+                         "from the distribution's packages; install them with `make slurm`")
     up.set_defaults(func=_up)
 
     down = dsub.add_parser("down", help="stop the local cluster and remove its state")
@@ -54,6 +57,7 @@ def _up(args: argparse.Namespace) -> int:
     from autoclusters.devcluster.cluster import LocalCluster
     from autoclusters.devcluster.handle import ClusterHandle
     from autoclusters.devcluster.processes import StartError
+    from autoclusters.devcluster.slurm import SlurmMissing, SlurmSettings
     from autoclusters.devcluster.tools import ToolsMissing
 
     if args.nodes < 1 or args.nodes > 10000:
@@ -64,6 +68,7 @@ def _up(args: argparse.Namespace) -> int:
         cluster.up(progress=_progress)
     except (ToolsMissing, StartError) as e:
         raise CliError(str(e), EXIT_FAILED) from e
+    slurm_nodes: list[str] = []
     if args.pool:
         handle = ClusterHandle(str(cluster.kubeconfig), local=True, opa_url=cluster.opa_url, state_dir=cluster.dir,
                                names=names)
@@ -72,6 +77,15 @@ def _up(args: argparse.Namespace) -> int:
                       f"(label {names.pool_label}={pool})")
             nodes = handle.create_gpu_nodes(pool, args.nodes, prefix=pool)
             _progress(f"  Ready: {', '.join(nodes)}")
+            slurm_nodes += nodes
+    if args.slurm:
+        if not slurm_nodes:
+            raise CliError("--slurm needs at least one --pool (Slurm nodes mirror the pools' GPU nodes)", 2)
+        try:
+            slurm = cluster.start_slurm(SlurmSettings(nodes=tuple(slurm_nodes)), progress=_progress)
+        except (SlurmMissing, StartError) as e:
+            raise CliError(str(e), EXIT_FAILED) from e
+        _progress(f"Slurm clients: export SLURM_CONF={slurm.conf}")
     print(cluster.kubeconfig)
     return 0
 
@@ -103,7 +117,8 @@ def _status(args: argparse.Namespace) -> int:
     from autoclusters.devcluster.cluster import LocalCluster
 
     cluster = LocalCluster(args.name)
-    rows = [{"component": x.name, "pid": x.pid, "running": p.alive(x), "log": x.log} for x in cluster.procs()]
+    rows = [{"component": x.name, "pid": x.pid, "running": p.alive(x), "log": x.log}
+            for x in cluster.procs() + cluster.slurm_procs()]
     if args.output == "json":
         print_json({"name": args.name, "kubeconfig": str(cluster.kubeconfig), "components": rows,
                     "ports": (cluster.state() or {}).get("ports", {})})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.pools import ACKNOWLEDGER_PATTERN, PreDrain, PreDrainHook
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
@@ -91,6 +92,7 @@ def pool_schema() -> dict[str, Any]:
                     "message": "preDrain.hook needs exactly one of url or command"}]}),
         }, default={}),
         "provider": provider_schema(),
+        "slurm": slurm_schema(),
     }, default={})
     status = _obj({
         "nodes": {"type": "integer"},
@@ -184,6 +186,7 @@ def gpu_node_pool_crd(names: Names) -> dict[str, Any]:
         {"name": "Repairing", "type": "integer", "jsonPath": ".status.repairsInProgress"},
         {"name": "Breaker", "type": "string", "jsonPath": ".status.circuitBreaker.state"},
         {"name": "Providers", "type": "string", "jsonPath": ".status.providers", "priority": 1},
+        {"name": "Slurm", "type": "boolean", "jsonPath": ".spec.slurm.enabled", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ])
 

@@ -63,6 +63,7 @@ class Membership:
         self._label = names.pool_label
         self._by_label = {p.name: p for p in pools if p.node_selector is None}
         self._selecting = sorted((p for p in pools if p.node_selector is not None), key=lambda p: p.name)
+        self.pools = tuple(pools)
 
     @classmethod
     def from_objects(cls, objs: Iterable[Mapping[str, Any]], names: Names) -> tuple[Membership, dict[str, str]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
     ProviderChoice,
@@ -123,6 +124,7 @@ class PoolConfig:
     node_selector: Mapping[str, Any] | None = None
     nodes: Nodes = Nodes()
     pre_drain: PreDrain = PreDrain()
+    slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
 
     def __post_init__(self) -> None:
         where = f"pool {self.name!r}"
@@ -171,6 +173,10 @@ class PoolConfig:
                 raise PoolConfigError(f"{where}: nodes.selector key {key!r} is not a label key")
             if not isinstance(value, str) or not _LABEL_VALUE.match(value):
                 raise PoolConfigError(f"{where}: nodes.selector value {value!r} for {key} is not a label value")
+        try:
+            self.slurm.check(where)
+        except SlurmSpecError as e:
+            raise PoolConfigError(str(e)) from None
         _check_pre_drain(self.pre_drain, where)
 
 
@@ -271,7 +277,8 @@ def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, A
 def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
     raw = _take(data, {"name", "consentMode", "faultClasses", "maxConcurrentRepairs", "circuitBreaker", "drain",
-                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain"}, "pool")
+                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
+                       "slurm"}, "pool")
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
     where = f"pool {raw['name']!r}"
@@ -288,6 +295,10 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         raise PoolConfigError(f"{where}: {e}") from None
     defaults = Nodes()
     pre_drain = _pre_drain_from(raw.get("preDrain", {}), where)
+    try:
+        slurm = slurm_from_config(raw.get("slurm", {}), where)
+    except SlurmSpecError as e:
+        raise PoolConfigError(str(e)) from None
     return PoolConfig(
         name=raw["name"],
         consent_mode=raw.get("consentMode", ConsentMode.AUTO),
@@ -312,6 +323,7 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
             instance_type=nodes.get("instanceType", defaults.instance_type),
         ),
         pre_drain=pre_drain,
+        slurm=slurm,
     )
 
 
@@ -361,6 +373,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
                        "resetMemorySeconds": pool.reset_memory_seconds},
         "attemptBudget": {"maxRepairs": pool.max_repairs, "windowSeconds": pool.attempt_window_seconds},
         "preDrain": pre_drain_spec(pool.pre_drain),
+        "slurm": slurm_spec(pool.slurm),
     }
     if pool.provider.configured:
         spec["provider"] = pool.provider.to_dict()

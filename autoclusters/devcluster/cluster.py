@@ -6,6 +6,7 @@ Layout of ``<state root>/<name>/``::
     kubeconfig      admin (system:masters) kubeconfig
     pki/            throwaway CA, serving cert, service-account keys, client certs
     etcd/           etcd data
+    slurm/          Slurm beside the cluster, when started with ``start_slurm`` (devcluster/slurm.py)
     logs/<component>.log
 """
 
@@ -25,6 +26,7 @@ import yaml
 
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.pki import Pki
+from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
 from autoclusters.devcluster.tools import Tools, repo_root
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
@@ -75,6 +77,55 @@ class LocalCluster:
     def runtime_procs(self) -> list[p.Proc]:
         st = self.state() or {}
         return [p.Proc(**d) for d in st.get("runtime", [])]
+
+    def slurm_procs(self) -> list[p.Proc]:
+        st = self.state() or {}
+        return [p.Proc(**d) for d in st.get("slurm", [])]
+
+    @property
+    def slurm(self) -> LocalSlurm:
+        return LocalSlurm(self.dir / "slurm", self.logs)
+
+    def slurm_running(self) -> bool:
+        procs = self.slurm_procs()
+        return bool(procs) and all(p.alive(x) for x in procs)
+
+    def start_slurm(self, settings: SlurmSettings, progress: Progress = _noop) -> LocalSlurm:
+        """Starts munged, slurmctld and one slurmd per node of ``settings`` beside the running
+        cluster; ``down`` stops them (after cancelling every job) with the rest."""
+        if not self.is_running():
+            raise p.StartError(f"cluster {self.name!r} is not running; start it first")
+        if self.slurm_procs():
+            self._stop_slurm(progress)
+        slurm = self.slurm
+
+        def record(proc: p.Proc) -> None:
+            st = self.state() or {}
+            st.setdefault("slurm", []).append(asdict(proc))
+            self.state_file.write_text(json.dumps(st, indent=2))
+
+        try:
+            slurm.start(settings, [], progress, on_start=record)
+        except BaseException:
+            self._stop_slurm(_noop)
+            raise
+        st = self.state() or {}
+        st["slurmConf"] = str(slurm.conf)
+        self.state_file.write_text(json.dumps(st, indent=2))
+        return slurm
+
+    def _stop_slurm(self, progress: Progress) -> None:
+        procs = self.slurm_procs()
+        if any(p.alive(x) for x in procs):
+            self.slurm.cancel_all_jobs()
+        for proc in reversed(procs):
+            if p.alive(proc):
+                progress(f"stopping {proc.name} (pid {proc.pid})")
+            p.stop(proc)
+        st = self.state() or {}
+        if "slurm" in st:
+            st["slurm"] = [asdict(x) for x in procs if p.alive(x)]
+            self.state_file.write_text(json.dumps(st, indent=2))
 
     def adopt(self, proc: p.Proc) -> None:
         """Records a process started beside the cluster (the demo's controller, detectors,
@@ -205,8 +256,9 @@ class LocalCluster:
     # --- down ------------------------------------------------------------------------------
     def down(self, progress: Progress = _noop, keep_logs: bool = False) -> bool:
         """Stops every component (newest first) and removes the state. False if none existed."""
-        procs = self.runtime_procs() + self.procs()
         existed = self.dir.exists()
+        self._stop_slurm(progress)
+        procs = self.runtime_procs() + self.slurm_procs() + self.procs()
         for proc in [*reversed(self.runtime_procs()), *reversed(self.procs())]:
             if p.alive(proc):
                 progress(f"stopping {proc.name} (pid {proc.pid})")

@@ -34,11 +34,11 @@ class Proc:
     log: str
 
 
-def spawn(name: str, argv: list[str], logs: Path, cwd: Path) -> Proc:
+def spawn(name: str, argv: list[str], logs: Path, cwd: Path, env: dict[str, str] | None = None) -> Proc:
     log_path = logs / f"{name}.log"
     with open(log_path, "ab") as log:
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=cwd, start_new_session=True)
+                             cwd=cwd, start_new_session=True, env=env)
     proc = Proc(name, p.pid, argv[0], str(log_path))
     _wait_exec(proc, p)
     return proc

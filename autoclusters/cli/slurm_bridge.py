@@ -1,0 +1,42 @@
+"""``autoclusters slurm-bridge run``: keep Slurm in step with node repairs (see autoclusters/slurm/)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("slurm-bridge", help="drain, signal, requeue and resume Slurm nodes in step with repairs")
+    psub = p.add_subparsers(dest="bridge_command", metavar="ACTION", required=True)
+    run = psub.add_parser("run", help="run the bridge for every pool with spec.slurm.enabled")
+    run.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: $KUBECONFIG or in-cluster)")
+    run.add_argument("--slurm-conf", default=os.environ.get("SLURM_CONF"),
+                     help="slurm.conf the Slurm commands read (default: $SLURM_CONF, else Slurm's own default)")
+    run.add_argument("--poll-seconds", type=float, default=float(os.environ.get("AUTOCLUSTERS_SLURM_POLL", "2")),
+                     help="how often nodes and Slurm are looked at (default 2; env AUTOCLUSTERS_SLURM_POLL)")
+    run.add_argument("--command-timeout", type=float, default=15.0,
+                     help="seconds a Slurm command may take before it counts as failed (default 15)")
+    run.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autoclusters.kube import load_kube
+    from autoclusters.names import Names
+    from autoclusters.slurm.bridge import SlurmBridge
+    from autoclusters.slurm.commands import Slurm, SubprocessRunner
+
+    env = {"SLURM_CONF": args.slurm_conf} if args.slurm_conf else {}
+    kube = load_kube(args.kubeconfig, user_agent="autoclusters-slurm-bridge")
+    bridge = SlurmBridge(kube, Slurm(SubprocessRunner(env), timeout=args.command_timeout), names=Names.from_env(),
+                         poll_seconds=args.poll_seconds)
+
+    def stop(_sig: int, _frame: Any) -> None:
+        bridge.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bridge.run()
+    return 0

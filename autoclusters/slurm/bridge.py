@@ -1,0 +1,201 @@
+"""The Slurm bridge: keeps Slurm in step with the repairs of the nodes of Slurm-enabled pools.
+
+Every ``poll_seconds`` it reads the pools (``spec.slurm.enabled``), their nodes and the
+Slurm nodes they map to (one ``sinfo`` for all), and for each node calls the pure
+``decisions.decide`` and carries out its actions: ``scontrol``/``scancel`` on the Slurm
+side, one merge patch of our own annotation keys (the ack, the cordon marker) on the
+Kubernetes side, and events on the node. A failing node (a Slurm command that times out,
+a patch that is refused) is reported on that node and retried at the next poll; it never
+stops the others.
+
+What it remembers of a repair (which jobs it signalled, when, which it requeued) is kept in
+memory: after a restart during a repair, jobs still running are signalled again and a job
+that already ended after its signal is not requeued by the new process (it shows in
+Slurm as FAILED/CANCELLED with its restart count, for a human to requeue).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoclusters.clock import Clock, SystemClock, parse_iso
+from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.membership import Membership
+from autoclusters.deploy.pool_slurm import SignalTarget
+from autoclusters.deploy.pools import PoolConfig
+from autoclusters.kube import Kube, KubeError
+from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.names import Names
+from autoclusters.slurm import decisions as d
+from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
+
+log = logging.getLogger(__name__)
+ACKNOWLEDGER = "slurm"  # the name a pool lists in preDrain.acknowledgers
+
+
+@dataclass
+class BridgeStats:
+    polls: int = 0
+    actions: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class SlurmBridge:
+    kube: Kube
+    slurm: Slurm
+    names: Names = field(default_factory=Names)
+    clock: Clock = field(default_factory=SystemClock)
+    poll_seconds: float = 2.0
+    recorder: EventRecorder | None = None
+    memory: dict[str, d.Memory] = field(default_factory=dict)
+    stats: BridgeStats = field(default_factory=BridgeStats)
+
+    def __post_init__(self) -> None:
+        if self.recorder is None:
+            self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
+        self._stop = threading.Event()
+
+    @property
+    def cordon_marker(self) -> str:
+        """Node annotation: the bridge cordoned this node for an external Slurm drain."""
+        return f"{self.names.domain}/slurm-cordoned"
+
+    # --- loop ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync_once()
+            except (KubeError, SlurmError) as e:  # the whole poll failed (API server or sinfo): retry
+                self.stats.errors += 1
+                self.stats.last_error = str(e)
+                log.warning("slurm bridge poll failed: %s", e)
+            self._stop.wait(self.poll_seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def sync_once(self) -> None:
+        self.stats.polls += 1
+        objs = self.kube.list(Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools"))
+        membership, invalid = Membership.from_objects(objs, self.names)
+        for pool_name, error in invalid.items():  # the controller reports a bad pool on the pool itself
+            log.debug("slurm bridge: skipping pool %s: %s", pool_name, error)
+        pools = {p.name: p for p in membership.pools if p.slurm.enabled}
+        if not pools:
+            return
+        members: list[tuple[dict[str, Any], PoolConfig, str]] = []
+        for node in self.kube.list_nodes():
+            pool = pools.get(membership.pool_of(node) or "")
+            if pool is None:
+                continue
+            slurm_name = pool.slurm.slurm_node_name(node)
+            if slurm_name:
+                members.append((node, pool, slurm_name))
+        if not members:
+            return
+        slurm_nodes = self.slurm.nodes(name for _, _, name in members)
+        seen = set()
+        for node, pool, slurm_name in members:
+            name = node["metadata"]["name"]
+            seen.add(name)
+            try:
+                self._sync_node(node, pool, slurm_name, slurm_nodes.get(slurm_name))
+            except (KubeError, SlurmError) as e:
+                self.stats.errors += 1
+                self.stats.last_error = f"{name}: {e}"
+                log.warning("slurm bridge: node %s: %s", name, e)
+                self._event(node, d.Report(f"error:{e}", d.EVENT_FAILED, str(e), warning=True))
+        for gone in set(self.memory) - seen:
+            del self.memory[gone]
+
+    # --- one node ------------------------------------------------------------------------------
+    def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:
+        meta = node.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        repair = None
+        deadline = parse_iso(ann.get(self.names.drain_deadline))
+        if deadline is not None:
+            repair = d.Repair(record=ann.get(self.names.remediation, ""),
+                              reason=ann.get(self.names.drain_reason, "") or "repair", deadline=deadline)
+        mem = self.memory.get(meta["name"], d.Memory())
+        jobs: tuple[SlurmJob, ...] = ()
+        signalled: dict[str, SlurmJob] = {}
+        if repair is not None and slurm_node is not None:
+            jobs = tuple(self.slurm.jobs_on(slurm_name))
+            if mem.record == repair.record and mem.signalled:
+                signalled = self.slurm.jobs(mem.signalled)
+        return d.Observation(
+            node=meta["name"], slurm_name=slurm_name, now=self.clock.now(), repair=repair,
+            maintenance_required=labels.get(self.names.maintenance_required) == "true",
+            ack=ann.get(self.names.drain_ack(ACKNOWLEDGER), ""),
+            cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+            cordoned_by_us=ann.get(self.cordon_marker) == "true",
+            slurm=slurm_node, jobs_on_node=jobs, signalled_jobs=signalled)
+
+    def _sync_node(self, node: dict[str, Any], pool: PoolConfig, slurm_name: str, slurm_node: Any) -> None:
+        name = node["metadata"]["name"]
+        ann = (node.get("metadata") or {}).get("annotations") or {}
+        record = ann.get(self.names.remediation, "") if ann.get(self.names.drain_deadline) else ""
+        mem = self.memory.setdefault(name, d.Memory())
+        if record and mem.record != record:
+            mem = self.memory[name] = d.Memory(record=record)
+        obs = self.observe(node, slurm_name, slurm_node)
+        if slurm_node is None or not slurm_node.drain or d.ours(slurm_node):
+            mem.reported = {k for k in mem.reported if not k.startswith("external:")}
+        for action in d.decide(obs, mem, pool.slurm):
+            self._do(node, slurm_name, action, mem, pool)
+
+    def _do(self, node: dict[str, Any], slurm_name: str, action: d.Action, mem: d.Memory, pool: PoolConfig) -> None:
+        name = node["metadata"]["name"]
+        self.stats.actions += 1
+        now = self.clock.now()
+        if isinstance(action, d.Forget):
+            self.memory[name] = d.Memory(reported=mem.reported)
+        elif isinstance(action, d.Drain):
+            self.slurm.drain(slurm_name, action.reason)
+            self._event(node, d.Report("", d.EVENT_DRAINED, f"drained Slurm node {slurm_name}: {action.reason!r}"))
+        elif isinstance(action, d.Signal):
+            job = action.job
+            if action.signal:
+                self.slurm.signal(job.job_id, action.signal, SignalTarget(pool.slurm.signal_to))
+            mem.signalled[job.job_id] = now
+            mem.restarts_at_signal[job.job_id] = job.restarts
+            lead = pool.slurm.signal_lead_seconds
+            what = f"sent SIG{action.signal} to" if action.signal else "no signal configured for"
+            self._event(node, d.Report("", d.EVENT_SIGNALLED, f"{what} Slurm job {job.job_id} on {slurm_name}; "
+                                                              f"requeue in {lead}s at the latest"))
+        elif isinstance(action, d.Requeue):
+            self.slurm.requeue(action.job_id)
+            mem.requeued.add(action.job_id)
+            self._event(node, d.Report("", d.EVENT_REQUEUED, f"requeued Slurm job {action.job_id}: {action.why}"))
+        elif isinstance(action, d.Ack):
+            self.kube.patch_node(name, {"metadata": {"annotations": {self.names.drain_ack(ACKNOWLEDGER):
+                                                                     action.record}}})
+            self._event(node, d.Report("", d.EVENT_READY, f"Slurm node {slurm_name} is DRAINED and its jobs are "
+                                                          f"requeued; acknowledged repair {action.record}"))
+        elif isinstance(action, d.Resume):
+            self.slurm.resume(slurm_name)
+            self._event(node, d.Report("", d.EVENT_RESUMED, f"resumed Slurm node {slurm_name} "
+                                                            f"(cleared {action.reason!r})"))
+        elif isinstance(action, d.Report):
+            mem.reported.add(action.key)
+            self._event(node, action)
+        elif isinstance(action, d.Cordon):
+            patch: dict[str, Any] = {"spec": {"unschedulable": action.cordon},
+                                     "metadata": {"annotations": {self.cordon_marker: "true" if action.cordon
+                                                                  else None}}}
+            self.kube.patch_node(name, patch)
+
+    def _event(self, node: Mapping[str, Any], report: d.Report) -> None:
+        meta = node.get("metadata") or {}
+        log.info("node %s: %s: %s", meta.get("name"), report.reason, report.message)
+        assert self.recorder is not None
+        self.recorder.emit(ObjectRef("Node", meta.get("name", ""), uid=meta.get("uid", "")), report.reason,
+                           report.message, warning=report.warning)
