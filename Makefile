@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster
+.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster slurm training
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -15,6 +15,19 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-deps -e .
+	@touch $@
+
+# Debian's Slurm (slurmctld, slurmd, client commands) and munge for `dev up --slurm` and the
+# training scenario; apt-get, so root or sudo (tools/install-slurm.sh; times in docs/workloads.md).
+slurm:
+	tools/install-slurm.sh
+
+# PyTorch for the reference training job (examples/training/), into the project's venv.
+TRAINING_STAMP := $(VENV)/.training
+training: $(TRAINING_STAMP)
+$(TRAINING_STAMP): $(STAMP)
+	@start=$$(date +%s); $(BIN)/pip install -q -e '.[training]' && \
+	  echo "training extra installed in $$(( $$(date +%s) - start ))s"
 	@touch $@
 
 tools-core:
