@@ -107,6 +107,17 @@ class Names:
         return self.maintenance_required
 
     @property
+    def do_not_disrupt_marker(self) -> str:
+        """Node annotation: autoclusters added Karpenter's do-not-disrupt annotation (and removes it)."""
+        return f"{self.domain}/added-do-not-disrupt"
+
+    @property
+    def marked_at_annotation(self) -> str:
+        """Node annotation on a marked Karpenter node: when the repair marked it (a replacement
+        counts only nodes Karpenter launched after this moment)."""
+        return f"{self.domain}/marked-at"
+
+    @property
     def auto_replacement_label(self) -> str:
         """Pod label; value ``disabled`` opts the pod's node out of automatic replacement."""
         return f"{self.domain}/auto-replacement"

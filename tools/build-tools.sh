@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries autoclusters needs (kube control plane, etcd, kwok,
-# OPA, Pulumi CLI + Python language host + Kubernetes provider) from Go modules.
+# OPA, Pulumi CLI + Python language host + Kubernetes provider, Karpenter's kwok
+# provider, Cluster API's CRDs) from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|pulumi|all]   (default: all)
+# Usage: tools/build-tools.sh [core|pulumi|karpenter|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -173,11 +174,41 @@ build_pulumi_kubernetes() {
   finish pulumi-kubernetes "$label"
 }
 
+build_karpenter() {
+  # Karpenter's kwok cloud provider (package sigs.k8s.io/karpenter/kwok) plus the CRDs it
+  # serves, copied from the same module so the binary and its schema always match.
+  need karpenter "$KARPENTER_VERSION" || return 0
+  local d="$work/karpenter" out="$cache/bin/karpenter-$KARPENTER_VERSION"
+  wrapper "$d" karpenter
+  (cd "$d"
+   export GOTOOLCHAIN=$KARPENTER_GO_TOOLCHAIN
+   go get "sigs.k8s.io/karpenter@$KARPENTER_VERSION"
+   go build -trimpath -ldflags "-s -w" -o "$out/karpenter" sigs.k8s.io/karpenter/kwok
+   local src; src=$(go mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+   mkdir -p "$out/crds"
+   cp "$src"/kwok/charts/crds/*.yaml "$src"/kwok/apis/crds/*.yaml "$out/crds/"
+   chmod -R u+w "$out")
+  finish karpenter "$KARPENTER_VERSION"
+}
+
+build_cluster_api() {
+  # No binary: Cluster API's CRDs (config/crd/bases in the module) for the local cluster.
+  need cluster-api "$CLUSTER_API_VERSION" || return 0
+  local d="$work/cluster-api" out="$cache/bin/cluster-api-$CLUSTER_API_VERSION"
+  wrapper "$d" cluster-api
+  local src; src=$(cd "$d" && go mod download -json "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$out/crds"
+  cp "$src"/config/crd/bases/*.yaml "$out/crds/"
+  chmod -R u+w "$out"
+  finish cluster-api "$CLUSTER_API_VERSION"
+}
+
 case "$which" in
   core) steps=(build_etcd build_kwok build_opa build_kube) ;;
   pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_pulumi build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|pulumi|all]" >&2; exit 2 ;;
+  karpenter) steps=(build_karpenter build_cluster_api) ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_pulumi build_pulumi_kubernetes) ;;
+  *) echo "usage: $0 [core|pulumi|karpenter|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }

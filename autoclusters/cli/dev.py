@@ -27,6 +27,8 @@ def register(sub: Any) -> None:
     up.add_argument("--slurm", action="store_true",
                     help="also run real Slurm (munged, slurmctld, one slurmd per GPU node, same names) "
                          "from the distribution's packages; install them with `make slurm`")
+    up.add_argument("--karpenter", action="store_true",
+                    help="also run Karpenter with its kwok cloud provider (built by tools/build-tools.sh karpenter)")
     up.set_defaults(func=_up)
 
     down = dsub.add_parser("down", help="stop the local cluster and remove its state")
@@ -66,6 +68,8 @@ def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.name)
     try:
         cluster.up(progress=_progress)
+        if args.karpenter:
+            cluster.start_karpenter(progress=_progress)
     except (ToolsMissing, StartError) as e:
         raise CliError(str(e), EXIT_FAILED) from e
     slurm_nodes: list[str] = []

@@ -11,6 +11,12 @@ The warning before a drain is a merge patch of the node's annotations (only the 
 names), written before the cordon, then one merge patch and one event per pod not yet
 warned for this record. Unmarking removes the warning's annotations and every
 acknowledgement in the same JSON patch as the labels.
+
+A node Karpenter launched (it carries ``karpenter.sh/nodepool``) also gets Karpenter's
+``karpenter.sh/do-not-disrupt`` annotation while it is marked, so Karpenter's voluntary
+disruption (consolidation, drift) leaves a node under repair alone; unmarking removes it
+again only when autoclusters added it (a marker annotation says so), never a user's own.
+It also gets the time of its marking, from which the Karpenter provider counts new nodes.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from autoclusters.kube import Kube, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
 from autoclusters.providers import Provider
+from autoclusters.providers.karpenter import DO_NOT_DISRUPT, NODEPOOL_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +137,27 @@ class Actuator:
                            else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
             if cordon and not (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
+            ops += self._guard_ops(node)
             return ops
 
         return self._kube.patch_node_guarded(node, ops_for)
+
+    def _guard_ops(self, node: JSON) -> list[JSON]:
+        """Karpenter's do-not-disrupt on a Karpenter node, with our marker, unless already there."""
+        meta = node["metadata"]
+        if NODEPOOL_LABEL not in (meta.get("labels") or {}):
+            return []
+        annotations = meta.get("annotations")
+        add: dict[str, str] = {}
+        if self._names.marked_at_annotation not in (annotations or {}):
+            add[self._names.marked_at_annotation] = utc_iso(self._clock.now())
+        if (annotations or {}).get(DO_NOT_DISRUPT) != "true":  # else the user (or we, earlier) keep Karpenter away
+            add.update({DO_NOT_DISRUPT: "true", self._names.do_not_disrupt_marker: "true"})
+        if not add:
+            return []
+        if annotations is None:
+            return [{"op": "add", "path": "/metadata/annotations", "value": add}]
+        return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v} for k, v in add.items()]
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
         """Taint, both labels and (when asked) the cordon removed in one JSON patch that tests
@@ -149,6 +174,11 @@ class Actuator:
                     ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
             if uncordon and (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "remove", "path": "/spec/unschedulable"})
+            annotations = node["metadata"].get("annotations") or {}
+            ours = [self._names.marked_at_annotation, self._names.do_not_disrupt_marker]
+            if self._names.do_not_disrupt_marker in annotations:
+                ours.append(DO_NOT_DISRUPT)  # we added it: it goes; a user's own stays
+            ops += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(k)}"} for k in ours if k in annotations]
             return ops + self._warning_removals(node)
 
         return self._kube.patch_node_guarded(node, ops_for)

@@ -134,6 +134,29 @@ class LocalCluster:
         st.setdefault("runtime", []).append(asdict(proc))
         self.state_file.write_text(json.dumps(st, indent=2))
 
+    def add_component(self, proc: p.Proc, ports: dict[str, int]) -> None:
+        """Records an optional component started after ``up`` (Karpenter) with the others:
+        ``dev status`` lists it, ``down`` stops it, ``is_running`` watches it."""
+        st = self.state() or {}
+        st.setdefault("procs", []).append(asdict(proc))
+        st.setdefault("ports", {}).update(ports)
+        self.state_file.write_text(json.dumps(st, indent=2))
+
+    def has_component(self, name: str) -> bool:
+        return any(x.name == name and p.alive(x) for x in self.procs())
+
+    def start_karpenter(self, progress: Progress = _noop) -> None:
+        """Karpenter with its kwok cloud provider (see devcluster/karpenter.py); idempotent."""
+        from autoclusters.devcluster import karpenter
+
+        if self.has_component(karpenter.COMPONENT):
+            progress("karpenter is already running")
+            return
+        if not self.is_running():
+            raise p.StartError(f"cluster {self.name!r} is not running; start it first")
+        proc, ports = karpenter.start_karpenter(self.dir, self.kubeconfig, self.logs, progress)
+        self.add_component(proc, ports)
+
     def is_running(self) -> bool:
         procs = self.procs()
         return bool(procs) and all(p.alive(x) for x in procs)

@@ -81,3 +81,29 @@ def opa_binary() -> Path:
     if not path.exists():
         raise ToolsMissing(f"opa {v} is not built yet (expected {path}); run: tools/build-tools.sh core")
     return path
+
+
+@dataclass(frozen=True)
+class KarpenterTools:
+    binary: Path
+    crds: Path  # the CRDs of the same module: NodePools, NodeClaims, KWOKNodeClasses, ...
+    version: str
+
+
+def _built(name: str, version_key: str, set_name: str) -> Path:
+    v = versions()[version_key]
+    d = cache_dir() / "bin" / f"{name}-{v}"
+    if not (d / ".complete").exists():
+        raise ToolsMissing(f"{name} {v} is not built yet (expected in {d}); run: tools/build-tools.sh {set_name}")
+    return d
+
+
+def karpenter_tools() -> KarpenterTools:
+    """Karpenter's kwok cloud provider and its CRDs (``tools/build-tools.sh karpenter``)."""
+    d = _built("karpenter", "KARPENTER_VERSION", "karpenter")
+    return KarpenterTools(binary=d / "karpenter", crds=d / "crds", version=versions()["KARPENTER_VERSION"])
+
+
+def cluster_api_crds() -> Path:
+    """The directory of Cluster API's CRDs (``tools/build-tools.sh cluster-api``)."""
+    return _built("cluster-api", "CLUSTER_API_VERSION", "cluster-api") / "crds"

@@ -1,0 +1,248 @@
+"""The Karpenter provider: replaces a node by deleting its Karpenter NodeClaim.
+
+- replace: after the drain, delete the NodeClaim whose ``status.nodeName`` (or
+  ``status.providerID``) is the node. Karpenter terminates the instance and removes the
+  node; the pods the drain evicted are Pending again, and their demand makes Karpenter
+  launch a new NodeClaim in the NodePool. Success = a new Ready node of the same NodePool,
+  carrying the autoclusters pool label, is matched to this operation; failure = none within
+  ``timeout_seconds``.
+- reset: Karpenter has no user-facing reboot; a pool that resets its Karpenter nodes names
+  another provider for the reset (a reset asked of this one fails with that explanation).
+
+How a pool's size is tracked: one for one. Each replacement claims exactly one new node
+(a node of the NodePool created after the old node was marked for repair, Ready, not under
+maintenance and not claimed by another operation) by writing the operation id on it with a patch that
+tests the node's resourceVersion, so two concurrent replacements never count the same new
+node. The pool is back to its size when every replaced node has its match. When nothing is
+Pending (the drained node ran no pods, or they found room elsewhere), Karpenter launches
+nothing, no node can be matched and the operation fails at its timeout with a message that
+says so: Karpenter sizes a NodePool by its pods, and autoclusters does not create demand.
+
+Everything the provider did is recorded in the cluster (the operation id on the NodeClaim
+before its deletion, on the new node when it is claimed), so a restarted controller finds
+the operation where it left it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from autoclusters.clock import Clock, parse_iso
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.base import NodeLookup, ProviderError
+
+KARPENTER_GROUP = "karpenter.sh"
+KARPENTER_VERSION = "v1"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+# Karpenter's own annotation: voluntary disruption (consolidation, drift) leaves the node alone.
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+DEFAULT_TIMEOUT_SECONDS = 900.0
+
+JSON = dict[str, Any]
+
+
+def nodeclaims_path(name: str | None = None) -> str:
+    return Kube.custom_path(KARPENTER_GROUP, KARPENTER_VERSION, "nodeclaims", name)
+
+
+def _meta(obj: JSON | None) -> JSON:
+    return (obj or {}).get("metadata") or {}
+
+
+def claim_of(node: str, provider_id: str, claims: list[JSON]) -> JSON | None:
+    """The NodeClaim that launched ``node``: its status names the node or its providerID."""
+    for c in claims:
+        st = c.get("status") or {}
+        if st.get("nodeName") == node or (provider_id and st.get("providerID") == provider_id):
+            return c
+    return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the provider remembers of the node it replaces (it is gone afterwards)."""
+
+    claim: str
+    nodepool: str
+
+
+class KarpenterProvider:
+    name = "karpenter"
+
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *,
+                 timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        if timeout_seconds <= 0:
+            raise ProviderError("provider.timeoutSeconds must be positive")
+        self._kube = kube
+        self._clock = clock
+        self._names = names
+        self.timeout_seconds = timeout_seconds
+        self._targets: dict[str, Target] = {}  # node -> its NodeClaim, remembered before it goes away
+        self._baseline: dict[str, datetime] = {}  # operation id -> when its node was marked
+
+    @property
+    def operation_annotation(self) -> str:
+        return f"{self._names.api_group}/operation"
+
+    @property
+    def replaces_annotation(self) -> str:
+        return f"{self._names.api_group}/replaces"
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        return ""  # Karpenter names the new node; progress reports it once claimed
+
+    # --- lookups ---------------------------------------------------------------------
+    def _target(self, node: str, node_obj: JSON | None) -> Target | None:
+        if node in self._targets:
+            return self._targets[node]
+        provider_id = str(((node_obj or {}).get("spec") or {}).get("providerID", ""))
+        claim = claim_of(node, provider_id, self._kube.list(nodeclaims_path()))
+        if claim is None:
+            return None
+        t = Target(_meta(claim)["name"], str((_meta(claim).get("labels") or {}).get(NODEPOOL_LABEL, "")))
+        self._targets[node] = t
+        return t
+
+    def _get_claim(self, name: str) -> JSON | None:
+        try:
+            return self._kube.get(nodeclaims_path(name))
+        except NotFound:
+            return None
+
+    def _since(self, op: Operation, node_obj: JSON | None) -> datetime:
+        """Nodes created from this moment on may replace the node: when the repair marked it.
+
+        The evicted pods' demand can make Karpenter launch the new node while the drain is
+        still running, before the operation starts. Without the mark (a controller restarted
+        after the old node was gone) the operation's start is the bound.
+        """
+        if op.id not in self._baseline:
+            marked = parse_iso((_meta(node_obj).get("annotations") or {}).get(self._names.marked_at_annotation))
+            if node_obj is not None or marked is not None:
+                self._baseline[op.id] = min(marked or op.started, op.started)
+        return self._baseline.get(op.id, op.started).replace(microsecond=0)  # creationTimestamp: seconds
+
+    def _pool_nodes(self, pool: str, nodepool: str) -> list[JSON]:
+        selector = f"{NODEPOOL_LABEL}={nodepool}" if nodepool else f"{NODEPOOL_LABEL},{self._names.pool_label}={pool}"
+        return self._kube.list_nodes(selector)
+
+    def _candidates(self, op: Operation, node: str, nodes: list[JSON]) -> list[JSON]:
+        """New nodes of the NodePool (or, after a restart, of the pool) that may replace ``node``."""
+        since = self._since(op, None)
+        out = []
+        for n in nodes:
+            meta = _meta(n)
+            created = parse_iso(meta.get("creationTimestamp"))
+            if meta.get("name") == node or meta.get("deletionTimestamp") or created is None or created < since:
+                continue
+            out.append(n)
+        return sorted(out, key=lambda n: (_meta(n).get("creationTimestamp", ""), _meta(n)["name"]))
+
+    def _claimed_by(self, op: Operation, nodes: list[JSON]) -> JSON | None:
+        return next((n for n in nodes if (_meta(n).get("annotations") or {}).get(self.operation_annotation) == op.id),
+                    None)
+
+    # --- drive -----------------------------------------------------------------------
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        if op.action != RepairAction.REPLACE:
+            return  # progress reports why
+        try:
+            node_obj: JSON | None = self._kube.get_node(node)
+        except NotFound:
+            node_obj = None
+        target = self._target(node, node_obj) if node_obj is not None or node in self._targets else None
+        if node_obj is not None:
+            self._since(op, node_obj)
+        if node_obj is not None and target is None:
+            return  # not a Karpenter node: progress reports it as the operation's failure
+        if target is not None:
+            claim = self._get_claim(target.claim)
+            if claim is not None and not _meta(claim).get("deletionTimestamp"):
+                if (_meta(claim).get("annotations") or {}).get(self.operation_annotation) != op.id:
+                    self._kube.patch(nodeclaims_path(target.claim),
+                                     {"metadata": {"annotations": {self.operation_annotation: op.id}}})
+                with contextlib.suppress(NotFound):
+                    self._kube.delete(nodeclaims_path(target.claim))
+                return
+        self._claim_replacement(op, node, pool, target.nodepool if target else "")
+
+    def _claim_replacement(self, op: Operation, node: str, pool: str, nodepool: str) -> None:
+        nodes = self._pool_nodes(pool, nodepool)
+        if self._claimed_by(op, nodes) is not None:
+            return
+        for cand in self._candidates(op, node, nodes):
+            ann = _meta(cand).get("annotations") or {}
+            labels = _meta(cand).get("labels") or {}
+            if ann.get(self.operation_annotation) or not node_ready(cand) \
+                    or labels.get(self._names.pool_label) != pool \
+                    or labels.get(self._names.maintenance_required) == "true":
+                continue
+
+            def ops_for(current: JSON) -> list[JSON]:
+                a = _meta(current).get("annotations")
+                if (a or {}).get(self.operation_annotation):
+                    return []  # another operation got there first
+                value = {self.operation_annotation: op.id, self.replaces_annotation: node}
+                if a is None:
+                    return [{"op": "add", "path": "/metadata/annotations", "value": value}]
+                return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                        for k, v in value.items()]
+
+            with contextlib.suppress(Conflict, NotFound):
+                got = self._kube.patch_node_guarded(cand, ops_for)
+                if (_meta(got).get("annotations") or {}).get(self.operation_annotation) == op.id:
+                    return
+
+    # --- progress --------------------------------------------------------------------
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        if op.action != RepairAction.REPLACE:
+            return ProviderView(ProviderState.FAILED,
+                                "the karpenter provider only replaces nodes (Karpenter has no reboot request); "
+                                "name another provider for the pool's reset")
+        current = lookup(node)
+        if current is not None:
+            self._since(op, current)
+        target = self._targets.get(node)
+        if target is None and current is not None:
+            target = self._target(node, current)
+            if target is None:
+                return ProviderView(ProviderState.FAILED, f"node {node} has no Karpenter NodeClaim "
+                                    "(no NodeClaim's status names it or its providerID)")
+        claim = self._get_claim(target.claim) if target else None
+        if claim is not None and not _meta(claim).get("deletionTimestamp"):
+            started = (_meta(claim).get("annotations") or {}).get(self.operation_annotation) == op.id
+            return ProviderView(ProviderState.RUNNING if started else ProviderState.NOT_STARTED)
+        nodepool = target.nodepool if target else ""
+        nodes = self._pool_nodes(pool, nodepool)
+        mine = self._claimed_by(op, nodes)
+        if mine is not None:
+            return ProviderView(ProviderState.SUCCEEDED, new_node=_meta(mine)["name"])
+        if self._clock.now() >= op.started + timedelta(seconds=self.timeout_seconds):
+            return ProviderView(ProviderState.FAILED,
+                                self._timeout_message(node, pool, nodepool, self._candidates(op, node, nodes)))
+        return ProviderView(ProviderState.RUNNING)
+
+    def _timeout_message(self, node: str, pool: str, nodepool: str, candidates: list[JSON]) -> str:
+        where = f"Karpenter NodePool {nodepool}" if nodepool else f"the Karpenter NodePools of pool {pool}"
+        msg = (f"no new Ready node of {where} replaced {node} within {int(self.timeout_seconds)}s of the "
+               f"NodeClaim's deletion")
+        unlabelled = [_meta(n)["name"] for n in candidates
+                      if (_meta(n).get("labels") or {}).get(self._names.pool_label) != pool]
+        if unlabelled:
+            msg += (f"; new node(s) {', '.join(unlabelled[:3])} lack the label {self._names.pool_label}={pool}: "
+                    "add it to the NodePool's spec.template.metadata.labels")
+        else:
+            msg += ("; Karpenter launches nodes only for Pending pods: check that the evicted pods are Pending, "
+                    f"`kubectl get nodeclaims -l {NODEPOOL_LABEL}{'=' + nodepool if nodepool else ''}` and "
+                    "Karpenter's logs")
+        return msg
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")

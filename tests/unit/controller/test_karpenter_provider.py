@@ -1,0 +1,201 @@
+"""The Karpenter provider's bookkeeping against a stand-in API (the real Karpenter runs in
+tests/integration/test_karpenter.py): which NodeClaim it deletes, how a new node is matched
+one for one, what it says when nothing comes, and the do-not-disrupt guard of marking."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from autoclusters.clock import FakeClock
+from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
+from autoclusters.names import Names
+from autoclusters.providers.base import ProviderError
+from autoclusters.providers.karpenter import DO_NOT_DISRUPT, KarpenterProvider
+from tests.unit.controller.karpenter_fakes import FakeKarpenterKube
+
+NAMES = Names()
+POOL = "a100"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+POOL_LABELS = {NAMES.pool_label: POOL}
+
+
+def world(*old: str) -> tuple[FakeKarpenterKube, FakeClock, KarpenterProvider]:
+    kube = FakeKarpenterKube()
+    for name in old:
+        kube.add_karpenter_node(name, "gpu", T0 - timedelta(hours=1), POOL_LABELS)
+    clock = FakeClock(T0)
+    return kube, clock, KarpenterProvider(kube, clock, NAMES, timeout_seconds=300)  # type: ignore[arg-type]
+
+
+def op(i: int = 1, action: RepairAction = RepairAction.REPLACE) -> Operation:
+    return Operation(f"rec-{i}", action, T0)
+
+
+def test_replace_deletes_the_nodes_claim_then_matches_the_new_node() -> None:
+    kube, clock, prov = world("old-1", "other")
+    o = op()
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.NOT_STARTED
+    prov.drive(o, "old-1", POOL)
+    assert kube.deleted_claims == ["gpu-old-1"]  # only the node's own claim
+    assert kube.claims["gpu-old-1"]["metadata"]["annotations"]["remediation.autoclusters.io/operation"] == "rec-1"
+    prov.drive(o, "old-1", POOL)  # again: nothing new
+    assert kube.deleted_claims == ["gpu-old-1"]
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    kube.karpenter_finishes("gpu-old-1")
+    clock.advance(20)
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING  # nothing new yet
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    prov.drive(o, "old-1", POOL)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
+    assert kube.nodes["new-1"]["metadata"]["annotations"]["remediation.autoclusters.io/replaces"] == "old-1"
+    assert "annotations" not in kube.nodes["other"]["metadata"]  # the pool's older node is never claimed
+
+
+def test_a_node_launched_during_the_drain_counts() -> None:
+    """The evicted pods' demand can bring the new node before the operation starts."""
+    kube, clock, prov = world("old-1", "older")
+    _actuator(kube).ensure_marked(kube.get_node("old-1"), cordon=True)  # marked at T0
+    clock.advance(5)
+    kube.add_karpenter_node("early", "gpu", clock.now(), POOL_LABELS)  # launched while draining
+    clock.advance(10)
+    o = Operation("rec-1", RepairAction.REPLACE, clock.now())
+    prov.drive(o, "old-1", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    prov.drive(o, "old-1", POOL)
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).new_node == "early"
+
+
+def test_two_replacements_never_count_the_same_new_node() -> None:
+    kube, clock, prov = world("old-1", "old-2")
+    o1, o2 = op(1), op(2)
+    prov.drive(o1, "old-1", POOL)
+    prov.drive(o2, "old-2", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    kube.karpenter_finishes("gpu-old-2")
+    clock.advance(30)
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    prov.drive(o1, "old-1", POOL)
+    prov.drive(o2, "old-2", POOL)
+    assert prov.progress(o1, "old-1", POOL, kube.nodes.get).new_node == "new-1"
+    assert prov.progress(o2, "old-2", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    kube.add_karpenter_node("new-2", "gpu", clock.now(), POOL_LABELS)
+    prov.drive(o2, "old-2", POOL)
+    assert prov.progress(o2, "old-2", POOL, kube.nodes.get).new_node == "new-2"
+
+
+def test_new_node_that_is_not_ready_or_under_maintenance_is_not_matched() -> None:
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    kube.add_karpenter_node("booting", "gpu", clock.now(), POOL_LABELS, ready=False)
+    kube.add_karpenter_node("sick", "gpu", clock.now(), {**POOL_LABELS, NAMES.maintenance_required: "true"})
+    prov.drive(o, "old-1", POOL)
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    kube.nodes["booting"]["status"]["conditions"][0]["status"] = "True"
+    prov.drive(o, "old-1", POOL)
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).new_node == "booting"
+
+
+def test_a_restarted_controller_finds_the_matched_node_by_the_pool_label() -> None:
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    fresh = KarpenterProvider(kube, clock, NAMES)  # type: ignore[arg-type]  # knows nothing of old-1's claim
+    fresh.drive(o, "old-1", POOL)
+    assert fresh.progress(o, "old-1", POOL, kube.nodes.get).new_node == "new-1"
+
+
+def test_nothing_pending_fails_at_the_timeout_saying_why() -> None:
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    clock.advance(299)
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    clock.advance(1)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert view.state == ProviderState.FAILED
+    assert "within 300s" in view.message and "Pending pods" in view.message
+    assert "karpenter.sh/nodepool=gpu" in view.message
+
+
+def test_a_new_node_without_the_pool_label_is_named_in_the_failure() -> None:
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    kube.add_karpenter_node("unlabelled", "gpu", clock.now(), {})
+    prov.drive(o, "old-1", POOL)
+    clock.advance(300)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert view.state == ProviderState.FAILED
+    assert "unlabelled" in view.message and f"{NAMES.pool_label}={POOL}" in view.message
+
+
+def test_a_node_without_a_nodeclaim_fails_clearly() -> None:
+    kube, _, prov = world()
+    kube.nodes["plain"] = {"metadata": {"name": "plain", "resourceVersion": "1"}, "spec": {}, "status": {}}
+    prov.drive(op(), "plain", POOL)  # no exception loop in the controller
+    view = prov.progress(op(), "plain", POOL, kube.nodes.get)
+    assert view.state == ProviderState.FAILED and "no Karpenter NodeClaim" in view.message
+
+
+def test_reset_is_refused_with_the_reason() -> None:
+    kube, _, prov = world("old-1")
+    prov.drive(op(action=RepairAction.RESET), "old-1", POOL)
+    assert kube.deleted_claims == []
+    view = prov.progress(op(action=RepairAction.RESET), "old-1", POOL, kube.nodes.get)
+    assert view.state == ProviderState.FAILED and "only replaces" in view.message
+
+
+def test_timeout_must_be_positive() -> None:
+    with pytest.raises(ProviderError):
+        KarpenterProvider(FakeKarpenterKube(), FakeClock(T0), NAMES, timeout_seconds=0)  # type: ignore[arg-type]
+
+
+# --- marking keeps Karpenter's disruption away ------------------------------------------
+class _Null:
+    def emit(self, *a: Any, **k: Any) -> None: ...
+
+    def notify(self, *a: Any, **k: Any) -> None: ...
+
+
+def _actuator(kube: FakeKarpenterKube) -> Actuator:
+    return Actuator(kube, NAMES, _Null(), _Null(), FakeClock(T0))  # type: ignore[arg-type]
+
+
+def test_marking_a_karpenter_node_adds_do_not_disrupt_and_unmarking_removes_it() -> None:
+    kube, _, _ = world("k1")
+    act = _actuator(kube)
+    marked = act.ensure_marked(kube.get_node("k1"), cordon=True)
+    ann = marked["metadata"]["annotations"]
+    assert ann[DO_NOT_DISRUPT] == "true" and ann[NAMES.do_not_disrupt_marker] == "true"
+    assert ann[NAMES.marked_at_annotation] == "2026-03-01T12:00:00Z"
+    assert act.ensure_marked(marked) == marked  # idempotent: no second write
+    clean = act.unmark(marked, uncordon=True)
+    assert clean["metadata"]["annotations"] == {}
+
+
+def test_a_users_own_do_not_disrupt_stays_after_the_repair() -> None:
+    kube, _, _ = world("k1")
+    kube.nodes["k1"]["metadata"]["annotations"] = {DO_NOT_DISRUPT: "true"}
+    act = _actuator(kube)
+    marked = act.ensure_marked(kube.get_node("k1"))
+    assert NAMES.do_not_disrupt_marker not in marked["metadata"]["annotations"]
+    assert NAMES.marked_at_annotation in marked["metadata"]["annotations"]
+    assert act.unmark(marked, uncordon=True)["metadata"]["annotations"] == {DO_NOT_DISRUPT: "true"}
+
+
+def test_nodes_karpenter_does_not_own_get_no_annotation() -> None:
+    kube = FakeKarpenterKube()
+    kube.nodes["plain"] = {"metadata": {"name": "plain", "resourceVersion": "1", "labels": {}}, "spec": {}}
+    marked = _actuator(kube).ensure_marked(kube.get_node("plain"))
+    assert "annotations" not in marked["metadata"]
