@@ -43,14 +43,15 @@ class Result:
         return self.outcome == "Succeeded"
 
 
-def training_workload(pool_label: str, pool: str, replicas: int) -> list[dict[str, Any]]:
+def training_workload(pool_label: str, pool: str, replicas: int,
+                      namespace: str = WORKLOAD_NAMESPACE) -> list[dict[str, Any]]:
     """A training-like job: one 8-GPU worker per node, checkpointing on SIGTERM (preStop),
     and a budget that lets one worker at a time be evicted."""
     labels = {"app": "trainer"}
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORKLOAD_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": "trainer", "namespace": WORKLOAD_NAMESPACE},
+         "metadata": {"name": "trainer", "namespace": namespace},
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "nodeSelector": {pool_label: pool},
@@ -63,7 +64,7 @@ def training_workload(pool_label: str, pool: str, replicas: int) -> list[dict[st
                               "/bin/sh", "-c", "kill -USR1 1; while [ ! -f /ckpt/DONE ]; do sleep 1; done"]}}},
                       }]}}}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-         "metadata": {"name": "trainer", "namespace": WORKLOAD_NAMESPACE},
+         "metadata": {"name": "trainer", "namespace": namespace},
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
     ]
 

@@ -8,7 +8,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -16,6 +16,9 @@ from autoclusters.kube import Conflict, Kube, load_kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
+
+if TYPE_CHECKING:
+    from autoclusters.devcluster.cluster import LocalCluster
 
 
 class ClusterHandle:
@@ -28,6 +31,7 @@ class ClusterHandle:
         self.kube: Kube = load_kube(kubeconfig, user_agent="autoclusters-tests")
         self.host_address = "127.0.0.1"
         self.state_dir = state_dir or Path(tempfile.mkdtemp(prefix="autoclusters-handle-"))
+        self.dev: LocalCluster | None = None  # the local cluster behind it, when this process started one
 
     # --- nodes ---------------------------------------------------------------------------
     def create_gpu_nodes(self, pool: str, count: int, prefix: str | None = None,

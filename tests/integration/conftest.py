@@ -39,9 +39,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]
 
     local.up(progress=progress)
     try:
-        yield ClusterHandle(str(local.kubeconfig), local=True, opa_url=local.opa_url, state_dir=state)
+        handle = ClusterHandle(str(local.kubeconfig), local=True, opa_url=local.opa_url, state_dir=state)
+        handle.dev = local  # optional components (Karpenter) start on it when a test asks for them
+        yield handle
     finally:
         local.down(progress=progress)
+
+
+@pytest.fixture(scope="session")
+def karpenter(cluster: ClusterHandle) -> ClusterHandle:
+    """Karpenter with its kwok cloud provider on the cluster: started on the local cluster the
+    first time a test asks; on a cluster a kubeconfig names, Karpenter must already run there
+    (its NodeClaim API served and a KWOKNodeClass named ``default``)."""
+    from autoclusters.devcluster import karpenter as kp
+    from autoclusters.kube import KubeError
+
+    if cluster.dev is not None:
+        def progress(msg: str) -> None:
+            print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+
+        cluster.dev.start_karpenter(progress=progress)
+        return cluster
+    try:
+        cluster.kube.get(f"/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses/{kp.NODE_CLASS}")
+    except KubeError as e:
+        pytest.skip(f"needs Karpenter's kwok provider on the cluster (KWOKNodeClass {kp.NODE_CLASS}): {e}")
+    return cluster
 
 
 def _local_opa_url(kubeconfig: str) -> str | None:

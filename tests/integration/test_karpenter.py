@@ -1,0 +1,183 @@
+"""The Karpenter provider against the real Karpenter (its kwok cloud provider) on the cluster.
+
+Karpenter launches the pool's nodes for a training-like workload; the provider's pieces run
+as the controller runs them: marking (with Karpenter's do-not-disrupt), the drain through
+the Eviction API under the workload's PodDisruptionBudget, then ``drive``/``progress``
+until the replacement is matched. The controller itself drives this provider in
+test_karpenter_controller.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from autoclusters.clock import SystemClock
+from autoclusters.controller import drain as drainrules
+from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.notifier import LogNotifier
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.demo.story import training_workload
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.karpenter import nodepool_manifest
+from autoclusters.kube import NotFound
+from autoclusters.kube.events import EventRecorder
+from autoclusters.kube.objects import node_ready
+from autoclusters.providers.karpenter import DO_NOT_DISRUPT, NODEPOOL_LABEL, KarpenterProvider, nodeclaims_path
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class KarpenterPool:
+    """A Karpenter NodePool whose nodes carry autoclusters' pool label, and a workload on it."""
+
+    def __init__(self, handle: ClusterHandle, unique: str) -> None:
+        self.h = handle
+        self.kube = handle.kube
+        self.names = handle.names
+        self.pool = f"kp-{unique}"
+        self.nodepool = f"gpu-{unique}"
+        self.namespace = f"train-{unique}"
+        handle.apply(nodepool_manifest(self.nodepool, self.pool, self.names))
+
+    def run_workers(self, replicas: int) -> None:
+        self.h.apply(training_workload(self.names.pool_label, self.pool, replicas, namespace=self.namespace))
+
+    def scale(self, replicas: int) -> None:
+        self.kube.patch(f"/apis/apps/v1/namespaces/{self.namespace}/deployments/trainer",
+                        {"spec": {"replicas": replicas}})
+
+    def workers(self) -> list[dict[str, Any]]:
+        pods = self.kube.list(f"/api/v1/namespaces/{self.namespace}/pods", label_selector="app=trainer")
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    def running(self) -> dict[str, str]:
+        """worker pod -> its node, for the Running workers."""
+        return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.workers()
+                if (p.get("status") or {}).get("phase") == "Running"}
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.kube.list_nodes(f"{NODEPOOL_LABEL}={self.nodepool}")
+                if not n["metadata"].get("deletionTimestamp")]
+
+    def claims(self) -> list[dict[str, Any]]:
+        return self.kube.list(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={self.nodepool}")
+
+    def close(self) -> None:
+        with contextlib.suppress(NotFound):
+            self.kube.delete(f"/api/v1/namespaces/{self.namespace}")
+        with contextlib.suppress(NotFound):
+            self.kube.delete(f"/apis/karpenter.sh/v1/nodepools/{self.nodepool}")
+
+
+@pytest.fixture()
+def kpool(karpenter: ClusterHandle, unique: str) -> Iterator[KarpenterPool]:
+    kp = KarpenterPool(karpenter, unique)
+    try:
+        yield kp
+    finally:
+        kp.close()
+
+
+def actuator(handle: ClusterHandle) -> Actuator:
+    return Actuator(handle.kube, handle.names, EventRecorder(handle.kube, SystemClock(), handle.names.component),
+                    LogNotifier())
+
+
+def drain_fully(act: Actuator, kube: Any, node: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while drainrules.drainable(kube.pods_on_node(node)):
+        assert time.monotonic() < deadline, f"{node} still has pods after {timeout}s"
+        act.drain(node, force=False)
+        time.sleep(0.5)
+
+
+def replace_until_done(prov: KarpenterProvider, op: Operation, node: str, pool: str, kube: Any,
+                       timeout: float) -> ProviderView:
+    """What the controller does while Acting: drive, then read progress, until it ends."""
+    def lookup(name: str) -> dict[str, Any] | None:
+        try:
+            return kube.get_node(name)
+        except NotFound:
+            return None
+
+    deadline = time.monotonic() + timeout
+    while True:
+        prov.drive(op, node, pool)
+        view = prov.progress(op, node, pool, lookup)
+        if view.state in (ProviderState.SUCCEEDED, ProviderState.FAILED) or time.monotonic() > deadline:
+            return view
+        time.sleep(0.5)
+
+
+def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_runs_on_it(
+        kpool: KarpenterPool, unique: str) -> None:
+    names = kpool.names
+    kpool.run_workers(2)
+    placed = wait_for("two workers Running on Karpenter's nodes", lambda: len(kpool.running()) == 2 and kpool.running(),
+                      timeout=180)
+    before = {n["metadata"]["name"] for n in kpool.nodes()}
+    assert set(placed.values()) <= before and len(before) == 2  # Karpenter launched one node per worker
+    for n in kpool.nodes():
+        assert n["metadata"]["labels"][names.pool_label] == kpool.pool  # from the NodePool's template
+    victim_pod, old = sorted(placed.items())[0]
+    survivor_pod = next(p for p in placed if p != victim_pod)
+    old_claim = next(c["metadata"]["name"] for c in kpool.claims() if c["status"].get("nodeName") == old)
+
+    act = actuator(kpool.h)
+    marked = act.ensure_marked(kpool.kube.get_node(old), cordon=True)
+    ann = marked["metadata"]["annotations"]
+    assert ann[DO_NOT_DISRUPT] == "true" and names.marked_at_annotation in ann  # accepted by the real API
+    drain_fully(act, kpool.kube, old)
+
+    op = Operation(f"kp-{unique}-1", RepairAction.REPLACE, datetime.now(UTC))
+    prov = KarpenterProvider(kpool.kube, SystemClock(), names, timeout_seconds=240)
+    view = replace_until_done(prov, op, old, kpool.pool, kpool.kube, timeout=240)
+    assert view.state == ProviderState.SUCCEEDED, view.message
+    new = view.new_node
+    assert new and new not in before
+
+    wait_for(f"{old} and its NodeClaim gone", lambda: old not in {n["metadata"]["name"] for n in kpool.nodes()}
+             and old_claim not in {c["metadata"]["name"] for c in kpool.claims()}, timeout=120)
+    new_obj = kpool.kube.get_node(new)
+    assert node_ready(new_obj) and new_obj["metadata"]["labels"][names.pool_label] == kpool.pool
+    assert new_obj["metadata"]["annotations"][prov.operation_annotation] == op.id
+    assert new_obj["metadata"]["annotations"][prov.replaces_annotation] == old
+    assert len(kpool.nodes()) == 2  # the pool is back to its size
+    running = wait_for("both workers Running again", lambda: len(kpool.running()) == 2 and kpool.running(),
+                       timeout=120)
+    assert running[survivor_pod] != old
+    assert new in running.values()  # the evicted worker's replacement runs on the new node
+    assert old not in running.values()
+
+
+def test_replacing_an_idle_node_fails_at_the_timeout_because_nothing_is_pending(
+        kpool: KarpenterPool, unique: str) -> None:
+    kpool.run_workers(1)
+    placed = wait_for("a worker Running", lambda: kpool.running(), timeout=180)
+    (old,) = set(placed.values())
+    kpool.scale(0)  # the node stays (consolidation is off) but runs nothing any more
+    wait_for("no workers", lambda: not kpool.workers(), timeout=60)
+
+    op = Operation(f"kp-{unique}-1", RepairAction.REPLACE, datetime.now(UTC))
+    prov = KarpenterProvider(kpool.kube, SystemClock(), kpool.names, timeout_seconds=25)
+    view = replace_until_done(prov, op, old, kpool.pool, kpool.kube, timeout=60)
+    assert view.state == ProviderState.FAILED
+    assert "Pending pods" in view.message and kpool.nodepool in view.message
+    assert kpool.nodes() == []  # Karpenter removed the node and launched none: nothing asked for one
