@@ -4,7 +4,7 @@
 # provider, Cluster API's CRDs) from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|pulumi|karpenter|all]   (default: all)
+# Usage: tools/build-tools.sh [core|pulumi|karpenter|cluster-api|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -197,8 +197,11 @@ build_cluster_api() {
   local d="$work/cluster-api" out="$cache/bin/cluster-api-$CLUSTER_API_VERSION"
   wrapper "$d" cluster-api
   local src; src=$(cd "$d" && go mod download -json "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  # v1.14 keeps the core CRDs under core/; older releases under config/ at the top.
+  local bases=$src/core/config/crd/bases
+  [ -d "$bases" ] || bases=$src/config/crd/bases
   mkdir -p "$out/crds"
-  cp "$src"/config/crd/bases/*.yaml "$out/crds/"
+  cp "$bases"/*.yaml "$out/crds/"
   chmod -R u+w "$out"
   finish cluster-api "$CLUSTER_API_VERSION"
 }
@@ -206,9 +209,10 @@ build_cluster_api() {
 case "$which" in
   core) steps=(build_etcd build_kwok build_opa build_kube) ;;
   pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
-  karpenter) steps=(build_karpenter build_cluster_api) ;;
+  karpenter) steps=(build_karpenter) ;;
+  cluster-api) steps=(build_cluster_api) ;;
   all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_pulumi build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|pulumi|karpenter|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [core|pulumi|karpenter|cluster-api|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }

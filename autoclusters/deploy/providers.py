@@ -39,6 +39,7 @@ class ProviderType(enum.StrEnum):
     COMMAND = "command"
     CLUSTERAPI = "clusterapi"
     HOST_REBOOT = "hostReboot"
+    KARPENTER = "karpenter"
 
 
 class ProviderSettingsError(ValueError):
@@ -147,6 +148,13 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                   Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
                           "new boot id this long after the Job started.", minimum=1, default=600)),
                  (Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),)),
+    ProviderKind(ProviderType.KARPENTER, ("replace",),
+                 "Karpenter: replace deletes the node's NodeClaim after the drain; done when a new Ready node of "
+                 "the same NodePool (with the pool's label) is matched to the replacement.",
+                 (Setting("timeoutSeconds", "integer", "The replacement fails when no new Ready node of the "
+                          "NodePool is matched this long after the operation started (Karpenter launches "
+                          "nodes only for Pending pods).", minimum=1, default=900),),
+                 (Rule("karpenter.sh", "nodeclaims", ("get", "list", "patch", "delete")),)),
 )}
 
 

@@ -59,11 +59,18 @@ def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
                               image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]))
 
 
+def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    from autoclusters.providers.karpenter import KarpenterProvider
+
+    return KarpenterProvider(c.kube, c.clock, c.names, timeout_seconds=float(s["timeoutSeconds"]))
+
+
 BUILDERS: dict[ProviderType, Builder] = {
     ProviderType.SIMULATED: _simulated,
     ProviderType.COMMAND: _command,
     ProviderType.CLUSTERAPI: _clusterapi,
     ProviderType.HOST_REBOOT: _host_reboot,
+    ProviderType.KARPENTER: _karpenter,
 }
 
 

@@ -64,6 +64,19 @@ providers := {
 				}
 			}
 		},
+		"karpenter": {
+			"actions": [
+				"replace"
+			],
+			"settings": {
+				"timeoutSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": []
+				}
+			}
+		},
 		"simulated": {
 			"actions": [
 				"reset",
