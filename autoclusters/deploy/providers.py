@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -324,6 +325,7 @@ def rego_data() -> dict[str, Any]:
 def rego_module() -> str:
     """``policies/lib/providers.rego``: the data above as a Rego module (a test keeps the file equal)."""
     body = json.dumps(rego_data(), indent="\t", sort_keys=True)
+    body = re.sub(r"([^\[{,\s])(?=\n\t*[\]}])", r"\1,", body)  # opa fmt's trailing commas
     return ("# METADATA\n"
             "# title: Repair provider types (generated)\n"
             "# description: |\n"

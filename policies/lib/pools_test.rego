@@ -66,6 +66,7 @@ test_providers_valid if {
 		{"type": "clusterapi", "clusterapi": {"version": "v1beta2"}},
 		{"type": "clusterapi", "reset": {"type": "hostReboot", "hostReboot": {"image": "x", "timeoutSeconds": 9}}},
 		{"reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}},
+		{"reset": {"type": "hostReboot"}, "replace": {"type": "karpenter", "karpenter": {"timeoutSeconds": 600}}},
 		{},
 	] {
 		rules(pool({"provider": p})) == set()
@@ -74,7 +75,7 @@ test_providers_valid if {
 
 test_providers_invalid if {
 	msgs(pool({"provider": "simulated"})) == {"spec.provider must be an object"}
-	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, simulated"}
+	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, karpenter, simulated"}
 	msgs(pool({"provider": {"simulated": {}}})) == {"spec.provider.type is required"}
 	msgs(pool({"provider": {"type": "simulated", "resetSeconds": 1}})) == {"spec.provider has unknown key resetSeconds"}
 	msgs(pool({"provider": {"type": "simulated", "command": {"command": ["x"]}}})) == {"spec.provider.command does not apply to type simulated"}
@@ -86,6 +87,7 @@ test_providers_invalid if {
 	msgs(pool({"provider": {"type": "clusterapi", "clusterapi": {"version": "v1"}}})) == {"spec.provider.clusterapi.version v1 is not a valid enum"}
 	msgs(pool({"provider": {"type": "hostReboot", "hostReboot": {"image": ""}}})) == {"spec.provider.hostReboot.image  is not a valid string"}
 	msgs(pool({"provider": {"replace": {"type": "hostReboot"}}})) == {"spec.provider.replace.type hostReboot cannot replace a node"}
+	msgs(pool({"provider": {"reset": {"type": "karpenter"}}})) == {"spec.provider.reset.type karpenter cannot reset a node"}
 	msgs(pool({"provider": {"reset": "hostReboot"}})) == {"spec.provider.reset must be an object with a type"}
 	msgs(pool({"provider": {"reset": {}}})) == {"spec.provider.reset.type is required"}
 }

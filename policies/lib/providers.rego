@@ -8,13 +8,13 @@ package autoclusters.lib.providers
 providers := {
 	"actions": [
 		"reset",
-		"replace"
+		"replace",
 	],
 	"types": {
 		"clusterapi": {
 			"actions": [
 				"reset",
-				"replace"
+				"replace",
 			],
 			"settings": {
 				"version": {
@@ -22,80 +22,80 @@ providers := {
 					"required": false,
 					"values": [
 						"v1beta1",
-						"v1beta2"
-					]
-				}
-			}
+						"v1beta2",
+					],
+				},
+			},
 		},
 		"command": {
 			"actions": [
 				"reset",
-				"replace"
+				"replace",
 			],
 			"settings": {
 				"command": {
 					"kind": "strings",
 					"required": true,
-					"values": []
+					"values": [],
 				},
 				"timeoutSeconds": {
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
-					"values": []
-				}
-			}
+					"values": [],
+				},
+			},
 		},
 		"hostReboot": {
 			"actions": [
-				"reset"
+				"reset",
 			],
 			"settings": {
 				"image": {
 					"kind": "string",
 					"required": false,
-					"values": []
+					"values": [],
 				},
 				"timeoutSeconds": {
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
-					"values": []
-				}
-			}
+					"values": [],
+				},
+			},
 		},
 		"karpenter": {
 			"actions": [
-				"replace"
+				"replace",
 			],
 			"settings": {
 				"timeoutSeconds": {
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
-					"values": []
-				}
-			}
+					"values": [],
+				},
+			},
 		},
 		"simulated": {
 			"actions": [
 				"reset",
-				"replace"
+				"replace",
 			],
 			"settings": {
 				"replaceSeconds": {
 					"kind": "integer",
 					"minimum": 0,
 					"required": false,
-					"values": []
+					"values": [],
 				},
 				"resetSeconds": {
 					"kind": "integer",
 					"minimum": 0,
 					"required": false,
-					"values": []
-				}
-			}
-		}
-	}
+					"values": [],
+				},
+			},
+		},
+	},
 }

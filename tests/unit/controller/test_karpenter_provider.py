@@ -199,3 +199,17 @@ def test_nodes_karpenter_does_not_own_get_no_annotation() -> None:
     kube.nodes["plain"] = {"metadata": {"name": "plain", "resourceVersion": "1", "labels": {}}, "spec": {}}
     marked = _actuator(kube).ensure_marked(kube.get_node("plain"))
     assert "annotations" not in marked["metadata"]
+
+
+def test_a_pool_names_karpenter_for_replacement_only() -> None:
+    from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
+    from autoclusters.providers.registry import BuildContext, build_provider
+
+    choice = parse_provider_choice({"reset": {"type": "hostReboot"}, "replace": {"type": "karpenter"}})
+    spec = choice.for_action("replace")
+    assert spec is not None and dict(spec.settings) == {"timeoutSeconds": 900}
+    prov = build_provider(spec, BuildContext(FakeKarpenterKube(), FakeClock(T0), NAMES))  # type: ignore[arg-type]
+    assert isinstance(prov, KarpenterProvider) and prov.timeout_seconds == 900
+    assert parse_provider_choice({"type": "karpenter"}).missing() == ("reset",)
+    with pytest.raises(ProviderSettingsError, match="karpenter cannot reset"):
+        parse_provider_choice({"reset": {"type": "karpenter"}})
