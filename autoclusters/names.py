@@ -25,6 +25,10 @@ _PREFIX_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,30}$")
 _QUALIFIED_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
+# The detector's own health condition: the same under every brand and not starting with
+# the condition prefix (see Names.detector_health_condition).
+DETECTOR_HEALTH_CONDITION = "GPUHealthDetectorDegraded"
+
 # Condition reasons (docs/contract.md, "Names"). They do not depend on the domain.
 REASON_XID = "NvidiaXIDError"
 REASON_SXID = "NvidiaSXIDError"
@@ -172,8 +176,12 @@ class Names:
 
     @property
     def detector_health_condition(self) -> str:
-        """The agent's own health (a source it cannot read); never a GPU fault."""
-        return f"{self.prefix}DetectorDegraded"
+        """The agent's own health (a source it cannot read); never a GPU fault.
+
+        Deliberately *not* under the condition prefix: the reference system's users read
+        every condition whose type starts with the prefix as a fault report, so a
+        ``True`` here must not look like one to their scripts."""
+        return DETECTOR_HEALTH_CONDITION
 
     @property
     def fault_conditions(self) -> tuple[str, str]:

@@ -69,7 +69,7 @@ def node_bulk() -> dict[str, Any]:
     conditions = [{"type": t, "status": "False", "reason": f"No{t}", "message": f"kubelet has no {t}",
                    "lastHeartbeatTime": "2026-11-29T08:00:00Z", "lastTransitionTime": "2026-11-01T00:00:00Z"}
                   for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "AutoClustersGPUFault",
-                            "AutoClustersInterconnectFault", "AutoClustersDetectorDegraded")]
+                            "AutoClustersInterconnectFault", "GPUHealthDetectorDegraded")]
     managed = [{"manager": f"m{i}", "operation": "Update", "apiVersion": "v1", "time": "2026-11-29T08:00:00Z",
                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {f"f:l{j}": {} for j in range(20)}}}}
                for i in range(6)]

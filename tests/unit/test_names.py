@@ -52,3 +52,19 @@ def test_operations_doc_names_the_event_source_that_matches_the_reference() -> N
     assert f"--event-source {REFERENCE_EVENT_SOURCE}" in doc
     assert f"autoclusters:eventSource {REFERENCE_EVENT_SOURCE}" in doc
     assert f"defaults to `{ControllerConfig().event_source}`" in doc
+
+
+@pytest.mark.parametrize("names", [Names(), Names("crusoe.ai", "Crusoe")], ids=["default", "reference"])
+def test_only_fault_conditions_start_with_the_prefix(names: Names) -> None:
+    """A script that reads every condition under the prefix as a fault must not misread the
+    detector's own health condition."""
+    import re
+
+    from autoclusters.deploy.detector import node_self_write_policy
+
+    # every condition type the detector may write, as its admission policy lists them
+    text = str(node_self_write_policy(names)["spec"]["validations"])
+    written = set(re.findall(r"'([A-Za-z]+(?:Fault|Degraded))'", text))
+    assert names.detector_health_condition in written and len(written) == 3
+    assert {c for c in written if c.startswith(names.prefix)} == set(names.fault_conditions)
+    assert not names.detector_health_condition.startswith(("AutoClusters", "Crusoe"))

@@ -22,7 +22,7 @@ def test_the_policy_binds_the_service_account_and_the_condition_types() -> None:
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert "system:serviceaccount:gpu-ops:autoclusters-detector" in policy["spec"]["matchConditions"][0]["expression"]
     text = str(policy["spec"]["validations"])
-    assert "'CrusoeGPUFault'" in text and "'CrusoeDetectorDegraded'" in text and NODE_NAME_EXTRA in str(policy)
+    assert "'CrusoeGPUFault'" in text and "'GPUHealthDetectorDegraded'" in text and NODE_NAME_EXTRA in str(policy)
     sub = objs["ClusterRoleBinding"]["subjects"][0]
     assert (sub["namespace"], sub["name"]) == ("gpu-ops", "autoclusters-detector")
     assert objs["ClusterRole"]["metadata"]["name"] != "autoclusters-detector"  # one per namespace

@@ -1,5 +1,6 @@
 import threading
 
+from autoclusters import names as n
 from autoclusters.clock import FakeClock
 from autoclusters.detector.conditions import ConditionState
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
@@ -28,11 +29,11 @@ def test_changes_are_coalesced_and_only_own_types_are_patched() -> None:
     kube, _clock, w = make(["a"])
     w.set("a", T, FALSE)
     w.set("a", T, TRUE)
-    w.set("a", "AutoClustersDetectorDegraded", ConditionState("AutoClustersDetectorDegraded", "False", "x", "y"))
+    w.set("a", n.DETECTOR_HEALTH_CONDITION, ConditionState(n.DETECTOR_HEALTH_CONDITION, "False", "x", "y"))
     assert step(w) == ["a"]
     assert len(kube.patches) == 1
     types = [c["type"] for c in kube.patches[0][1]["status"]["conditions"]]
-    assert types == ["AutoClustersDetectorDegraded", T]
+    assert types == sorted([n.DETECTOR_HEALTH_CONDITION, T])
     assert kube.condition("a", "Ready")["reason"] == "KubeletReady"
     assert kube.condition("a", T)["status"] == "True"
     assert step(w) == []  # nothing changed, heartbeat not due
