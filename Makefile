@@ -40,6 +40,7 @@ setup: venv tools
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test-unit: venv
 	$(BIN)/pytest tests/unit -q
@@ -50,6 +51,7 @@ test-integration: setup
 # The README's test command.
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	AUTOCLUSTERS_REQUIRE_TOOLS=1 $(BIN)/pytest tests -q -p no:cacheprovider
 
 # A brand (make manifests|demo DOMAIN=crusoe.ai PREFIX=Crusoe [EVENT_SOURCE=nodepool-service]):

@@ -38,15 +38,19 @@ def resource_class(api_version: str, kind: str) -> type[pulumi.CustomResource] |
     return getattr(module, kind, None)
 
 
-def k8s_resource(obj: dict[str, Any], opts: pulumi.ResourceOptions, name: str | None = None) -> pulumi.CustomResource:
-    """Creates ``obj`` as a Pulumi resource; top-level fields become the class's keyword arguments."""
+def k8s_resource(obj: dict[str, Any], opts: pulumi.ResourceOptions, name: str | None = None) -> Any:
+    """Creates ``obj`` as a Pulumi resource; top-level fields become the class's keyword arguments.
+
+    Typed ``Any``: the class is chosen at run time, and the ``metadata`` output callers read is
+    declared by each generated class, not by ``pulumi.CustomResource``."""
     cls = resource_class(obj["apiVersion"], obj["kind"])
     name = name or resource_name(obj)
     fields = {k: v for k, v in obj.items() if k not in _SKIP}
     if cls is None:
         return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], opts=opts,
                                                 **fields)
-    accepted = set(inspect.signature(cls._internal_init).parameters)
+    # The generated classes' full argument list lives only on this private method.
+    accepted = set(inspect.signature(cls._internal_init).parameters)  # type: ignore[attr-defined]
     kwargs = {}
     for key, value in fields.items():
         arg = _CAMEL.sub("_", key).lower()

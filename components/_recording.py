@@ -71,8 +71,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs.update(pems)
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
 
     def of_type(self, typ: str) -> list[Registered]:
         return [r for r in self.registered if r.typ == typ]

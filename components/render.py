@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         bad = stale()
-        for p in bad:
-            print(f"stale: manifests/{p}", file=sys.stderr)
+        for name in bad:
+            print(f"stale: manifests/{name}", file=sys.stderr)
         return 1 if bad else 0
     write(render(), MANIFESTS)
     return 0

@@ -183,12 +183,12 @@ class Reconciler:
             # record's write makes it visible to the next reconcile (the persist and the
             # actions run outside the lock so the pool's other nodes are not serialised).
             reserved = new is not None and new.phase in IN_PROGRESS and (state is None or not state.started)
-            if reserved:
+            if reserved and new is not None:
                 self._fleet.reserve(pool.name, new.name)
         try:
             return self._commit(name, pool, plan)
         finally:
-            if reserved:
+            if reserved and new is not None:
                 self._fleet.unreserve(pool.name, new.name)
 
     def _plan(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,

@@ -8,6 +8,7 @@ knows after a restart is exactly what it wrote.
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from autoclusters.clock import parse_iso, utc_iso
@@ -96,6 +97,13 @@ def status_of(s: RepairState) -> JSON:
     return status
 
 
+def _time(value: Any, field: str) -> datetime:
+    t = parse_iso(value)
+    if t is None:
+        raise ValueError(f"status.{field} is empty")
+    return t
+
+
 def state_of(obj: JSON) -> RepairState | None:
     """The state a record holds; None for a record created but not yet given a phase."""
     status = obj.get("status") or {}
@@ -107,7 +115,8 @@ def state_of(obj: JSON) -> RepairState | None:
     op = status.get("operation")
     operation = None
     if op:
-        operation = Operation(id=op["id"], action=RepairAction(op["action"]), started=parse_iso(op["started"]),
+        operation = Operation(id=op["id"], action=RepairAction(op["action"]),
+                              started=_time(op["started"], "operation.started"),
                               boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
     return RepairState(
         name=obj["metadata"]["name"], node=spec.get("node", ""), pool=spec.get("pool", ""),

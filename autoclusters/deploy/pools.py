@@ -168,11 +168,12 @@ class PoolConfig:
             _positive(n.gpus_per_node, f"{where}: nodes.gpusPerNode")
         elif n.count:
             raise PoolConfigError(f"{where}: nodes.count applies to the simulated backend only")
-        for key, value in dict(n.selector).items():
-            if not isinstance(key, str) or not _LABEL_KEY.match(key):
-                raise PoolConfigError(f"{where}: nodes.selector key {key!r} is not a label key")
-            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-                raise PoolConfigError(f"{where}: nodes.selector value {value!r} for {key} is not a label value")
+        for label_key, label_value in dict(n.selector).items():
+            if not isinstance(label_key, str) or not _LABEL_KEY.match(label_key):
+                raise PoolConfigError(f"{where}: nodes.selector key {label_key!r} is not a label key")
+            if not isinstance(label_value, str) or not _LABEL_VALUE.match(label_value):
+                raise PoolConfigError(f"{where}: nodes.selector value {label_value!r} for {label_key} "
+                                      "is not a label value")
         try:
             self.slurm.check(where)
         except SlurmSpecError as e:

@@ -52,7 +52,7 @@ class WarningEvents:
 
     def _send(self, body: dict[str, object]) -> None:
         try:
-            self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)  # type: ignore[arg-type]
+            self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
             self.sent += 1
         except KubeError as e:
             log.warning("could not record warning event %s: %s", body.get("message"), e)

@@ -208,7 +208,7 @@ class LocalCluster:
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
 
-        def start(name: str, argv: list[str], check: Callable[[], bool], timeout: float = 60) -> None:
+        def start(name: str, argv: list[str | Path], check: Callable[[], bool], timeout: float = 60) -> None:
             progress(f"starting {name}")
             proc = p.spawn(name, [str(a) for a in argv], self.logs, d)
             procs.append(proc)

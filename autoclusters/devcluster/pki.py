@@ -86,7 +86,7 @@ class Pki:
         _write_key(self.ca_key, ca_key)
         _write_cert(self.ca_cert, ca)
 
-        def leaf(subject: x509.Name, usage: ExtendedKeyUsageOID, sans: list[x509.GeneralName] | None = None
+        def leaf(subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None = None
                  ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
             key = _key()
             b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject)

@@ -120,7 +120,9 @@ def wait_healthy(proc: Proc, check: Callable[[], bool], timeout: float, progress
     while True:
         if check():
             return time.monotonic() - start
-        if not alive(proc) and not (time.sleep(0.2) or alive(proc)):
+        if not alive(proc):
+            time.sleep(0.2)  # just spawned, the pid may not show the binary yet: look once more
+        if not alive(proc):
             raise StartError(f"{proc.name} exited during start-up. Last lines of {proc.log}:\n{tail(proc.log)}")
         now = time.monotonic()
         if now - start > timeout:

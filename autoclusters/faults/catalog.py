@@ -137,7 +137,7 @@ def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
     try:
         return cls(value)
     except ValueError:
-        allowed = ", ".join(v.value for v in cls)  # type: ignore[attr-defined]
+        allowed = ", ".join(v.value for v in cls)
         raise CatalogError(f"{where}: {value!r} is not one of {allowed}") from None
 
 

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from autoclusters.kube.errors import Conflict, Invalid, KubeError, NotFound, Unavailable, translate, translated
 
 JSON = dict[str, Any]
+Items = list[JSON]  # for annotations inside Kube, where ``list`` names the method
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -100,7 +101,7 @@ class Kube:
     def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
              limit: int = 500) -> list[JSON]:
         """All items of a collection, following ``continue`` tokens."""
-        items: list[JSON] = []
+        items: Items = []
         cont: str | None = None
         while True:
             page = self.request("GET", path, query={
@@ -111,7 +112,7 @@ class Kube:
             if not cont:
                 return items
 
-    def list_with_version(self, path: str, *, label_selector: str | None = None) -> tuple[list[JSON], str]:
+    def list_with_version(self, path: str, *, label_selector: str | None = None) -> tuple[Items, str]:
         page = self.request("GET", path, query={"labelSelector": label_selector})
         return page.get("items") or [], str((page.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -195,7 +196,7 @@ class Kube:
     def get_node(self, name: str) -> JSON:
         return self.get(f"/api/v1/nodes/{quote(name)}")
 
-    def list_nodes(self, label_selector: str | None = None) -> list[JSON]:
+    def list_nodes(self, label_selector: str | None = None) -> Items:
         return self.list("/api/v1/nodes", label_selector=label_selector)
 
     def patch_node(self, name: str, body: Any, patch_type: str = MERGE) -> JSON:
@@ -204,7 +205,7 @@ class Kube:
     def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
 
-    def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], list[JSON]], *, attempts: int = 5) -> JSON:
+    def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], Items], *, attempts: int = 5) -> JSON:
         """A JSON patch of ``ops_for(node)`` that first tests the node's resourceVersion, so a
         concurrent writer is never overwritten: on a lost race the node is read again and the
         operations are computed anew. Returns the node unchanged when there is nothing to do."""
@@ -221,7 +222,7 @@ class Kube:
         raise Conflict(f"patching node {name}: still losing to concurrent writers after {attempts} attempts")
 
     # --- pods -------------------------------------------------------------------------
-    def pods_on_node(self, node: str) -> list[JSON]:
+    def pods_on_node(self, node: str) -> Items:
         return self.list("/api/v1/pods", field_selector=f"spec.nodeName={node}")
 
     def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:

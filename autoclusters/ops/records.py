@@ -95,7 +95,7 @@ class Repair:
             "phase": self.phase, "hold": self.hold or None, "outcome": self.outcome, "message": self.message,
             "replacementNode": self.replacement_node or None,
             "started": utc_iso(self.started) if self.started else None,
-            "completed": utc_iso(self.ended()) if self.ended() else None,
+            "completed": utc_iso(ended) if (ended := self.ended()) else None,
             "durationSeconds": _round(self.duration(now)),
             "steps": [s.to_dict() for s in self.steps],
         }

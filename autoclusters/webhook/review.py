@@ -58,15 +58,17 @@ def opa_input(request: dict[str, Any]) -> dict[str, Any]:
     status (images, conditions, addresses) that no rule looks at; sending only metadata
     keeps OPA's input parsing off the latency budget. Pool objects are small and are
     checked whole."""
-    trimmed = {k: request[k] for k in ("uid", "kind", "resource", "subResource", "name", "operation", "userInfo",
-                                       "dryRun") if k in request}
+    trimmed: dict[str, Any] = {k: request[k] for k in ("uid", "kind", "resource", "subResource", "name",
+                                                       "operation", "userInfo", "dryRun") if k in request}
     whole = (request.get("kind") or {}).get("kind") != "Node"
     for key in ("object", "oldObject"):
         obj = request.get(key)
         if whole or not isinstance(obj, dict):
             trimmed[key] = obj
             continue
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
         trimmed[key] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                         "metadata": {"name": meta.get("name"), "labels": meta.get("labels")}}
     return {"request": trimmed}

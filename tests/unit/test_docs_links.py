@@ -12,7 +12,7 @@ OUTSIDE = re.compile(r"\.\./" + "shared|\\b" + "SP" + "EC\\b|" + "TEST" + "ENV")
 
 
 def _files() -> list[Path]:
-    out = [ROOT / "README.md"]
+    out = [ROOT / "README.md", ROOT / "Makefile", ROOT / ".ci" / "run", ROOT / "pyproject.toml"]
     for d in DIRS:
         out += [p for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in {".py", ".md", ".rego", ".sh", ".yaml"}]
     return out
