@@ -25,6 +25,7 @@ ends a job) is a parameter because it bounds the time a job has to save a checkp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -167,7 +168,7 @@ class LocalSlurm:
               lambda: self._run(bins["scontrol"], "ping").returncode == 0)
         for node in settings.nodes:
             start(f"slurmd-{node}", [bins["slurmd"], "-D", "-N", node, "-f", str(self.conf)],
-                  lambda node=node: self._node_up(bins["scontrol"], node))
+                  functools.partial(self._node_up, bins["scontrol"], node))
         took = time.monotonic() - t0
         progress(f"slurm is up in {took:.1f}s: partition {settings.partition!r} with {', '.join(settings.nodes)}; "
                  f"SLURM_CONF={self.conf}")

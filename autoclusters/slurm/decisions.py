@@ -146,7 +146,7 @@ def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmP
     acked = obs.ack == repair.record
     node = obs.slurm
     if node is None:
-        out: list[Action] = [_once(reported, Report(f"missing:{repair.record}", EVENT_NOT_FOUND,
+        out: list[Action | None] = [_once(reported, Report(f"missing:{repair.record}", EVENT_NOT_FOUND,
                                                     f"Slurm has no node {obs.slurm_name!r}: nothing to drain",
                                                     warning=True))]
         return _clean([*out, None if acked else Ack(repair.record)])
@@ -159,9 +159,9 @@ def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmP
                                           f"Slurm node {node.name} was already drained by someone else "
                                           f"({node.reason!r}); left as it is")))
     past_deadline = obs.now >= repair.deadline
-    for job in obs.jobs_on_node:
-        if job.job_id not in signalled and job.state != "COMPLETING":
-            out.append(Signal(job, policy.signal))
+    for running in obs.jobs_on_node:
+        if running.job_id not in signalled and running.state != "COMPLETING":
+            out.append(Signal(running, policy.signal))
     settled = True
     for job_id, when in signalled.items():
         if job_id in requeued:
