@@ -226,7 +226,7 @@ def _parse_spec(raw: Any, where: str, *, action: str = "") -> ProviderSpec:
                                     f"allowed: {', '.join(sorted(allowed))}")
     kind_name = raw.get("type")
     try:
-        kind = KINDS[ProviderType(kind_name)]
+        kind = KINDS[ProviderType(str(kind_name))]
     except ValueError:
         raise ProviderSettingsError(f"{where}.type must be one of {'|'.join(t.value for t in ProviderType)}, "
                                     f"got {kind_name!r}") from None

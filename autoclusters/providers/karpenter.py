@@ -97,6 +97,13 @@ class KarpenterProvider:
     def replacement_name(self, op: Operation, pool: str) -> str:
         return ""  # Karpenter names the new node; progress reports it once claimed
 
+    def refusal(self, node: JSON | None) -> str:
+        """A node Karpenter did not launch (no NodePool label) has no NodeClaim to delete."""
+        if node is not None and NODEPOOL_LABEL not in (_meta(node).get("labels") or {}):
+            return (f"node {_meta(node).get('name', '')} has no {NODEPOOL_LABEL} label: Karpenter did not "
+                    "launch it, so the karpenter provider cannot replace it")
+        return ""
+
     # --- lookups ---------------------------------------------------------------------
     def _target(self, node: str, node_obj: JSON | None) -> Target | None:
         if node in self._targets:

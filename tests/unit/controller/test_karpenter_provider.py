@@ -213,3 +213,11 @@ def test_a_pool_names_karpenter_for_replacement_only() -> None:
     assert parse_provider_choice({"type": "karpenter"}).missing() == ("reset",)
     with pytest.raises(ProviderSettingsError, match="karpenter cannot reset"):
         parse_provider_choice({"reset": {"type": "karpenter"}})
+
+
+def test_refuses_a_node_karpenter_did_not_launch() -> None:
+    kube, _, prov = world("old-1")
+    assert prov.refusal(kube.nodes["old-1"]) == ""
+    assert prov.refusal(None) == ""  # a node already gone: the record's repair goes on
+    stranger = {"metadata": {"name": "static-1", "labels": POOL_LABELS}}
+    assert "no karpenter.sh/nodepool label" in prov.refusal(stranger)
