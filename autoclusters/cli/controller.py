@@ -68,7 +68,7 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autoclusters.cli.main import CliError
+    from autoclusters.cli.errors import CliError
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.kube import load_kube

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
-from autoclusters.cli.main import EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.writer import WriterConfig

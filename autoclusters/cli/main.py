@@ -1,8 +1,4 @@
-"""Entry point of the ``autoclusters`` command.
-
-Exit codes scripts can rely on: 0 success, 1 the operation failed (or found violations),
-2 bad usage or input, 3 the cluster could not be reached.
-"""
+"""Entry point of the ``autoclusters`` command; exit codes scripts can rely on: ``cli/errors.py``."""
 
 from __future__ import annotations
 
@@ -15,17 +11,8 @@ from collections.abc import Sequence
 
 import autoclusters.cli as cli_pkg
 from autoclusters import __version__
+from autoclusters.cli.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.kube.errors import KubeError, Unavailable
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-
-
-class CliError(Exception):
-    """An error the user can act on; printed without a traceback."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
-        if mod.name in {"main"} or mod.name.startswith("_"):
+        if mod.name in {"main", "errors"} or mod.name.startswith("_"):
             continue
         module = importlib.import_module(f"{cli_pkg.__name__}.{mod.name}")
         register = getattr(module, "register", None)
@@ -72,8 +59,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Under ``python -m autoclusters.cli.main`` this file is ``__main__`` while the commands import
-    # ``autoclusters.cli.main``: run that module's ``main`` so the CliError they raise is the one caught.
-    from autoclusters.cli import main as _package_main
-
-    sys.exit(_package_main.main())
+    sys.exit(main())

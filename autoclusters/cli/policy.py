@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
-from autoclusters.cli.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, Names
 from autoclusters.policy import InputError, PolicyConfig, check_documents, read_paths
 from autoclusters.policy.config import controller_identity

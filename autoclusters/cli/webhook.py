@@ -16,7 +16,7 @@ import queue
 from pathlib import Path
 from typing import Any
 
-from autoclusters.cli.main import EXIT_USAGE, CliError
+from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME
