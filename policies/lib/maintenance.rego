@@ -57,16 +57,21 @@ approval_fault_violations(old, new, cfg) := {v |
 	}
 }
 
-# manifest_violations covers labels declared in a manifest (GitOps): the system-owned
-# label may not be declared at all, and a declared approval must be "true".
-manifest_violations(labels, cfg) := {v |
+# manifest_violations covers labels declared in a Node manifest (GitOps): it rejects exactly
+# the manifests the admission rules reject when a user creates the node from them. The
+# system-owned label may not be declared at all, and so no approval can be either: a value
+# other than "true" is named as such, and "true" needs maintenance-required on the node.
+manifest_violations(labels, cfg) := ({v |
 	key := sprintf("%s/maintenance-required", [cfg.domain])
 	present(labels, key)
 	v := {
 		"rule": "manifest-maintenance-required",
 		"msg": sprintf("%s is owned by the autoclusters controller and must not appear in a manifest", [key]),
 	}
-} | approval_value_violations({}, labels, cfg)
+} | approval_value_violations({}, labels, cfg)) | {v |
+	object.get(labels, sprintf("%s/maintenance-approved", [cfg.domain]), null) == "true"
+	some v in approval_fault_violations({}, labels, cfg)
+}
 
 _verb(old, new, key) := "add" if {
 	not present(old, key)

@@ -100,5 +100,6 @@ test_manifest_with_required_denied if {
 
 test_manifest_approval_value if {
 	{v.rule | some v in maintenance.manifest_violations({appr: "yes"}, cfg)} == {"maintenance-approved-value"}
-	maintenance.manifest_violations({appr: "true", "team": "a"}, cfg) == set()
+	{v.rule | some v in maintenance.manifest_violations({appr: "true", "team": "a"}, cfg)} == {"maintenance-approved-requires-fault"}
+	maintenance.manifest_violations({"team": "a"}, cfg) == set()
 }

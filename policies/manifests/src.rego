@@ -33,7 +33,13 @@ deny contains msg if {
 	msg := sprintf("%s %s: [%s] %s", [f.kind, f.name, f.rule, f.msg])
 }
 
-object_violations(obj) := maintenance.manifest_violations(labels_of(obj), config.config) | pools.pool_violations(obj, config.config)
+object_violations(obj) := node_label_violations(obj) | pools.pool_violations(obj, config.config)
+
+# The maintenance labels are rules about Nodes (admission judges them on Nodes only).
+node_label_violations(obj) := maintenance.manifest_violations(labels_of(obj), config.config) if {
+	obj.kind == "Node"
+	object.get(obj, "apiVersion", "v1") == "v1"
+} else := set()
 
 labels_of(obj) := obj.metadata.labels if {
 	is_object(obj.metadata.labels)

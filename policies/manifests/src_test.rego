@@ -40,3 +40,15 @@ test_other_domain_via_data if {
 		with data.autoclusters.config as {"domain": "crusoe.ai"}
 	{f.rule | some f in fs} == {"manifest-maintenance-required"}
 }
+
+test_approval_true_in_manifest_needs_a_fault if {
+	fs := manifests.violation with input as node({"autoclusters.io/maintenance-approved": "true"})
+	{f.rule | some f in fs} == {"maintenance-approved-requires-fault"}
+}
+
+test_maintenance_labels_are_judged_on_nodes_only if {
+	labelled := {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"autoclusters.io/maintenance-required": "true"}}}
+	count(manifests.violation) == 0 with input as labelled
+	p := object.union(pool("auto"), {"metadata": {"name": "h100", "labels": {"autoclusters.io/maintenance-approved": "no"}}})
+	count(manifests.violation) == 0 with input as p
+}

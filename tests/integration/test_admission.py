@@ -393,3 +393,41 @@ def test_every_user_label_transition_matches_the_rego(admission: Admission, laye
     # of those, removing or keeping the approval always does (5 per required state: 15), and setting it to "true"
     # does only while required is present (2 more for each of the two present states: 4).
     assert got.count(True) == 19 and got.count(False) == 62
+
+
+MANIFEST_STATES = (None, "true", "false", "")  # absent, the one valid value, another value, empty
+
+
+def test_policy_check_agrees_with_the_cluster_on_every_node_manifest(admission: Admission, layer: str,
+                                                                     tmp_path: Path) -> None:
+    """GitOps parity: for every combination of the two labels' presence and values in a Node
+    manifest, ``autoclusters policy check`` rejects the manifest exactly when this admission
+    layer rejects a user's ``kubectl create`` of it."""
+    from autoclusters.cli.main import main
+
+    req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
+    manifests = []
+    for r in MANIFEST_STATES:
+        for a in MANIFEST_STATES:
+            labels = {SCOPE_LABEL: admission.suffix, **{k: v for k, v in ((req, r), (appr, a)) if v is not None}}
+            name = f"adm-{admission.suffix}-gitops-{layer}-{len(manifests)}"
+            manifests.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+    created = []
+    for m in manifests:
+        r = kubectl(admission.user, "create", "-f", "-", stdin=json.dumps(m))
+        if r.returncode == 0:
+            admission.nodes.append(m["metadata"]["name"])
+        else:
+            assert _mark(layer) in r.stderr, f"denied by something else: {r.stderr}"
+        created.append(r.returncode == 0)
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump_all(manifests))
+    out = tmp_path / "check.json"
+    with out.open("w") as f, contextlib.redirect_stdout(f):
+        rc = main(["policy", "check", "-o", "json", "--domain", admission.names.domain, str(path)])
+    rejected = {v["index"] for v in json.loads(out.read_text())["violations"]}
+    accepted = [i not in rejected for i in range(len(manifests))]
+    differ = [(m["metadata"]["labels"], c, p) for m, c, p in zip(manifests, created, accepted, strict=True) if c != p]
+    assert not differ, f"policy check and the {layer} disagree (labels, cluster, policy check): {differ}"
+    # Not only agreement: only the manifest without either label may be created.
+    assert created.count(True) == 1 and created[0] and rc == 1
