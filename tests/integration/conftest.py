@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from autoclusters.devcluster.handle import ClusterHandle
+from tests.integration.controller_support import Env, controller_env
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -88,3 +89,18 @@ def unique() -> str:
 @pytest.fixture(scope="session")
 def kube(cluster: ClusterHandle):
     return cluster.kube
+
+
+@pytest.fixture(scope="session")
+def ctl(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    """One environment (one lease, one controller under its own identity) for the whole session:
+    two would be two leaders acting on the same pools. Logs go to
+    $AUTOCLUSTERS_TEST_CONTROLLER_LOGS when set."""
+    wanted = os.environ.get("AUTOCLUSTERS_TEST_CONTROLLER_LOGS")
+    with controller_env(cluster, Path(wanted) if wanted else tmp_path_factory.mktemp("controller-logs")) as env:
+        yield env
+
+
+@pytest.fixture()
+def controller_log(ctl: Env) -> Callable[[], str]:
+    return lambda: "\n".join(c.log()[-4000:] for c in ctl.controllers)

@@ -5,13 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoclusters import names as n
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    XID64_MESSAGE,
-    Env,
-    controller_log_fixture,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters import names as n
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    Env,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import Env, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -8,13 +8,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.providers.simulated import ANN_FAIL_REPLACE, ANN_FAIL_RESET
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    XID48_MESSAGE,
-    XID64_MESSAGE,
-    Env,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import XID48_MESSAGE, XID64_MESSAGE, Env, wait_for
 
 pytestmark = pytest.mark.integration
 

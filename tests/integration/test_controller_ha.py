@@ -7,11 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    Env,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import Env, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.kube import NotFound
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    XID64_MESSAGE,
-    Env,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
 
 pytestmark = pytest.mark.integration
 

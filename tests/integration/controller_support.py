@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the controller's integration tests (no tests of its own).
+"""Helpers for the controller's integration tests; their fixtures (``ctl``, ``controller_log``) are in conftest.py.
 
 The controller runs as a subprocess under its own service account (RBAC from
 ``deploy/controller.py``), with every duration shortened through its flags. The tests act
@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
@@ -277,20 +275,10 @@ class BootWatcher:
                 print(f"boot watcher: {e}", file=sys.stderr)
 
 
-_SHARED: list[Env] = []
-
-
-@pytest.fixture(scope="session", name="ctl")
-def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    """One environment (one lease, one controller) for the whole session.
-
-    Each test module imports this fixture, which pytest then counts as one fixture per
-    module; two environments would mean two leases and two leaders acting on the same
-    pools. So the first instance owns the environment and the others share it.
-    """
-    if _SHARED:
-        yield _SHARED[0]
-        return
+@contextlib.contextmanager
+def controller_env(cluster: ClusterHandle, log_dir: Path) -> Iterator[Env]:
+    """The CRDs, a namespace, the controller's RBAC and identity, the boot watcher and one
+    running controller (the ``ctl`` fixture of conftest.py: one lease for the session)."""
     names = cluster.names
     cluster.apply(crds(names))
     namespace = f"ctl-{secrets.token_hex(3)}"
@@ -300,19 +288,15 @@ def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory
     rbac = controller_rbac(names, namespace=namespace, service_account="autoclusters-controller")
     cluster.apply(rbac)
     kubeconfig = cluster.service_account_kubeconfig(namespace, "autoclusters-controller")
-    wanted = os.environ.get("AUTOCLUSTERS_TEST_CONTROLLER_LOGS")
-    log_dir = Path(wanted) if wanted else tmp_path_factory.mktemp("controller-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     env = Env(cluster, namespace, kubeconfig, log_dir)
     watcher = BootWatcher(env).start()
     env.watcher = watcher  # type: ignore[attr-defined]
     main = env.start_controller("main")
     env.wait_leader([main])
-    _SHARED.append(env)
     try:
         yield env
     finally:
-        _SHARED.clear()
         watcher.stop()
         for c in env.controllers:
             c.terminate()
@@ -326,8 +310,3 @@ def ctl_fixture(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory
                 with contextlib.suppress(NotFound):
                     cluster.kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/"
                                         f"{obj['metadata']['name']}")
-
-
-@pytest.fixture(name="controller_log")
-def controller_log_fixture(ctl: Env) -> Callable[[], str]:
-    return lambda: "\n".join(c.log()[-4000:] for c in ctl.controllers)

@@ -1,0 +1,62 @@
+"""The Remediation record: the one mapping between RepairState and the object, its name, and
+which records garbage collection takes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from autoclusters.controller.records import record_name, state_of, status_of
+from autoclusters.controller.statemachine import (
+    ConsentMode,
+    Fault,
+    Operation,
+    Phase,
+    RepairAction,
+    RepairState,
+    Step,
+)
+
+T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_record_status_round_trips() -> None:
+    s = RepairState(name="n1-abc", node="n1", pool="a", consent_mode=ConsentMode.PROPOSE,
+                    fault=Fault("gpu", "79", "NvidiaXIDError", "GPU 3 reported Xid 79."), phase=Phase.ACTING,
+                    action=RepairAction.REPLACE, approved=True, escalated=True, attempts=2, drain_started=T,
+                    operation=Operation("n1-abc-2", RepairAction.REPLACE, T, "boot", "a-1234"), created=T,
+                    steps=(Step("Scheduled", T, "x"),))
+    obj = {"metadata": {"name": "n1-abc"}, "spec": {"node": "n1", "pool": "a", "consentMode": "propose",
+                                                    "action": "reset",
+                                                    "fault": {"class": "gpu", "code": "79", "reason": "NvidiaXIDError",
+                                                              "message": "GPU 3 reported Xid 79."}},
+           "status": status_of(s)}
+    assert state_of(obj) == s
+
+
+def test_record_without_phase_is_undecided() -> None:
+    assert state_of({"metadata": {"name": "x"}, "spec": {}}) is None
+
+
+def test_record_name_is_stable_per_fault_episode() -> None:
+    a = record_name("n1", "AutoClustersGPUFault", "2026-03-01T12:00:00Z", 0)
+    assert a == record_name("n1", "AutoClustersGPUFault", "2026-03-01T12:00:00Z", 0)
+    assert a != record_name("n1", "AutoClustersGPUFault", "2026-03-01T12:00:00Z", 1)
+    assert a.startswith("n1-")
+
+
+def test_garbage_collection_takes_only_old_closed_records() -> None:
+    from datetime import timedelta
+
+    from autoclusters.controller.manager import expired
+
+    def record(name: str, phase: str, completed: datetime | None) -> dict:
+        status = {"phase": phase, "action": "reset"}
+        if completed:
+            status["completed"] = completed.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"metadata": {"name": name}, "spec": {"node": "n", "pool": "p", "fault": {}}, "status": status}
+
+    old = T - timedelta(days=91)
+    recs = [record("old-done", "Succeeded", old), record("new-done", "Succeeded", T - timedelta(days=89)),
+            record("old-failed-holding", "Failed", old), record("old-closed", "Closed", old),
+            record("running", "Acting", None)]
+    assert expired(recs, T, 90) == ["old-done", "old-closed"]
