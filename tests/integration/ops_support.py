@@ -165,8 +165,10 @@ def delete_pool_nodes(cluster: ClusterHandle, names: Names, pool: str) -> None:
 
 
 @contextlib.contextmanager
-def running_controller(cluster: ClusterHandle, names: Names, lease: str, log: Any) -> Iterator[None]:
-    """The real controller as a process, under ``names`` and a lease of its own, with short timings."""
+def running_controller(cluster: ClusterHandle, names: Names, lease: str, log: Any,
+                       extra: tuple[str, ...] = ()) -> Iterator[None]:
+    """The real controller as a process, under ``names`` and a lease of its own, with short timings
+    (``extra``: more ``controller run`` flags)."""
     import os
 
     env = dict(os.environ, AUTOCLUSTERS_DOMAIN=names.domain, AUTOCLUSTERS_CONDITION_PREFIX=names.prefix)
@@ -175,7 +177,7 @@ def running_controller(cluster: ClusterHandle, names: Names, lease: str, log: An
         proc = subprocess.Popen(
             [sys.executable, "-c", entry, "controller", "run", "--kubeconfig", cluster.kubeconfig,
              "--lease-name", lease, "--metrics-port", "0", "--sim-reset-seconds", "2", "--poll-seconds", "0.5",
-             "--hold-recheck-seconds", "1", "--retry-period-seconds", "0.5"],
+             "--hold-recheck-seconds", "1", "--retry-period-seconds", "0.5", *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         yield

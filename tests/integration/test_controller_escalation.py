@@ -62,7 +62,7 @@ def test_same_kind_fault_within_24h_of_a_reset_replaces_directly(ctl: Env) -> No
          and r.get("status", {}).get("phase") == "Succeeded"), None), 40)
     assert done["spec"]["fault"]["code"] == "48"
     assert done["status"]["action"] == "replace" and done["status"]["escalated"] is False
-    assert "replacing directly" in done["status"]["steps"][0]["message"]
+    assert "so it is replaced directly" in done["status"]["steps"][0]["message"]
     assert ctl.pool_nodes(pool) == [done["status"]["replacementNode"]]
 
 
