@@ -13,6 +13,7 @@ import autoclusters.cli as cli_pkg
 from autoclusters import __version__
 from autoclusters.cli.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.kube.errors import KubeError, Unavailable
+from autoclusters.names import NameError_
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
+    except NameError_ as e:  # AUTOCLUSTERS_DOMAIN / AUTOCLUSTERS_CONDITION_PREFIX unusable
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except Unavailable as e:
         print(f"error: cannot reach the cluster: {e}", file=sys.stderr)
         return EXIT_UNREACHABLE

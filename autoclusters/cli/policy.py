@@ -13,7 +13,7 @@ from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
-from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, Names
+from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, NameError_, Names
 from autoclusters.policy import InputError, PolicyConfig, check_documents, read_paths
 from autoclusters.policy.config import controller_identity
 from autoclusters.policy.opa import OpaError
@@ -37,7 +37,10 @@ def register(subparsers: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    names = Names.from_env() if args.domain is None else Names(domain=args.domain, prefix=DEFAULT_PREFIX)
+    try:
+        names = Names.from_env() if args.domain is None else Names(domain=args.domain, prefix=DEFAULT_PREFIX)
+    except NameError_ as e:
+        raise CliError(str(e), EXIT_USAGE) from e
     config = PolicyConfig(names=names, controllers=tuple(args.controller or (controller_identity(),)))
     try:
         docs = read_paths(args.paths)

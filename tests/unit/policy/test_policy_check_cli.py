@@ -76,3 +76,24 @@ def test_other_domain(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
 def test_invalid_input_exits_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
     assert main(["policy", "check", str(FIXTURES / "invalid" / name)]) == 2
     assert name in capsys.readouterr().err
+
+
+def test_the_domain_comes_from_the_environment_like_every_entry_point(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "node.yaml"
+    f.write_text("apiVersion: v1\nkind: Node\nmetadata:\n  name: n\n  labels:\n"
+                 "    crusoe.ai/maintenance-required: 'true'\n")
+    assert main(["policy", "check", str(f)]) == 0  # another domain's label means nothing to the default
+    monkeypatch.setenv("AUTOCLUSTERS_DOMAIN", "crusoe.ai")
+    assert main(["policy", "check", str(f)]) == 1
+    monkeypatch.setenv("AUTOCLUSTERS_DOMAIN", "Not A Domain")
+    assert main(["policy", "check", str(f)]) == 2
+    assert "invalid domain" in capsys.readouterr().err
+
+
+def test_an_unusable_brand_in_the_environment_is_a_usage_error_everywhere(capsys: pytest.CaptureFixture[str],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOCLUSTERS_CONDITION_PREFIX", "lower")
+    assert main(["controller", "manifests"]) == 2
+    assert "invalid condition prefix 'lower'" in capsys.readouterr().err
