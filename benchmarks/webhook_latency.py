@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from autoclusters.policy import opa  # noqa: E402
 from autoclusters.webhook.review import opa_input  # noqa: E402
 
-SAMPLES = ROOT / "policies" / "admission" / "samples"
+SAMPLES = ROOT / "examples" / "policy-samples" / "admission"
 
 
 def free_port() -> int:

@@ -28,6 +28,7 @@ from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
 from autoclusters.devcluster.tools import Tools, repo_root
+from autoclusters.policy.opa import IGNORE
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
 Progress = Callable[[str], None]
@@ -300,8 +301,8 @@ class LocalCluster:
 
 
 def opa_load_args(policies: Path) -> list[str]:
-    """What ``opa run`` loads: the policy bundle, without tests and sample manifests."""
-    return ["--ignore=*_test.rego", "--ignore=samples", "--ignore=testdata", "--ignore=*.md", str(policies)]
+    """What ``opa run`` loads: the policy bundle, without its tests."""
+    return [*(f"--ignore={p}" for p in IGNORE), str(policies)]
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> None:

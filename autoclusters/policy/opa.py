@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# What OPA must not load from policies/: tests and sample inputs (which would become data).
-IGNORE = ("*_test.rego", "samples", "testdata", "*.md")
+# What OPA does not serve from policies/: the tests (the samples live in examples/policy-samples/).
+IGNORE = ("*_test.rego", "*.md")
 
 
 class OpaError(RuntimeError):
@@ -63,7 +63,7 @@ def _built_opa() -> Path | None:
 
 
 def load_args(policies: Path) -> list[str]:
-    """Arguments that load the bundle without its tests and samples."""
+    """Arguments that load the bundle without its tests."""
     return [*(f"--ignore={p}" for p in IGNORE), "-d", str(policies)]
 
 

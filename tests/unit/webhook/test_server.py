@@ -27,7 +27,7 @@ from autoclusters.webhook.decider import OpaDecider
 from autoclusters.webhook.server import Webhook, WebhookSettings
 from tests.conftest import tool_missing
 
-SAMPLES = Path(__file__).resolve().parents[3] / "policies" / "admission" / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "examples" / "policy-samples" / "admission"
 
 
 def _free_port() -> int:
@@ -59,7 +59,7 @@ def _start_opa(*load: str) -> tuple[subprocess.Popen[bytes], str]:
 
 @pytest.fixture(scope="module")
 def opa_url() -> Iterator[str]:
-    proc, url = _start_opa("--ignore=*_test.rego", "--ignore=samples", str(opa.policies_dir()))
+    proc, url = _start_opa(*(f"--ignore={p}" for p in opa.IGNORE), str(opa.policies_dir()))
     yield url
     proc.terminate()
     proc.wait(10)
