@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from autoclusters.deploy import workloads
+from autoclusters.deploy import default_pool, workloads
 from autoclusters.deploy.pools import StackConfig
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource
@@ -50,6 +50,8 @@ class AutoClusters(pulumi.ComponentResource):
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local), after(rbac))
+        k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
+                     name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source),
                    after(rbac, crds))

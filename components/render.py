@@ -77,6 +77,8 @@ def file_for(obj: dict[str, Any]) -> str | None:
         return "05-admission.yaml"
     if kind == "GpuNodePool":
         return f"pools/{obj['metadata']['name']}.yaml"
+    if component == "autoclusters-default-pool":
+        return "pools/00-default-policy.yaml"
     raise ValueError(f"no manifest file for {kind} {obj['metadata']['name']}")
 
 

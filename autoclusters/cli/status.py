@@ -8,6 +8,7 @@ from typing import Any
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.clock import SystemClock
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.ops.durations import human_duration
 from autoclusters.ops.fleet import FaultyNode, FleetSnapshot, take_snapshot
 
@@ -18,6 +19,9 @@ def register(subparsers: Any) -> None:
         description="The fleet at a glance: one line per GPU node pool, then one line per node that reports a "
                     "fault, carries the maintenance-required label or has an open repair record.")
     p.add_argument("--pool", default=None, help="show only this pool")
+    p.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                   help=f"the controller's namespace, where the cluster default policy lives (default "
+                        f"{DEFAULT_NAMESPACE})")
     add_cluster_flags(p)
     add_output_flag(p)
     p.set_defaults(func=run_status)
@@ -25,12 +29,12 @@ def register(subparsers: Any) -> None:
 
 def run_status(args: argparse.Namespace) -> int:
     kube, names = connect(args, "autoclusters-status")
-    snap = take_snapshot(kube, names, SystemClock())
+    snap = take_snapshot(kube, names, SystemClock(), args.namespace)
     if args.pool:
         pools = [p for p in snap.pools if p.name == args.pool]
         snap = FleetSnapshot(snap.taken_at, pools, [f for f in snap.faulty if f.pool == args.pool],
                              sum(p.nodes for p in pools), snap.degraded_detectors, snap.pools_installed,
-                             snap.records_installed, snap.notes)
+                             snap.records_installed, snap.notes, snap.default_policy)
     if args.output == "json":
         print_json(snap.to_dict())
         return 0
@@ -63,10 +67,16 @@ def render(snap: FleetSnapshot) -> None:
     print(f"POOLS ({len(snap.pools)})")
     if snap.pools:
         print_table(["POOL", "MODE", "NODES", "READY", "FAULTY", "AWAITING", "REPAIRING", "FAILED", "BREAKER"],
-                    [[p.name, p.consent_mode or "-", p.nodes, p.ready, p.faulty, _count(p.awaiting_approval),
-                      _count(p.repairing), _count(p.failed), p.breaker] for p in snap.pools])
+                    [[p.name + (" (default policy)" if p.default_policy else ""), p.consent_mode or "-", p.nodes,
+                      p.ready, p.faulty, _count(p.awaiting_approval), _count(p.repairing), _count(p.failed),
+                      p.breaker] for p in snap.pools])
     else:
         print("  no GPU node pools found")
+    d = snap.default_policy
+    if d is not None and snap.pools_installed:
+        held = " (repairs held until a provider is named)" if d.providers == "none" else ""
+        print(f"DEFAULT POLICY for nodes whose pool label names no GpuNodePool: mode {d.consent_mode}, "
+              f"providers {d.providers}{held}; from the {d.source}")
     print()
     print(f"FAULTY NODES ({len(snap.faulty)} of {snap.nodes} nodes)")
     if snap.faulty:

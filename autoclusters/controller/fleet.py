@@ -15,9 +15,10 @@ from typing import Any
 
 from autoclusters.controller import records as rec
 from autoclusters.controller.informer import Informer
-from autoclusters.controller.pools import Pool, PoolConfigError, parse_pool
+from autoclusters.controller.pools import Pool, PoolConfigError, default_pool, parse_pool
 from autoclusters.controller.statemachine import IN_PROGRESS
-from autoclusters.deploy import API_VERSION
+from autoclusters.deploy import API_VERSION, DEFAULT_NAMESPACE
+from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
@@ -30,7 +31,8 @@ POOL_KEY = "pool:"
 
 
 class Fleet:
-    def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None]) -> None:
+    def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
+                 namespace: str = DEFAULT_NAMESPACE) -> None:
         self.names = names
         self.catalog = catalog
         self._enqueue = enqueue
@@ -38,6 +40,10 @@ class Fleet:
         self.pools: dict[str, Pool] = {}
         self._membership = Membership((), names)
         self.invalid_pools: dict[str, str] = {}
+        # the cluster default policy (deploy.default_pool): its spec, why the ConfigMap was not
+        # used ("" when it was, or when there is none), and the pools it made, by label value
+        self.default_spec, self.default_error = defaults.spec_of(None)
+        self._default_pools: dict[str, Pool | None] = {}
         self._node_pool: dict[str, str] = {}
         self._members: dict[str, set[str]] = defaultdict(set)
         self._faulty: dict[str, set[str]] = defaultdict(set)
@@ -50,10 +56,14 @@ class Fleet:
                                       name="gpunodepools")
         self.record_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "remediations"), self._on_record,
                                         name="remediations")
+        self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
+                                         label_selector=defaults.SELECTOR, name="default-pool")
 
     def start(self, timeout: float = 60) -> None:
-        # Pools first, so node membership is known when the nodes arrive.
+        # Pools (and the default policy) first, so node membership is known when the nodes arrive.
+        self.default_informer.start()
         self.pool_informer.start()
+        self.default_informer.synced.wait(timeout)
         self.pool_informer.synced.wait(timeout)
         self.record_informer.start()
         self.node_informer.start()
@@ -62,7 +72,7 @@ class Fleet:
                 raise TimeoutError(f"{inf.name} not listed within {timeout}s")
 
     def stop(self) -> None:
-        for inf in (self.node_informer, self.pool_informer, self.record_informer):
+        for inf in (self.node_informer, self.pool_informer, self.record_informer, self.default_informer):
             inf.stop()
 
     # --- faults ------------------------------------------------------------------------------
@@ -85,16 +95,41 @@ class Fleet:
     def pool_for(self, node: JSON) -> Pool | None:
         """The node's pool by the membership rule (``deploy.membership``), among the valid pools."""
         with self._lock:
-            membership, pools = self._membership, self.pools
+            membership = self._membership
         name = membership.pool_of(node)
-        return pools.get(name) if name else None
+        return self.pool_named(name) if name else None
 
     def _pools_changed(self) -> None:
-        self._membership = Membership((p.config for p in self.pools.values()), self.names)
+        mode = self.default_spec.get("consentMode", "auto")
+        self._membership = Membership((p.config for p in self.pools.values()), self.names,
+                                      default=mode != "off", invalid=self.invalid_pools)
+        self._default_pools = {}
 
     def pool_named(self, name: str) -> Pool | None:
+        """A GpuNodePool, or a pool label value under the cluster default policy."""
         with self._lock:
-            return self.pools.get(name)
+            pool = self.pools.get(name)
+            if pool is not None or not self._membership.is_default(name):
+                return pool
+            if name not in self._default_pools:
+                self._default_pools[name] = default_pool(name, self.default_spec)
+            return self._default_pools[name]
+
+    def default_pool_names(self) -> list[str]:
+        """The pool label values handled under the default policy now."""
+        with self._lock:
+            return sorted(n for n, p in self._default_pools.items() if p is not None and self._members.get(n))
+
+    def _on_default(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        spec, error = defaults.spec_of(new)
+        if error:
+            log.error("cluster default policy: %s; the reference default applies", error)
+        with self._lock:
+            changed = spec != self.default_spec
+            self.default_spec, self.default_error = spec, error
+            self._pools_changed()
+        if changed and self.node_informer.synced.is_set():
+            self._reindex_all()
 
     def members(self, pool: str) -> set[str]:
         with self._lock:

@@ -56,7 +56,7 @@ class Controller:
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
-        self.fleet = Fleet(kube, self.names, catalog, self.queue.add)
+        self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace)
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True)
         if notifier is None:

@@ -25,6 +25,7 @@ class Pool:
     config: PoolConfig
     obj: Mapping[str, Any]
     provider_error: str = ""  # invalid spec.provider: the pool still reports faults, repairs are held
+    default: bool = False  # no GpuNodePool: the nodes' pool label, under the cluster default policy
 
     def provider_for(self, action: RepairAction) -> ProviderSpec | None:
         return None if self.provider_error else self.config.provider.for_action(action.value)
@@ -67,4 +68,15 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
     return Pool(config.name, config, obj, provider_error=provider_error(obj))
 
 
-__all__ = ["Pool", "PoolConfigError", "parse_pool"]
+def default_pool(name: str, spec: Mapping[str, Any]) -> Pool | None:
+    """Pool ``name`` (a pool label value no GpuNodePool has) under the default policy ``spec``;
+    None when the label value cannot name a pool."""
+    obj = {"metadata": {"name": name}, "spec": dict(spec)}
+    try:
+        config = config_of(obj)
+    except PoolConfigError:
+        return None
+    return Pool(name, config, obj, provider_error=provider_error(obj), default=True)
+
+
+__all__ = ["Pool", "PoolConfigError", "default_pool", "parse_pool"]

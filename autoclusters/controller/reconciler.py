@@ -466,6 +466,8 @@ class Reconciler:
         reading = brk.next_state(pool.breaker_state, members, faulty, open_above=cb.open_above_percent,
                                  close_below=cb.close_below_percent, min_nodes=cb.min_nodes)
         self._metrics.breaker_open.labels(name).set(1 if reading.state == brk.OPEN else 0)
+        if pool.default:
+            return None  # no GpuNodePool object to write to: `autoclusters status` shows these pools
         old = pool.obj.get("status") or {}
         old_cb = old.get("circuitBreaker") or {}
         changed = reading.state != old_cb.get("state", brk.CLOSED)

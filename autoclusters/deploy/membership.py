@@ -4,7 +4,10 @@
    ``nodeSelector``: the node is in that pool.
 2. Otherwise the first pool, in order of name, whose ``nodeSelector`` matches the node's
    labels.
-3. Otherwise the node is in no pool (no consent mode applies; the controller leaves it alone).
+3. Otherwise, when the node's pool label names no GpuNodePool at all (valid or not) and a
+   cluster default policy is in force (``deploy.default_pool``), the node is in the pool its
+   label names, under that default policy.
+4. Otherwise the node is in no pool (no consent mode applies; the controller leaves it alone).
 
 The label comes first because it is the per-node, explicit statement: it is what a Pulumi
 pool writes on its nodes and what workloads schedule on (``nodeSelector`` of a training
@@ -58,15 +61,23 @@ def provider_error(obj: Mapping[str, Any]) -> str:
 class Membership:
     """The membership rule over one set of pools (rebuilt when a pool changes)."""
 
-    def __init__(self, pools: Iterable[PoolConfig], names: Names) -> None:
+    def __init__(self, pools: Iterable[PoolConfig], names: Names, *, default: bool = False,
+                 invalid: Iterable[str] = ()) -> None:
         pools = list(pools)
         self._label = names.pool_label
         self._by_label = {p.name: p for p in pools if p.node_selector is None}
         self._selecting = sorted((p for p in pools if p.node_selector is not None), key=lambda p: p.name)
         self.pools = tuple(pools)
+        self._default = default
+        self._known = {p.name for p in pools} | set(invalid)
+
+    def is_default(self, pool: str) -> bool:
+        """Whether ``pool`` (a label value) is handled under the cluster default policy."""
+        return self._default and bool(pool) and pool not in self._known
 
     @classmethod
-    def from_objects(cls, objs: Iterable[Mapping[str, Any]], names: Names) -> tuple[Membership, dict[str, str]]:
+    def from_objects(cls, objs: Iterable[Mapping[str, Any]], names: Names, *, default: bool = False
+                     ) -> tuple[Membership, dict[str, str]]:
         """The rule over the valid pool objects, and the invalid ones' errors by pool name."""
         valid: list[PoolConfig] = []
         invalid: dict[str, str] = {}
@@ -75,7 +86,7 @@ class Membership:
                 valid.append(config_of(obj))
             except PoolConfigError as e:
                 invalid[str((obj.get("metadata") or {}).get("name", ""))] = str(e)
-        return cls(valid, names), invalid
+        return cls(valid, names, default=default, invalid=invalid), invalid
 
     def pool_of(self, node: Mapping[str, Any] | None) -> str | None:
         """The name of the node's pool, or None."""
@@ -86,4 +97,6 @@ class Membership:
         for pool in self._selecting:
             if selector_matches(pool.node_selector or {}, labels):
                 return pool.name
+        if named and self.is_default(str(named)):
+            return str(named)
         return None

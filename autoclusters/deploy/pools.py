@@ -406,8 +406,13 @@ class StackConfig:
     local: bool = False
     webhook_url: str | None = None
     event_source: str = CONTROLLER  # the controller's events' source.component ("nodepool-service": the reference)
+    # the cluster default policy (deploy.default_pool): a pool spec for nodes whose pool label names no pool
+    default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": ConsentMode.AUTO.value})
 
     def __post_init__(self) -> None:
+        from autoclusters.deploy.default_pool import check_spec  # it builds on this module
+
+        object.__setattr__(self, "default_pool", check_spec(self.default_pool))
         if not _DNS_LABEL.match(self.namespace or ""):
             raise PoolConfigError(f"namespace {self.namespace!r} must be a DNS label")
         for image, key in ((self.image, "image"), (self.opa_image, "opaImage")):
@@ -441,7 +446,7 @@ class StackConfig:
 def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
     """Parses the ``autoclusters:`` namespace of a stack's configuration (camelCase keys)."""
     raw = _take(data, {"pools", "domain", "conditionPrefix", "namespace", "image", "opaImage", "local", "webhookUrl",
-                       "eventSource"},
+                       "eventSource", "defaultPool"},
                 "stack config autoclusters")
     pools = raw.get("pools", [])
     if not isinstance(pools, list):
@@ -457,6 +462,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         local=_bool(raw.get("local", False), "local"),
         webhook_url=raw.get("webhookUrl"),
         event_source=raw.get("eventSource", defaults.event_source),
+        default_pool=raw.get("defaultPool", defaults.default_pool),
     )
 
 

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.deploy import DEFAULT_NAMESPACE, default_pool
+from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
 from autoclusters.kube import Kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
@@ -45,12 +47,38 @@ class PoolSummary:
     failed: int | None
     breaker: str
     has_object: bool
+    default_policy: bool = False  # no GpuNodePool: the nodes' pool label, under the cluster default policy
 
     def to_dict(self) -> JSON:
         return {"name": self.name, "consentMode": self.consent_mode or None, "nodes": self.nodes,
                 "ready": self.ready, "faulty": self.faulty, "awaitingApproval": self.awaiting_approval,
                 "repairing": self.repairing, "failed": self.failed, "breaker": self.breaker,
-                "poolObject": self.has_object}
+                "poolObject": self.has_object, "defaultPolicy": self.default_policy}
+
+
+@dataclass(frozen=True)
+class DefaultPolicy:
+    """The cluster default policy in force (``deploy.default_pool``), as ``autoclusters status`` shows it."""
+
+    consent_mode: str
+    providers: str  # "reset=hostReboot replace=clusterapi", "none"
+    source: str  # the ConfigMap, or "reference default"
+    error: str = ""
+
+    def to_dict(self) -> JSON:
+        return {"consentMode": self.consent_mode, "providers": self.providers, "source": self.source,
+                "error": self.error or None}
+
+
+def default_policy_of(configmap: JSON | None, namespace: str) -> DefaultPolicy:
+    spec, error = default_pool.spec_of(configmap)
+    try:
+        providers = parse_provider_choice(spec.get("provider")).describe()
+    except ProviderSettingsError as e:
+        providers, error = "invalid", error or str(e)
+    source = f"ConfigMap {namespace}/{default_pool.CONFIGMAP}" if configmap is not None else (
+        f"reference default (no ConfigMap {namespace}/{default_pool.CONFIGMAP})")
+    return DefaultPolicy(str(spec.get("consentMode", "auto")), providers, source, error)
 
 
 @dataclass(frozen=True)
@@ -102,22 +130,26 @@ class FleetSnapshot:
     pools_installed: bool
     records_installed: bool
     notes: list[str] = field(default_factory=list)
+    default_policy: DefaultPolicy | None = None
 
     def to_dict(self) -> JSON:
         return {"time": utc_iso(self.taken_at), "nodes": self.nodes,
                 "crds": {"gpuNodePools": self.pools_installed, "remediations": self.records_installed},
+                "defaultPolicy": self.default_policy.to_dict() if self.default_policy else None,
                 "pools": [p.to_dict() for p in self.pools],
                 "faultyNodes": [f.to_dict(self.taken_at) for f in self.faulty],
                 "degradedDetectors": self.degraded_detectors, "notes": self.notes}
 
 
-def take_snapshot(kube: Kube, names: Names, clock: Clock) -> FleetSnapshot:
-    """Reads the three lists at once (the snapshot then costs the slowest of them, not their sum)."""
-    with ThreadPoolExecutor(max_workers=3) as ex:
+def take_snapshot(kube: Kube, names: Names, clock: Clock, namespace: str = DEFAULT_NAMESPACE) -> FleetSnapshot:
+    """Reads the lists at once (the snapshot then costs the slowest of them, not their sum)."""
+    with ThreadPoolExecutor(max_workers=4) as ex:
         nodes = ex.submit(kube.list_nodes)
         pools = ex.submit(res.list_pools, kube, names)
         records = ex.submit(res.list_remediations, kube, names)
-        return build_snapshot(nodes.result(), pools.result(), records.result(), names, clock.now())
+        default = ex.submit(res.get_default_policy, kube, namespace)
+        return build_snapshot(nodes.result(), pools.result(), records.result(), names, clock.now(),
+                              default_policy=default_policy_of(default.result(), namespace))
 
 
 def _conditions(node: JSON) -> dict[str, JSON]:
@@ -149,7 +181,7 @@ def _start_key(r: Repair) -> tuple[datetime, str]:
 
 
 def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JSON] | None, names: Names,
-                   now: datetime) -> FleetSnapshot:
+                   now: datetime, *, default_policy: DefaultPolicy | None = None) -> FleetSnapshot:
     pool_objs = pools or []
     open_repairs = _open_repairs_by_node(records or [])
     notes: list[str] = []
@@ -160,7 +192,10 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         notes.append(f"the Remediation CRD (remediations.{names.api_group}) is not installed: repair phases "
                      "and history are not available")
 
-    pool_of, invalid = res.pool_reader(pools, names)
+    default_on = default_policy is not None and default_policy.consent_mode != "off"
+    pool_of, invalid = res.pool_reader(pools, names, default=default_on)
+    if default_policy is not None and default_policy.error:
+        notes.append(f"the cluster default policy's {default_policy.source} is not used: {default_policy.error}")
     notes += [f"GpuNodePool {name} is invalid and ignored by the controller: {err}"
               for name, err in sorted(invalid.items())]
     by_pool: dict[str, list[JSON]] = {str(p["metadata"]["name"]): [] for p in pool_objs}
@@ -207,9 +242,13 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         obj = obj_by_name.get(pool_name)
         repairs = [r for r in open_repairs.values() if (r.pool or node_pool.get(r.node)) == pool_name]
         counted = records is not None
+        by_default = obj is None and default_on and pools is not None and pool_name not in invalid
+        mode = str(((obj or {}).get("spec") or {}).get("consentMode", "auto")) if obj else ""
+        if by_default and default_policy is not None:
+            mode = default_policy.consent_mode
         summaries.append(PoolSummary(
             name=pool_name,
-            consent_mode=str(((obj or {}).get("spec") or {}).get("consentMode", "auto")) if obj else "",
+            consent_mode=mode,
             nodes=len(members),
             ready=sum(1 for m in members if node_ready(m)),
             faulty=faulty_by_pool.get(pool_name, 0),
@@ -218,11 +257,12 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
             failed=sum(r.phase in HOLDING_PHASES for r in repairs) if counted else None,
             breaker=breaker_state(obj) if obj else BREAKER_UNKNOWN,
             has_object=obj is not None,
+            default_policy=by_default,
         ))
     faulty.sort(key=lambda f: (f.pool, f.node))
     return FleetSnapshot(taken_at=now, pools=summaries, faulty=faulty, nodes=len(nodes),
                          degraded_detectors=sorted(degraded), pools_installed=pools is not None,
-                         records_installed=records is not None, notes=notes)
+                         records_installed=records is not None, notes=notes, default_policy=default_policy)
 
 
 def _parse(value: Any) -> datetime | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autoclusters.deploy import API_VERSION
+from autoclusters.deploy import API_VERSION, default_pool
 from autoclusters.deploy.membership import Membership
-from autoclusters.kube import Kube, NotFound
+from autoclusters.kube import Forbidden, Kube, NotFound
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -57,15 +57,25 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def pool_reader(pools: list[JSON] | None, names: Names) -> tuple[Callable[[Mapping[str, Any]], str], dict[str, str]]:
+def get_default_policy(kube: Kube, namespace: str) -> JSON | None:
+    """The cluster default policy's ConfigMap (``deploy.default_pool``), or None."""
+    try:
+        return kube.get(f"/api/v1/namespaces/{namespace}/configmaps/{default_pool.CONFIGMAP}")
+    except (NotFound, Forbidden):
+        return None
+
+
+def pool_reader(pools: list[JSON] | None, names: Names, *, default: bool = False
+                ) -> tuple[Callable[[Mapping[str, Any]], str], dict[str, str]]:
     """How the operator tools place a node in a pool, and the pool objects the controller ignores.
 
     With pool objects, the controller's own rule (``deploy.membership``): "" for a node in no
     pool; an invalid pool (error by name in the second value) selects nothing. Without the
     GpuNodePool CRD (``pools`` None) nothing is decided by a controller, so the pool label is
-    shown as it is.
+    shown as it is. ``default``: a cluster default policy is in force (a label naming no pool
+    makes a pool under it).
     """
     if pools is None:
         return (lambda node: labels_of(node).get(names.pool_label, "")), {}
-    membership, invalid = Membership.from_objects(pools, names)
+    membership, invalid = Membership.from_objects(pools, names, default=default)
     return (lambda node: membership.pool_of(node) or ""), invalid

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from autoclusters.controller.fleet import Fleet
+from autoclusters.controller.statemachine import RepairAction
+from autoclusters.deploy import default_pool
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.deploy.membership import Membership, config_of
 from autoclusters.deploy.pools import PoolConfigError, pool_from_config
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.ops import resources as res
-from autoclusters.ops.fleet import build_snapshot
+from autoclusters.ops.fleet import build_snapshot, default_policy_of
 from tests.unit.ops.builders import NAMES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,8 +67,16 @@ EXPECTED = {
 }
 
 
-def controller_view(pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[str, str]:
+# The cluster default policy: absent (the reference default, mode auto) or switched off.
+REFERENCE = None
+DEFAULT_OFF = default_pool.configmap({"consentMode": "off"}, "ns")
+UNDER_DEFAULT = {**EXPECTED, "label-names-missing-pool": "gone"}  # the label names no pool: its own, by default
+
+
+def controller_view(pools: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                    default: dict[str, Any] | None = DEFAULT_OFF) -> dict[str, str]:
     fleet = Fleet(object(), NAMES, load_catalog(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    fleet._on_default("default", None, default)
     for p in pools:
         fleet._on_pool(p["metadata"]["name"], None, p)
     out = {}
@@ -78,11 +88,12 @@ def controller_view(pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) ->
     return out
 
 
-def status_view(pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[str, str]:
+def status_view(pools: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                default: dict[str, Any] | None = DEFAULT_OFF) -> dict[str, str]:
     """Where ``autoclusters status`` counts each node (a node in no pool is counted nowhere)."""
     out = {n["metadata"]["name"]: "" for n in nodes}
     for n in nodes:
-        snap = build_snapshot([n], pools, [], NAMES, NOW)
+        snap = build_snapshot([n], pools, [], NAMES, NOW, default_policy=default_policy_of(default, "ns"))
         counted = [p.name for p in snap.pools if p.nodes]
         assert len(counted) <= 1
         out[n["metadata"]["name"]] = counted[0] if counted else ""
@@ -96,11 +107,35 @@ def test_the_rule() -> None:
 
 
 @pytest.mark.parametrize("order", [POOLS, POOLS[::-1]], ids=["by-name", "reversed"])
-def test_controller_and_operator_tools_agree(order: list[dict[str, Any]]) -> None:
-    pool_of, _ = res.pool_reader(order, NAMES)
-    assert controller_view(order, NODES) == EXPECTED
-    assert status_view(order, NODES) == EXPECTED
-    assert {n["metadata"]["name"]: pool_of(n) for n in NODES} == EXPECTED
+@pytest.mark.parametrize(("default", "expected"), [(DEFAULT_OFF, EXPECTED), (REFERENCE, UNDER_DEFAULT)],
+                         ids=["default-off", "reference-default"])
+def test_controller_and_operator_tools_agree(order: list[dict[str, Any]], default: dict[str, Any] | None,
+                                             expected: dict[str, str]) -> None:
+    pool_of, _ = res.pool_reader(order, NAMES, default=default is REFERENCE)
+    assert controller_view(order, NODES, default) == expected
+    assert status_view(order, NODES, default) == expected
+    assert {n["metadata"]["name"]: pool_of(n) for n in NODES} == expected
+
+
+def test_the_default_policy_is_shown_and_applies_to_label_only_pools() -> None:
+    fleet = Fleet(object(), NAMES, load_catalog(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    for p in POOLS:
+        fleet._on_pool(p["metadata"]["name"], None, p)
+    spec = {"consentMode": "propose", "maxConcurrentRepairs": 2, "provider": {"type": "hostReboot"}}
+    fleet._on_default("d", None, default_pool.configmap(spec, "ns"))
+    gone = fleet.pool_for(node("x", pool="gone"))
+    assert gone is not None and gone.default and gone.name == "gone"
+    assert gone.mode == "propose" and gone.config.max_concurrent_repairs == 2
+    assert gone.provider_for(RepairAction.RESET) is not None and gone.provider_for(RepairAction.REPLACE) is None
+    assert fleet.pool_for(node("y", pool="broken")) is None  # an invalid GpuNodePool is not replaced by the default
+    snap = build_snapshot([node("x", pool="gone")], POOLS, [], NAMES, NOW,
+                          default_policy=default_policy_of(default_pool.configmap(spec, "ns"), "ns"))
+    (summary,) = [p for p in snap.pools if p.name == "gone"]
+    assert summary.default_policy and summary.consent_mode == "propose"
+    assert snap.default_policy is not None and snap.default_policy.providers == "reset=hostReboot"
+    assert "ConfigMap ns/autoclusters-default-pool" in snap.default_policy.source
+    bad = default_policy_of({"data": {"spec": '{"consentMode": "sometimes"}'}}, "ns")
+    assert bad.consent_mode == "auto" and "consentMode" in bad.error  # the reference default stays in force
 
 
 def test_status_names_the_ignored_pool() -> None:
