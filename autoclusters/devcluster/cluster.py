@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import ssl
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -261,6 +262,10 @@ class LocalCluster:
             "--cidr=10.0.0.0/16", "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{kwok_port}",
             *[f"--config={s}" for s in stages],
         ], lambda: p.http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))
+        # The hosts of the simulated nodes: a reboot pod that completed on a kwok node reboots it.
+        ready = d / "sim-hosts.ready"
+        start("sim-hosts", [sys.executable, "-m", "autoclusters.sim.hosts", f"--kubeconfig={self.kubeconfig}",
+                            f"--ready-file={ready}"], ready.exists)
         opa = f"http://127.0.0.1:{ports['opa']}"
         # Decision logs on: OPA then returns a decision_id, which the webhook logs per review.
         start("opa", [tools.opa, "run", "--server", f"--addr=127.0.0.1:{ports['opa']}", "--log-level=error",

@@ -22,7 +22,7 @@ from typing import Any
 
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.deploy import API_VERSION
+from autoclusters.deploy import API_VERSION, default_pool
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
@@ -287,6 +287,10 @@ def controller_env(cluster: ClusterHandle, log_dir: Path) -> Iterator[Env]:
                                                    "metadata": {"name": namespace}})
     rbac = controller_rbac(names, namespace=namespace, service_account="autoclusters-controller")
     cluster.apply(rbac)
+    # The cluster default policy off: the shared controller leaves the label-only nodes of other
+    # suites (detector, operator tools) alone; test_controller_providers switches it on briefly.
+    cluster.kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
+                        default_pool.configmap({"consentMode": "off"}, namespace))
     kubeconfig = cluster.service_account_kubeconfig(namespace, "autoclusters-controller")
     log_dir.mkdir(parents=True, exist_ok=True)
     env = Env(cluster, namespace, kubeconfig, log_dir)

@@ -1,0 +1,97 @@
+"""The hosts of the local simulator: a reboot that completes in a pod reboots its kwok node.
+
+On the local cluster kwok plays the kubelet (its pod stages take a pod from Pending to
+Running to Succeeded, or to Failed for ``FAILING_IMAGE``) and, with autoclusters' node stages
+(``devcluster/kwok-node-stages.yaml``), the host's boot: a node annotated ``REBOOT`` goes
+NotReady and comes back Ready with a new ``bootID``. A stage sees only its own object, so
+this loop connects the two, the way a real host connects them by running the command: a
+pod on a kwok node whose command ends in ``reboot`` and that Succeeded marks its node. Each
+pod reboots its node once (``REBOOTED_BY`` keeps the pod's uid).
+
+Only the host's reboot is simulated: the Job, its pod's placement on a cordoned, tainted
+node and the Job controller's verdict are the real Kubernetes ones.
+
+Run by the local cluster beside kwok: ``python -m autoclusters.sim.hosts --kubeconfig PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from autoclusters.kube import Kube, KubeError, NotFound, load_kube
+from autoclusters.sim.nodes import is_simulated
+
+log = logging.getLogger(__name__)
+
+REBOOT = "sim.autoclusters.io/host-reboot"  # set here, removed by the node stage that boots the host again
+REBOOTED_BY = "sim.autoclusters.io/rebooted-by"  # the uid of the pod whose reboot was played
+FAILING_IMAGE = "autoclusters.invalid/command-fails"  # kwok's pod stage fails every container of this image
+
+
+def runs_reboot(pod: dict[str, Any]) -> bool:
+    """A container whose command (or args) ends with the host's reboot."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        argv = [*(c.get("command") or []), *(c.get("args") or [])]
+        if argv and argv[-1].split()[-1:] == ["reboot"]:
+            return True
+    return False
+
+
+def reboots_due(pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(node, pod uid) for every Succeeded reboot pod on a kwok node whose reboot was not played yet."""
+    due = []
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Succeeded" or not runs_reboot(pod):
+            continue
+        node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+        uid = pod["metadata"].get("uid", "")
+        if node is None or not is_simulated(node):
+            continue
+        ann = node["metadata"].get("annotations") or {}
+        if ann.get(REBOOTED_BY) != uid:
+            due.append((node["metadata"]["name"], uid))
+    return due
+
+
+def play_once(kube: Kube) -> int:
+    pods = kube.list("/api/v1/pods", field_selector="status.phase=Succeeded")
+    if not any(runs_reboot(p) for p in pods):
+        return 0
+    nodes = {n["metadata"]["name"]: n for n in kube.list_nodes()}
+    played = 0
+    for node, uid in reboots_due(pods, nodes):
+        try:
+            kube.patch_node(node, {"metadata": {"annotations": {REBOOT: uid, REBOOTED_BY: uid}}})
+            log.info("host of %s reboots (pod %s)", node, uid)
+            played += 1
+        except NotFound:
+            pass
+    return played
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--ready-file", type=Path, default=None, help="written once the first pass succeeded")
+    ap.add_argument("--interval", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    kube = load_kube(args.kubeconfig, user_agent="autoclusters-sim-hosts")
+    ready = False
+    while True:
+        try:
+            play_once(kube)
+            if not ready and args.ready_file is not None:
+                args.ready_file.write_text("ok\n")
+            ready = True
+        except KubeError as e:
+            log.warning("pass failed: %s", e)
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

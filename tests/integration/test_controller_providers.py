@@ -1,0 +1,186 @@
+"""Providers on the local cluster: no provider holds the repair, the simulated provider never
+touches a node the simulator does not manage, invalid settings reach the pool, the host-reboot
+provider resets through a real Job (only the reboot itself is played by the simulator), and
+the cluster default policy covers nodes whose pool label names no GpuNodePool."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import pytest
+
+from autoclusters import names as n
+from autoclusters.deploy import default_pool
+from autoclusters.deploy.pools import StackConfig
+from autoclusters.kube import NotFound
+from autoclusters.providers.hostreboot import COMPONENT
+from autoclusters.sim.hosts import FAILING_IMAGE
+from autoclusters.sim.nodes import gpu_node_manifest
+from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
+    Env,
+    controller_log_fixture,
+    ctl_fixture,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+IMAGE = StackConfig().image  # what the reboot Job names; kwok does not pull it
+
+
+def condition(ctl: Env, pool: str, ctype: str) -> dict[str, Any] | None:
+    conds = (ctl.get_pool(pool).get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == ctype), None)
+
+
+def held(ctl: Env, node: str, hold: str) -> dict[str, Any]:
+    return wait_for(f"{node} held ({hold})", lambda: next(
+        (r for r in ctl.records(node) if (r.get("status") or {}).get("hold") == hold), None))
+
+
+def reboot_jobs(ctl: Env) -> list[dict[str, Any]]:
+    return ctl.kube.list(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs",
+                         label_selector=f"app.kubernetes.io/name={COMPONENT}")
+
+
+def job_for(ctl: Env, node: str) -> dict[str, Any] | None:
+    return next((j for j in reboot_jobs(ctl)
+                 if j["spec"]["template"]["spec"].get("nodeName") == node), None)
+
+
+def boot_id(ctl: Env, node: str) -> str:
+    return str(((ctl.node(node) or {}).get("status") or {}).get("nodeInfo", {}).get("bootID", ""))
+
+
+def test_a_pool_without_a_provider_reports_the_fault_and_holds_the_repair(ctl: Env, controller_log) -> None:
+    pool, (node,) = ctl.pool("auto", provider={})
+    ctl.raise_fault(node)
+    record = held(ctl, node, "NoRepairProvider")
+    assert record["status"]["phase"] == "Scheduled"
+    assert "no repair provider configured for reset" in record["status"]["message"]
+    wait_for("labelled and tainted", lambda: ctl.labels(node).get(ctl.names.maintenance_required) == "true"
+             and ctl.has_taint(node))
+    assert not (ctl.node(node) or {}).get("spec", {}).get("unschedulable")  # never cordoned nor drained
+    blocked = ctl.wait_reason(node, n.EVENT_BLOCKED)
+    assert blocked["type"] == "Warning" and "no repair provider configured" in blocked["message"]
+    cond = wait_for("the pool condition", lambda: (c := condition(ctl, pool, "RepairProviderReady"))
+                    and c["status"] == "False" and c)
+    assert cond["reason"] == "NoRepairProvider" and "no repair provider configured" in cond["message"]
+    ctl.wait_reason(pool, "NoRepairProvider", kind="GpuNodePool")
+    assert ctl.get_pool(pool)["status"]["providers"] == "none"
+    # naming a provider releases the held repair
+    ctl.patch_pool(pool, {"provider": {"type": "simulated"}})
+    done = ctl.record_in(node, "Succeeded", timeout=40)
+    assert done["metadata"]["name"] == record["metadata"]["name"]
+    assert wait_for("condition True", lambda: (condition(ctl, pool, "RepairProviderReady") or {}).get("status")
+                    == "True")
+    assert "Traceback" not in controller_log()
+
+
+def test_the_simulated_provider_never_touches_a_node_the_simulator_does_not_manage(ctl: Env) -> None:
+    pool, _ = ctl.pool("auto", nodes=0)
+    name = f"real-{secrets.token_hex(3)}"
+    manifest = gpu_node_manifest(name, pool, ctl.names)
+    del manifest["metadata"]["annotations"]["kwok.x-k8s.io/node"]  # a node kwok does not manage: "real"
+    manifest.pop("status")
+    ctl.kube.create("/api/v1/nodes", manifest)
+    try:
+        ctl.raise_fault(name)
+        record = held(ctl, name, "ProviderRefusedNode")
+        assert "only on nodes the local simulator manages" in record["status"]["message"]
+        ev = ctl.wait_reason(name, n.EVENT_BLOCKED)
+        assert ev["type"] == "Warning" and "kwok.x-k8s.io/node" in ev["message"]
+        cond = wait_for("the pool condition", lambda: (c := condition(ctl, pool, "RepairProviderReady"))
+                        and c["reason"] == "ProviderRefusedNode" and c)
+        assert cond["status"] == "False" and name in cond["message"]
+        node = ctl.node(name)
+        assert node is not None and not node["spec"].get("unschedulable")  # not cordoned, not deleted
+        assert "sim.autoclusters.io/operation" not in (node["metadata"].get("annotations") or {})
+        assert all(r["status"].get("attempts", 0) == 0 for r in ctl.records(name))
+    finally:
+        ctl.kube.delete(f"/api/v1/nodes/{name}")
+
+
+def test_invalid_provider_settings_reach_the_pool_and_other_pools_keep_working(ctl: Env, controller_log) -> None:
+    bad, (bad_node,) = ctl.pool("auto", provider={"type": "command", "command": {"command": ["/nonexistent/fix"]}})
+    good, (good_node,) = ctl.pool("auto")
+    ctl.raise_fault(bad_node)
+    ctl.raise_fault(good_node)
+    valid = wait_for("Valid=False", lambda: (c := condition(ctl, bad, "Valid")) and c["status"] == "False" and c,
+                     timeout=10)
+    assert valid["reason"] == "InvalidProviderSettings" and "provider.command.command[0]" in valid["message"]
+    ev = ctl.wait_reason(bad, "InvalidProviderSettings", kind="GpuNodePool")
+    assert ev["type"] == "Warning" and "/nonexistent/fix" in ev["message"]
+    record = held(ctl, bad_node, "InvalidProviderSettings")
+    assert "provider.command.command[0]" in record["status"]["message"]
+    assert ctl.record_in(good_node, "Succeeded", timeout=40)["status"]["outcome"] == "Succeeded"
+    assert (condition(ctl, good, "Valid") or {}).get("status") == "True"
+    log = controller_log()
+    assert "Traceback" not in log and "retrying in" not in log  # no crash, no backoff loop
+
+
+@pytest.fixture
+def local_hosts(ctl: Env) -> None:
+    if not ctl.cluster.local:
+        pytest.skip("the host's reboot is played by the local cluster's simulator (autoclusters.sim.hosts)")
+
+
+def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) -> None:
+    _, (node,) = ctl.pool("auto", provider={"type": "hostReboot",
+                                            "hostReboot": {"image": IMAGE, "timeoutSeconds": 60}})
+    before = boot_id(ctl, node)
+    ctl.raise_fault(node)
+    job = wait_for("the reboot Job", lambda: job_for(ctl, node))
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["hostPID"] is True
+    placed = ctl.node(node) or {}
+    assert placed["spec"].get("unschedulable") and ctl.has_taint(node)  # it runs on a cordoned, tainted node
+    pods = ctl.kube.list(f"/api/v1/namespaces/{ctl.namespace}/pods",
+                         label_selector=f"job-name={job['metadata']['name']}")
+    assert [p["spec"]["nodeName"] for p in pods] == [node]
+    done = ctl.record_in(node, "Succeeded", timeout=60)
+    assert done["status"]["action"] == "reset" and done["status"]["outcome"] == "Succeeded"
+    assert boot_id(ctl, node) not in ("", before)
+    labels = ctl.labels(node)
+    assert ctl.names.maintenance_required not in labels and not ctl.has_taint(node)
+    assert not (ctl.node(node) or {})["spec"].get("unschedulable")
+    with pytest.raises(NotFound):
+        ctl.kube.get(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs/{job['metadata']['name']}")
+
+
+def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replacement(
+        ctl: Env, local_hosts: None) -> None:
+    pool, (node,) = ctl.pool("auto", provider={
+        "reset": {"type": "hostReboot", "hostReboot": {"image": FAILING_IMAGE, "timeoutSeconds": 60}},
+        "replace": {"type": "simulated"}})
+    ctl.raise_fault(node)
+    done = ctl.record_in(node, "Succeeded", timeout=60)
+    assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
+    new = done["status"]["replacementNode"]
+    assert new and ctl.pool_nodes(pool) == [new]
+    events = sorted(ctl.events(node), key=lambda e: e.get("eventTime") or e.get("firstTimestamp") or "")
+    reasons = [e["reason"] for e in events]
+    failed = next(e for e in events if e["reason"] == n.EVENT_FAILED)
+    assert reasons.index(n.EVENT_FAILED) < reasons.index(n.EVENT_ESCALATED)
+    assert failed["type"] == "Warning" and "reset failed" in failed["message"]
+    assert f"{ctl.namespace}/host-reboot-" in failed["message"] and "kubectl -n" in failed["message"]
+    assert "BackoffLimitExceeded" in failed["message"]
+
+
+def test_the_cluster_default_policy_covers_nodes_whose_pool_label_names_no_pool(ctl: Env) -> None:
+    path = f"/api/v1/namespaces/{ctl.namespace}/configmaps/{default_pool.CONFIGMAP}"
+    before = ctl.kube.get(path)
+    label_only = f"nopool-{secrets.token_hex(3)}"
+    nodes = ctl.cluster.create_gpu_nodes(label_only, 1, prefix=label_only)
+    ctl.pools.add(label_only)  # the stand-in detector serves these nodes too
+    try:
+        ctl.kube.patch(path, {"data": {default_pool.KEY: json.dumps(
+            {"consentMode": "auto", "provider": {"type": "simulated"}})}})
+        ctl.raise_fault(nodes[0])
+        done = ctl.record_in(nodes[0], "Succeeded", timeout=40)
+        assert done["spec"]["pool"] == label_only and done["status"]["action"] == "reset"
+    finally:
+        ctl.kube.patch(path, {"data": before["data"]})
+        for node in nodes:
+            ctl.kube.delete(f"/api/v1/nodes/{node}")
