@@ -47,7 +47,7 @@ from autoclusters.deploy.pools import PreDrainHook
 from autoclusters.kube import Kube, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
-from autoclusters.providers import Provider
+from autoclusters.providers import Provider, ProviderError
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, NODEPOOL_LABEL
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,14 @@ class Actuator:
                     "node": node, "pool": state.pool if state else "", "record": state.name if state else "",
                     "fault": state.fault.key if state else "", "message": action.message})
             elif isinstance(action, DriveProvider):
-                if provider is None:
-                    raise RuntimeError(f"no provider for the pool of node {node}")
-                provider.drive(action.operation, node, state.pool if state else "")
+                if provider is None:  # the next observation reports why (the pool's provider went away)
+                    log.warning("node %s: no provider to drive operation %s", node, action.operation.id)
+                    continue
+                try:
+                    provider.drive(action.operation, node, state.pool if state else "")
+                except ProviderError as e:  # a setting the provider refuses: its progress reports the failure
+                    log.warning("node %s: provider %s refused operation %s: %s", node, provider.name,
+                                action.operation.id, e)
             elif current is None:
                 continue  # the node is gone: nothing to mark, cordon or drain
             elif isinstance(action, Warn):

@@ -48,6 +48,7 @@ from autoclusters.controller.statemachine import (
     Policy,
     PoolView,
     ProviderBlock,
+    ProviderState,
     ProviderView,
     RepairAction,
     RepairState,
@@ -271,9 +272,11 @@ class Reconciler:
         provider_view = ProviderView()
         replacement_ready = False
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:
-            provider, _ = self._provider(pool, state.operation.action)
+            provider, block = self._provider(pool, state.operation.action)
             if provider is not None:
                 provider_view = provider.progress(state.operation, name, state.pool, self._fleet.node)
+            elif block is not None:  # the pool's provider was removed or broken mid-operation
+                provider_view = ProviderView(ProviderState.FAILED, block.message)
         if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
             replacement_ready = self._replacement_ready(state)
         blocks: tuple[ProviderBlock, ...] = ()
