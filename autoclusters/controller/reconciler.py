@@ -280,8 +280,8 @@ class Reconciler:
         if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
             replacement_ready = self._replacement_ready(state)
         blocks: tuple[ProviderBlock, ...] = ()
-        if pool is not None and (state is None or state.phase in PRE_START) and (fault is not None or state):
-            blocks = self._provider_blocks(pool, node)
+        if pool is not None and (fault is not None or (state is not None and state.phase not in TERMINAL)):
+            blocks = self._provider_blocks(pool, node)  # also in Acting/Verifying: a failed reset escalates
         obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods,
                           history=self._history(records, active, pool), provider=provider_view,
                           replacement_ready=replacement_ready, provider_blocks=blocks)
