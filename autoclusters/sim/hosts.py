@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             ready = True
         except KubeError as e:
             log.warning("pass failed: %s", e)
+        except Exception:  # the simulated hosts outlive any one bad pass, like the cluster they serve
+            log.exception("pass failed")
         time.sleep(args.interval)
 
 
