@@ -76,7 +76,8 @@ def test_a_pool_without_a_provider_reports_the_fault_and_holds_the_repair(ctl: E
     assert done["metadata"]["name"] == record["metadata"]["name"]
     assert wait_for("condition True", lambda: (condition(ctl, pool, "RepairProviderReady") or {}).get("status")
                     == "True")
-    assert "Traceback" not in controller_log()
+    assert not [line for line in controller_log().splitlines()
+                if ("crashed" in line or "retrying in" in line) and (pool in line or node in line)]
 
 
 def test_the_simulated_provider_never_touches_a_node_the_simulator_does_not_manage(ctl: Env) -> None:
@@ -117,8 +118,9 @@ def test_invalid_provider_settings_reach_the_pool_and_other_pools_keep_working(c
     assert "provider.command.command[0]" in record["status"]["message"]
     assert ctl.record_in(good_node, "Succeeded", timeout=40)["status"]["outcome"] == "Succeeded"
     assert (condition(ctl, good, "Valid") or {}).get("status") == "True"
-    log = controller_log()
-    assert "Traceback" not in log and "retrying in" not in log  # no crash, no backoff loop
+    # no crash and no backoff loop for the pool or its node (other tests' lines may be in the log)
+    assert not [line for line in controller_log().splitlines()
+                if ("crashed" in line or "retrying in" in line) and (bad in line or bad_node in line)]
 
 
 @pytest.fixture
