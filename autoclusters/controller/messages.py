@@ -107,5 +107,14 @@ def replace_succeeded(new_node: str, pool: str) -> str:
     return f"Node replacement succeeded: {new_node} took this node's place and is Ready in pool {pool}."
 
 
+def reset_failed(why: str) -> str:
+    """MaintenanceActionFailed for a reset: what failed and where to look (the provider's words)."""
+    return f"VM reset failed: {sentence(why)}"
+
+
+def escalated_after_failed_reset(why: str) -> str:
+    return f"The VM reset failed ({why.rstrip('.')}); node replacement follows under the same approval."
+
+
 def _why(why: str) -> str:
     return f" {sentence(why)}" if why.strip() else ""

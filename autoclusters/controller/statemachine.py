@@ -569,9 +569,8 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: Policy, why
         msg = f"{failed}; escalating to a replacement under the same approval"
         esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
                   verify_started=None, approved=s.approved)
-        return Decision(esc, (Emit(n.EVENT_FAILED, failed, warning=True),
-                              Emit(n.EVENT_ESCALATED, "replacing the node under the same approval after the "
-                                                      f"failed reset ({why})")), 0)
+        return Decision(esc, (Emit(n.EVENT_FAILED, words.reset_failed(why), warning=True),
+                              Emit(n.EVENT_ESCALATED, words.escalated_after_failed_reset(why))), 0)
     return _failed(s, now, f"{s.action} failed: {why}")
 
 

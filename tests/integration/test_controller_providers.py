@@ -165,7 +165,7 @@ def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replaceme
     reasons = [e["reason"] for e in events]
     failed = next(e for e in events if e["reason"] == n.EVENT_FAILED)
     assert reasons.index(n.EVENT_FAILED) < reasons.index(n.EVENT_ESCALATED)
-    assert failed["type"] == "Warning" and "reset failed" in failed["message"]
+    assert failed["type"] == "Warning" and "VM reset failed" in failed["message"]
     assert f"{ctl.namespace}/host-reboot-" in failed["message"] and "kubectl -n" in failed["message"]
     assert "BackoffLimitExceeded" in failed["message"]
 

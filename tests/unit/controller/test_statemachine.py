@@ -182,6 +182,7 @@ def test_a_failed_reset_records_action_failed_then_escalated() -> None:
     emits = [a for a in d.actions if isinstance(a, Emit)]
     assert [e.reason for e in emits][:2] == [n.EVENT_FAILED, n.EVENT_ESCALATED]
     assert emits[0].warning and "reset failed" in emits[0].message and "ns/j failed" in emits[0].message
+    assert "replacement follows" in emits[1].message
     assert d.state and d.state.phase != Phase.FAILED  # the repair goes on as a replacement
 
 
