@@ -56,3 +56,20 @@ def test_crd_settings_equal_python(kind: ProviderType) -> None:
     props = _crd_provider()["properties"][kind.value]
     assert set(props["properties"]) == {s.name for s in KINDS[kind].settings}
     assert set(props.get("required", [])) == {s.name for s in KINDS[kind].settings if s.required}
+
+
+def test_the_controller_roles_grant_what_each_provider_needs() -> None:
+    from autoclusters.deploy.controller import controller_rbac
+    from autoclusters.names import Names
+
+    cluster_role, _, role, _ = controller_rbac(Names())
+
+    def granted(rules: list[dict], group: str, resource: str) -> set[str]:
+        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
+
+    for kind in KINDS.values():
+        for need in kind.rbac:
+            rules = role["rules"] if need.namespaced else cluster_role["rules"]
+            assert set(need.verbs) <= granted(rules, need.group, need.resource), (kind.type, need)
+    assert granted(cluster_role["rules"], "batch", "jobs") == set()  # Jobs only in the controller's namespace
+    assert granted(role["rules"], "batch", "jobs") == {"get", "create", "delete"}
