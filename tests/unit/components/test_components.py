@@ -100,10 +100,44 @@ def test_rbac_creates_the_three_service_accounts_and_binds_each_role_to_its_own_
     # A second installation's cluster-scoped objects carry its namespace, so stacks never share them.
     cluster_scoped = [o for o in mocks.kubernetes_objects() if "namespace" not in o["metadata"]]
     assert cluster_scoped and all(o["metadata"]["name"].endswith("-ns1") for o in cluster_scoped)
-    # Service accounts are registered before the bindings that name them.
+    _assert_bindings_follow_what_they_name(mocks)
+
+
+def _assert_bindings_follow_what_they_name(mocks: RecordingMocks) -> None:
+    """Each binding is registered after the service accounts and the role it names (its
+    depends_on). Only that order is promised: registrations run on Pulumi's RPC thread pool,
+    so resources that do not depend on each other register in any order."""
+    objs = [r.manifest() for r in mocks.registered if r.is_kubernetes]
+    at = {(o["kind"], o["metadata"]["name"]): i for i, o in enumerate(objs)}
+    bindings = [o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert bindings
+    for b in bindings:
+        named = [(b["roleRef"]["kind"], b["roleRef"]["name"])]
+        named += [("ServiceAccount", s["name"]) for s in b["subjects"] if s["kind"] == "ServiceAccount"]
+        for ref in named:
+            assert at[ref] < at[(b["kind"], b["metadata"]["name"])], f"{b['metadata']['name']} before {ref}"
+
+
+def test_rbac_order_holds_when_one_registration_is_slow():
+    """The flake this replaces: on a loaded machine one service account's registration thread
+    finished after other accounts' bindings, breaking an "all accounts before all bindings"
+    check. Here the webhook's account is held until another binding has registered."""
+    import threading
+
+    class SlowWebhookAccount(RecordingMocks):
+        binding_seen = threading.Event()
+
+        def new_resource(self, args):
+            if args.typ.endswith("Binding"):
+                self.binding_seen.set()
+            if args.typ.endswith(":ServiceAccount") and "webhook" in args.name:
+                assert self.binding_seen.wait(60), "no binding registered while the account was held"
+            return super().new_resource(args)
+
+    mocks = record(lambda: Rbac("rbac", RbacArgs(namespace="ns1")), SlowWebhookAccount())
     kinds = [r.manifest()["kind"] for r in mocks.registered if r.is_kubernetes]
-    assert max(i for i, k in enumerate(kinds) if k == "ServiceAccount") < \
-        min(i for i, k in enumerate(kinds) if k.endswith("Binding"))
+    assert kinds.index("ClusterRoleBinding") < len(kinds) - 1 - kinds[::-1].index("ServiceAccount")  # reordered
+    _assert_bindings_follow_what_they_name(mocks)
 
 
 def _admission(**kwargs):
