@@ -86,6 +86,11 @@ def pod_drain_warning(node: str, action: str, deadline: str, reason: str, wait_l
             f"{wait_label}=true is waited for until it is annotated {ack_key}={record}.")
 
 
+def drain_waiting(deadline: str, pending: list[str]) -> str:
+    """The record's message while the pre-drain wait lasts."""
+    return f"Waiting until {deadline} at the latest for an acknowledgement from {', '.join(pending)}."
+
+
 def drain_wait_acknowledged(who: list[str]) -> str:
     return f"Every acknowledgement the drain waited for arrived ({', '.join(who)}): evicting the pods now."
 

@@ -500,7 +500,9 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: Policy) ->
             # a warning the node or a pod lacks (a crash before it was written, a pod that
             # arrived since): written again, without calling the hook a second time
             actions = (Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky), Cordon())
-        return Decision(s, actions, min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
+        waiting = words.drain_waiting(_rfc3339(evict_by), pending)  # the record shows who holds the drain
+        return Decision(s if s.message == waiting else replace(s, message=waiting), actions,
+                        min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
     waited = bool(p.acknowledgers) or bool(o.pods.wait_acks)
     if not waited:  # nobody to wait for: evict at once, no step of its own
         return _evict(replace(s, eviction_started=now), o, now, p)

@@ -81,6 +81,8 @@ def test_the_warning_precedes_the_cordon_and_any_eviction() -> None:
     assert warn.call_hook and warn.deadline == T0 + timedelta(seconds=120) == d.state.pre_drain_deadline
     assert warn.reason == f"GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation {REC})"
     assert d.state.eviction_started is None and n.EVENT_DRAIN_WARNING in emitted(d)
+    assert d.state.message == "Waiting until 2026-03-01T12:02:00Z at the latest for an acknowledgement from slurm."
+    assert d.state.steps[-1].phase == "Draining" and "started" in d.state.steps[-1].message
 
 
 def test_nothing_to_wait_for_evicts_at_once() -> None:
