@@ -7,6 +7,7 @@ The unit tests read the records to check what a component creates; the manifest 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ def record(build: Callable[[], Any], mocks: RecordingMocks | None = None,
            config: dict[str, Any] | None = None) -> RecordingMocks:
     """Runs ``build`` (which creates components) under mocks and waits for every registration."""
     mocks = mocks or RecordingMocks()
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(mocks, project="autoclusters", stack="test", preview=False)
     if config is not None:
         pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()})
@@ -95,3 +97,14 @@ def record(build: Callable[[], Any], mocks: RecordingMocks | None = None,
 
     run()
     return mocks
+
+
+def _ensure_event_loop() -> None:
+    """Pulumi's mock engine runs on the thread's current event loop; an earlier
+    ``asyncio.run`` in the same process (an aiohttp test, say) leaves none set."""
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or loop.is_closed():
+        asyncio.set_event_loop(asyncio.new_event_loop())

@@ -9,50 +9,24 @@ IP addresses makes a new certificate.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from typing import Any
 
 import pulumi
 import pulumi.dynamic as dyn
+
+from autoclusters import certificates
+from autoclusters.webhook.certs import CA_NAME
 
 VALID_DAYS = 825
 
 
 def issue(dns_names: list[str], ip_addresses: list[str], days: int = VALID_DAYS) -> dict[str, str]:
     """A fresh CA and a serving certificate for ``dns_names`` + ``ip_addresses``, PEM encoded."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "autoclusters-webhook-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=days))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    return {
-        "ca_pem": ca.public_bytes(pem).decode(),
-        "cert_pem": cert.public_bytes(pem).decode(),
-        "key_pem": key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()).decode(),
-    }
+    lifetime = dt.timedelta(days=days)
+    ca = certificates.make_ca(CA_NAME, now, lifetime)
+    serving = certificates.make_serving(ca, [*dns_names, *ip_addresses], now, lifetime)
+    return {"ca_pem": ca.cert_pem.decode(), "cert_pem": serving.cert_pem.decode(), "key_pem": serving.key_pem.decode()}
 
 
 class _CertificateProvider(dyn.ResourceProvider):

@@ -10,7 +10,6 @@ no window in which the API server distrusts the serving certificate.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import logging
 import os
 import ssl
@@ -21,10 +20,8 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from autoclusters.certificates import KeyPair, make_ca, make_serving
 from autoclusters.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -39,67 +36,7 @@ class CertPolicy:
     renew_fraction: float = 1 / 3
 
 
-@dataclass(frozen=True)
-class KeyPair:
-    cert_pem: bytes
-    key_pem: bytes
-
-    @property
-    def cert(self) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(self.cert_pem)
-
-    def due(self, now: dt.datetime, fraction: float) -> bool:
-        c = self.cert
-        life = c.not_valid_after_utc - c.not_valid_before_utc
-        return c.not_valid_after_utc - now <= life * fraction
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def make_ca(now: dt.datetime, lifetime: dt.timedelta, common_name: str = "autoclusters-webhook-ca") -> KeyPair:
-    key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + lifetime)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
-
-
-def make_serving(ca: KeyPair, hosts: Sequence[str], now: dt.datetime, lifetime: dt.timedelta) -> KeyPair:
-    """A serving certificate for DNS names and IP addresses, signed by ``ca``."""
-    key = _key()
-    ca_cert = ca.cert
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    sans: list[x509.GeneralName] = []
-    for h in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            sans.append(x509.DNSName(h))
-    not_after = min(now + lifetime, ca_cert.not_valid_after_utc)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+CA_NAME = "autoclusters-webhook-ca"
 
 
 class CertStore:
@@ -169,7 +106,7 @@ class CertManager:
         if ca is None or ca.due(now, p.renew_fraction):
             if ca is not None:
                 self.store.write_previous_ca(ca.cert_pem)
-            ca = make_ca(now, p.ca_lifetime)
+            ca = make_ca(CA_NAME, now, p.ca_lifetime)
             self.store.write("ca", ca)
             bundle_changed = True
             log.info("generated a new webhook CA, valid until %s", ca.cert.not_valid_after_utc)

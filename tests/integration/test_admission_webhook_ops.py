@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters.webhook.certs import make_ca
+from autoclusters.certificates import make_ca
 from tests.integration.test_admission import WEBHOOK_MARK, Admission, kubectl
 
 
@@ -31,7 +31,7 @@ def admission(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def test_webhook_writes_its_ca_bundle_then_fails_closed_when_down(admission: Admission) -> None:
     # The configuration exists first, trusting some other CA: the API server cannot call the webhook.
-    foreign = make_ca(dt.datetime.now(dt.UTC), dt.timedelta(days=1)).cert_pem
+    foreign = make_ca("foreign-ca", dt.datetime.now(dt.UTC), dt.timedelta(days=1)).cert_pem
     admission.apply_webhook_config(foreign)
     # A fresh webhook generates its CA and writes it into the configuration by itself.
     admission.webhook_start(cert_dir=admission.workdir / "fresh-certs", apply_config=False)
