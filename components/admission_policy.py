@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, admission, workloads
+from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.names import Names
 from components._args import ComponentArgsError, cluster_scoped_name, require_image, require_namespace
 from components._k8s import k8s_resource
@@ -29,7 +30,7 @@ class AdmissionPolicyArgs:
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
     webhook_url: str | None = None
-    policies_dir: Path = workloads.POLICIES_DIR
+    policies_dir: Path = field(default_factory=bundled_policies)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "AdmissionPolicy")

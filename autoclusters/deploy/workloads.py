@@ -28,7 +28,6 @@ OPA_DIAGNOSTIC_PORT = 8282
 CONTROLLER_METRICS_PORT = 9102
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
 POLICY_CONFIGMAP = "autoclusters-policies"
-POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TAINT = "nvidia.com/gpu"
 # `autoclusters controller run` reads every setting from AUTOCLUSTERS_CONTROLLER_<NAME>.

@@ -25,10 +25,11 @@ from typing import Any
 
 import yaml
 
+from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
-from autoclusters.devcluster.tools import Tools, repo_root
+from autoclusters.devcluster.tools import Tools
 from autoclusters.policy.opa import IGNORE
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
@@ -190,7 +191,7 @@ class LocalCluster:
         self._write_kubeconfigs(ports["apiserver"])
         procs: list[p.Proc] = []
         try:
-            self._start_all(tools, ports, procs, progress, policies or repo_root() / "policies")
+            self._start_all(tools, ports, procs, progress, policies or policies_dir())
         except BaseException:
             self._save(procs, ports, {})
             self.down(progress=_noop, keep_logs=True)

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from autoclusters.deploy import policy_bundle
+
 # What OPA does not serve from policies/: the tests (the samples live in examples/policy-samples/).
 IGNORE = ("*_test.rego", "*.md")
 
@@ -23,15 +25,11 @@ class OpaError(RuntimeError):
 
 
 def policies_dir() -> Path:
-    """The Rego bundle: ``$AUTOCLUSTERS_POLICIES`` or the checkout's ``policies/``."""
-    env = os.environ.get("AUTOCLUSTERS_POLICIES")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "policies" / "lib").is_dir():
-            return parent / "policies"
-    raise OpaError("cannot find the policies/ directory; set AUTOCLUSTERS_POLICIES")
+    """The Rego bundle (``deploy.policy_bundle``); OpaError when there is none."""
+    try:
+        return policy_bundle.policies_dir()
+    except policy_bundle.PoliciesNotFound as e:
+        raise OpaError(str(e)) from None
 
 
 def opa_binary() -> Path:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy import workloads
+from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.names import Names
 
 NAMES = Names()
@@ -97,7 +98,7 @@ def test_policy_configmap_of_an_empty_directory_fails(tmp_path: Path):
 
 
 def test_the_shipped_policies_fit_in_a_configmap():
-    data = workloads.policy_files(workloads.POLICIES_DIR)
+    data = workloads.policy_files(policies_dir())
     assert data and not any(k.endswith("_test.rego") for k in data)
     assert sum(len(v) for v in data.values()) < 900_000  # ConfigMaps hold at most 1 MiB
 
