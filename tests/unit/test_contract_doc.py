@@ -39,3 +39,10 @@ def test_the_condition_reasons_are_named() -> None:
     for key, value in vars(n).items():
         if key.startswith("REASON_"):
             assert f"`{value}`" in text, key
+
+
+def test_every_provider_type_is_named() -> None:
+    from autoclusters.deploy.providers import ProviderType
+
+    section = DOC.read_text().split("## Providers", 1)[1].split("\n## ", 1)[0]
+    assert {t.value for t in ProviderType} <= set(re.findall(r"`([A-Za-z]+)`", section))
