@@ -111,9 +111,9 @@ class Names:
         return self.maintenance_required
 
     @property
-    def do_not_disrupt_marker(self) -> str:
-        """Node annotation: autoclusters added Karpenter's do-not-disrupt annotation (and removes it)."""
-        return f"{self.domain}/added-do-not-disrupt"
+    def karpenter_guard_marker(self) -> str:
+        """Node annotation: which of Karpenter's do-not-* annotations autoclusters added (and removes)."""
+        return f"{self.domain}/added-karpenter-guards"
 
     @property
     def marked_at_annotation(self) -> str:

@@ -13,9 +13,10 @@ warned for this record. Unmarking removes the warning's annotations and every
 acknowledgement in the same JSON patch as the labels.
 
 A node Karpenter launched (it carries ``karpenter.sh/nodepool``) also gets Karpenter's
-``karpenter.sh/do-not-disrupt`` annotation while it is marked, so Karpenter's voluntary
-disruption (consolidation, drift) leaves a node under repair alone; unmarking removes it
-again only when autoclusters added it (a marker annotation says so), never a user's own.
+``karpenter.sh/do-not-disrupt`` and ``karpenter.sh/do-not-repair`` annotations while it is
+marked, so neither Karpenter's voluntary disruption (consolidation, drift) nor its node
+repair acts on a node under repair; unmarking removes them again only when autoclusters
+added them (a marker annotation lists which), never a user's own.
 It also gets the time of its marking, from which the Karpenter provider counts new nodes.
 """
 
@@ -48,7 +49,7 @@ from autoclusters.kube import Kube, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
 from autoclusters.providers import Provider, ProviderError
-from autoclusters.providers.karpenter import DO_NOT_DISRUPT, NODEPOOL_LABEL
+from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +157,10 @@ class Actuator:
         add: dict[str, str] = {}
         if self._names.marked_at_annotation not in (annotations or {}):
             add[self._names.marked_at_annotation] = utc_iso(self._clock.now())
-        if (annotations or {}).get(DO_NOT_DISRUPT) != "true":  # else the user (or we, earlier) keep Karpenter away
-            add.update({DO_NOT_DISRUPT: "true", self._names.do_not_disrupt_marker: "true"})
+        added = [k for k in GUARD_ANNOTATIONS if (annotations or {}).get(k) != "true"]  # a user's own stays theirs
+        if added:
+            add.update({k: "true" for k in added})
+            add[self._names.karpenter_guard_marker] = ",".join(added)
         if not add:
             return []
         if annotations is None:
@@ -180,9 +183,9 @@ class Actuator:
             if uncordon and (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "remove", "path": "/spec/unschedulable"})
             annotations = node["metadata"].get("annotations") or {}
-            ours = [self._names.marked_at_annotation, self._names.do_not_disrupt_marker]
-            if self._names.do_not_disrupt_marker in annotations:
-                ours.append(DO_NOT_DISRUPT)  # we added it: it goes; a user's own stays
+            ours = [self._names.marked_at_annotation, self._names.karpenter_guard_marker]
+            ours += [k for k in str(annotations.get(self._names.karpenter_guard_marker, "")).split(",")
+                     if k in GUARD_ANNOTATIONS]  # the ones we added go; a user's own stay
             ops += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(k)}"} for k in ours if k in annotations]
             return ops + self._warning_removals(node)
 

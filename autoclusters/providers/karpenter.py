@@ -40,8 +40,11 @@ from autoclusters.providers.base import NodeLookup, ProviderError
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
-# Karpenter's own annotation: voluntary disruption (consolidation, drift) leaves the node alone.
+# Karpenter's own annotations: voluntary disruption (consolidation, drift) and, separately,
+# its node repair (which do-not-disrupt does not stop) leave the node alone.
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+DO_NOT_REPAIR = "karpenter.sh/do-not-repair"
+GUARD_ANNOTATIONS = (DO_NOT_DISRUPT, DO_NOT_REPAIR)
 DEFAULT_TIMEOUT_SECONDS = 900.0
 
 JSON = dict[str, Any]

@@ -3,8 +3,8 @@
 Karpenter launches the pool's nodes for a training-like workload; the provider's pieces run
 as the controller runs them: marking (with Karpenter's do-not-disrupt), the drain through
 the Eviction API under the workload's PodDisruptionBudget, then ``drive``/``progress``
-until the replacement is matched. The controller itself drives this provider in
-test_karpenter_controller.py.
+until the replacement is matched; and the whole repair by the controller, from the fault
+condition to the record's Succeeded.
 """
 
 from __future__ import annotations
@@ -28,7 +28,19 @@ from autoclusters.devcluster.karpenter import nodepool_manifest
 from autoclusters.kube import NotFound
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.objects import node_ready
-from autoclusters.providers.karpenter import DO_NOT_DISRUPT, NODEPOOL_LABEL, KarpenterProvider, nodeclaims_path
+from autoclusters.providers.karpenter import (
+    DO_NOT_DISRUPT,
+    DO_NOT_REPAIR,
+    NODEPOOL_LABEL,
+    KarpenterProvider,
+    nodeclaims_path,
+)
+from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
+    XID64_MESSAGE,
+    Env,
+    controller_log_fixture,
+    ctl_fixture,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +59,11 @@ def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> An
 class KarpenterPool:
     """A Karpenter NodePool whose nodes carry autoclusters' pool label, and a workload on it."""
 
-    def __init__(self, handle: ClusterHandle, unique: str) -> None:
+    def __init__(self, handle: ClusterHandle, unique: str, pool: str = "") -> None:
         self.h = handle
         self.kube = handle.kube
         self.names = handle.names
-        self.pool = f"kp-{unique}"
+        self.pool = pool or f"kp-{unique}"
         self.nodepool = f"gpu-{unique}"
         self.namespace = f"train-{unique}"
         handle.apply(nodepool_manifest(self.nodepool, self.pool, self.names))
@@ -143,7 +155,7 @@ def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_
     act = actuator(kpool.h)
     marked = act.ensure_marked(kpool.kube.get_node(old), cordon=True)
     ann = marked["metadata"]["annotations"]
-    assert ann[DO_NOT_DISRUPT] == "true" and names.marked_at_annotation in ann  # accepted by the real API
+    assert ann[DO_NOT_DISRUPT] == ann[DO_NOT_REPAIR] == "true" and names.marked_at_annotation in ann
     drain_fully(act, kpool.kube, old)
 
     op = Operation(f"kp-{unique}-1", RepairAction.REPLACE, datetime.now(UTC))
@@ -181,3 +193,35 @@ def test_replacing_an_idle_node_fails_at_the_timeout_because_nothing_is_pending(
     assert view.state == ProviderState.FAILED
     assert "Pending pods" in view.message and kpool.nodepool in view.message
     assert kpool.nodes() == []  # Karpenter removed the node and launched none: nothing asked for one
+
+
+def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpenter: ClusterHandle,
+                                                                 unique: str) -> None:
+    """Xid 64 (a replace fault) on a Karpenter node: the controller marks it (do-not-disrupt),
+    drains it, deletes its NodeClaim; Karpenter launches a node for the evicted worker; the
+    record ends Succeeded naming it."""
+    pool, _ = ctl.pool("auto", nodes=0, provider={
+        "type": "simulated", "replace": {"type": "karpenter", "karpenter": {"timeoutSeconds": 240}}})
+    kp = KarpenterPool(karpenter, unique, pool=pool)
+    try:
+        kp.run_workers(2)
+        placed = wait_for("two workers Running", lambda: len(kp.running()) == 2 and kp.running(), timeout=180)
+        before = {n["metadata"]["name"] for n in kp.nodes()}
+        victim_pod, old = sorted(placed.items())[0]
+        ctl.raise_fault(old, XID64_MESSAGE)
+        wait_for("do-not-disrupt on the marked node",
+                 lambda: (ctl.node(old) or {}).get("metadata", {}).get("annotations", {}).get(DO_NOT_DISRUPT) == "true"
+                 or ctl.node(old) is None, timeout=60)
+        done = ctl.record_in(old, "Succeeded", "Failed", timeout=300)
+        status = done["status"]
+        assert status["phase"] == "Succeeded", status.get("message")
+        new = status["replacementNode"]
+        assert status["action"] == "replace" and new and new not in before
+        assert ctl.labels(new)[ctl.names.pool_label] == pool
+        wait_for(f"{old} gone", lambda: ctl.node(old) is None, timeout=120)
+        running = wait_for("both workers Running", lambda: len(kp.running()) == 2 and kp.running(), timeout=120)
+        assert new in running.values() and old not in running.values()
+        assert victim_pod not in running  # the evicted worker was replaced by its Deployment
+        assert sorted(ctl.pool_nodes(pool)) == sorted((before - {old}) | {new})  # back to its size
+    finally:
+        kp.close()

@@ -14,7 +14,7 @@ from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
-from autoclusters.providers.karpenter import DO_NOT_DISRUPT, KarpenterProvider
+from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, KarpenterProvider
 from tests.unit.controller.karpenter_fakes import FakeKarpenterKube
 
 NAMES = Names()
@@ -177,7 +177,8 @@ def test_marking_a_karpenter_node_adds_do_not_disrupt_and_unmarking_removes_it()
     act = _actuator(kube)
     marked = act.ensure_marked(kube.get_node("k1"), cordon=True)
     ann = marked["metadata"]["annotations"]
-    assert ann[DO_NOT_DISRUPT] == "true" and ann[NAMES.do_not_disrupt_marker] == "true"
+    assert ann[DO_NOT_DISRUPT] == "true" and ann[DO_NOT_REPAIR] == "true"
+    assert ann[NAMES.karpenter_guard_marker] == f"{DO_NOT_DISRUPT},{DO_NOT_REPAIR}"
     assert ann[NAMES.marked_at_annotation] == "2026-03-01T12:00:00Z"
     assert act.ensure_marked(marked) == marked  # idempotent: no second write
     clean = act.unmark(marked, uncordon=True)
@@ -189,8 +190,9 @@ def test_a_users_own_do_not_disrupt_stays_after_the_repair() -> None:
     kube.nodes["k1"]["metadata"]["annotations"] = {DO_NOT_DISRUPT: "true"}
     act = _actuator(kube)
     marked = act.ensure_marked(kube.get_node("k1"))
-    assert NAMES.do_not_disrupt_marker not in marked["metadata"]["annotations"]
-    assert NAMES.marked_at_annotation in marked["metadata"]["annotations"]
+    ann = marked["metadata"]["annotations"]
+    assert ann[NAMES.karpenter_guard_marker] == DO_NOT_REPAIR and ann[DO_NOT_REPAIR] == "true"
+    assert NAMES.marked_at_annotation in ann
     assert act.unmark(marked, uncordon=True)["metadata"]["annotations"] == {DO_NOT_DISRUPT: "true"}
 
 
