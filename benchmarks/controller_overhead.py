@@ -17,6 +17,16 @@ its own watch streams with a monotonic clock:
 
 Also prints API requests per repair (the controller's own request counter, scraped from its
 metrics endpoint) and the controller's peak RSS (VmHWM). Not a timed test.
+
+With ``--karpenter`` (a cluster started with ``autoclusters dev up --karpenter``) the pool's
+nodes are Karpenter's: a NodePool and a training-like Deployment (one 8-GPU worker per node)
+make Karpenter launch ``--nodes`` nodes; the faults are Xid 64 (a replace fault) and the
+pool replaces through the karpenter provider. Per repair, from the same watch streams:
+
+  karpenter  Draining (the worker is evicted; its replacement is Pending) -> the new node
+             Ready: Karpenter's launch, with the old NodeClaim's deletion in the middle
+  overhead   everything else of fault written -> Succeeded: report, decision, marking and
+             cordon, then the controller noticing the new node and verifying it
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from autoclusters.kube.objects import node_ready
 from autoclusters.sim import nodes as sim
 
 MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+REPLACE_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
 
 
 def free_port() -> int:
@@ -107,13 +118,18 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", action="store_true", help="leave the pool, nodes and records behind")
     ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")
+    ap.add_argument("--karpenter", action="store_true",
+                    help="nodes launched by Karpenter (dev up --karpenter); replace faults through its provider")
     args = ap.parse_args()
 
     handle = ClusterHandle(args.kubeconfig, local=True)
     kube, names = handle.kube, handle.names
     run_id = secrets.token_hex(3)
     pool, namespace = f"bench-{run_id}", f"bench-{run_id}"
-    print(f"pool {pool}: {args.nodes} nodes, {args.faults} faults, reset {args.reset_seconds}s", flush=True)
+    if args.karpenter:
+        print(f"pool {pool}: {args.nodes} Karpenter nodes, {args.faults} replace faults", flush=True)
+    else:
+        print(f"pool {pool}: {args.nodes} nodes, {args.faults} faults, reset {args.reset_seconds}s", flush=True)
     handle.apply(crds(names))
     with contextlib.suppress(Conflict):
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -126,16 +142,21 @@ def main() -> int:
     handle.apply(rbac)
     sa_kubeconfig = handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=7200)
     pool_path = Kube.custom_path(names.api_group, API_VERSION, "gpunodepools")
+    provider: dict[str, Any] = {"type": "simulated", "simulated": {"resetSeconds": args.reset_seconds}}
+    if args.karpenter:
+        provider["replace"] = {"type": "karpenter"}
     kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
                             "metadata": {"name": pool},
                             "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
-                                     "provider": {"type": "simulated",
-                                                  "simulated": {"resetSeconds": args.reset_seconds}}}})
+                                     "provider": provider}})
 
     t0 = time.monotonic()
-    node_names = [f"{pool}-{i}" for i in range(args.nodes)]
-    with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool, names), node_names))
+    if args.karpenter:
+        node_names = karpenter_nodes(handle, pool, namespace, args.nodes)
+    else:
+        node_names = [f"{pool}-{i}" for i in range(args.nodes)]
+        with ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool, names), node_names))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         ready = sum(node_ready(n) for n in kube.list_nodes(f"{names.pool_label}={pool}"))
@@ -177,6 +198,8 @@ def main() -> int:
     phase_first: dict[tuple[str, str], float] = {}
     node_of: dict[str, str] = {}
     boots: dict[str, str] = {}
+    ready_at: dict[str, float] = {}  # node -> first seen Ready (the Karpenter run's new nodes)
+    replacement_of: dict[str, str] = {}  # record -> its new node
 
     def on_record(t: float, _kind: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -186,11 +209,17 @@ def main() -> int:
             ph = (obj.get("status") or {}).get("phase")
             if ph:
                 phase_first.setdefault((name, ph), t)
+            new = (obj.get("status") or {}).get("replacementNode")
+            if new:
+                replacement_of[name] = new
 
     def on_node(t: float, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
             return
         name = obj["metadata"]["name"]
+        if node_ready(obj):
+            with lock:
+                ready_at.setdefault(name, t)
         boot = ((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
         before = boots.get(name)
         boots[name] = boot
@@ -214,7 +243,8 @@ def main() -> int:
     def raise_fault(node: str) -> None:
         now = utc_iso(SystemClock().now())
         kube.patch_node_status(node, {"status": {"conditions": [{
-            "type": names.gpu_condition, "status": "True", "reason": "NvidiaXIDError", "message": MESSAGE,
+            "type": names.gpu_condition, "status": "True", "reason": "NvidiaXIDError",
+            "message": REPLACE_MESSAGE if args.karpenter else MESSAGE,
             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         fault_at[node] = time.monotonic()
 
@@ -244,8 +274,11 @@ def main() -> int:
     with open(f"/proc/{proc.pid}/status") as f:
         hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
 
+    if args.karpenter:
+        result = karpenter_report(args, faulty, done, fault_at, record_first, phase_first, replacement_of,
+                                  ready_at, elapsed)
     report, startp, act, verify, total = [], [], [], [], []
-    for node in faulty:
+    for node in faulty if not args.karpenter else []:
         r = done.get(node)
         if not r:
             continue
@@ -263,20 +296,24 @@ def main() -> int:
 
     requests = after["autoclusters_controller_api_requests"] - base
     rows = [("report", report), ("start", startp), ("act", act), ("verify", verify), ("total", total)]
-    print(f"\n{len(done)}/{len(faulty)} repairs succeeded in {elapsed:.1f}s "
-          f"(reset time {args.reset_seconds}s excluded below)")
-    print(f"{'phase':<8} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
-    for label, values in rows:
-        print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} {max(values or [float('nan')]):8.3f}")
+    if not args.karpenter:
+        print(f"\n{len(done)}/{len(faulty)} repairs succeeded in {elapsed:.1f}s "
+              f"(reset time {args.reset_seconds}s excluded below)")
+        print(f"{'phase':<8} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
+        for label, values in rows:
+            print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} "
+                  f"{max(values or [float('nan')]):8.3f}")
     print(f"API requests per repair: {requests / max(1, len(done)):.1f} (total {int(requests)})")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / max(1, len(done)) * 1000:.0f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
     print(f"reference: one GET of a node took {pct(rtt, 0.5) * 1000:.0f} ms (p50 of 20) before the faults")
-    result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
-              "reset_seconds": args.reset_seconds, "workers": args.workers,
-              "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
-                         for label, v in rows},
+    if not args.karpenter:
+        result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
+                  "reset_seconds": args.reset_seconds,
+                  "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
+                             for label, v in rows}}
+    result |= {"workers": args.workers,
               "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024,
               "controller_cpu_s": cpu_used, "get_node_p50_s": pct(rtt, 0.5), "load_average": load,
               "cpus": os.cpu_count()}
@@ -293,8 +330,66 @@ def main() -> int:
         os.kill(proc.pid, signal.SIGKILL)
     log.close()
     if not args.keep:
+        if args.karpenter:
+            _quiet(kube.delete, f"/apis/karpenter.sh/v1/nodepools/{pool}")  # Karpenter removes its nodes
         cleanup(kube, names, pool, namespace, rbac)
     return 0 if len(done) == len(faulty) else 1
+
+
+def karpenter_nodes(handle: ClusterHandle, pool: str, namespace: str, count: int) -> list[str]:
+    """A NodePool named after the pool and ``count`` one-node workers: Karpenter launches the nodes."""
+    from autoclusters.demo.story import training_workload
+    from autoclusters.devcluster.karpenter import NODE_CLASS, nodepool_manifest
+
+    kube, names = handle.kube, handle.names
+    try:
+        kube.get(f"/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses/{NODE_CLASS}")
+    except KubeError as e:
+        raise SystemExit(f"--karpenter needs Karpenter on the cluster (autoclusters dev up --karpenter): {e}") from e
+    handle.apply(nodepool_manifest(pool, pool, names), field_manager="benchmark")
+    workload = [o for o in training_workload(names.pool_label, pool, count, namespace=namespace)
+                if o["kind"] != "Namespace"]
+    for obj in workload:
+        if obj["kind"] == "PodDisruptionBudget":
+            obj["spec"]["maxUnavailable"] = count  # the faults are drained at once, as the other run
+    handle.apply(workload, field_manager="benchmark")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        nodes = [n for n in kube.list_nodes(f"karpenter.sh/nodepool={pool}") if node_ready(n)]
+        if len(nodes) >= count:
+            return sorted(n["metadata"]["name"] for n in nodes)
+        time.sleep(2)
+    raise SystemExit(f"Karpenter launched fewer than {count} Ready nodes within 600s")
+
+
+def karpenter_report(args: argparse.Namespace, faulty: list[str], done: dict[str, str], fault_at: dict[str, float],
+                     record_first: dict[str, float], phase_first: dict[tuple[str, str], float],
+                     replacement_of: dict[str, str], ready_at: dict[str, float], elapsed: float) -> dict[str, Any]:
+    rows: dict[str, list[float]] = {k: [] for k in ("report", "drain", "karpenter", "notice", "total", "overhead")}
+    for node in faulty:
+        r = done.get(node)
+        new = replacement_of.get(r or "")
+        if not r or not new or new not in ready_at:
+            continue
+        t_f, t_rec, t_ok = fault_at[node], record_first[r], phase_first[(r, "Succeeded")]
+        t_drain = phase_first.get((r, "Draining"), t_rec)
+        t_act = phase_first.get((r, "Acting"), t_drain)
+        t_new = ready_at[new]
+        karp = max(0.0, t_new - t_drain)
+        rows["report"].append(t_rec - t_f)
+        rows["drain"].append(t_act - t_drain)
+        rows["karpenter"].append(karp)
+        rows["notice"].append(max(0.0, t_ok - max(t_new, t_act)))
+        rows["total"].append(t_ok - t_f)
+        rows["overhead"].append((t_ok - t_f) - karp)
+    print(f"\n{len(done)}/{len(faulty)} replacements through Karpenter succeeded in {elapsed:.1f}s")
+    print(f"{'part':<10} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
+    for label, values in rows.items():
+        print(f"{label:<10} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} {max(values or [float('nan')]):8.3f}")
+    return {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
+            "karpenter": True,
+            "parts": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
+                      for label, v in rows.items()}}
 
 
 def cleanup(kube: Kube, names: Any, pool: str, namespace: str, rbac: list[dict[str, Any]]) -> None:

@@ -40,6 +40,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="fault persistence window in seconds (the contract's default is 60; shortened for the demo)")
     p.add_argument("--reset-seconds", type=float, default=6.0, help="how long the simulated VM reset takes")
     p.add_argument("--keep", action="store_true", help="leave the cluster and runtime running at the end")
+    p.add_argument("--karpenter", action="store_true",
+                   help="add a replacement through Karpenter (built by tools/build-tools.sh karpenter)")
     p.add_argument("--domain", default=env.domain,
                    help=f"label domain (default: $AUTOCLUSTERS_DOMAIN or {DEFAULT_DOMAIN}; crusoe.ai: the reference)")
     p.add_argument("--condition-prefix", default=env.prefix,
@@ -66,7 +68,7 @@ def banner(step: int, total: int, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     t_start = time.monotonic()
-    total = 7
+    total = 8 if args.karpenter else 7
     cluster = LocalCluster(args.cluster)
     banner(1, total, f"Starting the local control plane '{args.cluster}' "
                      "(etcd, kube-apiserver, controller-manager, scheduler, kwok, OPA)")
@@ -114,12 +116,21 @@ def main(argv: list[str] | None = None) -> int:
         stack.up(consent_mode="propose", progress=lambda m: say(f"    {m}"))
         story.wait_running(handle, 2)
         results.append(run_scenario(handle, runtime, args, "propose", nodes[1], stack=stack))
+
+        if args.karpenter:
+            from autoclusters.demo import karpenter as kdemo
+
+            banner(7, total, f"Replacement through Karpenter: pool '{kdemo.POOL}' of Karpenter's nodes, "
+                             "Xid 64 (a replace fault) on one of them")
+            knodes = kdemo.setup(cluster, handle, lambda m: say(f"    {m}"))
+            runtime.start_detectors(knodes, window_seconds=args.window, hostnames=kdemo.hostnames(handle, knodes))
+            results.append(kdemo.run(handle, runtime, args, knodes[0]))
     except Exception as e:  # noqa: BLE001 - the demo reports any failure and exits non-zero
         say(f"\nDEMO FAILED: {type(e).__name__}: {e}")
         say(f"    component logs: {cluster.logs}")
         results.append(Result("error", "-", "-", "-", outcome=f"{type(e).__name__}"))
     finally:
-        banner(7, total, "Summary")
+        banner(total, total, "Summary")
         summary(results, time.monotonic() - t_start)
         if args.keep:
             say(f"\nLeft running (--keep). KUBECONFIG={cluster.kubeconfig}; stop with: "

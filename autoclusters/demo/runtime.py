@@ -61,12 +61,16 @@ class Runtime:
             "--sim-reset-seconds", str(sim_reset_seconds), "--sim-replace-seconds", str(sim_replace_seconds),
         ], CONTROLLER_SERVICE_ACCOUNT)
 
-    def start_detectors(self, nodes: list[str], *, window_seconds: float) -> None:
+    def start_detectors(self, nodes: list[str], *, window_seconds: float,
+                        hostnames: dict[str, str] | None = None) -> None:
         """One agent per node, as the DaemonSet runs them: each under a token bound to its own
-        node, so the admission policy lets it write that node's conditions and nothing else."""
+        node, so the admission policy lets it write that node's conditions and nothing else.
+        ``hostnames``: a node's ``kubernetes.io/hostname`` label where it is not its name
+        (Karpenter's kwok nodes carry their NodeClaim's name there)."""
         for node in nodes:
+            host = (hostnames or {}).get(node, node)
             self._start(f"detector-{node}", [
-                "detector", "run", "--simulate", "--node-selector", f"kubernetes.io/hostname={node}",
+                "detector", "run", "--simulate", "--node-selector", f"kubernetes.io/hostname={host}",
                 "--spool", str(self.spool), "--window", str(window_seconds), "--poll-interval", "0.5",
             ], DETECTOR_SERVICE_ACCOUNT, node=node)
 

@@ -69,15 +69,16 @@ def training_workload(pool_label: str, pool: str, replicas: int,
     ]
 
 
-def pods_on(handle: ClusterHandle, node: str) -> list[str]:
+def pods_on(handle: ClusterHandle, node: str, namespace: str = WORKLOAD_NAMESPACE) -> list[str]:
     return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in handle.kube.pods_on_node(node)
-            if p["metadata"]["namespace"] == WORKLOAD_NAMESPACE]
+            if p["metadata"]["namespace"] == namespace]
 
 
-def wait_running(handle: ClusterHandle, count: int, timeout: float = 90) -> list[dict[str, Any]]:
+def wait_running(handle: ClusterHandle, count: int, timeout: float = 90,
+                 namespace: str = WORKLOAD_NAMESPACE) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while True:
-        pods = handle.kube.list(f"/api/v1/namespaces/{WORKLOAD_NAMESPACE}/pods", label_selector="app=trainer")
+        pods = handle.kube.list(f"/api/v1/namespaces/{namespace}/pods", label_selector="app=trainer")
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
                    and not p["metadata"].get("deletionTimestamp")]
         if len(running) >= count:
