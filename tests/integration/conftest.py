@@ -53,13 +53,18 @@ def karpenter(cluster: ClusterHandle) -> ClusterHandle:
     first time a test asks; on a cluster a kubeconfig names, Karpenter must already run there
     (its NodeClaim API served and a KWOKNodeClass named ``default``)."""
     from autoclusters.devcluster import karpenter as kp
+    from autoclusters.devcluster.tools import ToolsMissing
     from autoclusters.kube import KubeError
+    from tests.conftest import tool_missing
 
     if cluster.dev is not None:
         def progress(msg: str) -> None:
             print(f"[cluster] {msg}", file=sys.stderr, flush=True)
 
-        cluster.dev.start_karpenter(progress=progress)
+        try:
+            cluster.dev.start_karpenter(progress=progress)
+        except ToolsMissing as e:
+            tool_missing(str(e))
         return cluster
     try:
         cluster.kube.get(f"/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses/{kp.NODE_CLASS}")

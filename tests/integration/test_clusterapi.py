@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import yaml
 
 from autoclusters.clock import SystemClock
 from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
@@ -40,8 +41,8 @@ CLUSTER = "gpu"
 def cluster_api(cluster: ClusterHandle) -> ClusterHandle:
     """Cluster API's CRDs on the cluster: applied from the built module when it is there (the
     local cluster always); on another cluster they may already be installed."""
-    from autoclusters.devcluster.karpenter import apply_crds
     from autoclusters.devcluster.tools import ToolsMissing, cluster_api_crds
+    from tests.conftest import tool_missing
 
     try:
         crds = cluster_api_crds()
@@ -49,11 +50,10 @@ def cluster_api(cluster: ClusterHandle) -> ClusterHandle:
         try:
             cluster.kube.get(f"/apis/{GROUP}/v1beta2")
         except NotFound:
-            if cluster.local:
-                raise
-            pytest.skip(f"Cluster API's CRDs are neither installed nor built here: {e}")
+            tool_missing(f"Cluster API's CRDs are neither installed on the cluster nor built here: {e}")
         return cluster
-    apply_crds(cluster.kube, crds)
+    cluster.apply([doc for path in sorted(crds.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+                   if doc and doc.get("kind") == "CustomResourceDefinition"])
     return cluster
 
 
