@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from autoclusters.deploy.workloads import GPU_TAINT
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
 from autoclusters.kube.objects import condition, node_ready
@@ -55,6 +56,7 @@ def training_workload(pool_label: str, pool: str, replicas: int,
          "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "nodeSelector": {pool_label: pool},
+                      "tolerations": [{"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
                       "terminationGracePeriodSeconds": 30,
                       "containers": [{
                           "name": "worker", "image": "example.invalid/llm-pretrain:1",

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from autoclusters.deploy.workloads import GPU_TAINT
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.tools import karpenter_tools
 from autoclusters.kube import Kube, load_kube
@@ -58,7 +59,8 @@ def nodepool_manifest(name: str, pool: str, names: Names, *, limit_gpus: int | N
 
     Consolidation and expiry are off (GPU pools run long jobs); the new node's labels come
     from ``spec.template.metadata.labels``, which is where a user's NodePool must put the
-    pool label too.
+    pool label too. The nodes carry the usual GPU taint, so only pods that tolerate it (GPU
+    work) make Karpenter launch one.
     """
     spec: dict[str, Any] = {
         "template": {
@@ -67,6 +69,7 @@ def nodepool_manifest(name: str, pool: str, names: Names, *, limit_gpus: int | N
             "spec": {
                 "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": NODE_CLASS},
                 "requirements": [{"key": sim.INSTANCE_TYPE_LABEL, "operator": "In", "values": [shape.instance_type]}],
+                "taints": [{"key": GPU_TAINT, "value": "present", "effect": "NoSchedule"}],
                 "expireAfter": "Never",
             },
         },

@@ -66,7 +66,8 @@ class KarpenterPool:
         self.pool = pool or f"kp-{unique}"
         self.nodepool = f"gpu-{unique}"
         self.namespace = f"train-{unique}"
-        handle.apply(nodepool_manifest(self.nodepool, self.pool, self.names))
+        # room for the workers, plus the replacement launched while the old node still exists
+        handle.apply(nodepool_manifest(self.nodepool, self.pool, self.names, limit_gpus=8 * 4))
 
     def run_workers(self, replicas: int) -> None:
         self.h.apply(training_workload(self.names.pool_label, self.pool, replicas, namespace=self.namespace))
