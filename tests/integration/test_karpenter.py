@@ -23,6 +23,7 @@ from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.notifier import LogNotifier
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
 from autoclusters.demo.story import training_workload
+from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.karpenter import nodepool_manifest
 from autoclusters.kube import NotFound
@@ -109,7 +110,7 @@ def kpool(karpenter: ClusterHandle, unique: str) -> Iterator[KarpenterPool]:
 
 
 def actuator(handle: ClusterHandle) -> Actuator:
-    return Actuator(handle.kube, handle.names, EventRecorder(handle.kube, SystemClock(), handle.names.component),
+    return Actuator(handle.kube, handle.names, EventRecorder(handle.kube, SystemClock(), CONTROLLER),
                     LogNotifier())
 
 

@@ -148,6 +148,13 @@ def test_a_node_without_a_nodeclaim_fails_clearly() -> None:
     assert view.state == ProviderState.FAILED and "no Karpenter NodeClaim" in view.message
 
 
+def test_a_node_karpenter_did_not_launch_is_refused_before_the_drain() -> None:
+    kube, _, prov = world("k1")
+    assert prov.refusal(kube.get_node("k1")) == "" and prov.refusal(None) == ""
+    why = prov.refusal({"metadata": {"name": "plain", "labels": {}}})
+    assert "plain" in why and "karpenter.sh/nodepool" in why
+
+
 def test_reset_is_refused_with_the_reason() -> None:
     kube, _, prov = world("old-1")
     prov.drive(op(action=RepairAction.RESET), "old-1", POOL)
@@ -223,3 +230,10 @@ def test_refuses_a_node_karpenter_did_not_launch() -> None:
     assert prov.refusal(None) == ""  # a node already gone: the record's repair goes on
     stranger = {"metadata": {"name": "static-1", "labels": POOL_LABELS}}
     assert "no karpenter.sh/nodepool label" in prov.refusal(stranger)
+
+
+def test_it_has_every_method_of_the_provider_interface() -> None:
+    from autoclusters.providers.base import Provider
+
+    wanted = {n for n in vars(Provider) if not n.startswith("_")} - {"name"}
+    assert wanted and all(callable(getattr(KarpenterProvider, n, None)) for n in wanted)
