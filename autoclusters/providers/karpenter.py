@@ -3,9 +3,9 @@
 - replace: after the drain, delete the NodeClaim whose ``status.nodeName`` (or
   ``status.providerID``) is the node. Karpenter terminates the instance and removes the
   node; the pods the drain evicted are Pending again, and their demand makes Karpenter
-  launch a new NodeClaim in the NodePool. Success = a new Ready node of the same NodePool,
-  carrying the autoclusters pool label, is matched to this operation; failure = none within
-  ``timeout_seconds``.
+  launch a new NodeClaim in the NodePool. Success = the old node is gone and a new Ready
+  node of the same NodePool, carrying the autoclusters pool label, is matched to this
+  operation; failure = not both within ``timeout_seconds``.
 - reset: Karpenter has no user-facing reboot; a pool that resets its Karpenter nodes names
   another provider for the reset (a reset asked of this one fails with that explanation).
 
@@ -231,12 +231,19 @@ class KarpenterProvider:
         nodepool = target.nodepool if target else ""
         nodes = self._pool_nodes(pool, nodepool)
         mine = self._claimed_by(op, nodes)
-        if mine is not None:
+        if mine is not None and current is None:
             return ProviderView(ProviderState.SUCCEEDED, new_node=_meta(mine)["name"])
         if self._clock.now() >= op.started + timedelta(seconds=self.timeout_seconds):
+            if mine is not None:  # the new node came; the old one never went
+                return ProviderView(ProviderState.FAILED, (
+                    f"{_meta(mine)['name']} replaced {node}, but {node} still exists "
+                    f"{int(self.timeout_seconds)}s after its NodeClaim {target.claim if target else ''} was deleted: "
+                    "check the NodeClaim's finalizers and Karpenter's logs"))
             return ProviderView(ProviderState.FAILED,
                                 self._timeout_message(node, pool, nodepool, self._candidates(op, node, nodes)))
-        return ProviderView(ProviderState.RUNNING)
+        # Matched but the old node is still terminating: done only once it is gone, so the pool is
+        # back to its size (not one over) and the old node's fault cannot open a new repair.
+        return ProviderView(ProviderState.RUNNING, new_node=_meta(mine)["name"] if mine is not None else "")
 
     def _timeout_message(self, node: str, pool: str, nodepool: str, candidates: list[JSON]) -> str:
         where = f"Karpenter NodePool {nodepool}" if nodepool else f"the Karpenter NodePools of pool {pool}"

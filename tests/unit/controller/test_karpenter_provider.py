@@ -70,6 +70,31 @@ def test_a_node_launched_during_the_drain_counts() -> None:
     assert prov.progress(o, "old-1", POOL, kube.nodes.get).new_node == "early"
 
 
+def test_done_only_once_the_old_node_is_gone() -> None:
+    """Karpenter terminates the old node after the new one may already be Ready: until it is
+    gone the pool is one over its size, and its fault would open a second repair."""
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)  # launched while old-1 terminates
+    prov.drive(o, "old-1", POOL)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert (view.state, view.new_node) == (ProviderState.RUNNING, "new-1")
+    kube.karpenter_finishes("gpu-old-1")
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.SUCCEEDED
+
+
+def test_an_old_node_that_never_goes_fails_at_the_timeout() -> None:
+    kube, clock, prov = world("old-1")
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    prov.drive(o, "old-1", POOL)
+    clock.advance(300)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert view.state == ProviderState.FAILED and "old-1 still exists" in view.message and "gpu-old-1" in view.message
+
+
 def test_two_replacements_never_count_the_same_new_node() -> None:
     kube, clock, prov = world("old-1", "old-2")
     o1, o2 = op(1), op(2)
