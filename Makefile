@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster slurm training
+.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster slurm training \
+	demo-training
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -67,3 +68,9 @@ manifests: venv
 
 demo: setup
 	$(BIN)/python -m autoclusters.demo $(BRAND_FLAGS)
+
+# The training story end to end (docs/workloads.md): its own local cluster, real Slurm, real
+# PyTorch, Xid 79 on one of two nodes; prints the timeline. It is the integration scenario.
+demo-training: setup slurm training
+	AUTOCLUSTERS_REQUIRE_TRAINING=1 $(BIN)/pytest tests/integration/test_training_end_to_end.py -q -s \
+	  -p no:cacheprovider

@@ -125,6 +125,8 @@ class LocalCluster:
             if p.alive(proc):
                 progress(f"stopping {proc.name} (pid {proc.pid})")
             p.stop(proc)
+        if procs and not any(p.alive(x) for x in procs):
+            self.slurm.remove_runtime_dir()
         st = self.state() or {}
         if "slurm" in st:
             st["slurm"] = [asdict(x) for x in procs if p.alive(x)]

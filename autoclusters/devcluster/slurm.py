@@ -10,7 +10,9 @@ node's name (``%n``). Layout of ``<cluster dir>/slurm/``::
     slurm.conf      the configuration (clients find it through SLURM_CONF)
     munge/          key, socket, pid and seed of this cluster's munged
     ctld/           slurmctld's StateSaveLocation
-    spool/<node>/   each slurmd's SlurmdSpoolDir
+
+and, because Unix socket paths are limited to 108 bytes, ``$TMPDIR/acslurm-<hash>/`` holds
+munged's socket and each slurmd's spool (``spool/<node>/``, where job steps put theirs).
 
 The daemons run in the foreground and log to standard error, which goes to the cluster's
 ``logs/`` directory beside the control plane's: ``slurmctld.log``, ``slurmd-<node>.log``
@@ -26,10 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -77,7 +81,16 @@ class LocalSlurm:
         self.dir = directory
         self.logs = logs
         self.conf = directory / "slurm.conf"
-        self.munge_socket = directory / "munge" / "munge.socket"
+        # Unix sockets (munged's, each job step's in the slurmd spool) must have paths under
+        # 108 bytes, which a state directory deep in a test's tmp dir exceeds: they live in a
+        # short directory of their own, named after the state directory.
+        digest = hashlib.sha1(str(directory.resolve()).encode()).hexdigest()[:10]
+        self.run_dir = Path(tempfile.gettempdir()) / f"acslurm-{digest}"
+        self.munge_socket = self.run_dir / "munge.socket"
+        self.spool = self.run_dir / "spool"
+
+    def remove_runtime_dir(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def env(self) -> dict[str, str]:
         """What a Slurm client command needs to talk to this cluster."""
@@ -85,8 +98,10 @@ class LocalSlurm:
 
     def write_config(self, settings: SlurmSettings, ctld_port: int, node_ports: Sequence[int]) -> None:
         d = self.dir
-        for sub in ("munge", "ctld", "spool"):
+        for sub in ("munge", "ctld"):
             (d / sub).mkdir(parents=True, exist_ok=True)
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)
         user = _user()
         lines = [
             "# Written by autoclusters' local cluster (autoclusters/devcluster/slurm.py).",
@@ -101,7 +116,7 @@ class LocalSlurm:
             f"SlurmUser={user}",
             f"SlurmdUser={user}",
             f"StateSaveLocation={d / 'ctld'}",
-            f"SlurmdSpoolDir={d / 'spool'}/%n",
+            f"SlurmdSpoolDir={self.spool}/%n",
             f"SlurmctldPidFile={d / 'slurmctld.pid'}",
             f"SlurmdPidFile={d / 'slurmd'}-%n.pid",
             "ProctrackType=proctrack/linuxproc",
@@ -117,6 +132,9 @@ class LocalSlurm:
             f"KillWait={settings.kill_wait_seconds}",
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
+            # A busy machine (a control plane, PyTorch start-ups) can take longer than Slurm's 10 s
+            # default to start a job step; a timed-out launch requeues the job and holds it.
+            "MessageTimeout=60",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
             "MinJobAge=600",
@@ -130,7 +148,7 @@ class LocalSlurm:
                      "MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
         for node in settings.nodes:
-            (d / "spool" / node).mkdir(parents=True, exist_ok=True)
+            (self.spool / node).mkdir(parents=True, exist_ok=True)
 
     def start(self, settings: SlurmSettings, procs: list[p.Proc], progress: Progress = _noop,
               on_start: Callable[[p.Proc], None] | None = None) -> float:

@@ -67,6 +67,7 @@ def slurm_harness(tmp_path: Path, nodes: tuple[str, ...]) -> Iterator[SlurmHarne
         local.cancel_all_jobs()
         for proc in reversed(procs):
             p.stop(proc)
+        local.remove_runtime_dir()
 
 
 def torchrun() -> str:
