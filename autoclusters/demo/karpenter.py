@@ -62,8 +62,8 @@ def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
                     rows.append(((at - since).total_seconds(),
                                  f"NodeClaim {meta['name']} {cond['type']} (node {st.get('nodeName', '?')})"))
     say("    Karpenter's side (its NodeClaims):")
-    for at, what in sorted(rows):
-        say(f"    +{at:6.1f}s  {what}")
+    for offset, what in sorted(rows):
+        say(f"    +{offset:6.1f}s  {what}")
 
 
 def run(handle: ClusterHandle, runtime: Any, args: Any, node: str) -> Result:
