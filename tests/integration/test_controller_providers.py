@@ -18,12 +18,7 @@ from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE
 from autoclusters.sim.nodes import gpu_node_manifest
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    Env,
-    controller_log_fixture,
-    ctl_fixture,
-    wait_for,
-)
+from tests.integration.controller_support import Env, wait_for
 
 pytestmark = pytest.mark.integration
 

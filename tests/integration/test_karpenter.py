@@ -37,12 +37,7 @@ from autoclusters.providers.karpenter import (
     KarpenterProvider,
     nodeclaims_path,
 )
-from tests.integration.test_controller_support import (  # noqa: F401 - fixtures
-    XID64_MESSAGE,
-    Env,
-    controller_log_fixture,
-    ctl_fixture,
-)
+from tests.integration.controller_support import XID64_MESSAGE, Env
 
 pytestmark = pytest.mark.integration
 
