@@ -1,24 +1,30 @@
-"""Events about our objects (nodes, pools), written so that their order is the order they
-happened in, with repeats aggregated.
+"""Events about our objects (nodes, pools, pods), written so that every reader lists them
+in the order they happened in, with repeats aggregated.
 
-Each event is a core/v1 Event shaped like the ones client-go's current recorder writes
-through ``events.k8s.io/v1``: a microsecond ``eventTime``, ``reportingComponent`` /
-``reportingInstance`` and ``action``, and a ``series`` (count, last time seen) for
-repeats. ``kubectl describe`` sorts events by ``series.lastObservedTime``, else
-``lastTimestamp``, else ``eventTime``; we never write the second-resolution
-``first/lastTimestamp``, so it sorts by microseconds. The recorder stamps every event when
-it is emitted (not when it is sent) and makes the stamps strictly increasing, so two
-events emitted in the same microsecond still sort in emit order.
+Readers sort events differently: ``kubectl describe`` by ``lastTimestamp`` alone (second
+resolution; equal ones keep the order the API lists them in, which is by name, and only
+while there are few of them), ``kubectl events`` by ``series.lastObservedTime``, else
+``lastTimestamp``, else ``eventTime``; alert rules and exporters read ``source.component`` or
+``reportingComponent``. So each event carries, from one stamp taken when it is emitted (not
+when it is sent):
 
-Unlike an ``events.k8s.io/v1`` create, the core API also accepts ``source.component``,
-which older tools, alert rules and event exporters filter on; we set it to the same value
-as ``reportingComponent`` (the configured event source).
+- ``eventTime`` with microseconds, strictly increasing per recorder (what the current
+  client-go recorder writes; ``kubectl describe`` shows the event's age from it);
+- ``firstTimestamp`` / ``lastTimestamp`` in seconds, strictly increasing per object: an
+  event emitted in the same second as the object's previous one is stamped one second after
+  it, so no two of an object's events ever tie, whatever the reader's sort (a burst of steps
+  is recorded there at most a few seconds late; ``eventTime`` keeps the true time);
+- a name ``<object>.<eventTime in hex nanoseconds>``, as client-go names them, so the API's
+  own listing is in time order too;
+- ``source.component`` and ``reportingComponent``: the configured event source (the core
+  API accepts both; ``events.k8s.io/v1`` would refuse the first, which older tools read).
 
-A repeat of the same (object, reason, message) within the aggregation window updates the
-existing Event's ``series`` with a merge patch instead of creating a new one, so a held
-repair that is re-announced does not flood ``kubectl describe``. Events of cluster-scoped
-objects live in the ``default`` namespace, where ``kubectl describe node`` looks for them;
-events of a pod live in the pod's namespace.
+A repeat of the same (object, reason, message) within the aggregation window raises
+``count`` and ``series.count`` and moves ``lastTimestamp`` / ``series.lastObservedTime`` with
+a merge patch instead of creating a new Event, so a held repair that is re-announced does not
+flood ``kubectl describe``. Events of cluster-scoped objects live in the ``default``
+namespace, where ``kubectl describe node`` looks for them; events of a pod live in the pod's
+namespace.
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoclusters.clock import Clock
+from autoclusters.clock import Clock, utc_iso
 from autoclusters.kube.client import Kube
-from autoclusters.kube.errors import KubeError, NotFound
+from autoclusters.kube.errors import Conflict, KubeError, NotFound
 from autoclusters.names import event_source_error
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,12 @@ log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
 MAX_MESSAGE = 1024  # the API server's limit for an event's message (note)
 MAX_INSTANCE = 128
+
+def event_name(obj: str, at: datetime) -> str:
+    """``<object>.<hex nanoseconds>``: names that list in time order (client-go's scheme)."""
+    nanos = int(at.timestamp()) * 1_000_000_000 + at.microsecond * 1000
+    return f"{obj}.{nanos:x}"
+
 
 def micro_time(ts: datetime) -> str:
     """RFC 3339 with microseconds and a Z: the API's MicroTime."""
@@ -76,7 +88,8 @@ class _Pending:
     reason: str
     message: str
     warning: bool
-    at: datetime
+    at: datetime  # eventTime: microseconds, strictly increasing per recorder
+    seen: datetime  # first/lastTimestamp: whole seconds, strictly increasing per object
 
 
 class EventRecorder:
@@ -106,13 +119,14 @@ class EventRecorder:
         self._seen: dict[tuple[str, str, str, str, str], tuple[str, int, float]] = {}
         self._lock = threading.Lock()
         self._last: datetime | None = None
+        self._last_second: dict[tuple[str, str, str], datetime] = {}
         self._queue: queue.Queue[_Pending] | None = None
         if background:
             self._queue = queue.Queue(max_queue)
             threading.Thread(target=self._send_loop, name="events", daemon=True).start()
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
-        pending = _Pending(ref, reason, message, warning, self._stamp())
+        pending = _Pending(ref, reason, message, warning, *self._stamp(ref))
         if self._queue is None:
             self._write(pending)
             return
@@ -129,14 +143,23 @@ class EventRecorder:
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def _stamp(self) -> datetime:
-        """Now, but always later than the previous stamp (by at least a microsecond)."""
+    def _stamp(self, ref: ObjectRef) -> tuple[datetime, datetime]:
+        """Now, later than the previous stamp by at least a microsecond; and its second, later
+        than the previous second stamped on the same object."""
         with self._lock:
             now = self._clock.now()
             if self._last is not None and now <= self._last:
                 now = self._last + timedelta(microseconds=1)
             self._last = now
-            return now
+            key = (ref.kind, ref.namespace, ref.name)
+            second = now.replace(microsecond=0)
+            prev = self._last_second.get(key)
+            if prev is not None and second <= prev:
+                second = prev + timedelta(seconds=1)
+            if len(self._last_second) >= self._max:
+                self._last_second.clear()
+            self._last_second[key] = second
+            return now, second
 
     def _send_loop(self) -> None:
         assert self._queue is not None
@@ -157,14 +180,19 @@ class EventRecorder:
             if prev and mono - prev[2] < self._aggregate:
                 name, count, first = prev
                 try:
-                    self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}",
-                                     {"series": {"count": count + 1, "lastObservedTime": micro_time(p.at)}})
+                    self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}", {
+                        "count": count + 1, "lastTimestamp": utc_iso(p.seen),
+                        "series": {"count": count + 1, "lastObservedTime": micro_time(p.at)}})
                     self._remember(key, name, count + 1, first)
                     return
                 except NotFound:
                     pass
-            name = f"{p.ref.name}.{secrets.token_hex(8)}"
-            self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
+            name = event_name(p.ref.name, p.at)
+            try:
+                self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
+            except Conflict:  # another writer took the name in the same microsecond
+                name = f"{name}{secrets.token_hex(2)}"
+                self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
             self._remember(key, name, 1, mono)
         except KubeError as e:
             log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
@@ -177,6 +205,7 @@ class EventRecorder:
             "reason": p.reason, "message": p.message[:MAX_MESSAGE],
             "type": "Warning" if p.warning else "Normal",
             "eventTime": micro_time(p.at),
+            "firstTimestamp": utc_iso(p.seen), "lastTimestamp": utc_iso(p.seen), "count": 1,
             "action": p.reason,
             "source": {"component": self.source},
             "reportingComponent": self.source,

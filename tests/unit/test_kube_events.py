@@ -38,11 +38,21 @@ class EventStore:
         return self.events[name]
 
     def describe_order(self) -> list[str]:
-        """The order ``kubectl describe`` shows: series.lastObservedTime, else lastTimestamp,
-        else eventTime (kubectl's SortableEvents)."""
+        """``kubectl describe``: by lastTimestamp only. Ties are ruled out rather than left to the
+        order of a sort that is not stable (beyond 12 events): every timestamp must differ."""
+        stamps = [e["lastTimestamp"] for e in self.events.values()]
+        assert len(set(stamps)) == len(stamps), f"tied lastTimestamps: {stamps}"
+        return [e["reason"] for e in sorted(self.events.values(), key=lambda e: e["lastTimestamp"])]
+
+    def events_order(self) -> list[str]:
+        """``kubectl events``: series.lastObservedTime, else lastTimestamp, else eventTime."""
         def key(e: dict[str, Any]) -> str:
             return (e.get("series") or {}).get("lastObservedTime") or e.get("lastTimestamp") or e["eventTime"]
         return [e["reason"] for e in sorted(self.events.values(), key=key)]
+
+    def listing_order(self) -> list[str]:
+        """The API's listing (by name), which a sort keeps for equal keys."""
+        return [self.events[n]["reason"] for n in sorted(self.events)]
 
 
 NODE = ObjectRef("Node", "gpu-1", uid="u1")
@@ -54,19 +64,36 @@ def test_events_emitted_in_the_same_instant_sort_in_emit_order() -> None:
     reasons = ["MaintenanceRequired", "MaintenanceAwaitingApproval", "MaintenanceApproved", "MaintenanceStarted"]
     for r in reasons:
         rec.emit(NODE, r, f"{r} text")  # the fake clock does not move: same instant for all
-    assert store.describe_order() == reasons
+    assert store.describe_order() == store.events_order() == store.listing_order() == reasons
     stamps = [store.events[n]["eventTime"] for n in store.order]
     assert stamps == sorted(stamps) and len(set(stamps)) == 4
     assert stamps[0] == "2026-05-01T12:00:00.000000Z" and stamps[3] == "2026-05-01T12:00:00.000003Z"
+    # second resolution for readers that sort by it: one second apart, starting at the true second
+    seconds = [store.events[n]["lastTimestamp"] for n in store.order]
+    assert seconds == ["2026-05-01T12:00:00Z", "2026-05-01T12:00:01Z", "2026-05-01T12:00:02Z", "2026-05-01T12:00:03Z"]
+    assert all(store.events[n]["firstTimestamp"] == store.events[n]["lastTimestamp"] for n in store.order)
 
 
-def test_no_second_resolution_timestamps_that_kubectl_would_sort_by() -> None:
+def test_the_second_stamps_catch_up_with_the_clock_and_are_per_object() -> None:
+    store, clock = EventStore(), FakeClock(datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC))
+    rec = EventRecorder(store, clock, "autoclusters-controller")  # type: ignore[arg-type]
+    other = ObjectRef("Node", "gpu-2")
+    rec.emit(NODE, "A", "a")
+    rec.emit(NODE, "B", "b")  # same second: pushed to :01
+    rec.emit(other, "C", "c")  # another object: its own true second
+    clock.advance(5)
+    rec.emit(NODE, "D", "d")  # later than the pushed stamp: the true second again
+    got = {e["reason"]: e["lastTimestamp"][-3:] for e in store.events.values()}
+    assert got == {"A": "00Z", "B": "01Z", "C": "00Z", "D": "05Z"}
+
+
+def test_the_event_is_named_by_its_time_and_carries_what_the_api_requires() -> None:
     store = EventStore()
     EventRecorder(store, FakeClock(), "autoclusters-controller", instance="i").emit(  # type: ignore[arg-type]
         NODE, "MaintenanceStarted", "VM reset started.")
-    (e,) = store.events.values()
-    assert "lastTimestamp" not in e and "firstTimestamp" not in e and "count" not in e
-    assert e["action"] and e["reportingInstance"] == "i"
+    ((name, e),) = store.events.items()
+    assert name == "gpu-1." + format(int(datetime(2026, 1, 1, tzinfo=UTC).timestamp()) * 10**9, "x")
+    assert e["count"] == 1 and e["action"] and e["reportingInstance"] == "i"
     assert e["involvedObject"] == {"kind": "Node", "name": "gpu-1", "apiVersion": "v1", "uid": "u1"}
 
 
@@ -97,10 +124,11 @@ def test_repeats_aggregate_into_a_series_and_sort_by_their_last_occurrence() -> 
     rec.emit(NODE, "MaintenanceBlocked", "held")
     assert len(store.events) == 2
     blocked = next(e for e in store.events.values() if e["reason"] == "MaintenanceBlocked")
-    assert blocked["series"]["count"] == 3
-    # the two repeats share an instant; the later one is stamped a microsecond after
+    assert blocked["series"]["count"] == blocked["count"] == 3
+    # the two repeats share an instant; the later one is stamped a microsecond (and a second) after
     assert blocked["series"]["lastObservedTime"] == micro_time(clock.now() + timedelta(microseconds=1))
-    assert store.describe_order() == ["MaintenanceApproved", "MaintenanceBlocked"]
+    assert blocked["lastTimestamp"] == "2026-01-01T00:00:03Z"
+    assert store.describe_order() == store.events_order() == ["MaintenanceApproved", "MaintenanceBlocked"]
     clock.advance(601)  # past the window: a new event
     rec.emit(NODE, "MaintenanceBlocked", "held")
     assert len(store.events) == 3
@@ -126,4 +154,4 @@ def test_background_sending_keeps_the_order_even_when_a_write_is_slow() -> None:
     store.gate.set()
     rec.flush(5)
     assert [store.events[n]["reason"] for n in store.order] == reasons  # written in emit order
-    assert store.describe_order() == reasons
+    assert store.describe_order() == store.events_order() == store.listing_order() == reasons
