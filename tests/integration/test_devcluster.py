@@ -69,3 +69,42 @@ def test_dev_up_down_twice_leaves_nothing_running(tmp_path: Path) -> None:
         assert not any(processes.alive(p) for p in procs)
     status = _cli("dev", "status", "--name", "twice", env=env)
     assert status.returncode == 1
+
+
+def test_dev_up_with_slurm_mirrors_the_pool_and_down_stops_everything(tmp_path: Path) -> None:
+    from autoclusters.devcluster.slurm import SlurmMissing, locate
+    from tests.conftest import tool_missing
+
+    try:
+        Tools.locate()
+        locate()
+    except (ToolsMissing, SlurmMissing) as e:
+        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+            pytest.skip(f"the local cluster's binaries or Slurm are not on this machine: {e}")
+        tool_missing(str(e))
+    env = {**os.environ, "AUTOCLUSTERS_STATE_DIR": str(tmp_path)}
+    up = _cli("dev", "up", "--name", "slurm", "--pool", "a100", "--nodes", "2", "--slurm", env=env)
+    try:
+        assert up.returncode == 0, up.stderr
+        cluster = LocalCluster("slurm", root=tmp_path)
+        slurm_env = {**env, **cluster.slurm.env()}
+        assert f"SLURM_CONF={cluster.slurm.conf}" in up.stderr
+        sinfo = subprocess.run(["sinfo", "-h", "-N", "-O", "NodeList:|,StateComplete:|,Partition:"], env=slurm_env,
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+        assert sorted(line.split("|")[0] for line in sinfo.splitlines()) == ["a100-0", "a100-1"]
+        assert all(line.split("|")[1] == "idle" for line in sinfo.splitlines()), sinfo
+        status = json.loads(_cli("dev", "status", "--name", "slurm", "-o", "json", env=env).stdout)
+        names = {c["component"] for c in status["components"]}
+        assert {"munged", "slurmctld", "slurmd-a100-0", "slurmd-a100-1"} <= names
+        logs = Path(cluster.logs)
+        assert (logs / "slurmctld.log").exists() and (logs / "slurmd-a100-0.log").exists()
+        # A running job is cancelled by `dev down`, and no Slurm process is left.
+        job = subprocess.run(["sbatch", "--parsable", "-N2", "--wrap", "sleep 600"], env=slurm_env,
+                             capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        assert job
+        slurm_procs = cluster.slurm_procs()
+    finally:
+        down = _cli("dev", "down", "--name", "slurm", env=env)
+    assert down.returncode == 0, down.stderr
+    assert not any(processes.alive(p) for p in slurm_procs)
+    assert not (tmp_path / "slurm").exists()
