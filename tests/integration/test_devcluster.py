@@ -53,7 +53,7 @@ def test_dev_up_down_twice_leaves_nothing_running(tmp_path: Path) -> None:
         assert status.returncode == 0, status.stdout
         components = {c["component"]: c for c in json.loads(status.stdout)["components"]}
         assert set(components) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                                   "opa"}
+                                   "sim-hosts", "opa"}
         assert all(c["running"] for c in components.values())
         procs = LocalCluster("twice", root=tmp_path).procs()
         binaries = [p.binary for p in procs]
