@@ -45,7 +45,7 @@ from autoclusters.controller.statemachine import (
     Warn,
 )
 from autoclusters.deploy.pools import PreDrainHook
-from autoclusters.kube import Kube, NotFound, TooManyRequests
+from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
 from autoclusters.providers import Provider, ProviderError
@@ -234,6 +234,10 @@ class Actuator:
                 self._kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}", {"metadata": {"annotations": wanted}})
             except NotFound:
                 continue
+            except KubeError as e:
+                # e.g. an admission policy that refuses pod updates: the pod still gets its event,
+                # and a failed annotation never stalls the repair (the deadline holds anyway)
+                log.warning("pre-drain warning: annotating pod %s/%s failed: %s", ns, name, e)
             self._recorder.emit(ObjectRef("Pod", name, uid=meta.get("uid", ""), namespace=ns),
                                 n.EVENT_DRAIN_WARNING, message, warning=True)
         if action.call_hook and hook is not None:

@@ -339,6 +339,7 @@ class _Kube:
         self.pods = pods
         self.node_patches: list[object] = []
         self.pod_patches: list[str] = []
+        self.refuse: set[str] = set()
 
     def patch_node(self, name: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
         self.node_patches.append(body)
@@ -363,6 +364,10 @@ class _Kube:
     def patch(self, path: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
         self.pod_patches.append(path)
         name = path.rsplit("/", 1)[1]
+        if name in self.refuse:
+            from autoclusters.kube import Forbidden
+
+            raise Forbidden("admission webhook denied the request", status=403)
         pod = next(p for p in self.pods if p["metadata"]["name"] == name)  # type: ignore[index]
         pod["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])  # type: ignore[index]
         return pod
@@ -446,3 +451,18 @@ def test_the_warning_words_say_when_why_and_how_to_answer() -> None:
                 words.drain_wait_acknowledged(["slurm"]), words.drain_wait_deadline(["slurm", "pod a/b"]),
                 words.hook_failed("exit 3")):
         assert msg[:1].isupper() and msg.endswith(".") and ".." not in msg
+
+
+def test_a_pod_that_cannot_be_annotated_still_gets_its_event_and_does_not_stop_the_warning() -> None:
+    act, kube, rec = _actuator({})
+    kube.pods.append(_pod("c"))
+    kube.refuse.add("a")
+    s = _state()
+    act.run((Warn(s.pre_drain_deadline, "why"),), "n1", kube.node, s, None)
+    assert kube.pod_patches == ["/api/v1/namespaces/train/pods/a", "/api/v1/namespaces/train/pods/c"]
+    assert [e[2] for e in rec.events] == [n.EVENT_DRAIN_WARNING, n.EVENT_DRAIN_WARNING]
+    assert annotations_of(kube.pods[-1])[NAMES.remediation] == REC
+
+
+def annotations_of(pod: dict[str, object]) -> dict[str, str]:
+    return pod["metadata"].get("annotations") or {}  # type: ignore[index, union-attr, no-any-return]
