@@ -151,6 +151,12 @@ class Names:
         return f"{self.drain_ack_prefix}{acknowledger}"
 
     @property
+    def slurm_external_drain(self) -> str:
+        """Node annotation written by the Slurm bridge: the node's Slurm drain that someone else
+        (an admin, a HealthCheckProgram) set, as ``<reason> (by <user> at <time>)``."""
+        return f"{self.domain}/slurm-external-drain"
+
+    @property
     def pod_drain_ack(self) -> str:
         """Pod annotation = the record's name: this pod is ready to be evicted (e.g. checkpoint saved)."""
         return f"{self.domain}/drain-ack"

@@ -35,11 +35,29 @@ def run_status(args: argparse.Namespace) -> int:
         snap = FleetSnapshot(snap.taken_at, pools, [f for f in snap.faulty if f.pool == args.pool],
                              sum(p.nodes for p in pools), snap.degraded_detectors, snap.pools_installed,
                              snap.records_installed, snap.notes, snap.default_policy)
+    drains = slurm_external_drains(kube.list_nodes(), names.slurm_external_drain, args.pool, names.pool_label)
     if args.output == "json":
-        print_json(snap.to_dict())
+        print_json({**snap.to_dict(), "slurmExternalDrains": [{"node": n, "drain": t} for n, t in drains]})
         return 0
     render(snap)
+    if drains:
+        print()
+        print(f"SLURM DRAINS SET OUTSIDE AUTOCLUSTERS ({len(drains)}; reported by the Slurm bridge, not acted on "
+              "unless the pool's slurm.actOnExternalDrains)")
+        print_table(["NODE", "SLURM REASON"], [[n, t] for n, t in drains])
     return 0
+
+
+def slurm_external_drains(nodes: list[dict[str, Any]], key: str, pool: str | None,
+                          pool_label: str) -> list[tuple[str, str]]:
+    """(node, "<reason> by <user> at <time>") for each node whose Slurm drain someone else set."""
+    out = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(key)
+        if text and (pool is None or (meta.get("labels") or {}).get(pool_label) == pool):
+            out.append((str(meta.get("name")), str(text)))
+    return sorted(out)
 
 
 def _count(v: int | None) -> str:

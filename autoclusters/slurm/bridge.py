@@ -137,6 +137,7 @@ class SlurmBridge:
             ack=ann.get(self.names.drain_ack(ACKNOWLEDGER), ""),
             cordoned=bool((node.get("spec") or {}).get("unschedulable")),
             cordoned_by_us=ann.get(self.cordon_marker) == "true",
+            external_note=ann.get(self.names.slurm_external_drain, ""),
             slurm=slurm_node, jobs_on_node=jobs, signalled_jobs=signalled)
 
     def _sync_node(self, node: dict[str, Any], pool: PoolConfig, slurm_name: str, slurm_node: Any) -> None:
@@ -187,6 +188,9 @@ class SlurmBridge:
         elif isinstance(action, d.Report):
             mem.reported.add(action.key)
             self._event(node, action)
+        elif isinstance(action, d.Note):
+            self.kube.patch_node(name, {"metadata": {"annotations": {
+                self.names.slurm_external_drain: action.text or None}}})
         elif isinstance(action, d.Cordon):
             patch: dict[str, Any] = {"spec": {"unschedulable": action.cordon},
                                      "metadata": {"annotations": {self.cordon_marker: "true" if action.cordon

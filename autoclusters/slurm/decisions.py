@@ -69,6 +69,7 @@ class Observation:
     cordoned: bool
     cordoned_by_us: bool
     slurm: SlurmNode | None  # None: Slurm does not know this node
+    external_note: str = ""  # the node's slurm-external-drain annotation ("" when absent)
     jobs_on_node: tuple[SlurmJob, ...] = ()
     signalled_jobs: dict[str, SlurmJob] = field(default_factory=dict)  # what Slurm says of the jobs we signalled
 
@@ -126,11 +127,19 @@ class Cordon:
 
 
 @dataclass(frozen=True)
+class Note:
+    """Set (or, with "", remove) the node's slurm-external-drain annotation, which
+    ``autoclusters status`` lists."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Forget:
     """The repair ended: drop the memory of it."""
 
 
-Action = Drain | Signal | Requeue | Ack | Resume | Report | Cordon | Forget
+Action = Drain | Signal | Requeue | Ack | Resume | Report | Cordon | Note | Forget
 
 
 def decide(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[Action]:
@@ -199,10 +208,19 @@ def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmP
     return _clean(out)
 
 
+def external_note(node: SlurmNode) -> str:
+    who = f" by {node.reason_user}" if node.reason_user else ""
+    when = f" at {node.reason_time}" if node.reason_time else ""
+    return f"{node.reason}{who}{when}" if who or when else node.reason
+
+
 def _outside_repair(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[Action]:
     node = obs.slurm
     out: list[Action | None] = []
     external = node is not None and node.drain and not ours(node)
+    note = external_note(node) if external and node is not None else ""
+    if note != obs.external_note:
+        out.append(Note(note))
     if node is not None and node.drain and ours(node) and not obs.maintenance_required:
         out.append(Resume(node.reason))
     if external and node is not None:

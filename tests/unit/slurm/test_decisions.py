@@ -25,9 +25,9 @@ def job(state: str = "RUNNING", requeue: bool = True, restarts: int = 0, job_id:
 
 def obs(slurm: SlurmNode | None, *, at: float = 0, repair: d.Repair | None = REPAIR, jobs: tuple = (),
         signalled: dict | None = None, ack: str = "", maintenance: bool = True, cordoned: bool = False,
-        cordoned_by_us: bool = False) -> d.Observation:
+        cordoned_by_us: bool = False, note: str = "") -> d.Observation:
     return d.Observation("a100-0", "a100-0", T0 + timedelta(seconds=at), repair, maintenance, ack, cordoned,
-                         cordoned_by_us, slurm, tuple(jobs), signalled or {})
+                         cordoned_by_us, slurm, note, tuple(jobs), signalled or {})
 
 
 def kinds(actions: list[d.Action]) -> list[str]:
@@ -105,7 +105,15 @@ def test_an_admins_drain_is_neither_overwritten_nor_resumed() -> None:
 def test_an_external_drain_is_reported_once() -> None:
     admin = node("idle", ("drain",), "HealthCheck: gpu")
     mem = d.Memory(reported={"external:HealthCheck: gpu"})
-    assert d.decide(obs(admin, repair=None, maintenance=False), mem, POLICY) == []
+    assert d.decide(obs(admin, repair=None, maintenance=False, note="HealthCheck: gpu"), mem, POLICY) == []
+
+
+def test_an_external_drain_is_noted_on_the_node_for_status_and_the_note_removed_after() -> None:
+    admin = SlurmNode("a100-0", "idle", frozenset({"drain"}), "bad DIMM", "alice", "2026-11-30T09:00:00")
+    acts = d.decide(obs(admin, repair=None, maintenance=False), d.Memory(), POLICY)
+    assert d.Note("bad DIMM by alice at 2026-11-30T09:00:00") in acts
+    assert d.decide(obs(node("idle"), repair=None, maintenance=False, note="bad DIMM"), d.Memory(),
+                    POLICY) == [d.Note("")]
 
 
 def test_act_on_external_drains_cordons_and_uncordons_only_what_it_cordoned() -> None:
