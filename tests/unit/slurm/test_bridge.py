@@ -1,0 +1,111 @@
+"""The bridge's loop over a fake API and a fake Slurm: which nodes it looks at, what it
+writes, and that one failing node neither stops the others nor escapes as an exception."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.deploy.pool_slurm import SlurmPolicy
+from autoclusters.deploy.pools import PoolConfig, gpu_node_pool_object
+from autoclusters.names import Names
+from autoclusters.slurm import decisions as d
+from autoclusters.slurm.bridge import SlurmBridge
+from autoclusters.slurm.commands import Result, Slurm
+
+NAMES = Names()
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+class FakeKube:
+    def __init__(self, pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
+        self.pools, self.nodes = pools, nodes
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def list(self, path: str, **_: Any) -> list[dict[str, Any]]:
+        assert path.endswith("/gpunodepools")
+        return self.pools
+
+    def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self.nodes
+
+    def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
+        self.patches.append((name, body))
+        return {}
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def emit(self, ref: Any, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((ref.name, reason, message))
+
+
+class FakeSlurm:
+    """sinfo/squeue answers by node; scontrol on ``broken`` fails."""
+
+    def __init__(self, sinfo: str, squeue: dict[str, str], broken: str = "") -> None:
+        self.sinfo, self.squeue, self.broken = sinfo, squeue, broken
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> Result:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[0] == "sinfo":
+            return Result(0, self.sinfo, "")
+        if argv[0] == "squeue":
+            return Result(0, self.squeue.get(argv[argv.index("-w") + 1], "") if "-w" in argv else "", "")
+        if self.broken and any(self.broken in a for a in argv):
+            return Result(1, "", "slurm_update error: Unable to contact slurm controller")
+        return Result(0, "", "")
+
+
+def pool(name: str, enabled: bool) -> dict[str, Any]:
+    return gpu_node_pool_object(PoolConfig(name=name, slurm=SlurmPolicy(enabled=enabled, signal_lead_seconds=5)),
+                                NAMES)
+
+
+def node(name: str, pool_name: str, warned: bool = False) -> dict[str, Any]:
+    ann = {NAMES.drain_deadline: utc_iso(NOW + timedelta(seconds=60)), NAMES.drain_reason: f"Xid 79 ({name}-r)",
+           NAMES.remediation: f"{name}-r"} if warned else {}
+    return {"metadata": {"name": name, "uid": name, "labels": {NAMES.pool_label: pool_name}, "annotations": ann},
+            "spec": {}}
+
+
+def bridge(kube: FakeKube, slurm: FakeSlurm) -> tuple[SlurmBridge, FakeRecorder]:
+    rec = FakeRecorder()
+    return SlurmBridge(kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec), rec  # type: ignore[arg-type]
+
+
+def test_only_nodes_of_slurm_enabled_pools_are_looked_at() -> None:
+    kube = FakeKube([pool("slurm", True), pool("plain", False)],
+                    [node("a-0", "slurm", warned=True), node("b-0", "plain", warned=True)])
+    slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
+    b, rec = bridge(kube, slurm)
+    b.sync_once()
+    assert ["scontrol", "update", "NodeName=a-0", "State=DRAIN", "Reason=autoclusters: Xid 79 (a-0-r)"] in slurm.calls
+    assert ["scancel", "--signal=TERM", "7"] in slurm.calls
+    assert not any("b-0" in " ".join(c) for c in slurm.calls)
+    assert [r for _, r, _ in rec.events] == [d.EVENT_DRAINED, d.EVENT_SIGNALLED]
+    assert b.memory["a-0"].signalled == {"7": NOW}
+
+
+def test_a_failing_node_is_reported_and_the_others_go_on() -> None:
+    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True), node("a-1", "slurm", warned=True)])
+    slurm = FakeSlurm("a-0|idle|Unknown|Unknown|none\na-1|idle|Unknown|Unknown|none\n", {}, broken="a-0")
+    b, rec = bridge(kube, slurm)
+    b.sync_once()
+    assert (("a-0", d.EVENT_FAILED) in {(n, r) for n, r, _ in rec.events})
+    assert ["scontrol", "update", "NodeName=a-1", "State=DRAIN", "Reason=autoclusters: Xid 79 (a-1-r)"] in slurm.calls
+    assert b.stats.errors == 1 and "a-0" in b.stats.last_error
+
+
+def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
+    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
+    b, _ = bridge(kube, slurm)
+    b.sync_once()
+    assert kube.patches == [("a-0", {"metadata": {"annotations": {NAMES.drain_ack("slurm"): "a-0-r"}}})]
