@@ -151,6 +151,12 @@ class Names:
         return f"{self.drain_ack_prefix}{acknowledger}"
 
     @property
+    def slurm_jobs(self) -> str:
+        """Node annotation written by the Slurm bridge during a repair: the record, the jobs it
+        signalled (when, restart count) and requeued, so a restarted bridge carries on."""
+        return f"{self.domain}/slurm-jobs"
+
+    @property
     def slurm_external_drain(self) -> str:
         """Node annotation written by the Slurm bridge: the node's Slurm drain that someone else
         (an admin, a HealthCheckProgram) set, as ``<reason> (by <user> at <time>)``."""

@@ -8,10 +8,10 @@ Kubernetes side, and events on the node. A failing node (a Slurm command that ti
 a patch that is refused) is reported on that node and retried at the next poll; it never
 stops the others.
 
-What it remembers of a repair (which jobs it signalled, when, which it requeued) is kept in
-memory: after a restart during a repair, jobs still running are signalled again and a job
-that already ended after its signal is not requeued by the new process (it shows in
-Slurm as FAILED/CANCELLED with its restart count, for a human to requeue).
+What it did during a repair (which jobs it signalled, when, which it requeued) is kept in
+memory and written on the node (annotation ``<domain>/slurm-jobs``, removed after the
+repair), so a bridge restarted during a repair carries on: it neither signals a job twice
+nor forgets to requeue a job that ended after its signal.
 """
 
 from __future__ import annotations
@@ -145,8 +145,14 @@ class SlurmBridge:
         ann = (node.get("metadata") or {}).get("annotations") or {}
         record = ann.get(self.names.remediation, "") if ann.get(self.names.drain_deadline) else ""
         mem = self.memory.setdefault(name, d.Memory())
+        saved = ann.get(self.names.slurm_jobs)
         if record and mem.record != record:
-            mem = self.memory[name] = d.Memory(record=record)
+            # A bridge restarted during this repair carries on from what it wrote on the node.
+            restored = d.Memory.from_json(saved) if saved else None
+            mem = restored if restored is not None and restored.record == record else d.Memory(record=record)
+            self.memory[name] = mem
+        elif not record and saved:
+            self.kube.patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: None}}})
         obs = self.observe(node, slurm_name, slurm_node)
         if slurm_node is None or not slurm_node.drain or d.ours(slurm_node):
             mem.reported = {k for k in mem.reported if not k.startswith("external:")}
@@ -168,6 +174,7 @@ class SlurmBridge:
                 self.slurm.signal(job.job_id, action.signal, SignalTarget(pool.slurm.signal_to))
             mem.signalled[job.job_id] = now
             mem.restarts_at_signal[job.job_id] = job.restarts
+            self._save(name, mem)
             lead = pool.slurm.signal_lead_seconds
             what = f"sent SIG{action.signal} to" if action.signal else "no signal configured for"
             self._event(node, d.Report("", d.EVENT_SIGNALLED, f"{what} Slurm job {job.job_id} on {slurm_name}; "
@@ -175,6 +182,7 @@ class SlurmBridge:
         elif isinstance(action, d.Requeue):
             self.slurm.requeue(action.job_id)
             mem.requeued.add(action.job_id)
+            self._save(name, mem)
             self._event(node, d.Report("", d.EVENT_REQUEUED, f"requeued Slurm job {action.job_id}: {action.why}"))
         elif isinstance(action, d.Ack):
             self.kube.patch_node(name, {"metadata": {"annotations": {self.names.drain_ack(ACKNOWLEDGER):
@@ -196,6 +204,9 @@ class SlurmBridge:
                                      "metadata": {"annotations": {self.cordon_marker: "true" if action.cordon
                                                                   else None}}}
             self.kube.patch_node(name, patch)
+
+    def _save(self, name: str, mem: d.Memory) -> None:
+        self.kube.patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: mem.to_json()}}})
 
     def _event(self, node: Mapping[str, Any], report: d.Report) -> None:
         meta = node.get("metadata") or {}

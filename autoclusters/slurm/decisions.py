@@ -21,9 +21,11 @@ it in this order:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from autoclusters.clock import parse_iso, utc_iso
 from autoclusters.deploy.pool_slurm import SlurmPolicy
 from autoclusters.names import DRAIN_REASON_PREFIX
 from autoclusters.slurm.commands import SlurmJob, SlurmNode
@@ -83,6 +85,25 @@ class Memory:
     restarts_at_signal: dict[str, int] = field(default_factory=dict)
     requeued: set[str] = field(default_factory=set)
     reported: set[str] = field(default_factory=set)  # event keys already sent (one event per episode)
+
+
+    def to_json(self) -> str:
+        return json.dumps({"record": self.record, "requeued": sorted(self.requeued),
+                           "signalled": {j: {"at": utc_iso(t), "restarts": self.restarts_at_signal.get(j, 0)}
+                                         for j, t in sorted(self.signalled.items())}}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Memory | None:
+        """The memory a bridge wrote on the node; None when absent or unreadable."""
+        try:
+            raw = json.loads(text)
+            signalled = {str(j): (parse_iso(v["at"]), int(v.get("restarts", 0)))
+                         for j, v in dict(raw.get("signalled") or {}).items()}
+            return cls(record=str(raw["record"]), signalled={j: t for j, (t, _) in signalled.items() if t},
+                       restarts_at_signal={j: r for j, (_, r) in signalled.items()},
+                       requeued={str(j) for j in raw.get("requeued") or []})
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
 
 
 # --- actions ------------------------------------------------------------------------------

@@ -109,3 +109,40 @@ def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
     b, _ = bridge(kube, slurm)
     b.sync_once()
     assert kube.patches == [("a-0", {"metadata": {"annotations": {NAMES.drain_ack("slurm"): "a-0-r"}}})]
+
+
+def test_a_restarted_bridge_carries_on_from_what_it_wrote_on_the_node() -> None:
+    first_kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    slurm = FakeSlurm("a-0|mixed+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n",
+                      {"a-0": "7|RUNNING|1|0|1|a-0\n"})
+    first, _ = bridge(first_kube, slurm)
+    first.sync_once()
+    saved = first_kube.patches[-1][1]["metadata"]["annotations"][NAMES.slurm_jobs]
+    assert d.Memory.from_json(saved) == d.Memory(record="a-0-r", signalled={"7": NOW}, restarts_at_signal={"7": 0})
+
+    # The job saved and exited; a new bridge process finds it ended (FAILED) and requeues it.
+    warned = node("a-0", "slurm", warned=True)
+    warned["metadata"]["annotations"][NAMES.slurm_jobs] = saved
+    kube = FakeKube([pool("slurm", True)], [warned])
+
+    class Ended(FakeSlurm):
+        def __call__(self, argv: Sequence[str], timeout: float) -> Result:
+            if argv[0] == "squeue" and "-j" in argv:
+                self.calls.append(list(argv))
+                return Result(0, "7|FAILED|1|0|1|a-0\n", "")
+            return super().__call__(argv, timeout)
+
+    ended = Ended("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
+    second, _ = bridge(kube, ended)
+    second.sync_once()
+    assert ["scontrol", "requeue", "7"] in ended.calls
+    assert not any(c[0] == "scancel" for c in ended.calls)
+
+
+def test_the_saved_memory_is_removed_after_the_repair() -> None:
+    done = node("a-0", "slurm")
+    done["metadata"]["annotations"][NAMES.slurm_jobs] = d.Memory(record="a-0-r").to_json()
+    kube = FakeKube([pool("slurm", True)], [done])
+    b, _ = bridge(kube, FakeSlurm("a-0|idle|Unknown|Unknown|none\n", {}))
+    b.sync_once()
+    assert ("a-0", {"metadata": {"annotations": {NAMES.slurm_jobs: None}}}) in kube.patches
