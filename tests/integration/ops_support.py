@@ -172,6 +172,9 @@ def running_controller(cluster: ClusterHandle, names: Names, lease: str, log: An
     import os
 
     env = dict(os.environ, AUTOCLUSTERS_DOMAIN=names.domain, AUTOCLUSTERS_CONDITION_PREFIX=names.prefix)
+    with contextlib.suppress(Conflict):  # its Lease lives there; no earlier test has to have made it
+        cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": DEFAULT_NAMESPACE}})
     entry = "import sys; from autoclusters.cli.main import main; sys.exit(main())"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -19,6 +19,7 @@ from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE
 from autoclusters.sim.nodes import gpu_node_manifest
 from tests.integration.controller_support import Env, wait_for
+from tests.integration.ops_support import cli
 
 pytestmark = pytest.mark.integration
 
@@ -177,6 +178,15 @@ def test_the_cluster_default_policy_covers_nodes_whose_pool_label_names_no_pool(
         ctl.raise_fault(nodes[0])
         done = ctl.record_in(nodes[0], "Succeeded", timeout=40)
         assert done["spec"]["pool"] == label_only and done["status"]["action"] == "reset"
+        # `autoclusters status` shows the pool under the default policy, and the policy itself
+        res = cli(ctl.cluster.kubeconfig, "status", "-o", "json", "--namespace", ctl.namespace,
+                  "--domain", ctl.names.domain, "--condition-prefix", ctl.names.prefix)
+        assert res.returncode == 0, res.stderr
+        snap = json.loads(res.stdout)
+        assert snap["defaultPolicy"]["consentMode"] == "auto"
+        assert snap["defaultPolicy"]["providers"] == "reset=simulated replace=simulated"
+        (summary,) = [p for p in snap["pools"] if p["name"] == label_only]
+        assert summary["defaultPolicy"] is True and summary["poolObject"] is False and summary["nodes"] == 1
     finally:
         ctl.kube.patch(path, {"data": before["data"]})
         for node in nodes:
