@@ -180,7 +180,10 @@ class Actuator:
             for key in (self._names.maintenance_required, self._names.maintenance_approved):
                 if key in labels:
                     ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
-            if uncordon and (node.get("spec") or {}).get("unschedulable"):
+            # The cordon goes only with our marks: a node read again (a lost race) that no longer
+            # carries them was unmarked already, and a cordon on it now is someone else's.
+            still_ours = idx >= 0 or self._names.maintenance_required in labels
+            if uncordon and still_ours and (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "remove", "path": "/spec/unschedulable"})
             annotations = node["metadata"].get("annotations") or {}
             ours = [self._names.marked_at_annotation, self._names.karpenter_guard_marker]

@@ -466,3 +466,19 @@ def test_a_pod_that_cannot_be_annotated_still_gets_its_event_and_does_not_stop_t
 
 def annotations_of(pod: dict[str, object]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}  # type: ignore[index, union-attr, no-any-return]
+
+
+def test_unmark_from_a_stale_read_leaves_a_cordon_set_since_alone() -> None:
+    """A leftover cleanup decided on a stale copy (still labelled) lands on a node that was
+    unmarked meanwhile and cordoned by an admin: the re-read node decides, the cordon stays."""
+    act, kube, _ = _actuator({})
+    kube.node["spec"]["unschedulable"] = True  # the admin's cordon, after our unmark
+    stale = {"metadata": {"name": "n1", "resourceVersion": "0", "labels": {NAMES.maintenance_required: "true"}},
+             "spec": {}}
+    act.unmark(stale, uncordon=True)
+    assert kube.node["spec"]["unschedulable"] is True
+    kube.node["metadata"]["labels"] = {NAMES.maintenance_required: "true"}
+    ops = []
+    kube.patch_node_guarded = lambda node, ops_for: ops.extend(ops_for(kube.node)) or kube.node  # type: ignore[method-assign]
+    act.unmark(kube.node, uncordon=True)
+    assert {"op": "remove", "path": "/spec/unschedulable"} in ops  # still ours: uncordoned as before
