@@ -178,6 +178,9 @@ class PoolConfig:
             self.slurm.check(where)
         except SlurmSpecError as e:
             raise PoolConfigError(str(e)) from None
+        if self.slurm.enabled and self.pre_drain.slinky:
+            raise PoolConfigError(f"{where}: slurm.enabled and preDrain.slinky exclude each other: on a Slinky "
+                                  "cluster slurm-operator drains and undrains Slurm itself (from the cordon reason)")
         _check_pre_drain(self.pre_drain, where)
 
 

@@ -55,3 +55,9 @@ def test_node_name_mapping() -> None:
     assert SlurmPolicy(node_name_label="slurm/name").slurm_node_name(node) == "gpu001"
     assert SlurmPolicy(node_name_annotation="s/n").slurm_node_name(node) == "gpu002"
     assert SlurmPolicy(node_name_label="missing/key").slurm_node_name(node) is None
+
+
+def test_slinky_pools_are_left_to_slurm_operator() -> None:
+    with pytest.raises(PoolConfigError, match="exclude each other"):
+        pool_from_config({"name": "a100", "slurm": {"enabled": True}, "preDrain": {"slinky": True}})
+    assert pool_from_config({"name": "a100", "slurm": {"enabled": False}, "preDrain": {"slinky": True}})
