@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools tools-core venv lint test test-unit test-integration demo manifests clean-cluster slurm training \
+.PHONY: setup tools tools-core venv image lint test test-unit test-integration demo manifests clean-cluster slurm training \
 	demo-training
 
 venv: $(STAMP)
@@ -39,6 +39,12 @@ tools:
 
 setup: venv tools
 
+# The runtime image as an OCI archive in build/image/, without a container engine or registry
+# (tools/build-image.sh; needs root and installs debootstrap, umoci, runc from Debian when missing).
+# Skipped when nothing that goes into the image changed.
+image: venv
+	tools/build-image.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -46,11 +52,11 @@ lint: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit -q
 
-test-integration: setup
+test-integration: setup image
 	$(BIN)/pytest tests/integration -q
 
 # The README's test command.
-test: setup
+test: setup image
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	AUTOCLUSTERS_REQUIRE_TOOLS=1 $(BIN)/pytest tests -q -p no:cacheprovider

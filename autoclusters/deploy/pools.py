@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters.deploy import API_VERSION
+from autoclusters.deploy import API_VERSION, DEFAULT_IMAGE
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -404,7 +404,7 @@ class StackConfig:
     domain: str = "autoclusters.io"
     condition_prefix: str = "AutoClusters"
     namespace: str = "autoclusters-system"
-    image: str = "ghcr.io/autoclusters/autoclusters:0.1.0"
+    image: str = DEFAULT_IMAGE
     opa_image: str = "openpolicyagent/opa:1.22.4-static"
     local: bool = False
     webhook_url: str | None = None
