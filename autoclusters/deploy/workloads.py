@@ -67,6 +67,20 @@ _RESTRICTED = {
 }
 
 
+# Reading the host's /dev/kmsg from a container takes three things (docs/deploy.md, "What
+# the detector needs"): the device cgroup must allow the character device 1:11, which only
+# a privileged container gets (a hostPath mount of the device alone gives EPERM on open);
+# CAP_SYSLOG where kernel.dmesg_restrict=1 (Debian's and Ubuntu's default); and uid 0,
+# because a non-root process loses its capabilities at exec (Kubernetes sets no ambient
+# capabilities). The root filesystem stays read-only and the host mounts are read-only.
+DETECTOR_SECURITY_CONTEXT: dict[str, Any] = {
+    "privileged": True,
+    "runAsUser": 0,
+    "runAsNonRoot": False,
+    "readOnlyRootFilesystem": True,
+}
+
+
 def namespace(name: str) -> dict[str, Any]:
     """The system namespace; ``privileged`` because the detector mounts host devices."""
     return {
@@ -121,9 +135,7 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},
-                        # Reading /dev/kmsg needs CAP_SYSLOG; nothing else is privileged.
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}},
+                        "securityContext": DETECTOR_SECURITY_CONTEXT,
                         "volumeMounts": [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in host_paths],
                     }],
                     "volumes": [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in host_paths],

@@ -30,7 +30,9 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     c = _container(ds, "detector")
     assert all(m["readOnly"] for m in c["volumeMounts"])
     assert c["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
-    assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"]
+    # /dev/kmsg: the device cgroup (privileged), CAP_SYSLOG and uid 0; the root filesystem stays read-only.
+    assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False,
+                                    "readOnlyRootFilesystem": True}
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
     assert c["args"] == ["detector", "run"]
 
