@@ -3,12 +3,14 @@ the demo and benchmarks: GPU nodes, service-account identities, manifests."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -56,11 +58,11 @@ class ClusterHandle:
             time.sleep(0.3)
 
     # --- identities ----------------------------------------------------------------------
-    def service_account_kubeconfig(self, namespace: str, name: str, node: str | None = None,
-                                   expiration: int = 3600) -> str:
-        """A kubeconfig with a TokenRequest token of that service account (created if missing).
-        With ``node`` the token is bound to the Node object, so the API server adds the
-        ``authentication.kubernetes.io/node-name`` extra to the user info."""
+    def service_account_token(self, namespace: str, name: str, node: str | None = None,
+                              expiration: int = 3600) -> str:
+        """A TokenRequest token of that service account (created if missing), as the kubelet
+        projects into a pod. With ``node`` the token is bound to the Node object, so the API
+        server adds the ``authentication.kubernetes.io/node-name`` extra to the user info."""
         with contextlib.suppress(Conflict):
             self.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": namespace}})
@@ -74,11 +76,13 @@ class ClusterHandle:
                                       "uid": n["metadata"]["uid"]}
         tr = self.kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
                               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
-        token = tr["status"]["token"]
-        admin = yaml.safe_load(Path(self.kubeconfig).read_text())
-        ctx_name = admin.get("current-context")
-        ctx = next(c for c in admin["contexts"] if c["name"] == ctx_name)["context"]
-        cluster = next(c for c in admin["clusters"] if c["name"] == ctx["cluster"])
+        return str(tr["status"]["token"])
+
+    def service_account_kubeconfig(self, namespace: str, name: str, node: str | None = None,
+                                   expiration: int = 3600) -> str:
+        """A kubeconfig holding :meth:`service_account_token` (same arguments)."""
+        token = self.service_account_token(namespace, name, node, expiration)
+        cluster = self._admin_cluster()
         user = f"{namespace}-{name}" + (f"-{node}" if node else "")
         cfg = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
                "users": [{"name": user, "user": {"token": token}}],
@@ -89,6 +93,23 @@ class ClusterHandle:
         path.write_text(yaml.safe_dump(cfg))
         path.chmod(0o600)
         return str(path)
+
+    def _admin_cluster(self) -> dict[str, Any]:
+        admin = yaml.safe_load(Path(self.kubeconfig).read_text())
+        ctx_name = admin.get("current-context")
+        ctx = next(c for c in admin["contexts"] if c["name"] == ctx_name)["context"]
+        return dict(next(c for c in admin["clusters"] if c["name"] == ctx["cluster"]))
+
+    def api_server(self) -> tuple[str, int, bytes]:
+        """Host, port and CA certificate (PEM) of the API server, what a pod gets as
+        ``KUBERNETES_SERVICE_HOST``/``PORT`` and the service account's ``ca.crt``."""
+        cluster = self._admin_cluster()["cluster"]
+        url = urlsplit(cluster["server"])
+        if cluster.get("certificate-authority-data"):
+            ca = base64.b64decode(cluster["certificate-authority-data"])
+        else:
+            ca = Path(cluster["certificate-authority"]).read_bytes()
+        return str(url.hostname), int(url.port or 443), ca
 
     # --- manifests -------------------------------------------------------------------------
     def apply(self, objs: dict[str, Any] | Iterable[dict[str, Any]], field_manager: str = "autoclusters-tests"
