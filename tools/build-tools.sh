@@ -4,7 +4,7 @@
 # provider, Cluster API's CRDs) from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|pulumi|karpenter|cluster-api|all]   (default: all)
+# Usage: tools/build-tools.sh [core|pulumi|pulumi-python|karpenter|cluster-api|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -139,8 +139,8 @@ build_pulumi() {
      go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" \
        -o "$out/pulumi-language-python" "$lh"
    else
-     log "    pulumi-language-python $v: not served by the module proxy; Python programs run through"
-     log "    the Automation API's inline mode (the SDK hosts the language runtime itself)"
+     log "    pulumi-language-python $v: not served by the module proxy as its own module;"
+     log "    the pulumi-python set builds it from sdk/v3 (PULUMI_LANGUAGE_PYTHON_VERSION)"
    fi
    # The exec shim and the dynamic-provider plugin shim (it runs `python -m pulumi.dynamic`)
    # live in the sdk/v3 module, beside the nested language-host module.
@@ -148,6 +148,29 @@ build_pulumi() {
    cp "$sdir/python/cmd/pulumi-language-python-exec" "$sdir/python/dist/pulumi-resource-pulumi-python" "$out/"
    chmod -R u+w "$out"; chmod +x "$out/"*)
   finish pulumi "$v"
+}
+
+build_pulumi_python() {
+  # The Python language host, which `pulumi up` in a Python project directory runs. Its own
+  # module (sdk/python/cmd/pulumi-language-python/v3) is refused by the module proxy at every
+  # version, but up to v3.67.1 the host is a package inside github.com/pulumi/pulumi/sdk/v3,
+  # which is served: a wrapper module requiring that sdk/v3, repeating the replace of
+  # golang.org/x/text its go.mod carries, builds it. The exec shim it starts comes from the
+  # same module's python/cmd/. The CLI (PULUMI_CLI_VERSION) accepts this older host.
+  local v=$PULUMI_LANGUAGE_PYTHON_VERSION
+  need pulumi-language-python "$v" || return 0
+  local d="$work/pulumi-language-python" out="$cache/bin/pulumi-language-python-$v"
+  wrapper "$d" pulumi-language-python
+  (cd "$d"
+   echo "require github.com/pulumi/pulumi/sdk/v3 $v" >>go.mod
+   echo "replace golang.org/x/text => golang.org/x/text v0.3.6" >>go.mod
+   go mod download >/dev/null 2>&1 || true
+   go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" \
+     -o "$out/pulumi-language-python" github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+   local sdir; sdir=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+   cp "$sdir/python/cmd/pulumi-language-python-exec" "$out/"
+   chmod -R u+w "$out"; chmod +x "$out/"*)
+  finish pulumi-language-python "$v"
 }
 
 build_pulumi_kubernetes() {
@@ -209,10 +232,11 @@ build_cluster_api() {
 case "$which" in
   core) steps=(build_etcd build_kwok build_opa build_kube) ;;
   pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
+  pulumi-python) steps=(build_pulumi_python) ;;
   karpenter) steps=(build_karpenter) ;;
   cluster-api) steps=(build_cluster_api) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_pulumi build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|pulumi|karpenter|cluster-api|all]" >&2; exit 2 ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
+  *) echo "usage: $0 [core|pulumi|pulumi-python|karpenter|cluster-api|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }
