@@ -6,47 +6,56 @@ function as an inline program, so both paths deploy exactly the same thing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 import pulumi.runtime.config as runtime_config
 
-from autoclusters.deploy.pools import PoolConfigError, StackConfig, stack_config_from_dict
+from autoclusters.deploy.pools import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
 NAMESPACE = "autoclusters"
+# The deployment settings (StackConfig's keys) and how each is typed in the stack configuration.
+SETTINGS = STACK_SETTINGS
 # Keys read here rather than by StackConfig: they say how to reach the cluster, not what to deploy.
-_ACCESS_KEYS = {"kubeconfig"}
+ACCESS: dict[str, str] = {"kubeconfig": "string"}
 
 
-def raw_config(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Splits ``autoclusters:*`` entries (values as Pulumi stores them: JSON text) into the
-    deployment settings and the access settings."""
-    settings: dict[str, Any] = {}
-    access: dict[str, Any] = {}
-    for key, value in values.items():
+def configured_keys() -> set[str]:
+    """The ``autoclusters:*`` key names the stack sets (names only: the values are read
+    through ``pulumi.Config``), so that a typo is an error instead of a silent default."""
+    names = {**(runtime_config.get_config_env() or {}), **runtime_config.CONFIG.get()}
+    out = set()
+    for key in names:
         ns, _, name = key.partition(":")
-        if ns != NAMESPACE:
-            continue
-        if name.startswith("config:"):  # older "project:config:key" form
-            name = name.removeprefix("config:")
-        try:
-            parsed = json.loads(value) if isinstance(value, str) else value
-        except json.JSONDecodeError:
-            parsed = value
-        if name in ("domain", "conditionPrefix", "namespace", "image", "opaImage", "webhookUrl", "kubeconfig",
-                    "eventSource"):
-            parsed = value  # strings stay strings even when they look like JSON numbers
-        (access if name in _ACCESS_KEYS else settings)[name] = parsed
-    return settings, access
+        if ns == NAMESPACE:
+            out.add(name.removeprefix("config:"))  # older "project:config:key" form
+    return out
 
 
-def read_stack_config() -> tuple[StackConfig, dict[str, Any]]:
-    values = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    settings, access = raw_config(values)
+def _read(config: pulumi.Config, key: str, kind: str) -> Any:
     try:
+        if kind == "object":
+            return config.get_object(key)
+        if kind == "bool":
+            return config.get_bool(key)
+        return config.get(key)
+    except (pulumi.ConfigTypeError, ValueError) as e:  # get_object raises the JSON error as is
+        raise PoolConfigError(f"{NAMESPACE}:{key}: {e}") from None
+
+
+def read_stack_config(config: pulumi.Config | None = None, keys: set[str] | None = None
+                      ) -> tuple[StackConfig, dict[str, Any]]:
+    """The stack's settings, read with ``pulumi.Config`` (typed), validated by StackConfig."""
+    config = config or pulumi.Config(NAMESPACE)
+    unknown = sorted((configured_keys() if keys is None else keys) - SETTINGS.keys() - ACCESS.keys())
+    try:
+        if unknown:
+            raise PoolConfigError(f"unknown key(s) {', '.join(f'{NAMESPACE}:{k}' for k in unknown)}; "
+                                  f"known: {', '.join(sorted({*SETTINGS, *ACCESS}))}")
+        settings = {k: v for k, kind in SETTINGS.items() if (v := _read(config, k, kind)) is not None}
+        access = {k: v for k, kind in ACCESS.items() if (v := _read(config, k, kind)) is not None}
         return stack_config_from_dict(settings), access
     except PoolConfigError as e:
         raise PoolConfigError(f"invalid stack configuration: {e}") from None

@@ -446,11 +446,18 @@ class StackConfig:
             raise PoolConfigError(str(e)) from None
 
 
+# The ``autoclusters:*`` stack settings StackConfig reads, and the type each has in the stack
+# configuration (components/stack.py reads them with pulumi.Config accordingly).
+STACK_SETTINGS: dict[str, str] = {
+    "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
+    "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
+    "defaultPool": "object",
+}
+
+
 def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
     """Parses the ``autoclusters:`` namespace of a stack's configuration (camelCase keys)."""
-    raw = _take(data, {"pools", "domain", "conditionPrefix", "namespace", "image", "opaImage", "local", "webhookUrl",
-                       "eventSource", "defaultPool"},
-                "stack config autoclusters")
+    raw = _take(data, set(STACK_SETTINGS), "stack config autoclusters")
     pools = raw.get("pools", [])
     if not isinstance(pools, list):
         raise PoolConfigError("pools must be a list of pool objects")

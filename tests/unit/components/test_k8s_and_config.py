@@ -1,4 +1,4 @@
-"""The dict → Pulumi resource translation and the raw stack configuration reader."""
+"""The dict → Pulumi resource translation and the stack configuration reader."""
 
 import pulumi_kubernetes as k8s
 import pytest
@@ -35,10 +35,45 @@ def test_an_object_field_without_a_resource_argument_is_an_error():
                                      "bogus": 1}, None))
 
 
-def test_raw_config_parses_json_values_and_keeps_strings_and_access_keys_apart():
-    settings, access = stack.raw_config({
-        "autoclusters:pools": '[{"name": "a"}]', "autoclusters:local": "true", "autoclusters:domain": "x.io",
-        "autoclusters:image": "reg/img:1", "autoclusters:kubeconfig": "/k", "kubernetes:context": "c",
+def _with_config(values: dict[str, str]):
+    """Runs read_stack_config against these stack settings (as the CLI passes them: strings)."""
+    import pulumi.runtime.config as runtime_config
+
+    token = runtime_config.CONFIG.set(values)
+    try:
+        return stack.read_stack_config()
+    finally:
+        runtime_config.CONFIG.reset(token)
+
+
+def test_stack_config_is_read_typed_through_pulumi_config_and_access_keys_stay_apart():
+    config, access = _with_config({
+        "autoclusters:pools": '[{"name": "a", "consentMode": "propose"}]', "autoclusters:local": "true",
+        "autoclusters:domain": "x.io", "autoclusters:image": "reg/img:1", "autoclusters:namespace": "ns1",
+        "autoclusters:kubeconfig": "/k", "kubernetes:context": "c",
     })
-    assert settings == {"pools": [{"name": "a"}], "local": True, "domain": "x.io", "image": "reg/img:1"}
+    assert [(p.name, p.consent_mode.value) for p in config.pools] == [("a", "propose")]
+    assert config.local is True and config.domain == "x.io" and config.image == "reg/img:1"
+    assert config.namespace == "ns1"
     assert access == {"kubeconfig": "/k"}
+
+
+def test_defaults_when_the_stack_sets_nothing():
+    from autoclusters.deploy import DEFAULT_IMAGE
+
+    config, access = _with_config({})
+    assert config.pools == () and config.image == DEFAULT_IMAGE and config.local is False and access == {}
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"autoclusters:imge": "x"}, "unknown key(s) autoclusters:imge"),
+    ({"autoclusters:local": "yes"}, "autoclusters:local"),
+    ({"autoclusters:pools": "[not json"}, "autoclusters:pools"),
+    ({"autoclusters:pools": '[{"name": "a", "consentMode": "sometimes"}]'}, "consentMode must be one of"),
+])
+def test_a_bad_setting_fails_naming_the_key(values, message):
+    from autoclusters.deploy.pools import PoolConfigError
+
+    with pytest.raises(PoolConfigError, match="invalid stack configuration") as e:
+        _with_config(values)
+    assert message in str(e.value)
