@@ -61,9 +61,18 @@ def read_stack_config(config: pulumi.Config | None = None, keys: set[str] | None
         raise PoolConfigError(f"invalid stack configuration: {e}") from None
 
 
+def provider_kubeconfig_path() -> str | None:
+    """``kubernetes:kubeconfig`` when it names a file (the provider also takes the contents),
+    so that a user who set the provider's kubeconfig does not have to set it twice."""
+    value = pulumi.Config("kubernetes").get("kubeconfig")
+    if value and "\n" not in value and not value.lstrip().startswith(("{", "apiVersion")):
+        return value
+    return None
+
+
 def program() -> None:
     config, access = read_stack_config()
-    kubeconfig = access.get("kubeconfig")
+    kubeconfig = access.get("kubeconfig") or provider_kubeconfig_path()
     lister = None
     if any(p.nodes.selector for p in config.pools):
         from autoclusters.kube import load_kube

@@ -1,10 +1,11 @@
-"""Runs Pulumi offline against the binaries ``tools/build-tools.sh pulumi`` built.
+"""Runs Pulumi offline against the binaries ``tools/build-tools.sh pulumi`` and
+``pulumi-python`` built.
 
-The CLI and the Kubernetes provider come from the cache (found on ``PATH``, never
-downloaded), state lives in a local file backend, and the stack program runs through the
-Automation API's inline mode: the Python language host is a nested Go module the module
-proxy does not serve, and in inline mode the SDK hosts the language runtime itself. The
-integration tests and the demo share this module.
+The CLI, the Python language host and the Kubernetes provider come from the cache (found
+on ``PATH``, never downloaded), and state lives in a local file backend. Two ways in:
+:func:`cli_env` is the shell a user runs ``pulumi up`` from in the project directory (the
+CLI test), and :func:`stack` runs the same program through the Automation API's inline
+mode (the demo and the lifecycle tests), in which the SDK hosts the language runtime itself.
 """
 
 from __future__ import annotations
@@ -65,6 +66,37 @@ def pulumi_env(state_dir: Path, *, kubeconfig: str | None = None, passphrase: st
     })
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
+    return env
+
+
+def language_host_dir() -> Path:
+    """Where ``tools/build-tools.sh pulumi-python`` put the Python language host and its exec shim."""
+    v = versions()["PULUMI_LANGUAGE_PYTHON_VERSION"]
+    d = cache_dir() / "bin" / f"pulumi-language-python-{v}"
+    if not (d / ".complete").exists():
+        raise ToolsMissing(f"{d.name} is not built yet (expected in {d}); run: tools/build-tools.sh pulumi-python")
+    return d
+
+
+def cli_env(home: Path, venv: Path, *, passphrase: str = DEFAULT_PASSPHRASE, tools: PulumiTools | None = None,
+            base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a user's shell that runs the Pulumi CLI in the project directory:
+    the CLI, the Python language host and the Kubernetes provider on ``PATH`` (offline: never
+    downloaded), and the virtualenv activated (``VIRTUAL_ENV``, its ``bin`` on ``PATH``), which
+    this language host needs because it does not read ``Pulumi.yaml``'s ``virtualenv`` option.
+    The backend comes from ``pulumi login``; nothing is put on ``PYTHONPATH``."""
+    tools = tools or PulumiTools.locate()
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in ("PULUMI_BACKEND_URL", "PYTHONPATH", "KUBECONFIG", "PULUMI_RUNTIME_VIRTUALENV")}
+    env.update({
+        "PATH": os.pathsep.join([str(tools.cli_dir), str(language_host_dir()), str(tools.kubernetes_dir),
+                                 str(venv / "bin"), env.get("PATH", "")]),
+        "VIRTUAL_ENV": str(venv),
+        "PULUMI_HOME": str(home),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_CONFIG_PASSPHRASE": passphrase,
+    })
     return env
 
 

@@ -84,7 +84,9 @@ class HostProcess:
 class StackRun:
     """The stack under test and what the test looks at in the cluster."""
 
-    def __init__(self, cluster: ClusterHandle, tmp: Path, unique: str) -> None:
+    def __init__(self, cluster: ClusterHandle, tmp: Path, unique: str, *, automation: bool = True) -> None:
+        """``automation``: drive the stack through the Automation API (``self.stack``);
+        without it the caller runs the Pulumi CLI itself and uses the rest."""
         from autoclusters.devcluster import pulumi_env
 
         self.cluster, self.kube = cluster, cluster.kube
@@ -95,8 +97,9 @@ class StackRun:
         self.work, self.state, self.logs = tmp / "work", tmp / "state", tmp / "logs"
         self.logs.mkdir(parents=True)
         self.procs: list[HostProcess] = []
-        self.stack = pulumi_env.stack("e2e", self.work, self.state, self.config("auto"),
-                                      kubeconfig=cluster.kubeconfig)
+        if automation:
+            self.stack = pulumi_env.stack("e2e", self.work, self.state, self.config("auto"),
+                                          kubeconfig=cluster.kubeconfig)
         self._write_config = pulumi_env.write_stack_config
 
     def config(self, mode: str) -> dict[str, Any]:
