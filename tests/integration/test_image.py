@@ -39,7 +39,7 @@ from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
-from autoclusters.webhook.certs import make_ca, make_serving
+from autoclusters.certificates import make_ca, make_serving
 from tests.integration.helpers import wait_for
 from tests.integration.image_support import Image, PodContainer, built_image, free_port, replace_flag
 
@@ -115,7 +115,8 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
     kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
                             "metadata": {"name": pool},
                             "spec": {"consentMode": "auto",
-                                     "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5}}})
+                                     "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
+                                     "provider": {"type": "simulated", "simulated": {"resetSeconds": 1}}}})
     (node,) = simnodes.create_gpu_nodes(kube, pool, 1, names, prefix=pool)
     cluster.wait_nodes_ready([node])
     try:
@@ -280,7 +281,7 @@ def test_webhook_from_the_image_serves_an_admission_review(
     spec = dep["spec"]["template"]["spec"]
     # The pod's Secret and ConfigMap volumes, as the kubelet writes them.
     now = dt.datetime.now(dt.UTC)
-    ca = make_ca(now, dt.timedelta(days=1))
+    ca = make_ca("autoclusters-webhook-ca", now, dt.timedelta(days=1))
     serving = make_serving(ca, ["127.0.0.1"], now, dt.timedelta(days=1))
     tls = tmp_path / "tls"
     tls.mkdir()
