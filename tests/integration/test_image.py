@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from autoclusters import __version__
+from autoclusters.certificates import make_ca, make_serving
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.deploy import (
     API_VERSION,
@@ -39,7 +40,6 @@ from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
-from autoclusters.certificates import make_ca, make_serving
 from tests.integration.helpers import wait_for
 from tests.integration.image_support import Image, PodContainer, built_image, free_port, replace_flag
 
