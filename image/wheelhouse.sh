@@ -17,7 +17,7 @@ rm -f "$out"/autoclusters-*.whl
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$src/pyproject.toml" "$src/README.md" "$tmp/"
-cp -r "$src/autoclusters" "$tmp/"
+cp -r "$src/autoclusters" "$src/policies" "$tmp/"   # autoclusters/policies links to ../policies
 find "$tmp" -name __pycache__ -type d -prune -exec rm -rf {} +
 "$py" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$tmp"
 [ "$only" = --package-only ] && exit 0

@@ -44,7 +44,7 @@ mirror() { # the first Debian archive this machine's apt sources name
 }
 
 inputs_digest() { # everything that goes into the image
-  (cd "$root" && find autoclusters image Containerfile pyproject.toml requirements.txt tools/build-image.sh \
+  (cd "$root" && find autoclusters policies image Containerfile pyproject.toml requirements.txt tools/build-image.sh \
      -type f ! -name '*.pyc' ! -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1
 }
 

@@ -30,6 +30,7 @@ from autoclusters.deploy import (
     DEFAULT_IMAGE,
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
+    policy_bundle,
     workloads,
 )
 from autoclusters.deploy.controller import controller_rbac
@@ -91,6 +92,7 @@ def test_the_image_is_the_cli_as_a_non_root_user_without_pulumi(image: Image) ->
     assert (site / "autoclusters").is_dir() and (site / "kubernetes").is_dir()
     assert not (site / "pulumi").exists() and not (site / "pulumi_kubernetes").exists()
     assert not (site / "pip").exists() and not (site / "pytest").exists()
+    assert (site / "autoclusters" / "policies" / "admission" / "src.rego").is_file()  # the Rego travels in the wheel
     assert image.archive.name == f"autoclusters-{__version__}.oci.tar"
     assert DEFAULT_IMAGE.endswith(f":{__version__}")
 
@@ -292,7 +294,7 @@ def test_webhook_from_the_image_serves_an_admission_review(
         f.chmod(0o644)
     policies = tmp_path / "policies"
     policies.mkdir()
-    for key, text in workloads.policy_files(workloads.POLICIES_DIR).items():
+    for key, text in workloads.policy_files(policy_bundle.policies_dir()).items():
         (policies / key).write_text(text)
 
     opa_port, diag_port, port = free_port(), free_port(), free_port()
