@@ -99,12 +99,13 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
     maintenance taint, cordon), so it keeps reporting while the node is under repair.
     """
-    # /proc/driver/nvidia is not mounted: the container's own procfs shows the host driver's
-    # entries there, and runc refuses any mount inside /proc ("cannot be mounted because it
-    # is inside /proc"), so such a mount would keep the pod from starting.
+    # /proc/driver/nvidia and /sys/class/infiniband are not mounted: the container's own
+    # procfs and sysfs show the host's driver entries and InfiniBand devices there. A mount
+    # would keep the pod from starting: runc refuses any mount inside /proc ("cannot be
+    # mounted because it is inside /proc"), and on a node without InfiniBand the missing
+    # /sys/class/infiniband can be created neither on the host nor in the container's sysfs.
     host_paths = [
         ("kmsg", "/dev/kmsg", "CharDevice"),
-        ("infiniband", "/sys/class/infiniband", ""),
         ("nvidia-run", "/var/run/nvidia", ""),
     ]
     return {

@@ -45,7 +45,7 @@ from tests.integration.helpers import wait_for
 from tests.integration.image_support import Image, PodContainer, built_image, free_port, replace_flag
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLES = REPO / "policies" / "admission" / "samples"
+SAMPLES = REPO / "examples" / "policy-samples" / "admission"
 # The controller's durations, shortened through its environment (AUTOCLUSTERS_CONTROLLER_*), as
 # an operator would set them on the Deployment.
 CONTROLLER_ENV = {
