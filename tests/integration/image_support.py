@@ -51,12 +51,23 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # containerd's default capabilities for a container (before securityContext drop/add).
 RUNTIME_DEFAULT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
                         "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
+# Every capability, in the kernel's numbering (bit i of a capability set is ALL_CAPS[i]).
 ALL_CAPS = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
             "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
             "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
             "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
             "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
             "CHECKPOINT_RESTORE")
+
+
+def host_capabilities() -> list[str]:
+    """The capabilities this machine can hand out (its bounding set), which is what containerd
+    gives a privileged container: on a host that is itself confined, asking for more fails."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            bits = int(line.split()[1], 16)
+            return [c for i, c in enumerate(ALL_CAPS) if bits >> i & 1]
+    return list(ALL_CAPS)
 
 
 @dataclass(frozen=True)
@@ -153,7 +164,7 @@ class PodContainer:
         sc = c.get("securityContext") or {}
         privileged = bool(sc.get("privileged"))
         if privileged:
-            caps = list(ALL_CAPS)
+            caps = host_capabilities()
         else:
             drop = set((sc.get("capabilities") or {}).get("drop") or [])
             caps = [] if "ALL" in drop else [x for x in RUNTIME_DEFAULT_CAPS if x not in drop]
