@@ -43,6 +43,14 @@ def test_dev_up_down_twice_leaves_nothing_running(tmp_path: Path) -> None:
             pytest.skip(f"local control-plane binaries not built on this machine: {e}")
         raise
     env = {**os.environ, "AUTOCLUSTERS_STATE_DIR": str(tmp_path)}
+    try:
+        _up_down_twice(tmp_path, env)
+    finally:  # a failed assertion must not leave a control plane running on the machine
+        if (tmp_path / "twice").exists():
+            _cli("dev", "down", "--name", "twice", env=env)
+
+
+def _up_down_twice(tmp_path: Path, env: dict[str, str]) -> None:
     for round_ in range(2):
         up = _cli("dev", "up", "--name", "twice", "--pool", "p", "--nodes", "1", env=env)
         assert up.returncode == 0, up.stderr
