@@ -72,8 +72,9 @@ manifests: venv
 	$(BIN)/python -m components.render
 	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))
 
+# make demo KARPENTER=1: also a replacement through Karpenter (tools/build-tools.sh karpenter).
 demo: setup
-	$(BIN)/python -m autoclusters.demo $(BRAND_FLAGS)
+	$(BIN)/python -m autoclusters.demo $(BRAND_FLAGS) $(if $(KARPENTER),--karpenter)
 
 # The training story end to end (docs/workloads.md): its own local cluster, real Slurm, real
 # PyTorch, Xid 79 on one of two nodes; prints the timeline. It is the integration scenario.
