@@ -140,6 +140,9 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     done = ctl.record_in(node, "Succeeded", timeout=60)
     assert done["status"]["action"] == "reset" and done["status"]["outcome"] == "Succeeded"
     assert boot_id(ctl, node) not in ("", before)
+    # The record turns Succeeded before the controller clears the node; MaintenanceSucceeded
+    # is sent once the node is cleared.
+    wait_for("node cleaned", lambda: n.EVENT_SUCCEEDED in ctl.reasons(node))
     labels = ctl.labels(node)
     assert ctl.names.maintenance_required not in labels and not ctl.has_taint(node)
     assert not (ctl.node(node) or {})["spec"].get("unschedulable")
