@@ -25,6 +25,7 @@ from autoclusters.providers.karpenter import NODEPOOL_LABEL, nodeclaims_path
 
 POOL = "a100-karpenter"
 NAMESPACE = "training-karpenter"
+STAGES = ("Launched", "Registered", "Initialized")  # a NodeClaim's life, in order
 
 
 def setup(cluster: LocalCluster, handle: ClusterHandle, progress: Callable[[str], None]) -> list[str]:
@@ -49,17 +50,17 @@ def hostnames(handle: ClusterHandle, nodes: list[str]) -> dict[str, str]:
 
 def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
     """Karpenter's side: each NodeClaim of the pool's NodePool created or ended after ``since``."""
-    rows: list[tuple[float, str]] = []
+    rows: list[tuple[float, int, str]] = []  # (seconds, order within the same second, text)
     for c in handle.kube.list(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={POOL}"):
         meta, st = c["metadata"], c.get("status") or {}
         created = parse_iso(meta.get("creationTimestamp"))
         if created and created >= since:
-            rows.append(((created - since).total_seconds(), f"NodeClaim {meta['name']} created"))
+            rows.append(((created - since).total_seconds(), 0, f"NodeClaim {meta['name']} created"))
             for cond in st.get("conditions") or []:
                 at = parse_iso(cond.get("lastTransitionTime"))
-                if cond.get("type") in ("Launched", "Registered", "Initialized") and cond.get("status") == "True" \
+                if cond.get("type") in STAGES and cond.get("status") == "True" \
                         and at:
-                    rows.append(((at - since).total_seconds(),
+                    rows.append(((at - since).total_seconds(), STAGES.index(cond["type"]) + 1,
                                  f"NodeClaim {meta['name']} {cond['type']} (node {st.get('nodeName', '?')})"))
     say("    Karpenter's side (its NodeClaims):")
     for offset, what in sorted(rows):
