@@ -63,7 +63,7 @@ def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
                     rows.append(((at - since).total_seconds(), STAGES.index(cond["type"]) + 1,
                                  f"NodeClaim {meta['name']} {cond['type']} (node {st.get('nodeName', '?')})"))
     say("    Karpenter's side (its NodeClaims):")
-    for offset, what in sorted(rows):
+    for offset, _, what in sorted(rows):
         say(f"    +{offset:6.1f}s  {what}")
 
 
