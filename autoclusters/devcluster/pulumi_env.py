@@ -89,7 +89,9 @@ def cli_env(home: Path, venv: Path, *, passphrase: str = DEFAULT_PASSPHRASE, too
     env = {k: v for k, v in (os.environ if base is None else base).items()
            if k not in ("PULUMI_BACKEND_URL", "PYTHONPATH", "KUBECONFIG", "PULUMI_RUNTIME_VIRTUALENV")}
     env.update({
-        "PATH": os.pathsep.join([str(tools.cli_dir), str(language_host_dir()), str(tools.kubernetes_dir),
+        # The language host first: it runs the pulumi-language-python-exec found first on PATH,
+        # and the one of its own release sits beside it (the CLI's directory has a newer one).
+        "PATH": os.pathsep.join([str(language_host_dir()), str(tools.cli_dir), str(tools.kubernetes_dir),
                                  str(venv / "bin"), env.get("PATH", "")]),
         "VIRTUAL_ENV": str(venv),
         "PULUMI_HOME": str(home),

@@ -95,6 +95,7 @@ def project(cluster: ClusterHandle, tmp_path: Path, unique: str) -> Iterator[tup
 def test_pulumi_up_in_the_repository_directory(project: tuple[Project, StackRun], tmp_path: Path) -> None:
     proj, run = project
     pool = run.pool
+    (tmp_path / "state").mkdir(exist_ok=True)  # a file backend is a directory that exists
     proj.pulumi("login", f"file://{tmp_path / 'state'}")
     proj.pulumi("stack", "init", "e2e")
     proj.pulumi("config", "set", "kubernetes:kubeconfig", run.cluster.kubeconfig)
