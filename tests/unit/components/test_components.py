@@ -128,11 +128,14 @@ def test_rbac_order_holds_when_one_registration_is_slow():
         binding_seen = threading.Event()
 
         def new_resource(self, args):
-            if args.typ.endswith("Binding"):
-                self.binding_seen.set()
             if args.typ.endswith(":ServiceAccount") and "webhook" in args.name:
                 assert self.binding_seen.wait(60), "no binding registered while the account was held"
-            return super().new_resource(args)
+            result = super().new_resource(args)
+            # Set only once the ClusterRoleBinding is recorded: set when its registration merely
+            # began (or by a RoleBinding), the released account could be recorded first.
+            if args.typ.endswith(":ClusterRoleBinding"):
+                self.binding_seen.set()
+            return result
 
     mocks = record(lambda: Rbac("rbac", RbacArgs(namespace="ns1")), SlowWebhookAccount())
     kinds = [r.manifest()["kind"] for r in mocks.registered if r.is_kubernetes]
