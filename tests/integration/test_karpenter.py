@@ -37,20 +37,9 @@ from autoclusters.providers.karpenter import (
     KarpenterProvider,
     nodeclaims_path,
 )
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 class KarpenterPool:
