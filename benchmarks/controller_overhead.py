@@ -397,7 +397,7 @@ def cleanup(kube: Kube, names: Any, pool: str, namespace: str, rbac: list[dict[s
     with ThreadPoolExecutor(16) as ex:
         list(ex.map(lambda n: _quiet(kube.delete, f"/api/v1/nodes/{n['metadata']['name']}"), nodes))
     rec_path = Kube.custom_path(names.api_group, API_VERSION, "remediations")
-    for r in kube.list(rec_path, label_selector=f"{names.api_group}/pool={pool}"):
+    for r in kube.list_items(rec_path, label_selector=f"{names.api_group}/pool={pool}"):
         _quiet(kube.delete, f"{rec_path}/{r['metadata']['name']}")
     _quiet(kube.delete, Kube.custom_path(names.api_group, API_VERSION, "gpunodepools", pool))
     _quiet(kube.delete, f"/api/v1/namespaces/{namespace}")

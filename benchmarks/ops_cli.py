@@ -26,16 +26,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.controller import records
-from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, Step
+from autoclusters.controller import remediation_record
+from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
 from autoclusters.deploy.crds import crds
-from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.kube import Kube, load_kube
 from autoclusters.names import Names
 from autoclusters.ops.approval import approve_pool
-from autoclusters.ops.fleet import take_snapshot
 from autoclusters.ops.history import HistoryQuery, list_repairs
 from autoclusters.ops.resources import remediations_path
+from autoclusters.ops.snapshot import take_snapshot
 from autoclusters.sim.nodes import gpu_node_manifest
 
 
@@ -57,13 +57,14 @@ def _record(kube: Kube, names: Names, i: int, node: str, pool: str, open_: bool)
     start = datetime.now(UTC) - timedelta(hours=i % 2000)
     phases = [Phase.AWAITING_APPROVAL] if open_ else [Phase.SCHEDULED, Phase.DRAINING, Phase.ACTING,
                                                        Phase.VERIFYING, Phase.SUCCEEDED]
-    steps = tuple(Step(p.value, start + timedelta(seconds=30 * k), f"entered {p.value}") for k, p in enumerate(phases))
+    steps = tuple(TimelineStep(p.value, start + timedelta(seconds=30 * k), f"entered {p.value}")
+                  for k, p in enumerate(phases))
     state = RepairState(name=f"{node}-{i:05d}", node=node, pool=pool, consent_mode=ConsentMode.PROPOSE,
                         fault=Fault("gpu", "79", "NvidiaXIDError", "GPU 3 reported Xid 79."), phase=phases[-1],
                         action=RepairAction.RESET, created=start, steps=steps,
                         outcome="" if open_ else "Succeeded", completed=None if open_ else steps[-1].time)
-    kube.create(remediations_path(names), records.new_record(state, names))
-    kube.patch(remediations_path(names, state.name) + "/status", {"status": records.status_of(state)})
+    kube.create(remediations_path(names), remediation_record.new_record(state, names))
+    kube.patch(remediations_path(names, state.name) + "/status", {"status": remediation_record.status_of(state)})
 
 
 def _timed(fn: Any, kube: Kube, repeat: int) -> dict[str, Any]:

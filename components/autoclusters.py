@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pulumi
 
 from autoclusters.deploy import default_pool, workloads
-from autoclusters.deploy.pools import StackConfig
+from autoclusters.deploy.pool_config import StackConfig
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource
 from components.admission_policy import AdmissionPolicy, AdmissionPolicyArgs

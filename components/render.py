@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from autoclusters.deploy.pools import PoolConfigError, StackConfig, stack_config_from_dict
+from autoclusters.deploy.pool_config import PoolConfigError, StackConfig, stack_config_from_dict
 from components._recording import RecordingMocks, record
 from components.autoclusters import AutoClusters, AutoClustersArgs
 

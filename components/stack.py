@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi.runtime.config as runtime_config
 
-from autoclusters.deploy.pools import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
+from autoclusters.deploy.pool_config import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
 NAMESPACE = "autoclusters"

@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if args.simulate:
-        from autoclusters.detector.fleet import SimulatedFleet
+        from autoclusters.detector.simulated_fleet import SimulatedFleet
 
         spool = args.spool or default_spool(args.cluster)
         os.makedirs(spool, exist_ok=True)

@@ -12,7 +12,7 @@ from autoclusters.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.ops.durations import DurationError, human_duration, parse_since
 from autoclusters.ops.history import HistoryQuery, RecordsNotInstalled, list_repairs
-from autoclusters.ops.records import Repair
+from autoclusters.ops.repairs import Repair
 
 
 def register(subparsers: Any) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json
 from autoclusters.cli.errors import EXIT_FAILED, CliError
-from autoclusters.deploy.pools import ConsentMode
-from autoclusters.ops.pools import PoolNotFound, set_consent_mode
+from autoclusters.deploy.pool_config import ConsentMode
+from autoclusters.ops.consent import PoolNotFound, set_consent_mode
 
 
 def register(subparsers: Any) -> None:

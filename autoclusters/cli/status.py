@@ -10,7 +10,7 @@ from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.clock import SystemClock
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.ops.durations import human_duration
-from autoclusters.ops.fleet import FaultyNode, FleetSnapshot, take_snapshot
+from autoclusters.ops.snapshot import FaultyNode, FleetSnapshot, take_snapshot
 
 
 def register(subparsers: Any) -> None:

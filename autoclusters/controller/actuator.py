@@ -32,11 +32,11 @@ from autoclusters.controller import hook as hooks
 from autoclusters.controller import messages as words
 from autoclusters.controller.notifier import Notifier
 from autoclusters.controller.statemachine import (
-    Action,
     ClearWarning,
     Cordon,
     Drain,
     DriveProvider,
+    Effect,
     Emit,
     EnsureMarked,
     Notify,
@@ -44,7 +44,7 @@ from autoclusters.controller.statemachine import (
     Unmark,
     Warn,
 )
-from autoclusters.deploy.pools import PreDrainHook
+from autoclusters.deploy.pool_config import PreDrainHook
 from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
@@ -70,7 +70,7 @@ class Actuator:
         self._notifier = notifier
         self._clock = clock or SystemClock()
 
-    def run(self, actions: tuple[Action, ...], node: str, node_obj: JSON | None, state: RepairState | None,
+    def run(self, actions: tuple[Effect, ...], node: str, node_obj: JSON | None, state: RepairState | None,
             provider: Provider | None, hook: PreDrainHook | None = None) -> JSON | None:
         """Runs ``actions`` in order; returns the node as last written (or the one given)."""
         current = node_obj

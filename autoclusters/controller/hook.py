@@ -20,7 +20,7 @@ from typing import Any
 
 from autoclusters.clock import utc_iso
 from autoclusters.controller.statemachine import RepairState
-from autoclusters.deploy.pools import PreDrainHook
+from autoclusters.deploy.pool_config import PreDrainHook
 
 
 class HookFailed(Exception):

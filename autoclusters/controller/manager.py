@@ -14,16 +14,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autoclusters.clock import Clock, SystemClock
-from autoclusters.controller import records as rec
+from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.cache import POOL_KEY, Fleet
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.controller.fleet import POOL_KEY, Fleet
 from autoclusters.controller.leader import LeaderElector
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
 from autoclusters.controller.queue import WorkQueue
 from autoclusters.controller.reconciler import Reconciler, Settings
-from autoclusters.controller.statemachine import Policy
+from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.deploy import API_VERSION
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
@@ -63,7 +63,7 @@ class Controller:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
         self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock)
         c = self.config
-        policy = Policy(verify_timeout_seconds=c.verify_timeout_seconds,
+        policy = RepairPolicy(verify_timeout_seconds=c.verify_timeout_seconds,
                         operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,
                         hold_recheck_seconds=c.hold_recheck_seconds,
                         approval_label=self.names.maintenance_approved)

@@ -25,11 +25,11 @@ from typing import Any
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
-from autoclusters.controller import records as rec
+from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.fleet import POOL_KEY, Fleet
+from autoclusters.controller.cache import POOL_KEY, Fleet
 from autoclusters.controller.metrics import Metrics
-from autoclusters.controller.pools import Pool
+from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,
     HOLD_PROVIDER_INVALID,
@@ -45,12 +45,12 @@ from autoclusters.controller.statemachine import (
     Outcome,
     Phase,
     PodsView,
-    Policy,
     PoolView,
     ProviderBlock,
     ProviderState,
     ProviderView,
     RepairAction,
+    RepairPolicy,
     RepairState,
     Unmark,
     transition,
@@ -81,7 +81,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Settings:
-    policy: Policy
+    policy: RepairPolicy
     attempt_window_default: float = 604800
     sim_reset_seconds: float = 30
     sim_replace_seconds: float = 30
@@ -240,7 +240,7 @@ class Reconciler:
                                                        self._names.pod_drain_ack))
 
     def _observe(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-                 state: RepairState | None, pool: Pool | None, policy: Policy,
+                 state: RepairState | None, pool: Pool | None, policy: RepairPolicy,
                  pods_seen: PodsView | None = None) -> tuple[Observation, JSON | None]:
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}

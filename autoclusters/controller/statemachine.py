@@ -107,7 +107,7 @@ class Operation:
 
 
 @dataclass(frozen=True)
-class Step:
+class TimelineStep:
     phase: str
     time: datetime
     message: str
@@ -139,7 +139,7 @@ class RepairState:
     replacement_node: str = ""
     created: datetime | None = None
     completed: datetime | None = None
-    steps: tuple[Step, ...] = ()
+    steps: tuple[TimelineStep, ...] = ()
 
     @property
     def started(self) -> bool:
@@ -221,7 +221,7 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Policy:
+class RepairPolicy:
     reset_drain_seconds: float = 300
     replace_drain_seconds: float = 600
     refault_window_seconds: float = 900
@@ -295,25 +295,25 @@ class Notify:
     message: str
 
 
-Action = EnsureMarked | Unmark | Cordon | Drain | Warn | ClearWarning | DriveProvider | Emit | Notify
+Effect = EnsureMarked | Unmark | Cordon | Drain | Warn | ClearWarning | DriveProvider | Emit | Notify
 
 
 @dataclass(frozen=True)
 class Decision:
     state: RepairState | None
-    actions: tuple[Action, ...] = ()
+    actions: tuple[Effect, ...] = ()
     requeue_after: float | None = None
 
 
 # --- the transition function -----------------------------------------------------------
-def transition(state: RepairState | None, obs: Observation, now: datetime, policy: Policy,
+def transition(state: RepairState | None, obs: Observation, now: datetime, policy: RepairPolicy,
                *, record_name: str = "") -> Decision:
     """Chains single steps while the phase keeps changing on the same observation.
 
     The chain stops on entering Acting: the provider view observed belongs to the previous
     operation (if any), so the new one is judged on the next reconcile.
     """
-    actions: list[Action] = []
+    actions: list[Effect] = []
     decision = _step(state, obs, now, policy, record_name)
     actions.extend(decision.actions)
     for _ in range(6):
@@ -327,7 +327,7 @@ def transition(state: RepairState | None, obs: Observation, now: datetime, polic
     return Decision(decision.state, tuple(actions), decision.requeue_after)
 
 
-def _step(s: RepairState | None, o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
+def _step(s: RepairState | None, o: Observation, now: datetime, p: RepairPolicy, record_name: str) -> Decision:
     if s is None:
         return _decide(o, now, p, record_name)
     if s.phase in TERMINAL:
@@ -345,7 +345,7 @@ def _step(s: RepairState | None, o: Observation, now: datetime, p: Policy, recor
 
 
 def _to(s: RepairState, phase: Phase, now: datetime, message: str, **changes: object) -> RepairState:
-    steps = (*s.steps, Step(phase.value, now, message))[-50:]
+    steps = (*s.steps, TimelineStep(phase.value, now, message))[-50:]
     return replace(s, phase=phase, steps=steps, message=message, hold="", **changes)  # type: ignore[arg-type]
 
 
@@ -356,7 +356,7 @@ def drain_reason(f: Fault, record: str) -> str:
     return f"{what} (remediation {record})"
 
 
-def pending_acks(s: RepairState, o: Observation, p: Policy) -> list[str]:
+def pending_acks(s: RepairState, o: Observation, p: RepairPolicy) -> list[str]:
     """Who the pre-drain wait is still for: each listed acknowledger whose node annotation does not
     name this record (an ack of an earlier repair does not count), and each pod labelled
     drain-wait=true whose ack annotation does not name it."""
@@ -364,7 +364,7 @@ def pending_acks(s: RepairState, o: Observation, p: Policy) -> list[str]:
     return [*acks, *(f"pod {pod}" for pod, acked in o.pods.wait_acks if acked != s.name)]
 
 
-def _decide(o: Observation, now: datetime, p: Policy, record_name: str) -> Decision:
+def _decide(o: Observation, now: datetime, p: RepairPolicy, record_name: str) -> Decision:
     """No record yet: report the fault, then choose reset or replace and who decides."""
     if o.fault is None or o.fault_action is None or o.pool is None or o.pool.mode == ConsentMode.OFF:
         return Decision(None)
@@ -423,7 +423,7 @@ def _cancel_if_gone(s: RepairState, o: Observation, now: datetime) -> Decision |
     return None
 
 
-def _awaiting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _awaiting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     gone = _cancel_if_gone(s, o, now)
     if gone:
         return gone
@@ -435,7 +435,7 @@ def _awaiting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decis
     return Decision(s, (EnsureMarked(),))
 
 
-def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     if not s.started:
         gone = _cancel_if_gone(s, o, now)
         if gone:
@@ -455,7 +455,7 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
             and not (s.approved or o.node.approved):
         hold, why = HOLD_BREAKER, f"the circuit breaker of pool {o.pool.name} is open: automatic repairs paused"
     if hold:
-        actions: tuple[Action, ...] = (EnsureMarked(),)
+        actions: tuple[Effect, ...] = (EnsureMarked(),)
         if hold != s.hold:
             actions += (Emit(n.EVENT_BLOCKED, f"{s.action} held: {why}",
                              warning=hold in (HOLD_OPT_OUT, *PROVIDER_HOLDS)),)
@@ -481,7 +481,7 @@ def _rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _draining(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _draining(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     if not o.node.exists:
         return _failed(s, now, "the node disappeared while it was being drained")
     if s.eviction_started is None:
@@ -489,12 +489,12 @@ def _draining(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decis
     return _evict(s, o, now, p)
 
 
-def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     """Warned, nothing evicted yet: wait until everyone asked for has acknowledged or the deadline."""
     evict_by = s.pre_drain_deadline or s.drain_started or now
     pending = pending_acks(s, o, p)
     if pending and now < evict_by:
-        actions: tuple[Action, ...] = (Cordon(),)
+        actions: tuple[Effect, ...] = (Cordon(),)
         written_now = s.drain_started == now  # this reconcile's own Warn: the observation predates it
         if not written_now and (o.node.warned_for != s.name or any(w != s.name for w in o.pods.warned_for)):
             # a warning the node or a pod lacks (a crash before it was written, a pod that
@@ -514,7 +514,7 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: Policy) ->
     return replace(decision, actions=(Emit(n.EVENT_DRAIN_WAIT_ENDED, msg), *decision.actions))
 
 
-def _evict(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     if o.pods.evictable == 0:
         op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
@@ -526,7 +526,7 @@ def _evict(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision
     return Decision(s, (Cordon(), Drain(force=force)), p.poll_seconds)
 
 
-def _acting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     op = s.operation
     assert op is not None
     if o.provider.state == ProviderState.SUCCEEDED:
@@ -545,7 +545,7 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decisio
     return Decision(s, (DriveProvider(op),), wait)
 
 
-def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     op = s.operation
     assert op is not None and s.verify_started is not None
     if op.action == RepairAction.REPLACE:
@@ -564,7 +564,7 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: Policy) -> Deci
     return Decision(s, (), p.poll_seconds)
 
 
-def _action_failed(s: RepairState, o: Observation, now: datetime, p: Policy, why: str) -> Decision:
+def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolicy, why: str) -> Decision:
     """A failed reset escalates to a replacement under the same approval; a failed replacement holds."""
     if s.action == RepairAction.RESET:
         failed = f"reset failed: {why}"
@@ -582,12 +582,12 @@ def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
                     (EnsureMarked(), ClearWarning(), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
 
 
-def _holding(s: RepairState, o: Observation, now: datetime, p: Policy) -> Decision:
+def _holding(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     """Failed / HumanNeeded: keep the node marked until its fault clears (or it is gone)."""
     if not o.node.exists or o.fault is None:
         why = "the node is gone" if not o.node.exists else f"{s.fault.key} cleared"
         msg = f"{why}; closing the record (outcome {s.outcome})"
-        actions: tuple[Action, ...] = ()
+        actions: tuple[Effect, ...] = ()
         if o.node.exists:
             actions = (Unmark(uncordon=s.started and not s.node_was_cordoned), Emit(n.EVENT_FAULT_CLEARED, msg))
         return Decision(_to(s, Phase.CLOSED, now, msg, completed=s.completed or now), actions)

@@ -51,7 +51,7 @@ def hostnames(handle: ClusterHandle, nodes: list[str]) -> dict[str, str]:
 def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
     """Karpenter's side: each NodeClaim of the pool's NodePool created or ended after ``since``."""
     rows: list[tuple[float, int, str]] = []  # (seconds, order within the same second, text)
-    for c in handle.kube.list(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={POOL}"):
+    for c in handle.kube.list_items(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={POOL}"):
         meta, st = c["metadata"], c.get("status") or {}
         created = parse_iso(meta.get("creationTimestamp"))
         if created and created >= since:

@@ -16,7 +16,7 @@ from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
 from autoclusters.kube.objects import condition, node_ready
 from autoclusters.names import Names
-from autoclusters.ops.records import HOLDING_PHASES, TERMINAL_PHASES, Repair, repair_from_object
+from autoclusters.ops.repairs import HOLDING_PHASES, TERMINAL_PHASES, Repair, repair_from_object
 from autoclusters.ops.resources import list_remediations
 
 Say = Callable[[str], None]
@@ -80,7 +80,7 @@ def wait_running(handle: ClusterHandle, count: int, timeout: float = 90,
                  namespace: str = WORKLOAD_NAMESPACE) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while True:
-        pods = handle.kube.list(f"/api/v1/namespaces/{namespace}/pods", label_selector="app=trainer")
+        pods = handle.kube.list_items(f"/api/v1/namespaces/{namespace}/pods", label_selector="app=trainer")
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
                    and not p["metadata"].get("deletionTimestamp")]
         if len(running) >= count:
@@ -194,7 +194,7 @@ def _event_time(e: dict[str, Any]) -> str:
 
 def node_events(handle: ClusterHandle, node: str, source: str) -> list[dict[str, Any]]:
     """The controller's events on ``node``, in ``kubectl describe node`` order."""
-    items = handle.kube.list("/api/v1/namespaces/default/events",
+    items = handle.kube.list_items("/api/v1/namespaces/default/events",
                              field_selector=f"involvedObject.kind=Node,involvedObject.name={node}")
     return sorted((e for e in items if (e.get("source") or {}).get("component") == source), key=_event_time)
 

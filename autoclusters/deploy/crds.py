@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import API_VERSION
+from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN, PreDrain, PreDrainHook
 from autoclusters.deploy.pool_slurm import slurm_schema
-from autoclusters.deploy.pools import ACKNOWLEDGER_PATTERN, PreDrain, PreDrainHook
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from autoclusters.deploy.pools import PoolConfigError, pool_from_config
+from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 
 CONFIGMAP = "autoclusters-default-pool"
 KEY = "spec"

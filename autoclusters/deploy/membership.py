@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from autoclusters.deploy.pools import PoolConfig, PoolConfigError, pool_from_config
+from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, pool_from_config
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
 from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from autoclusters.clock import Clock
 from autoclusters.detector.conditions import desired_conditions
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 from autoclusters.detector.window import FaultTracker
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog, Severity

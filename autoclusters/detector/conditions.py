@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoclusters import names as n
-from autoclusters.detector.records import Record
+from autoclusters.detector.source_records import Record
 from autoclusters.detector.window import Active, FaultTracker
 from autoclusters.faults.catalog import Action, Catalog, FaultClass
 

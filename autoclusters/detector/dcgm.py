@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 _FR_CODE = re.compile(r"\b(DCGM_FR_[A-Z0-9_]{1,64})\b")

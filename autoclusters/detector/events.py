@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.detector.conditions import message_for, reason_for
-from autoclusters.detector.records import Record
+from autoclusters.detector.source_records import Record
 from autoclusters.kube import Kube
 from autoclusters.kube.errors import KubeError
 

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from autoclusters.clock import Clock
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 ACTIVE_STATE = "4: ACTIVE"

@@ -31,7 +31,7 @@ import re
 from typing import NamedTuple
 
 from autoclusters.detector.pci import GpuIndex, normalize
-from autoclusters.detector.records import Record
+from autoclusters.detector.source_records import Record
 from autoclusters.faults.catalog import Catalog, FaultClass, Severity
 
 MAX_LINE = 2048  # the kernel's own record limit is about 1 KiB; anything longer is cut here

@@ -12,7 +12,7 @@ import errno
 import os
 
 from autoclusters.detector.kernel_log import KernelLogInterpreter
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 
 _READ_CHUNK = 1 << 16
 _MAX_PENDING = 1 << 16  # a partial line longer than this is dropped, not buffered forever

@@ -24,7 +24,7 @@ from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 from autoclusters.detector.nvml import NvmlSource, load_library
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.records import Poll
+from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 log = logging.getLogger(__name__)

@@ -98,8 +98,8 @@ class Kube:
     def get(self, path: str, **query: Any) -> JSON:
         return self.request("GET", path, query=query)
 
-    def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-             limit: int = 500) -> list[JSON]:
+    def list_items(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                   limit: int = 500) -> list[JSON]:
         """All items of a collection, following ``continue`` tokens."""
         items: Items = []
         cont: str | None = None
@@ -197,7 +197,7 @@ class Kube:
         return self.get(f"/api/v1/nodes/{quote(name)}")
 
     def list_nodes(self, label_selector: str | None = None) -> Items:
-        return self.list("/api/v1/nodes", label_selector=label_selector)
+        return self.list_items("/api/v1/nodes", label_selector=label_selector)
 
     def patch_node(self, name: str, body: Any, patch_type: str = MERGE) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}", body, patch_type)
@@ -223,7 +223,7 @@ class Kube:
 
     # --- pods -------------------------------------------------------------------------
     def pods_on_node(self, node: str) -> Items:
-        return self.list("/api/v1/pods", field_selector=f"spec.nodeName={node}")
+        return self.list_items("/api/v1/pods", field_selector=f"spec.nodeName={node}")
 
     def evict(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",

@@ -7,9 +7,9 @@ as JSON, or acted on by a script.
 """
 
 from autoclusters.ops.approval import ApprovalResult, ApprovalStatus, approve_node, approve_nodes, approve_pool
-from autoclusters.ops.fleet import FaultyNode, FleetSnapshot, PoolSummary, take_snapshot
 from autoclusters.ops.history import HistoryQuery, list_repairs
-from autoclusters.ops.records import Repair, Step
+from autoclusters.ops.repairs import HistoryStep, Repair
+from autoclusters.ops.snapshot import FaultyNode, FleetSnapshot, PoolSummary, take_snapshot
 
 __all__ = [
     "ApprovalResult",
@@ -17,9 +17,9 @@ __all__ = [
     "FaultyNode",
     "FleetSnapshot",
     "HistoryQuery",
+    "HistoryStep",
     "PoolSummary",
     "Repair",
-    "Step",
     "approve_node",
     "approve_nodes",
     "approve_pool",

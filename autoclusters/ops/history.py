@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from autoclusters.kube import Kube
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
-from autoclusters.ops.records import Repair, repair_from_object
+from autoclusters.ops.repairs import Repair, repair_from_object
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -32,7 +32,7 @@ def remediations_path(names: Names, name: str | None = None) -> str:
 def list_pools(kube: Kube, names: Names) -> list[JSON] | None:
     """Every ``GpuNodePool``, or None when the kind is not served (CRD not installed)."""
     try:
-        return kube.list(pools_path(names))
+        return kube.list_items(pools_path(names))
     except NotFound:
         return None
 
@@ -48,7 +48,7 @@ def get_pool(kube: Kube, names: Names, name: str) -> JSON | None:
 def list_remediations(kube: Kube, names: Names) -> list[JSON] | None:
     """Every ``Remediation`` record, or None when the kind is not served (CRD not installed)."""
     try:
-        return kube.list(remediations_path(names))
+        return kube.list_items(remediations_path(names))
     except NotFound:
         return None
 

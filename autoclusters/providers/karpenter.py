@@ -112,7 +112,7 @@ class KarpenterProvider:
         if node in self._targets:
             return self._targets[node]
         provider_id = str(((node_obj or {}).get("spec") or {}).get("providerID", ""))
-        claim = claim_of(node, provider_id, self._kube.list(nodeclaims_path()))
+        claim = claim_of(node, provider_id, self._kube.list_items(nodeclaims_path()))
         if claim is None:
             return None
         t = Target(_meta(claim)["name"], str((_meta(claim).get("labels") or {}).get(NODEPOOL_LABEL, "")))

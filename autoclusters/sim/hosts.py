@@ -58,7 +58,7 @@ def reboots_due(pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]]) ->
 
 
 def play_once(kube: Kube) -> int:
-    pods = kube.list("/api/v1/pods", field_selector="status.phase=Succeeded")
+    pods = kube.list_items("/api/v1/pods", field_selector="status.phase=Succeeded")
     if not any(runs_reboot(p) for p in pods):
         return 0
     nodes = {n["metadata"]["name"]: n for n in kube.list_nodes()}

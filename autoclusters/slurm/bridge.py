@@ -25,8 +25,8 @@ from typing import Any
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.membership import Membership
+from autoclusters.deploy.pool_config import PoolConfig
 from autoclusters.deploy.pool_slurm import SignalTarget
-from autoclusters.deploy.pools import PoolConfig
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import Names
@@ -82,7 +82,7 @@ class SlurmBridge:
 
     def sync_once(self) -> None:
         self.stats.polls += 1
-        objs = self.kube.list(Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools"))
+        objs = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools"))
         membership, invalid = Membership.from_objects(objs, self.names)
         for pool_name, error in invalid.items():  # the controller reports a bad pool on the pool itself
             log.debug("slurm bridge: skipping pool %s: %s", pool_name, error)
@@ -159,7 +159,8 @@ class SlurmBridge:
         for action in d.decide(obs, mem, pool.slurm):
             self._do(node, slurm_name, action, mem, pool)
 
-    def _do(self, node: dict[str, Any], slurm_name: str, action: d.Action, mem: d.Memory, pool: PoolConfig) -> None:
+    def _do(self, node: dict[str, Any], slurm_name: str, action: d.SlurmEffect, mem: d.Memory,
+            pool: PoolConfig) -> None:
         name = node["metadata"]["name"]
         self.stats.actions += 1
         now = self.clock.now()

@@ -160,23 +160,23 @@ class Forget:
     """The repair ended: drop the memory of it."""
 
 
-Action = Drain | Signal | Requeue | Ack | Resume | Report | Cordon | Note | Forget
+SlurmEffect = Drain | Signal | Requeue | Ack | Resume | Report | Cordon | Note | Forget
 
 
-def decide(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[Action]:
+def decide(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     if obs.repair is not None:
         return _during_repair(obs, obs.repair, mem, policy)
-    out: list[Action] = [Forget()] if mem.record else []
+    out: list[SlurmEffect] = [Forget()] if mem.record else []
     return out + _outside_repair(obs, mem, policy)
 
 
-def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmPolicy) -> list[Action]:
+def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     # The bridge starts a new Memory for each record, so what it holds is this repair's.
     reported, signalled, requeued = mem.reported, mem.signalled, mem.requeued
     acked = obs.ack == repair.record
     node = obs.slurm
     if node is None:
-        out: list[Action | None] = [_once(reported, Report(f"missing:{repair.record}", EVENT_NOT_FOUND,
+        out: list[SlurmEffect | None] = [_once(reported, Report(f"missing:{repair.record}", EVENT_NOT_FOUND,
                                                     f"Slurm has no node {obs.slurm_name!r}: nothing to drain",
                                                     warning=True))]
         return _clean([*out, None if acked else Ack(repair.record)])
@@ -235,9 +235,9 @@ def external_note(node: SlurmNode) -> str:
     return f"{node.reason}{who}{when}" if who or when else node.reason
 
 
-def _outside_repair(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[Action]:
+def _outside_repair(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     node = obs.slurm
-    out: list[Action | None] = []
+    out: list[SlurmEffect | None] = []
     external = node is not None and node.drain and not ours(node)
     note = external_note(node) if external and node is not None else ""
     if note != obs.external_note:
@@ -262,5 +262,5 @@ def _once(reported: set[str], report: Report) -> Report | None:
     return None if report.key in reported else report
 
 
-def _clean(actions: list[Action | None]) -> list[Action]:
+def _clean(actions: list[SlurmEffect | None]) -> list[SlurmEffect]:
     return [a for a in actions if a is not None]

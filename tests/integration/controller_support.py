@@ -197,7 +197,7 @@ class Env:
 
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
-        items = self.kube.list(Kube.custom_path(self.names.api_group, API_VERSION, "remediations"))
+        items = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, "remediations"))
         out = [r for r in items if (node is None or r["spec"]["node"] == node)
                and (pool is None or r["spec"]["pool"] == pool)]
         return sorted(out, key=lambda r: r["metadata"]["creationTimestamp"] + r["metadata"]["name"])
@@ -211,7 +211,7 @@ class Env:
         return wait_for(f"a record of {node} in {phases}", check, timeout)
 
     def events(self, name: str, kind: str = "Node") -> list[dict[str, Any]]:
-        items = self.kube.list("/api/v1/namespaces/default/events",
+        items = self.kube.list_items("/api/v1/namespaces/default/events",
                                field_selector=f"involvedObject.name={name},involvedObject.kind={kind}")
         items = [e for e in items if e.get("reportingComponent") == EVENT_SOURCE]
         return sorted(items, key=lambda e: e.get("eventTime") or "")

@@ -96,7 +96,7 @@ def labels(kube: Kube, node: str) -> dict[str, str]:
 
 
 def node_events(kube: Kube, node: str, namespace: str = "default") -> list[dict[str, Any]]:
-    return [e for e in kube.list(f"/api/v1/namespaces/{namespace}/events",
+    return [e for e in kube.list_items(f"/api/v1/namespaces/{namespace}/events",
                                  field_selector=f"involvedObject.kind=Node,involvedObject.name={node}")]
 
 
@@ -131,15 +131,16 @@ def private_domain(cluster: ClusterHandle, suffix: str, *, install_crds: bool = 
 
 def create_record(kube: Kube, names: Names, state: Any) -> dict[str, Any]:
     """A ``Remediation`` exactly as the controller persists a ``RepairState`` (its own serializer)."""
-    from autoclusters.controller import records
+    from autoclusters.controller import remediation_record
 
-    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "remediations"), records.new_record(state, names))
+    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "remediations"),
+                remediation_record.new_record(state, names))
     return kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "remediations", state.name) + "/status",
-                      {"status": records.status_of(state)})
+                      {"status": remediation_record.status_of(state)})
 
 
 def create_pool(kube: Kube, names: Names, pool: str, mode: str, status: dict[str, Any] | None = None) -> None:
-    from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+    from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 
     obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode,
                                                  "provider": {"type": "simulated"}}), names)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, Step
+from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.names import Names
 from tests.integration.ops_support import XID79, cli, create_record, private_domain
@@ -26,11 +26,11 @@ def flags(names: Names) -> list[str]:
 
 
 def replaced(name: str, node: str, pool: str, start: datetime, new_node: str) -> RepairState:
-    steps = (Step("Scheduled", start, "replace scheduled to start at once"),
-             Step("Draining", start + timedelta(seconds=1), "replace started: cordoned, draining"),
-             Step("Acting", start + timedelta(seconds=31), "drained; replace requested from the provider"),
-             Step("Verifying", start + timedelta(seconds=91), f"node replaced by {new_node}"),
-             Step("Succeeded", start + timedelta(seconds=125), f"node replaced by {new_node}, which is Ready"))
+    steps = (TimelineStep("Scheduled", start, "replace scheduled to start at once"),
+             TimelineStep("Draining", start + timedelta(seconds=1), "replace started: cordoned, draining"),
+             TimelineStep("Acting", start + timedelta(seconds=31), "drained; replace requested from the provider"),
+             TimelineStep("Verifying", start + timedelta(seconds=91), f"node replaced by {new_node}"),
+             TimelineStep("Succeeded", start + timedelta(seconds=125), f"node replaced by {new_node}, which is Ready"))
     return RepairState(name=name, node=node, pool=pool, consent_mode=ConsentMode.AUTO,
                        fault=Fault("nvswitch", "24007", "NvidiaSXIDError", "NVSwitch 2 reported SXID 24007."),
                        phase=Phase.SUCCEEDED, action=RepairAction.REPLACE, outcome="Succeeded",
@@ -41,7 +41,8 @@ def waiting(name: str, node: str, pool: str, start: datetime) -> RepairState:
     return RepairState(name=name, node=node, pool=pool, consent_mode=ConsentMode.PROPOSE,
                        fault=Fault("gpu", "79", "NvidiaXIDError", XID79), phase=Phase.AWAITING_APPROVAL,
                        action=RepairAction.RESET, created=start,
-                       steps=(Step("AwaitingApproval", start, "reset proposed; waiting for the approval label"),))
+                       steps=(TimelineStep("AwaitingApproval", start,
+                                           "reset proposed; waiting for the approval label"),))
 
 
 def test_history_lists_filters_and_shows_a_nodes_timeline(cluster: ClusterHandle, names: Names, unique: str) -> None:

@@ -15,7 +15,7 @@ from autoclusters.controller.statemachine import (
     Phase,
     RepairAction,
     RepairState,
-    Step,
+    TimelineStep,
 )
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube
@@ -54,7 +54,7 @@ def state(name: str, node: str, pool: str, phase: Phase, **kw: object) -> Repair
     now = datetime.now(UTC) - timedelta(minutes=2)
     return RepairState(name=name, node=node, pool=pool, consent_mode=ConsentMode.PROPOSE,
                        fault=Fault("gpu", "79", "NvidiaXIDError", XID79), phase=phase, action=RepairAction.RESET,
-                       created=now, steps=(Step(phase.value, now, f"entered {phase.value}"),), **kw)  # type: ignore[arg-type]
+                       created=now, steps=(TimelineStep(phase.value, now, f"entered {phase.value}"),), **kw)  # type: ignore[arg-type]
 
 
 def test_status_shows_pools_faulty_nodes_and_open_repairs(cluster: ClusterHandle, names: Names, as_controller: Kube,
@@ -127,7 +127,7 @@ def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty
         cluster: ClusterHandle, names: Names, unique: str) -> None:
     """The reproduced disagreement: a node labelled with pool ``a`` that another pool's selector
     also matches is in ``a`` (docs/operations.md, "Which pool a node belongs to")."""
-    from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+    from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
     from autoclusters.kube import Invalid
 
     pools_path = Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools")

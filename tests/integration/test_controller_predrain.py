@@ -51,7 +51,7 @@ def annotations(obj: dict[str, Any] | None) -> dict[str, str]:
 
 
 def pod_events(ctl: Env, ns: str, name: str) -> list[dict[str, Any]]:
-    return ctl.kube.list(f"/api/v1/namespaces/{ns}/events",
+    return ctl.kube.list_items(f"/api/v1/namespaces/{ns}/events",
                          field_selector=f"involvedObject.name={name},involvedObject.kind=Pod")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.deploy import default_pool
-from autoclusters.deploy.pools import StackConfig
+from autoclusters.deploy.pool_config import StackConfig
 from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE
@@ -37,7 +37,7 @@ def held(ctl: Env, node: str, hold: str) -> dict[str, Any]:
 
 
 def reboot_jobs(ctl: Env) -> list[dict[str, Any]]:
-    return ctl.kube.list(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs",
+    return ctl.kube.list_items(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs",
                          label_selector=f"app.kubernetes.io/name={COMPONENT}")
 
 
@@ -134,7 +134,7 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["hostPID"] is True
     placed = ctl.node(node) or {}
     assert placed["spec"].get("unschedulable") and ctl.has_taint(node)  # it runs on a cordoned, tainted node
-    pods = ctl.kube.list(f"/api/v1/namespaces/{ctl.namespace}/pods",
+    pods = ctl.kube.list_items(f"/api/v1/namespaces/{ctl.namespace}/pods",
                          label_selector=f"job-name={job['metadata']['name']}")
     assert [p["spec"]["nodeName"] for p in pods] == [node]
     done = ctl.record_in(node, "Succeeded", timeout=60)

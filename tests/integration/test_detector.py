@@ -16,7 +16,7 @@ import pytest
 from autoclusters.cli.main import main as cli
 from autoclusters.clock import SystemClock
 from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.fleet import SimulatedFleet
+from autoclusters.detector.simulated_fleet import SimulatedFleet
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import FaultClass, load_catalog
@@ -146,7 +146,7 @@ def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
     fleet.inject(node, "--xid", "13", "--gpu", "1")
 
     def event() -> dict[str, Any] | None:
-        items = fleet.cluster.kube.list("/api/v1/namespaces/default/events",
+        items = fleet.cluster.kube.list_items("/api/v1/namespaces/default/events",
                                         field_selector=f"involvedObject.name={node}")
         return next((e for e in items if e.get("reason") == "NvidiaXIDError"), None)
 

@@ -63,7 +63,7 @@ class KarpenterPool:
                         {"spec": {"replicas": replicas}})
 
     def workers(self) -> list[dict[str, Any]]:
-        pods = self.kube.list(f"/api/v1/namespaces/{self.namespace}/pods", label_selector="app=trainer")
+        pods = self.kube.list_items(f"/api/v1/namespaces/{self.namespace}/pods", label_selector="app=trainer")
         return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
     def running(self) -> dict[str, str]:
@@ -76,7 +76,7 @@ class KarpenterPool:
                 if not n["metadata"].get("deletionTimestamp")]
 
     def claims(self) -> list[dict[str, Any]]:
-        return self.kube.list(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={self.nodepool}")
+        return self.kube.list_items(nodeclaims_path(), label_selector=f"{NODEPOOL_LABEL}={self.nodepool}")
 
     def close(self) -> None:
         with contextlib.suppress(NotFound):

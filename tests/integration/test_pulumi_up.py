@@ -129,7 +129,7 @@ class StackRun:
         return self.kube.get(self.path("gpunodepools", self.pool))
 
     def records(self, node: str) -> list[dict[str, Any]]:
-        return [r for r in self.kube.list(self.path("remediations")) if r["spec"]["node"] == node]
+        return [r for r in self.kube.list_items(self.path("remediations")) if r["spec"]["node"] == node]
 
     def raise_fault(self, node: str) -> None:
         """Writes the fault condition the way the detector does."""

@@ -23,7 +23,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.deploy.crds import crds
-from autoclusters.deploy.pools import gpu_node_pool_object, pool_from_config
+from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.devcluster.handle import ClusterHandle
 from tests.integration.helpers import kubectl, wait_for
 from tests.integration.ops_support import (

@@ -131,7 +131,8 @@ def test_xid79_drains_slurm_checkpoints_requeues_repairs_resumes(scenario: Scena
     # The admin's drain is untouched and reported.
     admin = slurm.slurm.nodes([other])[other]
     assert admin.drained and admin.reason == ADMIN_REASON
-    node_events = ctl.kube.list("/api/v1/namespaces/default/events", field_selector=f"involvedObject.name={other}")
+    node_events = ctl.kube.list_items("/api/v1/namespaces/default/events",
+                                      field_selector=f"involvedObject.name={other}")
     assert any(e.get("reason") == d.EVENT_EXTERNAL for e in node_events)
     note = (ctl.kube.get_node(other)["metadata"].get("annotations") or {}).get(ctl.names.slurm_external_drain, "")
     assert note.startswith(ADMIN_REASON), note
@@ -139,7 +140,7 @@ def test_xid79_drains_slurm_checkpoints_requeues_repairs_resumes(scenario: Scena
                              ctl.cluster.kubeconfig, "--pool", s.pool, "-o", "json"], capture_output=True, text=True,
                             check=True, timeout=60)
     assert {"node": other, "drain": note} in json.loads(status.stdout)["slurmExternalDrains"]
-    bad_events = {e.get("reason") for e in ctl.kube.list("/api/v1/namespaces/default/events",
+    bad_events = {e.get("reason") for e in ctl.kube.list_items("/api/v1/namespaces/default/events",
                                                          field_selector=f"involvedObject.name={bad}")}
     assert {d.EVENT_DRAINED, d.EVENT_SIGNALLED, d.EVENT_REQUEUED, d.EVENT_READY, d.EVENT_RESUMED} <= bad_events
 

@@ -11,7 +11,7 @@ from autoclusters.demo import karpenter as kdemo
 
 
 class _Kube:
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+    def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         return [
             {"metadata": {"name": "old", "creationTimestamp": "2026-11-30T12:00:00Z"}, "status": {}},
             {"metadata": {"name": "c1", "creationTimestamp": "2026-11-30T12:08:40Z"},

@@ -3,7 +3,7 @@ which arguments it refuses before creating anything."""
 
 import pytest
 
-from autoclusters.deploy.pools import PoolConfigError, pool_from_config, stack_config_from_dict
+from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config, stack_config_from_dict
 from autoclusters.names import Names
 from components import (
     AdmissionPolicy,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autoclusters.deploy.pools import (
+from autoclusters.deploy.pool_config import (
     ConsentMode,
     FaultAction,
     NodeBackend,

@@ -126,7 +126,7 @@ def test_the_stack_event_source_reaches_the_controller_flag(source, monkeypatch)
     """Stack config ``eventSource`` -> the Deployment's env -> ``controller run``'s setting."""
     from autoclusters.cli.main import build_parser
     from autoclusters.controller.config import ControllerConfig
-    from autoclusters.deploy.pools import stack_config_from_dict
+    from autoclusters.deploy.pool_config import stack_config_from_dict
 
     cfg = stack_config_from_dict({} if source is None else {"eventSource": source})
     dep = workloads.controller_deployment(NAMES, "ns1", "img:1", event_source=cfg.event_source)

@@ -87,7 +87,7 @@ class FakeKarpenterKube:
         self.claims.pop(claim)
 
     # --- the Kube facade ---------------------------------------------------------------
-    def list(self, path: str, **_: Any) -> list[JSON]:
+    def list_items(self, path: str, **_: Any) -> list[JSON]:
         assert path == "/apis/karpenter.sh/v1/nodeclaims", path
         return [copy.deepcopy(c) for c in self.claims.values()]
 

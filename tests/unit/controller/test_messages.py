@@ -17,10 +17,10 @@ from autoclusters.controller.statemachine import (
     Emit,
     Fault,
     Phase,
-    Policy,
     ProviderState,
     ProviderView,
     RepairAction,
+    RepairPolicy,
     transition,
 )
 from tests.unit.controller.test_statemachine import T0, P, node, obs
@@ -122,4 +122,4 @@ def test_the_fault_is_one_sentence(message: str, expected: str) -> None:
 
 
 def test_the_policy_default_label_is_the_default_brand() -> None:
-    assert Policy().approval_label == n.Names().maintenance_approved
+    assert RepairPolicy().approval_label == n.Names().maintenance_approved

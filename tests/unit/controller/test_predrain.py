@@ -16,8 +16,8 @@ import pytest
 from autoclusters import names as n
 from autoclusters.controller import drain
 from autoclusters.controller import hook as hooks
-from autoclusters.controller.pools import parse_pool
-from autoclusters.controller.records import state_of, status_of
+from autoclusters.controller.pool_policy import parse_pool
+from autoclusters.controller.remediation_record import state_of, status_of
 from autoclusters.controller.statemachine import (
     ClearWarning,
     ConsentMode,
@@ -32,23 +32,29 @@ from autoclusters.controller.statemachine import (
     Observation,
     Phase,
     PodsView,
-    Policy,
     PoolView,
     ProviderState,
     ProviderView,
     RepairAction,
+    RepairPolicy,
     Unmark,
     Warn,
     drain_reason,
     transition,
 )
-from autoclusters.deploy.pools import PoolConfigError, PreDrain, PreDrainHook, gpu_node_pool_object, pool_from_config
+from autoclusters.deploy.pool_config import (
+    PoolConfigError,
+    PreDrain,
+    PreDrainHook,
+    gpu_node_pool_object,
+    pool_from_config,
+)
 from autoclusters.names import Names
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
 REC = "n1-abc"
-P = Policy(reset_drain_seconds=300, replace_drain_seconds=600, poll_seconds=1, pre_drain_wait_seconds=120)
+P = RepairPolicy(reset_drain_seconds=300, replace_drain_seconds=600, poll_seconds=1, pre_drain_wait_seconds=120)
 SLURM = replace(P, acknowledgers=("slurm",))
 NAMES = Names()
 
@@ -62,7 +68,7 @@ def obs(pods: PodsView = ONE_POD, **node_kw: object) -> Observation:
                        pods=pods)
 
 
-def run(state, o: Observation, at: datetime = T0, p: Policy = P) -> Decision:  # type: ignore[no-untyped-def]
+def run(state, o: Observation, at: datetime = T0, p: RepairPolicy = P) -> Decision:  # type: ignore[no-untyped-def]
     return transition(state, o, at, p, record_name=REC)
 
 
@@ -429,7 +435,7 @@ def test_the_acknowledger_rule_is_one_pattern_in_parser_crd_and_rego() -> None:
     from pathlib import Path
 
     from autoclusters.deploy.crds import pool_schema
-    from autoclusters.deploy.pools import ACKNOWLEDGER_PATTERN
+    from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN
 
     schema = pool_schema()["properties"]["spec"]["properties"]["preDrain"]["properties"]
     assert schema["acknowledgers"]["items"]["pattern"] == ACKNOWLEDGER_PATTERN

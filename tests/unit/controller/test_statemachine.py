@@ -27,12 +27,12 @@ from autoclusters.controller.statemachine import (
     Outcome,
     Phase,
     PodsView,
-    Policy,
     PoolView,
     ProviderBlock,
     ProviderState,
     ProviderView,
     RepairAction,
+    RepairPolicy,
     RepairState,
     Unmark,
     transition,
@@ -41,7 +41,7 @@ from autoclusters.controller.statemachine import (
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
 XID48 = Fault("gpu", "48", n.REASON_XID, "GPU 1 reported Xid 48 (Double Bit ECC Error).")
-P = Policy(reset_drain_seconds=300, replace_drain_seconds=600, verify_timeout_seconds=120, poll_seconds=1)
+P = RepairPolicy(reset_drain_seconds=300, replace_drain_seconds=600, verify_timeout_seconds=120, poll_seconds=1)
 
 
 def obs(mode: ConsentMode = ConsentMode.AUTO, fault: Fault | None = XID79,
@@ -59,7 +59,7 @@ def reasons(d: Decision) -> list[str]:
     return [a.reason for a in d.actions if isinstance(a, Emit)]
 
 
-def run(state: RepairState | None, o: Observation, at: datetime = T0, p: Policy = P) -> Decision:
+def run(state: RepairState | None, o: Observation, at: datetime = T0, p: RepairPolicy = P) -> Decision:
     return transition(state, o, at, p, record_name="n1-abc")
 
 

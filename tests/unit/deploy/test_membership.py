@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from autoclusters.controller.fleet import Fleet
+from autoclusters.controller.cache import Fleet
 from autoclusters.controller.statemachine import RepairAction
 from autoclusters.deploy import default_pool
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.deploy.membership import Membership, config_of
-from autoclusters.deploy.pools import PoolConfigError, pool_from_config
+from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.ops import resources as res
-from autoclusters.ops.fleet import build_snapshot, default_policy_of
+from autoclusters.ops.snapshot import build_snapshot, default_policy_of
 from tests.unit.ops.builders import NAMES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,8 +11,8 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.records import Poll
 from autoclusters.detector.simulated import SimulatedHardware
+from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names

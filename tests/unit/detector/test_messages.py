@@ -1,7 +1,7 @@
 """Every message the detector writes reads back, through the catalog, to the same fault."""
 
 from autoclusters.detector.conditions import message_for, reason_for
-from autoclusters.detector.records import Record
+from autoclusters.detector.source_records import Record
 from autoclusters.faults.catalog import FaultClass, load_catalog
 from autoclusters.names import Names
 

@@ -1,5 +1,5 @@
 from autoclusters.detector.conditions import desired_conditions
-from autoclusters.detector.records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record
 from autoclusters.detector.window import FaultTracker
 from autoclusters.faults.catalog import FaultClass, Severity, load_catalog
 from autoclusters.names import Names

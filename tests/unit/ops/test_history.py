@@ -4,7 +4,7 @@ import pytest
 
 from autoclusters.ops.durations import DurationError, human_duration, parse_since
 from autoclusters.ops.history import HistoryQuery, select_repairs
-from autoclusters.ops.records import repair_from_object
+from autoclusters.ops.repairs import repair_from_object
 from tests.unit.ops.builders import NAMES, record
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
@@ -83,14 +83,14 @@ def test_human_duration(seconds: float | None, text: str) -> None:
 
 
 def test_the_view_reads_what_the_controller_writes() -> None:
-    from autoclusters.controller.records import new_record, status_of
-    from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, Step
+    from autoclusters.controller.remediation_record import new_record, status_of
+    from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
 
     t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
     state = RepairState(name="n1-abc", node="n1", pool="p", consent_mode=ConsentMode.PROPOSE,
                         fault=Fault("gpu", "79", "NvidiaXIDError", "Xid 79"), phase=Phase.SUCCEEDED,
                         action=RepairAction.REPLACE, escalated=True, outcome="Succeeded", replacement_node="n9",
-                        created=t0, completed=t1, steps=(Step("Acting", t0, "replacing"),))
+                        created=t0, completed=t1, steps=(TimelineStep("Acting", t0, "replacing"),))
     obj = {**new_record(state, NAMES), "status": status_of(state)}
     r = repair_from_object(obj)
     assert (r.node, r.pool, r.consent_mode, r.action, r.fault, r.phase, r.outcome, r.replacement_node,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_slurm import SlurmPolicy
-from autoclusters.deploy.pools import PoolConfig, gpu_node_pool_object
 from autoclusters.names import Names
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.bridge import SlurmBridge
@@ -24,7 +24,7 @@ class FakeKube:
         self.pools, self.nodes = pools, nodes
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    def list(self, path: str, **_: Any) -> list[dict[str, Any]]:
+    def list_items(self, path: str, **_: Any) -> list[dict[str, Any]]:
         assert path.endswith("/gpunodepools")
         return self.pools
 

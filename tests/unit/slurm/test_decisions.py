@@ -30,7 +30,7 @@ def obs(slurm: SlurmNode | None, *, at: float = 0, repair: d.Repair | None = REP
                          cordoned_by_us, slurm, note, tuple(jobs), signalled or {})
 
 
-def kinds(actions: list[d.Action]) -> list[str]:
+def kinds(actions: list[d.SlurmEffect]) -> list[str]:
     return [type(a).__name__ for a in actions]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoclusters.deploy.pools import ConsentMode
+from autoclusters.deploy.pool_config import ConsentMode
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.ops import resources as res

@@ -21,7 +21,7 @@ from autoclusters.kube import Kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
-from autoclusters.ops.records import (
+from autoclusters.ops.repairs import (
     AWAITING_PHASES,
     HOLDING_PHASES,
     REPAIRING_PHASES,

@@ -23,8 +23,8 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.records import Poll
 from autoclusters.detector.simulated import SimulatedHardware
+from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube

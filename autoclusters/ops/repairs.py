@@ -3,7 +3,7 @@
 The controller writes one record per repair (``spec``: what and why; ``status``: the
 phase, a timeline of steps, the outcome). Events expire after an hour; these records
 are what ``history`` and ``status`` read. They are read with the controller's own reader
-(``controller.records.state_of``), so the tools see exactly what the controller knows; a
+(``controller.remediation_record.state_of``), so the tools see exactly what the controller knows; a
 record without a phase yet shows as ``Pending``, and one the reader refuses (written by
 another version) shows its spec with the reason in ``message`` instead of failing the command.
 """
@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from autoclusters.clock import parse_iso, utc_iso
-from autoclusters.controller.records import state_of
+from autoclusters.controller.remediation_record import state_of
 from autoclusters.controller.statemachine import HOLDING, IN_PROGRESS, TERMINAL, Phase, RepairState
 
 # The controller's phase roles, as the strings the views compare.
@@ -27,7 +27,7 @@ PENDING = "Pending"  # created, not yet given a phase
 
 
 @dataclass(frozen=True)
-class Step:
+class HistoryStep:
     phase: str
     time: datetime | None
     message: str
@@ -55,7 +55,7 @@ class Repair:
     replacement_node: str
     started: datetime | None
     completed: datetime | None
-    steps: tuple[Step, ...]
+    steps: tuple[HistoryStep, ...]
     escalated: bool = False
     hold: str = ""  # why a Scheduled repair waits (MaxConcurrentRepairs, CircuitBreakerOpen, OptOutPod)
 
@@ -133,7 +133,7 @@ def repair_from_object(obj: dict[str, Any]) -> Repair:
 
 
 def _from_state(s: RepairState, created: datetime | None) -> Repair:
-    steps = tuple(Step(st.phase, st.time, st.message) for st in s.steps)
+    steps = tuple(HistoryStep(st.phase, st.time, st.message) for st in s.steps)
     return Repair(
         name=s.name, node=s.node, pool=s.pool, consent_mode=s.consent_mode.value, action=s.action.value,
         fault_class=s.fault.fault_class, fault_code=s.fault.code, fault_reason=s.fault.reason,

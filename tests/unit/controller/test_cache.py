@@ -9,7 +9,7 @@ NAMES = Names()
 
 
 def test_fleet_ignores_heartbeats_and_follows_the_membership_rule() -> None:
-    from autoclusters.controller.fleet import POOL_KEY, Fleet
+    from autoclusters.controller.cache import POOL_KEY, Fleet
 
     queued: list[str] = []
     fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made

@@ -1,7 +1,7 @@
 """A pool's policy as the controller reads it from a ``GpuNodePool`` object.
 
 The spec is parsed with the same strict parser the deployment uses
-(``deploy.pools.pool_from_config``), so a pool object means the same thing wherever it is
+(``deploy.pool_config.pool_from_config``), so a pool object means the same thing wherever it is
 read. Which nodes belong is the membership rule of ``deploy.membership``, shared with the
 operator tools.
 """
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoclusters.controller.statemachine import ConsentMode, Policy, RepairAction
+from autoclusters.controller.statemachine import ConsentMode, RepairAction, RepairPolicy
 from autoclusters.deploy.membership import config_of, provider_error
-from autoclusters.deploy.pools import FaultAction, PoolConfig, PoolConfigError
+from autoclusters.deploy.pool_config import FaultAction, PoolConfig, PoolConfigError
 from autoclusters.deploy.providers import ProviderSpec
 from autoclusters.faults.catalog import Action, FaultRef
 
@@ -49,7 +49,7 @@ class Pool:
             return RepairAction(fault.action.value)
         return None
 
-    def policy(self, base: Policy) -> Policy:
+    def policy(self, base: RepairPolicy) -> RepairPolicy:
         c = self.config
         return replace(
             base, reset_drain_seconds=c.reset_deadline_seconds, replace_drain_seconds=c.replace_deadline_seconds,

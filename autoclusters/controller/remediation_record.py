@@ -20,7 +20,7 @@ from autoclusters.controller.statemachine import (
     Phase,
     RepairAction,
     RepairState,
-    Step,
+    TimelineStep,
 )
 from autoclusters.deploy import API_VERSION
 from autoclusters.names import Names
@@ -133,6 +133,6 @@ def state_of(obj: JSON) -> RepairState | None:
         outcome=status.get("outcome", ""), message=status.get("message", ""),
         replacement_node=status.get("replacementNode", ""), created=parse_iso(status.get("created")),
         completed=parse_iso(status.get("completed")),
-        steps=tuple(Step(st.get("phase", ""), parse_iso(st.get("time")), st.get("message", ""))  # type: ignore[arg-type]
+        steps=tuple(TimelineStep(st.get("phase", ""), parse_iso(st.get("time")), st.get("message", ""))  # type: ignore[arg-type]
                     for st in status.get("steps") or []),
     )

@@ -1,6 +1,6 @@
 from datetime import UTC, datetime
 
-from autoclusters.ops.fleet import BREAKER_CLOSED, BREAKER_OPEN, BREAKER_UNKNOWN, breaker_state, build_snapshot
+from autoclusters.ops.snapshot import BREAKER_CLOSED, BREAKER_OPEN, BREAKER_UNKNOWN, breaker_state, build_snapshot
 from tests.unit.ops.builders import NAMES, node, pool, record, xid79
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from autoclusters.controller.records import record_name, state_of, status_of
+from autoclusters.controller.remediation_record import record_name, state_of, status_of
 from autoclusters.controller.statemachine import (
     ConsentMode,
     Fault,
@@ -13,7 +13,7 @@ from autoclusters.controller.statemachine import (
     Phase,
     RepairAction,
     RepairState,
-    Step,
+    TimelineStep,
 )
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -24,7 +24,7 @@ def test_record_status_round_trips() -> None:
                     fault=Fault("gpu", "79", "NvidiaXIDError", "GPU 3 reported Xid 79."), phase=Phase.ACTING,
                     action=RepairAction.REPLACE, approved=True, escalated=True, attempts=2, drain_started=T,
                     operation=Operation("n1-abc-2", RepairAction.REPLACE, T, "boot", "a-1234"), created=T,
-                    steps=(Step("Scheduled", T, "x"),))
+                    steps=(TimelineStep("Scheduled", T, "x"),))
     obj = {"metadata": {"name": "n1-abc"}, "spec": {"node": "n1", "pool": "a", "consentMode": "propose",
                                                     "action": "reset",
                                                     "fault": {"class": "gpu", "code": "79", "reason": "NvidiaXIDError",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from autoclusters.clock import FakeClock
 from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.fleet import SimulatedFleet
 from autoclusters.detector.simulated import SimulatedHardware
+from autoclusters.detector.simulated_fleet import SimulatedFleet
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.controller import records as rec
+from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.informer import Informer
-from autoclusters.controller.pools import Pool, PoolConfigError, default_pool, parse_pool
+from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
 from autoclusters.controller.statemachine import IN_PROGRESS
 from autoclusters.deploy import API_VERSION, DEFAULT_NAMESPACE
 from autoclusters.deploy import default_pool as defaults

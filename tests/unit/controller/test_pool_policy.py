@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from autoclusters.controller.pools import parse_pool
+from autoclusters.controller.pool_policy import parse_pool
 from autoclusters.controller.statemachine import (
     ConsentMode,
-    Policy,
     RepairAction,
+    RepairPolicy,
 )
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
@@ -26,7 +26,7 @@ def test_pool_policy_and_fault_class_overrides() -> None:
     assert dcgm is not None and pool.action_for(dcgm) is None
     default = parse_pool({"metadata": {"name": "b"}, "spec": {}})
     assert default.mode == ConsentMode.AUTO and default.action_for(xid) == RepairAction.RESET
-    assert default.policy(Policy(verify_timeout_seconds=7)).max_repairs == 3
-    assert default.policy(Policy(verify_timeout_seconds=7)).verify_timeout_seconds == 7
-    assert default.policy(Policy(approval_label="crusoe.ai/maintenance-approved")).approval_label \
+    assert default.policy(RepairPolicy(verify_timeout_seconds=7)).max_repairs == 3
+    assert default.policy(RepairPolicy(verify_timeout_seconds=7)).verify_timeout_seconds == 7
+    assert default.policy(RepairPolicy(approval_label="crusoe.ai/maintenance-approved")).approval_label \
         == "crusoe.ai/maintenance-approved"
