@@ -70,6 +70,7 @@ BRAND_FLAGS = $(if $(DOMAIN),--domain $(DOMAIN)) $(if $(PREFIX),--condition-pref
 	$(if $(EVENT_SOURCE),--event-source $(EVENT_SOURCE))
 
 manifests: venv
+	$(BIN)/python -m autoclusters.api > policies/lib/api.rego
 	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
 	$(BIN)/python -m components.render
 	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))

@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from autoclusters import api
+
 DEFAULT_DOMAIN = "autoclusters.io"
 DEFAULT_PREFIX = "AutoClusters"
 # The reference system's event source (what ``kubectl describe node`` shows under From).
@@ -202,7 +204,7 @@ class Names:
     # API group for the custom resources ------------------------------------------------
     @property
     def api_group(self) -> str:
-        return f"remediation.{self.domain}"
+        return f"{api.GROUP_PREFIX}.{self.domain}"
 
     @classmethod
     def from_env(cls) -> Names:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from autoclusters.deploy.pool_config import ConsentMode, NodeBackend, PoolConfig, gpu_node_pool_object
+from autoclusters.api import ConsentMode
+from autoclusters.deploy.pool_config import NodeBackend, PoolConfig, gpu_node_pool_object
 from autoclusters.names import Names
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource

@@ -13,6 +13,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from autoclusters import api
+from autoclusters.api import ConsentMode
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.informer import Informer
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
@@ -52,10 +54,10 @@ class Fleet:
         self._reserved: dict[str, set[str]] = defaultdict(set)
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
-        self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "gpunodepools"), self._on_pool,
-                                      name="gpunodepools")
-        self.record_informer = Informer(kube, Kube.custom_path(g, API_VERSION, "remediations"), self._on_record,
-                                        name="remediations")
+        self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, api.POOLS.plural), self._on_pool,
+                                      name=api.POOLS.plural)
+        self.record_informer = Informer(kube, Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
+                                        self._on_record, name=api.REMEDIATIONS.plural)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
                                          label_selector=defaults.SELECTOR, name="default-pool")
 
@@ -100,9 +102,9 @@ class Fleet:
         return self.pool_named(name) if name else None
 
     def _pools_changed(self) -> None:
-        mode = self.default_spec.get("consentMode", "auto")
+        mode = self.default_spec.get("consentMode", api.DEFAULT_CONSENT_MODE)
         self._membership = Membership((p.config for p in self.pools.values()), self.names,
-                                      default=mode != "off", invalid=self.invalid_pools)
+                                      default=mode != ConsentMode.OFF, invalid=self.invalid_pools)
         self._default_pools = {}
 
     def pool_named(self, name: str) -> Pool | None:

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.deploy.workloads import CONTROLLER
@@ -19,17 +20,17 @@ class ControllerConfig:
     lease_seconds: float = 15
     renew_deadline_seconds: float = 10
     retry_period_seconds: float = 2
-    verify_timeout_seconds: float = 600
-    operation_timeout_seconds: float = 1800
-    poll_seconds: float = 2
-    hold_recheck_seconds: float = 10
+    verify_timeout_seconds: float = api.VERIFY_TIMEOUT_SECONDS
+    operation_timeout_seconds: float = api.OPERATION_TIMEOUT_SECONDS
+    poll_seconds: float = api.POLL_SECONDS
+    hold_recheck_seconds: float = api.HOLD_RECHECK_SECONDS
     resync_seconds: float = 300
     gc_interval_seconds: float = 3600
-    retention_days: float = 90
+    retention_days: float = api.RETENTION_DAYS
     metrics_port: int = 9102  # 0: no metrics server
     workers: int = 16
-    sim_reset_seconds: float = 30
-    sim_replace_seconds: float = 30
+    sim_reset_seconds: float = api.SIM_RESET_SECONDS
+    sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     provider_image: str = ""  # image of provider Jobs (host reboot) when the pool names none: the controller's own
     notifier_url: str = ""
     catalog_path: str = ""

@@ -13,6 +13,7 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import Clock, SystemClock
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
@@ -164,7 +165,7 @@ class Controller:
         deleted = 0
         for name in expired(self.fleet.record_informer.items(), self.clock.now(), self.config.retention_days):
             try:
-                self.kube.delete(Kube.custom_path(self.names.api_group, API_VERSION, "remediations", name))
+                self.kube.delete(Kube.custom_path(self.names.api_group, API_VERSION, api.REMEDIATIONS.plural, name))
                 deleted += 1
             except NotFound:
                 pass

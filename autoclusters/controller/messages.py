@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-# The state machine's RepairAction and ConsentMode are StrEnums; their values are used here
-# so that this module does not import the state machine (which imports it).
-_ACTION = {"reset": "VM reset", "replace": "node replacement"}
+from autoclusters.api import ConsentMode, RepairAction
+
+_ACTION: dict[str, str] = {RepairAction.RESET: "VM reset", RepairAction.REPLACE: "node replacement"}
 
 
 class FaultLike(Protocol):
@@ -45,7 +45,7 @@ def fault_sentence(fault: FaultLike) -> str:
 
 
 def required(fault: FaultLike, pool: str, mode: str) -> str:
-    what = ("it is repaired without waiting for approval" if str(mode) == "auto"
+    what = ("it is repaired without waiting for approval" if mode == ConsentMode.AUTO
             else "the repair waits for your approval")
     return f"Repair needed: {fault_sentence(fault)} Pool {pool} has consent mode {mode}: {what}."
 
@@ -57,7 +57,7 @@ def awaiting_approval(action: str, node: str, approval_label: str, why: str = ""
 
 def approved(action: str, approval_label: str, *, by_label: bool, why: str = "") -> str:
     how = (f"the label {approval_label}=true is on the node" if by_label
-           else "the pool's consent mode changed to auto")
+           else f"the pool's consent mode changed to {ConsentMode.AUTO}")
     return f"{_cap(action_name(action))} approved: {how}.{_why(why)}"
 
 

@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoclusters.controller.statemachine import ConsentMode, RepairAction, RepairPolicy
+from autoclusters.api import CatalogAction, ClassAction, ConsentMode, RepairAction
+from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.deploy.membership import config_of, provider_error
-from autoclusters.deploy.pool_config import FaultAction, PoolConfig, PoolConfigError
+from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError
 from autoclusters.deploy.providers import ProviderSpec
-from autoclusters.faults.catalog import Action, FaultRef
+from autoclusters.faults.catalog import FaultRef
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Pool:
 
     @property
     def mode(self) -> ConsentMode:
-        return ConsentMode(self.config.consent_mode.value)
+        return self.config.consent_mode
 
     @property
     def breaker_state(self) -> str:
@@ -40,12 +41,12 @@ class Pool:
 
     def action_for(self, fault: FaultRef) -> RepairAction | None:
         """The pool's action for a fault: the class override, else the catalog's; None = not repaired."""
-        override = self.config.fault_classes.get(fault.fault_class.value, FaultAction.DEFAULT)
-        if override == FaultAction.OFF:
+        override = self.config.fault_classes.get(fault.fault_class.value, ClassAction.DEFAULT)
+        if override == ClassAction.OFF:
             return None
-        if override in (FaultAction.RESET, FaultAction.REPLACE):
+        if override in (ClassAction.RESET, ClassAction.REPLACE):
             return RepairAction(override.value)
-        if fault.action in (Action.RESET, Action.REPLACE):
+        if fault.action in (CatalogAction.RESET, CatalogAction.REPLACE):
             return RepairAction(fault.action.value)
         return None
 

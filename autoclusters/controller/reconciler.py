@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
@@ -82,9 +83,9 @@ class Plan:
 @dataclass(frozen=True)
 class Settings:
     policy: RepairPolicy
-    attempt_window_default: float = 604800
-    sim_reset_seconds: float = 30
-    sim_replace_seconds: float = 30
+    attempt_window_default: float = api.ATTEMPT_WINDOW_SECONDS.default
+    sim_reset_seconds: float = api.SIM_RESET_SECONDS
+    sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
 
@@ -324,7 +325,7 @@ class Reconciler:
         try:
             if active is None:
                 try:
-                    active = self._kube.create(Kube.custom_path(g, API_VERSION, "remediations"),
+                    active = self._kube.create(Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
                                                rec.new_record(state, self._names))
                 except Conflict:
                     return None
@@ -333,7 +334,8 @@ class Reconciler:
             if (active.get("status") or {}) == status:
                 return active
             body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]}, "status": status}
-            stored = self._kube.patch(Kube.custom_path(g, API_VERSION, "remediations", state.name) + "/status", body)
+            stored = self._kube.patch(
+                Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural, state.name) + "/status", body)
         except (Conflict, NotFound):
             return None
         self._fleet.record_written(stored)
@@ -433,12 +435,12 @@ class Reconciler:
         if status == old:
             return None
         try:
-            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, "gpunodepools", name)
+            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, api.POOLS.plural, name)
                                       + "/status", {"status": status})
         except NotFound:
             return None
         self._fleet.pool_written(stored)
-        ref = ObjectRef("GpuNodePool", name, api_version=f"{self._names.api_group}/{API_VERSION}",
+        ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{API_VERSION}",
                         uid=obj.get("metadata", {}).get("uid", ""))
         for reason, message in turned_false:
             self._recorder.emit(ref, reason, message, warning=True)
@@ -495,7 +497,7 @@ class Reconciler:
             return None
         if changed:
             uid = pool.obj.get("metadata", {}).get("uid", "")
-            ref = ObjectRef("GpuNodePool", name, api_version=f"{self._names.api_group}/{API_VERSION}", uid=uid)
+            ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{API_VERSION}", uid=uid)
             if reading.state == brk.OPEN:
                 self._recorder.emit(ref, EVENT_BREAKER_OPEN, f"circuit breaker open: automatic repairs paused; {msg}",
                                     warning=True)

@@ -11,6 +11,8 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
+from autoclusters import api
+from autoclusters.api import FaultClass
 from autoclusters.clock import parse_iso, utc_iso
 from autoclusters.controller.statemachine import (
     TERMINAL,
@@ -62,7 +64,7 @@ def is_active(obj: JSON) -> bool:
 def new_record(state: RepairState, names: Names) -> JSON:
     return {
         "apiVersion": f"{names.api_group}/{API_VERSION}",
-        "kind": "Remediation",
+        "kind": api.REMEDIATIONS.kind,
         "metadata": {"name": state.name, "labels": {node_label(names): _label_value(state.node),
                                                      pool_label(names): _label_value(state.pool),
                                                      "app.kubernetes.io/part-of": "autoclusters"}},
@@ -120,9 +122,9 @@ def state_of(obj: JSON) -> RepairState | None:
                               boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
     return RepairState(
         name=obj["metadata"]["name"], node=spec.get("node", ""), pool=spec.get("pool", ""),
-        consent_mode=ConsentMode(spec.get("consentMode", "auto")),
-        fault=Fault(f.get("class", "gpu"), str(f.get("code", "")), f.get("reason", ""), f.get("message", "")),
-        phase=phase, action=RepairAction(status.get("action") or spec.get("action") or "reset"),
+        consent_mode=ConsentMode(spec.get("consentMode", api.DEFAULT_CONSENT_MODE)),
+        fault=Fault(f.get("class", FaultClass.GPU), str(f.get("code", "")), f.get("reason", ""), f.get("message", "")),
+        phase=phase, action=RepairAction(status.get("action") or spec.get("action") or RepairAction.RESET),
         approved=bool(status.get("approved")), escalated=bool(status.get("escalated")),
         escalated_from=status.get("escalatedFrom", ""), opt_out=bool(status.get("optOut")),
         attempts=int(status.get("attempts", 0)), node_was_cordoned=bool(status.get("nodeWasCordoned")),

@@ -23,25 +23,11 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 import autoclusters.controller.messages as words
+from autoclusters import api
 from autoclusters import names as n
 
-
-class Phase(StrEnum):
-    AWAITING_APPROVAL = "AwaitingApproval"  # propose: marked, waiting for the approval label
-    SCHEDULED = "Scheduled"  # decided; waiting for the guards (opt-out, concurrency, breaker)
-    DRAINING = "Draining"  # warned and cordoned; waiting for acknowledgements, then pods being evicted
-    ACTING = "Acting"  # the provider is resetting or replacing the node
-    VERIFYING = "Verifying"  # waiting for a healthy node
-    SUCCEEDED = "Succeeded"  # terminal
-    NOT_NEEDED = "NotNeeded"  # terminal: the fault cleared before the repair started
-    FAILED = "Failed"  # holding: labels and condition stay until the fault clears
-    HUMAN_NEEDED = "HumanNeeded"  # holding: the attempt budget is spent
-    CLOSED = "Closed"  # terminal: a holding or cancelled record, closed
-
-
-TERMINAL = frozenset({Phase.SUCCEEDED, Phase.NOT_NEEDED, Phase.CLOSED})
-HOLDING = frozenset({Phase.FAILED, Phase.HUMAN_NEEDED})
-IN_PROGRESS = frozenset({Phase.DRAINING, Phase.ACTING, Phase.VERIFYING})
+# The enums of the API, written once in autoclusters/api.py (re-exported: the controller speaks them).
+from autoclusters.api import IN_PROGRESS, TERMINAL, ConsentMode, Phase, RepairAction
 
 
 class Outcome(StrEnum):
@@ -50,17 +36,6 @@ class Outcome(StrEnum):
     FAILED = "Failed"
     BUDGET_EXHAUSTED = "AttemptBudgetExhausted"
     CANCELLED = "Cancelled"
-
-
-class RepairAction(StrEnum):
-    RESET = "reset"
-    REPLACE = "replace"
-
-
-class ConsentMode(StrEnum):
-    AUTO = "auto"
-    PROPOSE = "propose"
-    OFF = "off"
 
 
 class ProviderState(StrEnum):
@@ -222,16 +197,16 @@ class Observation:
 
 @dataclass(frozen=True)
 class RepairPolicy:
-    reset_drain_seconds: float = 300
-    replace_drain_seconds: float = 600
-    refault_window_seconds: float = 900
-    reset_memory_seconds: float = 86400
-    max_repairs: int = 3
-    verify_timeout_seconds: float = 600
-    operation_timeout_seconds: float = 1800
-    poll_seconds: float = 2.0
-    hold_recheck_seconds: float = 10.0
-    pre_drain_wait_seconds: float = 120  # the longest wait after the warning before eviction
+    reset_drain_seconds: float = api.RESET_DEADLINE_SECONDS.default
+    replace_drain_seconds: float = api.REPLACE_DEADLINE_SECONDS.default
+    refault_window_seconds: float = api.REFAULT_WINDOW_SECONDS.default
+    reset_memory_seconds: float = api.RESET_MEMORY_SECONDS.default
+    max_repairs: int = api.MAX_REPAIRS.default
+    verify_timeout_seconds: float = api.VERIFY_TIMEOUT_SECONDS
+    operation_timeout_seconds: float = api.OPERATION_TIMEOUT_SECONDS
+    poll_seconds: float = api.POLL_SECONDS
+    hold_recheck_seconds: float = api.HOLD_RECHECK_SECONDS
+    pre_drain_wait_seconds: float = api.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning
     acknowledgers: tuple[str, ...] = ()  # node-level preparers the wait is for (e.g. "slurm")
     slinky: bool = False  # the warning also writes Slinky's node-cordon-reason (before the cordon)
     approval_label: str = n.Names().maintenance_approved  # the label the approval message tells users to add

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import parse_iso
 from autoclusters.demo import story
 from autoclusters.demo.story import Result, say
@@ -32,7 +33,7 @@ def setup(cluster: LocalCluster, handle: ClusterHandle, progress: Callable[[str]
     """Karpenter, the pool (replace: karpenter), its NodePool and two workers; returns the nodes."""
     cluster.start_karpenter(progress=progress)
     names = handle.names
-    pool = {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool", "metadata": {"name": POOL},
+    pool = {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": api.POOLS.kind, "metadata": {"name": POOL},
             "spec": {"consentMode": "auto", "drain": {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 30},
                      "provider": {"type": "simulated", "replace": {"type": "karpenter"}}}}
     handle.apply([pool, nodepool_manifest(POOL, POOL, names)], field_manager="demo")

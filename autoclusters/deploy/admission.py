@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
 from autoclusters.names import Names
 
@@ -176,10 +177,10 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
     hooks = [node_hook]
     if include_pools:
         hooks.append({
-            "name": f"gpunodepools.{names.api_group}",
+            "name": f"{api.POOLS.plural}.{names.api_group}",
             **common,
             "rules": [{"apiGroups": [names.api_group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                       "resources": ["gpunodepools"], "scope": "Cluster"}],
+                       "resources": [api.POOLS.plural], "scope": "Cluster"}],
         })
     return {
         "apiVersion": ADMISSION_V1,

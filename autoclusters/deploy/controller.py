@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoclusters import api
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import KINDS
 from autoclusters.names import Names
@@ -50,10 +51,10 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller")
             _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
-            _rule([g], ["gpunodepools"], ["get", "list", "watch"]),
-            _rule([g], ["gpunodepools/status"], ["patch"]),
-            _rule([g], ["remediations"], ["get", "list", "watch", "create", "delete"]),
-            _rule([g], ["remediations/status"], ["patch"]),
+            _rule([g], [api.POOLS.plural], ["get", "list", "watch"]),
+            _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
+            _rule([g], [api.REMEDIATIONS.plural], ["get", "list", "watch", "create", "delete"]),
+            _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
         ], namespaced=False),
     }
 

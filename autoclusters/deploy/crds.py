@@ -8,26 +8,24 @@ show the fields an operator looks for first.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
-from autoclusters.deploy import API_VERSION
-from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN, PreDrain, PreDrainHook
+from autoclusters import api
+from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
+from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN, PreDrain
 from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
 
-FAULT_CLASSES = ("gpu", "nvswitch", "dcgm", "interconnect")
-PHASES = ("AwaitingApproval", "Scheduled", "Draining", "Acting", "Verifying", "Succeeded", "NotNeeded", "Failed",
-          "HumanNeeded", "Closed")
+
+def _enum(kind: type[StrEnum], **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "enum": [m.value for m in kind], **extra}
 
 
-def _int(minimum: int, default: int | None = None, maximum: int | None = None) -> dict[str, Any]:
-    s: dict[str, Any] = {"type": "integer", "minimum": minimum}
-    if default is not None:
-        s["default"] = default
-    if maximum is not None:
-        s["maximum"] = maximum
-    return s
+def _limits(group: str) -> dict[str, Any]:
+    """The integer settings of one object of the pool spec, with default and range (api.POOL_LIMITS)."""
+    return {lim.field: lim.schema() for lim in api.limits_of(group)}
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -52,27 +50,21 @@ _SELECTOR = _obj({
 
 def pool_schema() -> dict[str, Any]:
     spec = _obj({
-        "consentMode": {"type": "string", "enum": ["auto", "propose", "off"], "default": "auto",
-                        "description": "auto: repair at once; propose: wait for the approval label; off: report only."},
+        "consentMode": _enum(ConsentMode, default=api.DEFAULT_CONSENT_MODE.value, description="; ".join(
+            f"{m}: {what}" for m, what in api.CONSENT_MODE_SUMMARY.items()) + "."),
         "nodeSelector": _SELECTOR,
-        "faultClasses": _obj({c: {"type": "string", "enum": ["default", "reset", "replace", "off"],
-                                  "default": "default"} for c in FAULT_CLASSES},
+        "faultClasses": _obj({c.value: _enum(ClassAction, default=ClassAction.DEFAULT.value) for c in FaultClass},
                              description="Per fault class action; default = the catalog's action for the code."),
-        "maxConcurrentRepairs": _int(1, 1),
-        "circuitBreaker": _obj({
-            "openAbovePercent": _int(1, 30, 100),
-            "closeBelowPercent": _int(1, 20, 100),
-            "minNodes": _int(0, 0),
-        }, default={}, **{"x-kubernetes-validations": [{
+        **_limits(""),
+        "circuitBreaker": _obj(_limits("circuitBreaker"), default={}, **{"x-kubernetes-validations": [{
             "rule": "!has(self.closeBelowPercent) || !has(self.openAbovePercent) || "
                     "self.closeBelowPercent <= self.openAbovePercent",
             "message": "closeBelowPercent must not exceed openAbovePercent"}]}),
-        "drain": _obj({"resetDeadlineSeconds": _int(1, 300), "replaceDeadlineSeconds": _int(1, 600)}, default={}),
-        "escalation": _obj({"refaultWindowSeconds": _int(1, 900), "resetMemorySeconds": _int(1, 86400)},
-                           default={}),
-        "attemptBudget": _obj({"maxRepairs": _int(1, 3), "windowSeconds": _int(1, 604800)}, default={}),
+        "drain": _obj(_limits("drain"), default={}),
+        "escalation": _obj(_limits("escalation"), default={}),
+        "attemptBudget": _obj(_limits("attemptBudget"), default={}),
         "preDrain": _obj({
-            "waitSeconds": {**_int(0, PreDrain.wait_seconds), "description": (
+            "waitSeconds": {**api.PRE_DRAIN_WAIT_SECONDS.schema(), "description": (
                 "Longest wait after the warning (node and pod annotations, events, hook) before eviction "
                 "starts; ends early when every acknowledger and every pod labelled drain-wait=true acked.")},
             "acknowledgers": {"type": "array", "default": [], "items": {
@@ -85,7 +77,7 @@ def pool_schema() -> dict[str, Any]:
             "hook": _obj({
                 "url": {"type": "string", "pattern": "^https?://\\S+$"},
                 "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-                "timeoutSeconds": _int(1, PreDrainHook.timeout_seconds),
+                **_limits("preDrain.hook"),
             }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",
                 **{"x-kubernetes-validations": [{
                     "rule": "has(self.url) != has(self.command)",
@@ -99,7 +91,7 @@ def pool_schema() -> dict[str, Any]:
         "faultyNodes": {"type": "integer"},
         "faultyPercent": {"type": "integer"},
         "repairsInProgress": {"type": "integer"},
-        "circuitBreaker": _obj({"state": {"type": "string", "enum": ["Closed", "Open"]},
+        "circuitBreaker": _obj({"state": _enum(BreakerState),
                                 "since": {"type": "string", "format": "date-time"},
                                 "message": {"type": "string"}}),
         "observedGeneration": {"type": "integer"},
@@ -118,18 +110,18 @@ def pool_schema() -> dict[str, Any]:
 
 
 def remediation_schema() -> dict[str, Any]:
-    fault = _obj({"class": {"type": "string", "enum": list(FAULT_CLASSES)}, "code": {"type": "string"},
+    fault = _obj({"class": _enum(FaultClass), "code": {"type": "string"},
                   "reason": {"type": "string"}, "message": {"type": "string"}})
     spec = _obj({
         "node": {"type": "string"},
         "pool": {"type": "string"},
-        "consentMode": {"type": "string", "enum": ["auto", "propose", "off"]},
-        "action": {"type": "string", "enum": ["reset", "replace"]},
+        "consentMode": _enum(ConsentMode),
+        "action": _enum(RepairAction),
         "fault": fault,
     }, required=["node", "pool", "fault"])
     status = _obj({
-        "phase": {"type": "string", "enum": list(PHASES)},
-        "action": {"type": "string", "enum": ["reset", "replace"]},
+        "phase": _enum(Phase),
+        "action": _enum(RepairAction),
         "approved": {"type": "boolean"},
         "escalated": {"type": "boolean"},
         "escalatedFrom": {"type": "string"},
@@ -156,19 +148,20 @@ def remediation_schema() -> dict[str, Any]:
     return _obj({"spec": spec, "status": status})
 
 
-def _crd(names: Names, kind: str, plural: str, short: str, schema: dict[str, Any],
-         columns: list[dict[str, Any]]) -> dict[str, Any]:
+def _crd(names: Names, resource: api.Resource, schema: dict[str, Any], columns: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{names.api_group}", "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
+        "metadata": {"name": f"{resource.plural}.{names.api_group}",
+                     "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "spec": {
             "group": names.api_group,
             "scope": "Cluster",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "shortNames": [short],
-                      "listKind": f"{kind}List", "categories": ["autoclusters"]},
+            "names": {"kind": resource.kind, "plural": resource.plural, "singular": resource.singular,
+                      "shortNames": [resource.short_name], "listKind": resource.list_kind,
+                      "categories": ["autoclusters"]},
             "versions": [{
-                "name": API_VERSION, "served": True, "storage": True,
+                "name": api.VERSION, "served": True, "storage": True,
                 "schema": {"openAPIV3Schema": schema},
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": columns,
@@ -178,7 +171,7 @@ def _crd(names: Names, kind: str, plural: str, short: str, schema: dict[str, Any
 
 
 def gpu_node_pool_crd(names: Names) -> dict[str, Any]:
-    return _crd(names, "GpuNodePool", "gpunodepools", "gnp", pool_schema(), [
+    return _crd(names, api.POOLS, pool_schema(), [
         {"name": "Mode", "type": "string", "jsonPath": ".spec.consentMode"},
         {"name": "Max-Repairs", "type": "integer", "jsonPath": ".spec.maxConcurrentRepairs"},
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
@@ -192,7 +185,7 @@ def gpu_node_pool_crd(names: Names) -> dict[str, Any]:
 
 
 def remediation_crd(names: Names) -> dict[str, Any]:
-    return _crd(names, "Remediation", "remediations", "rem", remediation_schema(), [
+    return _crd(names, api.REMEDIATIONS, remediation_schema(), [
         {"name": "Node", "type": "string", "jsonPath": ".spec.node"},
         {"name": "Pool", "type": "string", "jsonPath": ".spec.pool"},
         {"name": "Fault", "type": "string", "jsonPath": ".spec.fault.reason"},

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters import api
+from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import API_VERSION, DEFAULT_IMAGE
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
@@ -25,7 +27,6 @@ from autoclusters.deploy.providers import (
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
 
-FAULT_CLASSES = ("gpu", "nvswitch", "dcgm", "interconnect")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -34,23 +35,6 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 
 class PoolConfigError(ValueError):
     """A pool or stack setting that cannot be deployed; the message names the field."""
-
-
-class ConsentMode(enum.StrEnum):
-    """Who decides when a repair starts (docs/contract.md, "Pools and consent modes")."""
-
-    AUTO = "auto"
-    PROPOSE = "propose"
-    OFF = "off"
-
-
-class FaultAction(enum.StrEnum):
-    """Per fault class override of the catalog's action; ``default`` keeps the catalog's."""
-
-    DEFAULT = "default"
-    RESET = "reset"
-    REPLACE = "replace"
-    OFF = "off"
 
 
 class NodeBackend(enum.StrEnum):
@@ -62,9 +46,9 @@ class NodeBackend(enum.StrEnum):
 
 @dataclass(frozen=True)
 class CircuitBreaker:
-    open_above_percent: int = 30
-    close_below_percent: int = 20
-    min_nodes: int = 0
+    open_above_percent: int = api.BREAKER_OPEN_ABOVE_PERCENT.default
+    close_below_percent: int = api.BREAKER_CLOSE_BELOW_PERCENT.default
+    min_nodes: int = api.BREAKER_MIN_NODES.default
 
 
 # A pre-drain acknowledger's name: it becomes the annotation key <domain>/drain-ack-<name>.
@@ -80,14 +64,14 @@ class PreDrainHook:
 
     url: str = ""
     command: tuple[str, ...] = ()
-    timeout_seconds: int = 10
+    timeout_seconds: int = api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS.default
 
 
 @dataclass(frozen=True)
 class PreDrain:
     """The warning before the drain: how long eviction may wait and for whom."""
 
-    wait_seconds: int = 120  # the longest the controller waits after the warning before it evicts
+    wait_seconds: int = api.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning before eviction
     acknowledgers: tuple[str, ...] = ()  # node-level preparers, e.g. ("slurm",): <domain>/drain-ack-<name>
     hook: PreDrainHook | None = None
     slinky: bool = False  # write Slinky's node-cordon-reason before cordoning
@@ -110,16 +94,16 @@ class PoolConfig:
     """One GPU node pool; field names mirror ``GpuNodePool.spec`` in snake case."""
 
     name: str
-    consent_mode: ConsentMode = ConsentMode.AUTO
-    fault_classes: Mapping[str, FaultAction] = field(default_factory=dict)
-    max_concurrent_repairs: int = 1
+    consent_mode: ConsentMode = api.DEFAULT_CONSENT_MODE
+    fault_classes: Mapping[str, ClassAction] = field(default_factory=dict)
+    max_concurrent_repairs: int = api.MAX_CONCURRENT_REPAIRS.default
     circuit_breaker: CircuitBreaker = CircuitBreaker()
-    reset_deadline_seconds: int = 300
-    replace_deadline_seconds: int = 600
-    refault_window_seconds: int = 900
-    reset_memory_seconds: int = 86400
-    max_repairs: int = 3
-    attempt_window_seconds: int = 604800
+    reset_deadline_seconds: int = api.RESET_DEADLINE_SECONDS.default
+    replace_deadline_seconds: int = api.REPLACE_DEADLINE_SECONDS.default
+    refault_window_seconds: int = api.REFAULT_WINDOW_SECONDS.default
+    reset_memory_seconds: int = api.RESET_MEMORY_SECONDS.default
+    max_repairs: int = api.MAX_REPAIRS.default
+    attempt_window_seconds: int = api.ATTEMPT_WINDOW_SECONDS.default
     provider: ProviderChoice = NO_PROVIDER  # none: repairs are held, never guessed
     node_selector: Mapping[str, Any] | None = None
     nodes: Nodes = Nodes()
@@ -133,27 +117,26 @@ class PoolConfig:
         object.__setattr__(self, "consent_mode", _enum(ConsentMode, self.consent_mode, f"{where}: consentMode"))
         actions = {}
         for cls, action in dict(self.fault_classes).items():
-            if cls not in FAULT_CLASSES:
+            if cls not in set(FaultClass):
                 raise PoolConfigError(f"{where}: faultClasses has unknown class {cls!r}; "
-                                      f"expected one of {', '.join(FAULT_CLASSES)}")
-            actions[cls] = _enum(FaultAction, action, f"{where}: faultClasses.{cls}")
+                                      f"expected one of {', '.join(FaultClass)}")
+            actions[cls] = _enum(ClassAction, action, f"{where}: faultClasses.{cls}")
         object.__setattr__(self, "fault_classes", actions)
-        _positive(self.max_concurrent_repairs, f"{where}: maxConcurrentRepairs")
         cb = self.circuit_breaker
-        for pct, label in ((cb.open_above_percent, "openAbovePercent"), (cb.close_below_percent, "closeBelowPercent")):
-            if not isinstance(pct, int) or isinstance(pct, bool) or not 0 < pct <= 100:
-                raise PoolConfigError(f"{where}: circuitBreaker.{label} must be an integer in 1..100, got {pct!r}")
+        for limit, value in ((api.MAX_CONCURRENT_REPAIRS, self.max_concurrent_repairs),
+                             (api.BREAKER_OPEN_ABOVE_PERCENT, cb.open_above_percent),
+                             (api.BREAKER_CLOSE_BELOW_PERCENT, cb.close_below_percent),
+                             (api.BREAKER_MIN_NODES, cb.min_nodes),
+                             (api.RESET_DEADLINE_SECONDS, self.reset_deadline_seconds),
+                             (api.REPLACE_DEADLINE_SECONDS, self.replace_deadline_seconds),
+                             (api.REFAULT_WINDOW_SECONDS, self.refault_window_seconds),
+                             (api.RESET_MEMORY_SECONDS, self.reset_memory_seconds),
+                             (api.MAX_REPAIRS, self.max_repairs),
+                             (api.ATTEMPT_WINDOW_SECONDS, self.attempt_window_seconds)):
+            _in_range(limit, value, where)
         if cb.close_below_percent > cb.open_above_percent:
             raise PoolConfigError(f"{where}: circuitBreaker.closeBelowPercent ({cb.close_below_percent}) must not "
                                   f"exceed openAbovePercent ({cb.open_above_percent})")
-        _non_negative(cb.min_nodes, f"{where}: circuitBreaker.minNodes")
-        for value, label in ((self.reset_deadline_seconds, "drain.resetDeadlineSeconds"),
-                             (self.replace_deadline_seconds, "drain.replaceDeadlineSeconds"),
-                             (self.refault_window_seconds, "escalation.refaultWindowSeconds"),
-                             (self.reset_memory_seconds, "escalation.resetMemorySeconds"),
-                             (self.max_repairs, "attemptBudget.maxRepairs"),
-                             (self.attempt_window_seconds, "attemptBudget.windowSeconds")):
-            _positive(value, f"{where}: {label}")
         if self.node_selector is not None:
             object.__setattr__(self, "node_selector", _label_selector(self.node_selector, f"{where}: nodeSelector"))
         if not isinstance(self.provider, ProviderChoice):
@@ -185,7 +168,7 @@ class PoolConfig:
 
 
 def _check_pre_drain(pd: PreDrain, where: str) -> None:
-    _non_negative(pd.wait_seconds, f"{where}: preDrain.waitSeconds")
+    _in_range(api.PRE_DRAIN_WAIT_SECONDS, pd.wait_seconds, where)
     if isinstance(pd.acknowledgers, str | bytes) or not isinstance(pd.acknowledgers, tuple | list):
         raise PoolConfigError(f"{where}: preDrain.acknowledgers must be a list of names, got {pd.acknowledgers!r}")
     for ack in pd.acknowledgers:
@@ -207,7 +190,7 @@ def _check_pre_drain(pd: PreDrain, where: str) -> None:
     if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
         raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                               "(the program and its arguments)")
-    _positive(hook.timeout_seconds, f"{where}: preDrain.hook.timeoutSeconds")
+    _in_range(api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS, hook.timeout_seconds, where)
 
 
 def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
@@ -218,14 +201,15 @@ def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
         raise PoolConfigError(f"{where} must be one of {allowed}, got {value!r}") from None
 
 
+def _in_range(limit: api.Limit, value: Any, where: str) -> None:
+    why = limit.error(value)
+    if why:
+        raise PoolConfigError(f"{where}: {limit.path} {why}")
+
+
 def _positive(value: Any, where: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise PoolConfigError(f"{where} must be an integer >= 1, got {value!r}")
-
-
-def _non_negative(value: Any, where: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise PoolConfigError(f"{where} must be an integer >= 0, got {value!r}")
 
 
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -286,11 +270,9 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
     where = f"pool {raw['name']!r}"
-    cb = _take(raw.get("circuitBreaker", {}), {"openAbovePercent", "closeBelowPercent", "minNodes"},
-               f"{where}: circuitBreaker")
-    drain = _take(raw.get("drain", {}), {"resetDeadlineSeconds", "replaceDeadlineSeconds"}, f"{where}: drain")
-    esc = _take(raw.get("escalation", {}), {"refaultWindowSeconds", "resetMemorySeconds"}, f"{where}: escalation")
-    budget = _take(raw.get("attemptBudget", {}), {"maxRepairs", "windowSeconds"}, f"{where}: attemptBudget")
+    cb, drain, esc, budget = (
+        _take(raw.get(group, {}), {lim.field for lim in api.limits_of(group)}, f"{where}: {group}")
+        for group in ("circuitBreaker", "drain", "escalation", "attemptBudget"))
     nodes = _take(raw.get("nodes", {}), {"backend", "count", "selector", "gpuProduct", "gpusPerNode", "instanceType"},
                   f"{where}: nodes")
     try:
@@ -305,17 +287,17 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         raise PoolConfigError(str(e)) from None
     return PoolConfig(
         name=raw["name"],
-        consent_mode=raw.get("consentMode", ConsentMode.AUTO),
-        fault_classes=_take(raw.get("faultClasses", {}), set(FAULT_CLASSES), f"{where}: faultClasses"),
-        max_concurrent_repairs=raw.get("maxConcurrentRepairs", 1),
-        circuit_breaker=CircuitBreaker(cb.get("openAbovePercent", 30), cb.get("closeBelowPercent", 20),
-                                       cb.get("minNodes", 0)),
-        reset_deadline_seconds=drain.get("resetDeadlineSeconds", 300),
-        replace_deadline_seconds=drain.get("replaceDeadlineSeconds", 600),
-        refault_window_seconds=esc.get("refaultWindowSeconds", 900),
-        reset_memory_seconds=esc.get("resetMemorySeconds", 86400),
-        max_repairs=budget.get("maxRepairs", 3),
-        attempt_window_seconds=budget.get("windowSeconds", 604800),
+        consent_mode=raw.get("consentMode", api.DEFAULT_CONSENT_MODE),
+        fault_classes=_take(raw.get("faultClasses", {}), set(FaultClass), f"{where}: faultClasses"),
+        max_concurrent_repairs=_value(raw, api.MAX_CONCURRENT_REPAIRS),
+        circuit_breaker=CircuitBreaker(_value(cb, api.BREAKER_OPEN_ABOVE_PERCENT),
+                                       _value(cb, api.BREAKER_CLOSE_BELOW_PERCENT), _value(cb, api.BREAKER_MIN_NODES)),
+        reset_deadline_seconds=_value(drain, api.RESET_DEADLINE_SECONDS),
+        replace_deadline_seconds=_value(drain, api.REPLACE_DEADLINE_SECONDS),
+        refault_window_seconds=_value(esc, api.REFAULT_WINDOW_SECONDS),
+        reset_memory_seconds=_value(esc, api.RESET_MEMORY_SECONDS),
+        max_repairs=_value(budget, api.MAX_REPAIRS),
+        attempt_window_seconds=_value(budget, api.ATTEMPT_WINDOW_SECONDS),
         provider=provider,
         node_selector=raw.get("nodeSelector"),
         nodes=Nodes(
@@ -329,6 +311,11 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         pre_drain=pre_drain,
         slurm=slurm,
     )
+
+
+def _value(raw: Mapping[str, Any], limit: api.Limit) -> Any:
+    """``raw``'s value of the setting (checked by PoolConfig), or its default."""
+    return raw.get(limit.field, limit.default)
 
 
 def _pre_drain_from(data: Any, where: str) -> PreDrain:
@@ -345,8 +332,8 @@ def _pre_drain_from(data: Any, where: str) -> PreDrain:
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                                   "(the program and its arguments)")
         hook = PreDrainHook(url=h.get("url", ""), command=tuple(command),
-                            timeout_seconds=h.get("timeoutSeconds", PreDrainHook.timeout_seconds))
-    return PreDrain(wait_seconds=raw.get("waitSeconds", defaults.wait_seconds), acknowledgers=tuple(acks),
+                            timeout_seconds=_value(h, api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS))
+    return PreDrain(wait_seconds=_value(raw, api.PRE_DRAIN_WAIT_SECONDS), acknowledgers=tuple(acks),
                     hook=hook, slinky=raw.get("slinky", defaults.slinky))
 
 
@@ -364,7 +351,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     """The ``GpuNodePool.spec`` the controller reads; every default written out, so git diffs show it."""
     spec: dict[str, Any] = {
         "consentMode": pool.consent_mode.value,
-        "faultClasses": {cls: pool.fault_classes.get(cls, FaultAction.DEFAULT).value for cls in FAULT_CLASSES},
+        "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
         "maxConcurrentRepairs": pool.max_concurrent_repairs,
         "circuitBreaker": {
             "openAbovePercent": pool.circuit_breaker.open_above_percent,
@@ -390,7 +377,7 @@ def gpu_node_pool_object(pool: PoolConfig, names: Names) -> dict[str, Any]:
     """The cluster-scoped ``GpuNodePool`` object for ``pool``."""
     return {
         "apiVersion": f"{names.api_group}/{API_VERSION}",
-        "kind": "GpuNodePool",
+        "kind": api.POOLS.kind,
         "metadata": {"name": pool.name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "spec": pool_spec(pool),
     }
@@ -410,7 +397,7 @@ class StackConfig:
     webhook_url: str | None = None
     event_source: str = CONTROLLER  # the controller's events' source.component ("nodepool-service": the reference)
     # the cluster default policy (deploy.default_pool): a pool spec for nodes whose pool label names no pool
-    default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": ConsentMode.AUTO.value})
+    default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoclusters import names as n
+from autoclusters.api import CatalogAction, FaultClass
 from autoclusters.detector.source_records import Record
 from autoclusters.detector.window import Active, FaultTracker
-from autoclusters.faults.catalog import Action, Catalog, FaultClass
+from autoclusters.faults.catalog import Catalog
 
 GPU_CLASSES = (FaultClass.GPU, FaultClass.NVSWITCH, FaultClass.DCGM)
 NO_GPU_FAULT_MESSAGE = "No GPU fault."
@@ -22,7 +23,7 @@ REASON_SOURCE_UNREADABLE = "FaultSourceUnreadable"
 REASON_SOURCES_READABLE = "AllFaultSourcesReadable"
 SOURCES_READABLE_MESSAGE = "Every fault source on this node is readable."
 
-_ACTION_RANK = {Action.REPLACE: 0, Action.RESET: 1, Action.NONE: 2, Action.OFF: 3}
+_ACTION_RANK = {CatalogAction.REPLACE: 0, CatalogAction.RESET: 1, CatalogAction.NONE: 2}
 
 
 @dataclass(frozen=True)

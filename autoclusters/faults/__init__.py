@@ -5,11 +5,10 @@ schema. The detector uses it to name faults and pick condition reasons; the cont
 uses it to choose reset or replace for a fault read back from a node condition.
 """
 
+from autoclusters.api import CatalogAction, FaultClass
 from autoclusters.faults.catalog import (
-    Action,
     Catalog,
     CatalogError,
-    FaultClass,
     FaultEntry,
     FaultRef,
     Severity,
@@ -17,8 +16,8 @@ from autoclusters.faults.catalog import (
 )
 
 __all__ = [
-    "Action",
     "Catalog",
+    "CatalogAction",
     "CatalogError",
     "FaultClass",
     "FaultEntry",

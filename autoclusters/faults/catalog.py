@@ -13,24 +13,11 @@ from typing import Any
 import yaml
 
 from autoclusters import names as n
+from autoclusters.api import CatalogAction, ClassAction, FaultClass
 
 
 class CatalogError(ValueError):
     """A catalog file that does not follow the schema; the message names the entry and key."""
-
-
-class FaultClass(StrEnum):
-    GPU = "gpu"  # Xid and other GPU faults
-    NVSWITCH = "nvswitch"  # SXid
-    DCGM = "dcgm"  # DCGM health / diagnostics
-    INTERCONNECT = "interconnect"  # InfiniBand HCA / ports
-
-
-class Action(StrEnum):
-    RESET = "reset"
-    REPLACE = "replace"
-    NONE = "none"  # report only (or an application error): never repaired
-    OFF = "off"  # per-pool override: the class is ignored entirely
 
 
 class Severity(StrEnum):
@@ -45,7 +32,7 @@ class FaultEntry:
     code: str  # "79", "24007", "DCGM_FR_NVLINK_DOWN", "port_down"
     name: str
     severity: Severity
-    action: Action
+    action: CatalogAction
     description: str = ""
 
     @property
@@ -59,7 +46,7 @@ class FaultRef:
 
     fault_class: FaultClass
     code: str
-    action: Action
+    action: CatalogAction
     known: bool
     reason: str
     message: str
@@ -76,7 +63,7 @@ _TOP_KEYS = {"version", "sources", "unknown", "classes"}
 @dataclass(frozen=True)
 class Catalog:
     entries: dict[str, FaultEntry]
-    unknown_action: dict[FaultClass, Action]
+    unknown_action: dict[FaultClass, CatalogAction]
     unknown_severity: dict[FaultClass, Severity]
     sources: tuple[str, ...] = field(default=())
 
@@ -167,9 +154,9 @@ def parse_catalog(data: Any, origin: str = "catalog") -> Catalog:
             missing = {"code", "name", "severity", "action"} - set(item)
             if missing:
                 raise CatalogError(f"{where}: missing keys {sorted(missing)}")
-            action = _enum(Action, item["action"], f"{where}.action")
-            if action == Action.OFF:
+            if item["action"] == ClassAction.OFF:
                 raise CatalogError(f"{where}.action: 'off' is a per-pool override, not a catalog action")
+            action = _enum(CatalogAction, item["action"], f"{where}.action")
             entry = FaultEntry(fc, str(item["code"]), str(item["name"]),
                                _enum(Severity, item["severity"], f"{where}.severity"), action,
                                str(item.get("description", "")))
@@ -177,13 +164,16 @@ def parse_catalog(data: Any, origin: str = "catalog") -> Catalog:
                 raise CatalogError(f"{where}: duplicate code {entry.code}")
             entries[entry.key] = entry
     unknown = data.get("unknown") or {}
-    ua: dict[FaultClass, Action] = {}
+    ua: dict[FaultClass, CatalogAction] = {}
     us: dict[FaultClass, Severity] = {}
     for fc in FaultClass:
         spec = unknown.get(fc.value)
         if not isinstance(spec, dict) or set(spec) - {"action", "severity"}:
             raise CatalogError(f"{origin}: unknown.{fc.value} must give action and severity (and nothing else)")
-        ua[fc] = _enum(Action, spec.get("action"), f"{origin}: unknown.{fc.value}.action")
+        if spec.get("action") == ClassAction.OFF:  # accepted here before, though no entry may say it
+            raise CatalogError(f"{origin}: unknown.{fc.value}.action: 'off' is a per-pool override, "
+                               "not a catalog action")
+        ua[fc] = _enum(CatalogAction, spec.get("action"), f"{origin}: unknown.{fc.value}.action")
         us[fc] = _enum(Severity, spec.get("severity"), f"{origin}: unknown.{fc.value}.severity")
     return Catalog(entries, ua, us, tuple(data.get("sources") or ()))
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoclusters.deploy.pool_config import ConsentMode
+from autoclusters import api
+from autoclusters.api import ConsentMode
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
@@ -43,7 +44,7 @@ def set_consent_mode(kube: Kube, names: Names, pool: str, mode: ConsentMode | st
     obj = res.get_pool(kube, names, pool)
     if obj is None:
         raise PoolNotFound(f"no GpuNodePool {pool!r} (kubectl get gnp lists the pools; is the "
-                           f"gpunodepools.{names.api_group} CRD installed?)")
+                           f"{api.POOLS.plural}.{names.api_group} CRD installed?)")
     old = str((obj.get("spec") or {}).get("consentMode") or ConsentMode.AUTO.value)
     if old != new and not dry_run:
         try:

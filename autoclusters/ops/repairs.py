@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from autoclusters.api import HOLDING, IN_PROGRESS, TERMINAL, Phase
 from autoclusters.clock import parse_iso, utc_iso
 from autoclusters.controller.remediation_record import state_of
-from autoclusters.controller.statemachine import HOLDING, IN_PROGRESS, TERMINAL, Phase, RepairState
+from autoclusters.controller.statemachine import RepairState
 
 # The controller's phase roles, as the strings the views compare.
 TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from autoclusters import api
 from autoclusters.deploy import API_VERSION, default_pool
 from autoclusters.deploy.membership import Membership
 from autoclusters.kube import Forbidden, Kube, NotFound
@@ -17,8 +18,8 @@ from autoclusters.names import Names
 
 JSON = dict[str, Any]
 
-POOL_PLURAL = "gpunodepools"
-REMEDIATION_PLURAL = "remediations"
+POOL_PLURAL = api.POOLS.plural
+REMEDIATION_PLURAL = api.REMEDIATIONS.plural
 
 
 def pools_path(names: Names, name: str | None = None) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from autoclusters import api
+from autoclusters.api import ConsentMode
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.deploy import DEFAULT_NAMESPACE, default_pool
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
@@ -78,7 +80,7 @@ def default_policy_of(configmap: JSON | None, namespace: str) -> DefaultPolicy:
         providers, error = "invalid", error or str(e)
     source = f"ConfigMap {namespace}/{default_pool.CONFIGMAP}" if configmap is not None else (
         f"reference default (no ConfigMap {namespace}/{default_pool.CONFIGMAP})")
-    return DefaultPolicy(str(spec.get("consentMode", "auto")), providers, source, error)
+    return DefaultPolicy(str(spec.get("consentMode", api.DEFAULT_CONSENT_MODE)), providers, source, error)
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         notes.append(f"the Remediation CRD (remediations.{names.api_group}) is not installed: repair phases "
                      "and history are not available")
 
-    default_on = default_policy is not None and default_policy.consent_mode != "off"
+    default_on = default_policy is not None and default_policy.consent_mode != ConsentMode.OFF
     pool_of, invalid = res.pool_reader(pools, names, default=default_on)
     if default_policy is not None and default_policy.error:
         notes.append(f"the cluster default policy's {default_policy.source} is not used: {default_policy.error}")
@@ -243,7 +245,7 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         repairs = [r for r in open_repairs.values() if (r.pool or node_pool.get(r.node)) == pool_name]
         counted = records is not None
         by_default = obj is None and default_on and pools is not None and pool_name not in invalid
-        mode = str(((obj or {}).get("spec") or {}).get("consentMode", "auto")) if obj else ""
+        mode = str(((obj or {}).get("spec") or {}).get("consentMode", api.DEFAULT_CONSENT_MODE)) if obj else ""
         if by_default and default_policy is not None:
             mode = default_policy.consent_mode
         summaries.append(PoolSummary(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import Clock
 from autoclusters.deploy.providers import ProviderSpec, ProviderType
 from autoclusters.kube import Kube
@@ -29,8 +30,8 @@ class BuildContext:
     kube: Kube
     clock: Clock
     names: Names
-    sim_reset_seconds: float = 30
-    sim_replace_seconds: float = 30
+    sim_reset_seconds: float = api.SIM_RESET_SECONDS
+    sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
 

@@ -20,6 +20,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
 from autoclusters.kube import Conflict, Kube, NotFound
@@ -43,8 +44,8 @@ def _annotations(node: dict[str, Any] | None) -> dict[str, str]:
 class SimulatedProvider:
     name = "simulated"
 
-    def __init__(self, kube: Kube, clock: Clock, names: Names, *, reset_seconds: float = 5,
-                 replace_seconds: float = 5) -> None:
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *, reset_seconds: float = api.SIM_RESET_SECONDS,
+                 replace_seconds: float = api.SIM_REPLACE_SECONDS) -> None:
         self._kube = kube
         self._clock = clock
         self._names = names

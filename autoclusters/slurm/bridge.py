@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.membership import Membership
@@ -82,7 +83,7 @@ class SlurmBridge:
 
     def sync_once(self) -> None:
         self.stats.polls += 1
-        objs = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools"))
+        objs = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, api.POOLS.plural))
         membership, invalid = Membership.from_objects(objs, self.names)
         for pool_name, error in invalid.items():  # the controller reports a bad pool on the pool itself
             log.debug("slurm bridge: skipping pool %s: %s", pool_name, error)

@@ -6,17 +6,20 @@
 #   warning before the drain.
 package autoclusters.lib.pools
 
+import data.autoclusters.lib.api.api
 import data.autoclusters.lib.providers.providers
 
-consent_modes := {"auto", "propose", "off"}
+# The enums and defaults come from policies/lib/api.rego, generated from autoclusters/api.py,
+# so this policy, the CRD and the parser agree (tests/unit/policy/test_api_parity.py).
+consent_modes := {m | some m in api.consent_modes}
 
-fault_classes := {"gpu", "nvswitch", "dcgm", "interconnect"}
+fault_classes := {c | some c in api.fault_classes}
 
-fault_class_actions := {"default", "reset", "replace", "off"}
+fault_class_actions := {a | some a in api.class_actions}
 
 is_pool(obj, cfg) if {
-	obj.kind == "GpuNodePool"
-	startswith(obj.apiVersion, sprintf("remediation.%s/", [cfg.domain]))
+	obj.kind == api.pool_kind
+	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
 pool_violations(obj, cfg) := ((((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj)) | pre_drain_violations(obj) if {
@@ -28,7 +31,7 @@ consent_violations(obj) := {v |
 	not mode in consent_modes
 	v := {
 		"rule": "pool-consent-mode",
-		"msg": sprintf("spec.consentMode %v is not one of auto, propose, off", [mode]),
+		"msg": sprintf("spec.consentMode %v is not one of %s", [mode, concat(", ", api.consent_modes)]),
 	}
 }
 
@@ -39,12 +42,12 @@ fault_class_violations(obj) := {v |
 
 _fault_class_violation(class, action) := {
 	"rule": "pool-fault-class-action",
-	"msg": sprintf("spec.faultClasses has unknown class %v (expected gpu, nvswitch, dcgm, interconnect)", [class]),
+	"msg": sprintf("spec.faultClasses has unknown class %v (expected %s)", [class, concat(", ", api.fault_classes)]),
 } if {
 	not class in fault_classes
 } else := {
 	"rule": "pool-fault-class-action",
-	"msg": sprintf("spec.faultClasses.%s is %v, expected default, reset, replace or off", [class, action]),
+	"msg": sprintf("spec.faultClasses.%s is %v, expected one of %s", [class, action, concat(", ", api.class_actions)]),
 } if {
 	not action in fault_class_actions
 }
@@ -62,8 +65,8 @@ concurrency_violations(obj) := {v |
 # threshold above the open one would make it flap (the CRD rejects it too, but only at apply time).
 breaker_violations(obj) := {v |
 	b := object.get(obj, ["spec", "circuitBreaker"], {})
-	open := object.get(b, "openAbovePercent", 30)
-	close := object.get(b, "closeBelowPercent", 20)
+	open := object.get(b, "openAbovePercent", api.limits["circuitBreaker.openAbovePercent"].default)
+	close := object.get(b, "closeBelowPercent", api.limits["circuitBreaker.closeBelowPercent"].default)
 	some msg in _breaker_problems(open, close)
 	v := {"rule": "pool-circuit-breaker", "msg": msg}
 }

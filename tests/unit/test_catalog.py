@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from autoclusters.faults.catalog import Action, CatalogError, FaultClass, Severity, load_catalog, parse_catalog
+from autoclusters.api import CatalogAction
+from autoclusters.faults.catalog import CatalogError, FaultClass, Severity, load_catalog, parse_catalog
 
 
 def minimal(**extra: object) -> dict[str, object]:
@@ -18,7 +19,7 @@ def test_the_shipped_catalog_loads_and_covers_every_class() -> None:
     cat = load_catalog()
     for fc in FaultClass:
         assert cat.of_class(fc), f"no {fc} entries"
-        assert cat.unknown_action[fc] in (Action.RESET, Action.REPLACE)
+        assert cat.unknown_action[fc] in (CatalogAction.RESET, CatalogAction.REPLACE)
     assert cat.sources and any("Xid" in s for s in cat.sources)
     assert cat.lookup("gpu", 79).name == "GPU has fallen off the bus"
     assert cat.lookup("gpu", 79).severity == Severity.FATAL
@@ -27,20 +28,21 @@ def test_the_shipped_catalog_loads_and_covers_every_class() -> None:
 def test_fatal_entries_name_a_repair_and_warnings_do_not() -> None:
     for e in load_catalog().entries.values():
         if e.severity == Severity.FATAL:
-            assert e.action in (Action.RESET, Action.REPLACE), e
+            assert e.action in (CatalogAction.RESET, CatalogAction.REPLACE), e
         else:
-            assert e.action == Action.NONE, e
+            assert e.action == CatalogAction.NONE, e
 
 
 def test_unknown_codes_get_the_documented_default() -> None:
     e = load_catalog().entry_or_unknown("gpu", 4242)
-    assert (e.severity, e.action, e.code) == (Severity.FATAL, Action.RESET, "4242")
+    assert (e.severity, e.action, e.code) == (Severity.FATAL, CatalogAction.RESET, "4242")
 
 
 @pytest.mark.parametrize("broken, complaint", [
     ({"classes": {"gpu": [{"code": 1, "name": "x", "severity": "fatal", "action": "reset", "sevirity": "x"}]}},
      "unknown keys"),
     ({"classes": {"gpu": [{"code": 1, "name": "x", "severity": "fatal", "action": "off"}]}}, "per-pool override"),
+    ({"unknown": {fc.value: {"action": "off", "severity": "fatal"} for fc in FaultClass}}, "per-pool override"),
     ({"classes": {"gpu": [{"code": 1, "name": "x", "severity": "bad", "action": "reset"}]}}, "severity"),
     ({"classes": {"gpu": [{"code": 1, "name": "x", "severity": "fatal"}]}}, "missing keys"),
     ({"classes": {"gpu": [{"code": 1, "name": "x", "severity": "fatal", "action": "reset"},

@@ -16,7 +16,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # Lower number = lower layer. Longest matching prefix wins. Keys are modules of the
 # ``autoclusters`` package; OUTSIDE holds the top-level folders around it.
 RANKS = {
-    "names": 0, "clock": 0, "certificates": 0,
+    "api": 0, "names": 0, "clock": 0, "certificates": 0,
     "kube": 1,
     "faults": 2, "deploy": 2, "sim": 2,
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,
@@ -102,6 +102,11 @@ def test_the_package_does_not_import_the_deploy_bundle_or_the_examples() -> None
     found = {(name, imported) for name, path in _modules() if not name.startswith("/")
              for imported in _imports(path) if imported.split(".")[0] in OUTSIDE}
     assert found == KNOWN_BUNDLE_IMPORTS
+
+
+def test_the_api_module_imports_nothing_of_the_package() -> None:
+    """``api`` is the bottom of rank 0: the others of its rank (``names``) build on it."""
+    assert [i for i in _imports(PACKAGE / "api.py") if i.split(".")[0] == "autoclusters"] == []
 
 
 def test_every_module_has_a_layer() -> None:

@@ -2,9 +2,8 @@
 
 import pytest
 
+from autoclusters.api import ClassAction, ConsentMode
 from autoclusters.deploy.pool_config import (
-    ConsentMode,
-    FaultAction,
     NodeBackend,
     PoolConfig,
     PoolConfigError,
@@ -104,7 +103,7 @@ def test_pool_config_validates_when_built_directly():
         PoolConfig(name="a100", consent_mode="sometimes")
     pool = PoolConfig(name="a100", consent_mode="off", fault_classes={"gpu": "replace"})
     assert pool.consent_mode is ConsentMode.OFF
-    assert pool.fault_classes == {"gpu": FaultAction.REPLACE}
+    assert pool.fault_classes == {"gpu": ClassAction.REPLACE}
 
 
 def test_stack_config_parses_pools_and_string_booleans():

@@ -1,0 +1,230 @@
+"""The API of autoclusters, written once: its objects, enums and the defaults of a pool.
+
+Everything that names a consent mode, a fault class, a repair action, a phase or a pool
+default takes it from here:
+
+- the CRD schemas (``deploy/crds.py``: enums, defaults, ranges),
+- the strict pool parser (``deploy/pools.py``) and with it the Pulumi components' args,
+- the controller (``controller/statemachine.py`` re-exports the enums; its ``Policy`` and
+  ``ControllerConfig`` take their defaults from here) and the CLI's choices,
+- the Rego policies, through ``policies/lib/api.rego``, generated from ``rego_data`` by
+  ``make manifests``,
+- the tables of docs/contract.md (checked by tests/unit/test_api_docs.py).
+
+``tests/unit/policy/test_api_parity.py`` proves the CRD enums, these enums and what
+``opa eval`` returns for the policy's sets equal. Adding a consent mode or a fault class is
+a member here, then ``make manifests``; the tests name every other place that must follow.
+
+This module is the lowest layer: it imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+# --- objects -------------------------------------------------------------------------------
+GROUP_PREFIX = "remediation"  # the API group is remediation.<domain> (names.Names.api_group)
+VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One custom resource of the API group (cluster-scoped, with a status subresource)."""
+
+    kind: str
+    plural: str
+    short_name: str
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+POOLS = Resource("GpuNodePool", "gpunodepools", "gnp")  # a pool's policy, written by Pulumi or git
+REMEDIATIONS = Resource("Remediation", "remediations", "rem")  # one repair's record (its state in status)
+
+
+# --- enums ---------------------------------------------------------------------------------
+class ConsentMode(StrEnum):
+    """Who decides when a pool's repair starts (docs/contract.md, "Pools and consent modes")."""
+
+    AUTO = "auto"
+    PROPOSE = "propose"
+    OFF = "off"
+
+
+DEFAULT_CONSENT_MODE = ConsentMode.AUTO
+CONSENT_MODE_SUMMARY = {  # the CRD field's description
+    ConsentMode.AUTO: "repair at once",
+    ConsentMode.PROPOSE: "wait for the approval label",
+    ConsentMode.OFF: "report only",
+}
+
+
+class FaultClass(StrEnum):
+    """The kinds of fault the catalog sorts codes into; a pool may override each one's action."""
+
+    GPU = "gpu"  # Xid and other GPU faults
+    NVSWITCH = "nvswitch"  # SXid
+    DCGM = "dcgm"  # DCGM health / diagnostics
+    INTERCONNECT = "interconnect"  # InfiniBand HCA / ports
+
+
+class RepairAction(StrEnum):
+    """What a repair does to a node (a Remediation's ``action``, what a provider carries out)."""
+
+    RESET = "reset"
+    REPLACE = "replace"
+
+
+class CatalogAction(StrEnum):
+    """The fault catalog's action for a code: a repair action, or ``none`` (report only)."""
+
+    RESET = RepairAction.RESET.value
+    REPLACE = RepairAction.REPLACE.value
+    NONE = "none"  # report only (or an application error): never repaired
+
+
+class ClassAction(StrEnum):
+    """A pool's per fault class override (``spec.faultClasses``): ``default`` keeps the
+    catalog's action, ``off`` ignores the class entirely, or a repair action."""
+
+    DEFAULT = "default"
+    RESET = RepairAction.RESET.value
+    REPLACE = RepairAction.REPLACE.value
+    OFF = "off"
+
+
+class Phase(StrEnum):
+    """The phases of a repair (a Remediation's ``status.phase``); docs/controller.md walks them."""
+
+    AWAITING_APPROVAL = "AwaitingApproval"  # propose: marked, waiting for the approval label
+    SCHEDULED = "Scheduled"  # decided; waiting for the guards (opt-out, concurrency, breaker)
+    DRAINING = "Draining"  # warned and cordoned; waiting for acknowledgements, then pods being evicted
+    ACTING = "Acting"  # the provider is resetting or replacing the node
+    VERIFYING = "Verifying"  # waiting for a healthy node
+    SUCCEEDED = "Succeeded"  # terminal
+    NOT_NEEDED = "NotNeeded"  # terminal: the fault cleared before the repair started
+    FAILED = "Failed"  # holding: labels and condition stay until the fault clears
+    HUMAN_NEEDED = "HumanNeeded"  # holding: the attempt budget is spent
+    CLOSED = "Closed"  # terminal: a holding or cancelled record, closed
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.NOT_NEEDED, Phase.CLOSED})  # the record is history
+HOLDING = frozenset({Phase.FAILED, Phase.HUMAN_NEEDED})  # waits for the fault to clear or a person
+IN_PROGRESS = frozenset({Phase.DRAINING, Phase.ACTING, Phase.VERIFYING})  # counts against maxConcurrentRepairs
+
+
+class BreakerState(StrEnum):
+    """A pool's circuit breaker (``status.circuitBreaker.state``)."""
+
+    CLOSED = "Closed"
+    OPEN = "Open"
+
+
+# --- pool defaults and ranges --------------------------------------------------------------
+@dataclass(frozen=True)
+class Limit:
+    """One integer setting of ``GpuNodePool.spec``: its path, default and range."""
+
+    path: str  # in the spec, dotted: "drain.resetDeadlineSeconds"
+    default: int
+    minimum: int
+    maximum: int | None = None
+
+    @property
+    def field(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+    def schema(self) -> dict[str, Any]:
+        s: dict[str, Any] = {"type": "integer", "minimum": self.minimum, "default": self.default}
+        if self.maximum is not None:
+            s["maximum"] = self.maximum
+        return s
+
+    def error(self, value: Any) -> str:
+        """Why ``value`` is not a valid setting ("" when it is)."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum and (
+                self.maximum is None or value <= self.maximum):
+            return ""
+        if self.maximum is not None:
+            return f"must be an integer in {self.minimum}..{self.maximum}, got {value!r}"
+        return f"must be an integer >= {self.minimum}, got {value!r}"
+
+
+MAX_CONCURRENT_REPAIRS = Limit("maxConcurrentRepairs", 1, 1)
+BREAKER_OPEN_ABOVE_PERCENT = Limit("circuitBreaker.openAbovePercent", 30, 1, 100)
+BREAKER_CLOSE_BELOW_PERCENT = Limit("circuitBreaker.closeBelowPercent", 20, 1, 100)
+BREAKER_MIN_NODES = Limit("circuitBreaker.minNodes", 0, 0)
+RESET_DEADLINE_SECONDS = Limit("drain.resetDeadlineSeconds", 300, 1)
+REPLACE_DEADLINE_SECONDS = Limit("drain.replaceDeadlineSeconds", 600, 1)
+REFAULT_WINDOW_SECONDS = Limit("escalation.refaultWindowSeconds", 900, 1)
+RESET_MEMORY_SECONDS = Limit("escalation.resetMemorySeconds", 86400, 1)
+MAX_REPAIRS = Limit("attemptBudget.maxRepairs", 3, 1)
+ATTEMPT_WINDOW_SECONDS = Limit("attemptBudget.windowSeconds", 604800, 1)
+PRE_DRAIN_WAIT_SECONDS = Limit("preDrain.waitSeconds", 120, 0)
+PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1)
+
+POOL_LIMITS = (MAX_CONCURRENT_REPAIRS, BREAKER_OPEN_ABOVE_PERCENT, BREAKER_CLOSE_BELOW_PERCENT, BREAKER_MIN_NODES,
+               RESET_DEADLINE_SECONDS, REPLACE_DEADLINE_SECONDS, REFAULT_WINDOW_SECONDS, RESET_MEMORY_SECONDS,
+               MAX_REPAIRS, ATTEMPT_WINDOW_SECONDS, PRE_DRAIN_WAIT_SECONDS, PRE_DRAIN_HOOK_TIMEOUT_SECONDS)
+
+
+def limits_of(group: str) -> tuple[Limit, ...]:
+    """The settings of one object of the spec (``"drain"``), or its top level (``""``)."""
+    return tuple(lim for lim in POOL_LIMITS if lim.path.rpartition(".")[0] == group)
+
+
+# --- controller defaults (flags of `autoclusters controller run`) --------------------------
+VERIFY_TIMEOUT_SECONDS = 600.0  # a repaired node must be healthy within
+OPERATION_TIMEOUT_SECONDS = 1800.0  # a provider operation has failed after
+POLL_SECONDS = 2.0  # how often a repair in progress is looked at
+HOLD_RECHECK_SECONDS = 10.0  # how often a held repair re-checks its guards
+RETENTION_DAYS = 90.0  # closed Remediation records are kept
+# The simulated provider (kwok nodes of the local cluster): how long a reset / replacement
+# takes unless the pool's provider.simulated settings say otherwise.
+SIM_RESET_SECONDS = 30.0
+SIM_REPLACE_SECONDS = 30.0
+
+
+# --- derived forms -------------------------------------------------------------------------
+def rego_data() -> dict[str, Any]:
+    """What the policies need to know about the API (lists keep the order messages use)."""
+    return {
+        "consent_modes": [m.value for m in ConsentMode],
+        "fault_classes": [c.value for c in FaultClass],
+        "class_actions": [a.value for a in ClassAction],
+        "repair_actions": [a.value for a in RepairAction],
+        "phases": [p.value for p in Phase],
+        "pool_kind": POOLS.kind,
+        "group_prefix": GROUP_PREFIX,
+        "version": VERSION,
+        "limits": {lim.path: {"default": lim.default, "minimum": lim.minimum,
+                              **({"maximum": lim.maximum} if lim.maximum is not None else {})}
+                   for lim in POOL_LIMITS},
+    }
+
+
+def rego_module() -> str:
+    """``policies/lib/api.rego``: the data above as a Rego module (a test keeps the file equal)."""
+    body = json.dumps(rego_data(), indent="\t", sort_keys=True)
+    body = re.sub(r"([^\[{,\s])(?=\n\t*[\]}])", r"\1,", body)  # opa fmt's trailing commas
+    return ("# METADATA\n"
+            "# title: The autoclusters API's enums and pool defaults (generated)\n"
+            "# description: |\n"
+            "#   Generated from autoclusters/api.py by `make manifests`; do not edit.\n"
+            "#   tests/unit/policy/test_api_parity.py keeps this file equal to the Python.\n"
+            "package autoclusters.lib.api\n\n"
+            f"api := {body}\n")
+
+
+if __name__ == "__main__":
+    print(rego_module(), end="")
