@@ -1,0 +1,198 @@
+"""The controller's real pieces (informers, cache, reconciler, actuator, event recorder, the
+simulated provider) wired to the fake API server and a fake clock, with the work queue
+driven by the test: ``run()`` hands out due keys one at a time and moves the clock to the
+next requeue when nothing is due, so a whole repair takes milliseconds and never sleeps.
+
+The test plays the detector: ``fault(node)`` writes the GPU condition as the detector does,
+and ``run(detector=True)`` clears it once the node comes back with a new boot id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.controller.actuator import Actuator
+from autoclusters.controller.cache import Fleet
+from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.queue import WorkQueue
+from autoclusters.controller.reconciler import Reconciler, Settings
+from autoclusters.controller.statemachine import RepairPolicy
+from autoclusters.deploy import API_VERSION
+from autoclusters.faults.catalog import load_catalog
+from autoclusters.kube import Kube
+from autoclusters.kube.events import EventRecorder
+from autoclusters.names import Names
+from autoclusters.sim import nodes as sim
+from tests.unit.fakeapi import FakeApi
+
+JSON = dict[str, Any]
+NAMES = Names()
+NAMESPACE = "autoclusters-system"
+XID79 = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+XID64 = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def notify(self, subject: str, details: dict[str, Any]) -> None:
+        self.sent.append((subject, details))
+
+
+class Harness:
+    def __init__(self, *, poll_seconds: float = 2.0, sim_seconds: float = 5.0, workers_race: bool = False) -> None:
+        self.clock = FakeClock()
+        self.api = FakeApi(clock=self.clock.now)
+        self.kube: Kube = self.api.kube()
+        self.names = NAMES
+        self.queue = WorkQueue(monotonic=self.clock.monotonic)
+        self.fleet = Fleet(self.kube, NAMES, load_catalog(), self.queue.add, namespace=NAMESPACE)
+        self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-controller", instance="test")
+        self.notes = Notes()
+        self.actuator = Actuator(self.kube, NAMES, self.recorder, self.notes, clock=self.clock)
+        self.policy = RepairPolicy(poll_seconds=poll_seconds, hold_recheck_seconds=10, verify_timeout_seconds=600,
+                             operation_timeout_seconds=1800, approval_label=NAMES.maintenance_approved)
+        self.metrics = Metrics()
+        self.reconciler = Reconciler(self.kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
+                                     Settings(self.policy, sim_reset_seconds=sim_seconds,
+                                              sim_replace_seconds=sim_seconds, namespace=NAMESPACE))
+        self.boot_at_fault: dict[str, str] = {}
+        self.detector_delay = 1.0  # seconds between a node's new boot id and the detector clearing its fault
+        self._rebooted_at: dict[str, float] = {}
+        self.started = False
+
+    # --- the world --------------------------------------------------------------------------
+    def pool(self, name: str = "p", mode: str = "auto", **spec: Any) -> JSON:
+        body = {"apiVersion": f"{NAMES.api_group}/{API_VERSION}", "kind": "GpuNodePool", "metadata": {"name": name},
+                "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600},
+                         "provider": {"type": "simulated"}, **spec}}
+        return self.api.put(self.pool_path(), body)
+
+    def pool_path(self, name: str | None = None) -> str:
+        return Kube.custom_path(NAMES.api_group, API_VERSION, "gpunodepools", name)
+
+    def record_path(self, name: str | None = None) -> str:
+        return Kube.custom_path(NAMES.api_group, API_VERSION, "remediations", name)
+
+    def node(self, name: str, pool: str = "p", **labels: str) -> JSON:
+        manifest = sim.gpu_node_manifest(name, pool, NAMES)
+        manifest["metadata"]["labels"].update(labels)
+        manifest["status"].setdefault("nodeInfo", {})["bootID"] = f"boot-{name}-0"
+        manifest["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                             "message": "ok"}]
+        return self.api.put("/api/v1/nodes", manifest)
+
+    def pod(self, node: str, name: str, namespace: str = "default", **labels: str) -> JSON:
+        return self.api.put(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running"}})
+
+    def fault(self, node: str, message: str = XID79) -> None:
+        """The detector's condition, written on nodes/status (not a request of the controller)."""
+        now = utc_iso(self.clock.now())
+        cond = {"type": NAMES.gpu_condition, "status": "True", "reason": "NvidiaXIDError", "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": now}
+        self.boot_at_fault[node] = self.boot_id(node)
+        self.api.edit(f"/api/v1/nodes/{node}", lambda n: _set_condition(n, cond))
+
+    def clear_fault(self, node: str) -> None:
+        now = utc_iso(self.clock.now())
+        cond = {"type": NAMES.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
+                "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}
+        self.boot_at_fault.pop(node, None)
+        self.api.edit(f"/api/v1/nodes/{node}", lambda n: _set_condition(n, cond))
+
+    def boot_id(self, node: str) -> str:
+        obj = self.api.read(f"/api/v1/nodes/{node}") or {}
+        return str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
+
+    def records(self, node: str | None = None) -> list[JSON]:
+        return [r for r in self.api.items(self.record_path()) if node is None or r["spec"]["node"] == node]
+
+    def phase(self, node: str) -> str:
+        recs = sorted(self.records(node), key=lambda r: r["metadata"]["resourceVersion"])
+        return str(((recs[-1] if recs else {}).get("status") or {}).get("phase", ""))
+
+    def node_obj(self, node: str) -> JSON | None:
+        return self.api.read(f"/api/v1/nodes/{node}")
+
+    def events(self, reason: str | None = None) -> list[JSON]:
+        return [e for e in self.api.items("/api/v1/namespaces/default/events")
+                if reason is None or e["reason"] == reason]
+
+    # --- the controller -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.fleet.start(timeout=5)
+        self.api.settle()
+        self.started = True
+
+    def stop(self) -> None:
+        self.fleet.stop()
+        self.queue.close()
+        self.api.close()
+
+    def _detector(self) -> None:
+        """Clears a fault ``detector_delay`` seconds after the node came back with a new boot id."""
+        now = self.clock.monotonic()
+        for node, boot in list(self.boot_at_fault.items()):
+            now_boot = self.boot_id(node)
+            if now_boot and now_boot != boot:
+                seen = self._rebooted_at.setdefault(node, now)
+                if now >= seen + self.detector_delay:
+                    self._rebooted_at.pop(node)
+                    self.clear_fault(node)
+
+    def step(self) -> str | None:
+        """One due key reconciled (None: nothing due now)."""
+        self.api.settle()
+        key = self.queue.get(timeout=0)
+        if key is None:
+            return None
+        try:
+            after = self.reconciler.reconcile(key)
+            if after is not None:
+                self.queue.add(key, after)
+        finally:
+            self.queue.done(key)
+        self.api.settle()
+        return key
+
+    def run(self, until: Callable[[], bool] = lambda: False, *, seconds: float = 120, detector: bool = True
+            ) -> list[str]:
+        """Reconciles due keys, moving the clock to the next requeue when none is due, until
+        ``until()`` or ``seconds`` of fake time (or nothing is queued at all)."""
+        keys: list[str] = []
+        end = self.clock.monotonic() + seconds
+        while not until() and self.clock.monotonic() < end:
+            if detector:
+                self._detector()
+            key = self.step()
+            if key is not None:
+                keys.append(key)
+                continue
+            due = self._next_due()
+            if detector and self._rebooted_at:
+                clear_at = min(self._rebooted_at.values()) + self.detector_delay
+                due = clear_at if due is None else min(due, clear_at)
+            if due is None:
+                break
+            self.clock.advance(max(due - self.clock.monotonic(), 0.001))
+        return keys
+
+    def _next_due(self) -> float | None:
+        with self.queue._cond:
+            dues = list(self.queue._due.values())
+        return min(dues) if dues else None
+
+
+def _set_condition(node: JSON, cond: JSON) -> None:
+    conds = node.setdefault("status", {}).setdefault("conditions", [])
+    for i, c in enumerate(conds):
+        if c.get("type") == cond["type"]:
+            conds[i] = cond
+            return
+    conds.append(cond)

@@ -1,0 +1,294 @@
+"""The reconciler and actuator against the fake API server: whole repairs, races, leftovers,
+the circuit breaker; seconds, no control plane."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from autoclusters.controller import remediation_record as rec
+from autoclusters.names import (
+    EVENT_BLOCKED,
+    EVENT_BREAKER_CLOSED,
+    EVENT_BREAKER_OPEN,
+    EVENT_DRAIN_WARNING,
+    EVENT_REQUIRED,
+    EVENT_SCHEDULED,
+    EVENT_STARTED,
+    EVENT_SUCCEEDED,
+)
+from tests.unit.controller.harness import NAMES, Harness
+from tests.unit.fakeapi import ApiError, Request
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = Harness()
+    yield harness
+    harness.stop()
+
+
+def _marked(node: dict) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    taints = (node.get("spec") or {}).get("taints") or []
+    return NAMES.maintenance_required in labels or any(t["key"] == NAMES.taint_key for t in taints)
+
+
+def test_an_auto_reset_runs_from_fault_to_a_clean_node(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.node("n2")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    assert h.phase("n1") == "Succeeded"
+    [record] = h.records("n1")
+    phases = [s["phase"] for s in record["status"]["steps"]]
+    assert phases == ["Scheduled", "Draining", "Acting", "Verifying", "Succeeded"]
+    node = h.node_obj("n1")
+    assert node is not None and not _marked(node) and not node["spec"].get("unschedulable")
+    assert not any(k.startswith(NAMES.domain + "/drain") for k in node["metadata"].get("annotations") or {})
+    assert h.boot_id("n1") != "boot-n1-0"
+    assert [e["reason"] for e in h.events()] == [EVENT_REQUIRED, EVENT_SCHEDULED, EVENT_STARTED,
+                                                 EVENT_DRAIN_WARNING, EVENT_SUCCEEDED]
+    assert h.records("n2") == []
+
+
+def test_two_nodes_racing_for_the_last_repair_slot_start_one_repair(h: Harness) -> None:
+    h.pool(maxConcurrentRepairs=1, circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80})
+    for n in ("n1", "n2", "n3"):
+        h.node(n)
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.fault("n2")
+    h.api.settle()
+    # both reconciles list their pods (before the pool's lock) before either decides
+    barrier = threading.Barrier(2, timeout=5)
+    listed: list[str] = []
+
+    def both_listed(req: Request) -> None:
+        if req.verb == "LIST" and req.resource == "pods" and len(listed) < 2:
+            listed.append(req.query["fieldSelector"])
+            barrier.wait()
+
+    h.api.before.append(both_listed)
+    threads = [threading.Thread(target=h.reconciler.reconcile, args=(n,)) for n in ("n1", "n2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    h.api.before.clear()
+    assert sorted(listed) == ["spec.nodeName=n1", "spec.nodeName=n2"]
+    started = [n for n in ("n1", "n2") if h.phase(n) in ("Draining", "Acting", "Verifying")]
+    held = [n for n in ("n1", "n2") if h.phase(n) == "Scheduled"]
+    assert len(started) == 1 and len(held) == 1
+    [waiting] = h.records(held[0])
+    assert waiting["status"]["hold"] == "MaxConcurrentRepairs"
+    assert [e["reason"] for e in h.events(EVENT_BLOCKED)] == [EVENT_BLOCKED]
+    held_node = h.node_obj(held[0])
+    assert held_node is not None and _marked(held_node) and not held_node["spec"].get("unschedulable")
+    # the slot frees when the first repair ends; the second then runs
+    h.run(lambda: h.phase(held[0]) == "Succeeded", seconds=300)
+    assert h.phase(started[0]) == "Succeeded" and h.phase(held[0]) == "Succeeded"
+
+
+def test_a_conflict_on_persist_acts_on_nothing_and_the_next_look_goes_on(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.api.settle()
+    lost: list[str] = []
+
+    def someone_else_writes_first(req: Request) -> None:
+        if req.verb == "PATCH" and req.resource == "remediations/status" and not lost:
+            lost.append(req.path)
+            h.api.edit(req.path.removesuffix("/status"), lambda r: r["metadata"].setdefault("labels", {}).update(
+                {"touched": "yes"}))
+
+    h.api.before.append(someone_else_writes_first)
+    h.api.requests.clear()
+    assert h.reconciler.reconcile("n1") == 0.2
+    assert lost
+    assert not any(r.resource == "nodes" and r.verb == "PATCH" for r in h.api.requests)  # nothing acted
+    node = h.node_obj("n1")
+    assert node is not None and not _marked(node)
+    h.api.before.clear()
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    assert h.phase("n1") == "Succeeded"
+    assert len(h.records("n1")) == 1
+
+
+def test_leftover_marks_without_an_active_record_are_removed(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.node("n2")
+    h.start()
+    h.run()
+    # a repair that ended (record Succeeded) and a crash before the node was cleaned
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    h.api.edit("/api/v1/nodes/n1", lambda n: (
+        n["metadata"]["labels"].update({NAMES.maintenance_required: "true"}),
+        n["spec"].update({"unschedulable": True,
+                          "taints": [{"key": NAMES.taint_key, "value": "true", "effect": "PreferNoSchedule"}]})))
+    # and a late acknowledgement left on another node, its cordon not ours
+    h.api.edit("/api/v1/nodes/n2", lambda n: (
+        n["metadata"].setdefault("annotations", {}).update({NAMES.drain_ack_prefix + "slurm": "old"}),
+        n["spec"].update({"unschedulable": True})))
+    h.run()
+    n1, n2 = h.node_obj("n1"), h.node_obj("n2")
+    assert n1 is not None and not _marked(n1) and not n1["spec"].get("unschedulable")
+    assert n2 is not None and n2["spec"].get("unschedulable") is True
+    assert not any(k.startswith(NAMES.drain_ack_prefix) for k in n2["metadata"].get("annotations") or {})
+
+
+def test_the_circuit_breaker_opens_and_closes_with_events_on_the_pool(h: Harness) -> None:
+    h.pool(circuitBreaker={"openAbovePercent": 50, "closeBelowPercent": 40, "minNodes": 2})
+    for n in ("n1", "n2", "n3"):
+        h.node(n)
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.fault("n2")
+    h.run(seconds=5)
+    pool = h.api.read(h.pool_path("p"))
+    assert pool is not None and pool["status"]["circuitBreaker"]["state"] == "Open"
+    assert [e["involvedObject"]["kind"] for e in h.events(EVENT_BREAKER_OPEN)] == ["GpuNodePool"]
+    assert {r["status"]["hold"] for r in h.records()} == {"CircuitBreakerOpen"}
+    assert all(rec.phase_of(r).value == "Scheduled" for r in h.records())  # type: ignore[union-attr]
+    h.clear_fault("n2")
+    h.run(lambda: h.phase("n1") == "Succeeded", seconds=120)
+    assert [e["reason"] for e in h.events(EVENT_BREAKER_CLOSED)] == [EVENT_BREAKER_CLOSED]
+    assert h.phase("n1") == "Succeeded" and h.phase("n2") == "NotNeeded"
+
+
+def test_a_write_that_fails_leaves_the_key_for_a_retry(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.api.settle()
+
+    def outage(req: Request) -> None:
+        if req.verb == "POST" and req.resource == "remediations":
+            raise ApiError(503, "etcd is down")
+
+    h.api.before.append(outage)
+    with pytest.raises(Exception, match="etcd is down"):
+        h.reconciler.reconcile("n1")
+    h.api.before.clear()
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    assert h.phase("n1") == "Succeeded"
+
+
+def test_pods_are_warned_evicted_and_what_a_budget_blocks_is_deleted_at_the_deadline(h: Harness) -> None:
+    h.pool(drain={"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 60})
+    h.node("n1")
+    h.pod("n1", "train-0")
+    h.pod("n1", "train-1")
+    h.api.put("/api/v1/namespaces/kube-system/pods", {"metadata": {
+        "name": "agent", "ownerReferences": [{"kind": "DaemonSet", "name": "agent", "controller": True}]},
+        "spec": {"nodeName": "n1"}})
+    h.api.pdb_blocked.add("default/train-1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Draining", seconds=1)
+    [record] = h.records("n1")
+    blocked = h.api.read("/api/v1/namespaces/default/pods/train-1")
+    assert blocked is not None and blocked["metadata"]["annotations"][NAMES.remediation] == record["metadata"]["name"]
+    writes = [(r.verb, r.path.rsplit("/", 2)[-2:]) for r in h.api.requests if r.resource.startswith("pods")
+              and r.verb in ("PATCH", "POST")]
+    assert writes.index(("PATCH", ["pods", "train-0"])) < writes.index(("POST", ["train-0", "eviction"]))
+    assert sorted(e["involvedObject"]["name"] for e in h.events(EVENT_DRAIN_WARNING)) == ["n1", "train-0", "train-1"]
+    assert h.api.read("/api/v1/namespaces/default/pods/train-0") is None
+    assert h.api.read("/api/v1/namespaces/default/pods/train-1") is not None  # the budget says not now
+    assert h.phase("n1") == "Draining"
+    h.run(lambda: h.phase("n1") == "Acting", seconds=60)
+    assert h.clock.monotonic() >= 1000 + 30  # not before the deadline
+    assert h.api.read("/api/v1/namespaces/default/pods/train-1") is None
+    assert h.api.read("/api/v1/namespaces/kube-system/pods/agent") is not None  # DaemonSet pods stay
+    assert ("DELETE", "pods") in h.api.counts() and ("POST", "pods/eviction") in h.api.counts()
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    assert h.phase("n1") == "Succeeded"
+
+
+def test_a_pod_that_asked_to_be_waited_for_holds_eviction_until_it_acknowledges(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.pod("n1", "ckpt", **{NAMES.drain_wait_label: "true"})
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(seconds=10)
+    assert h.phase("n1") == "Draining"
+    assert h.api.read("/api/v1/namespaces/default/pods/ckpt") is not None
+    [record] = h.records("n1")
+    assert "pod default/ckpt" in record["status"]["message"]
+    h.api.edit("/api/v1/namespaces/default/pods/ckpt", lambda p: p["metadata"]["annotations"].update(
+        {NAMES.pod_drain_ack: record["metadata"]["name"]}))
+    h.run(lambda: h.phase("n1") == "Acting", seconds=10)
+    assert [e["reason"] for e in h.events("MaintenanceDrainWaitEnded")] == ["MaintenanceDrainWaitEnded"]
+    assert h.api.read("/api/v1/namespaces/default/pods/ckpt") is None
+
+
+def test_propose_waits_for_the_approval_label(h: Harness) -> None:
+    h.pool(mode="propose")
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(seconds=30)
+    assert h.phase("n1") == "AwaitingApproval"
+    node = h.node_obj("n1")
+    assert node is not None and _marked(node) and not node["spec"].get("unschedulable")
+    h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["labels"].update({NAMES.maintenance_approved: "true"}))
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    assert h.phase("n1") == "Succeeded"
+    node = h.node_obj("n1")
+    assert node is not None and NAMES.maintenance_approved not in node["metadata"]["labels"]
+
+
+def test_a_failed_reset_escalates_to_a_replacement_that_joins_the_pool(h: Harness) -> None:
+    h.pool()
+    h.node("n1")
+    h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["annotations"].update(
+        {"sim.autoclusters.io/fail-reset": "true"}))
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Succeeded", seconds=120)
+    [record] = h.records("n1")
+    assert record["status"]["action"] == "replace" and record["status"]["escalated"] is True
+    new = record["status"]["replacementNode"]
+    assert new and h.node_obj(new) is not None and h.node_obj("n1") is None
+    assert [e["reason"] for e in h.events("MaintenanceActionFailed")] == ["MaintenanceActionFailed"]
+    assert [e["reason"] for e in h.events("MaintenanceEscalated")] == ["MaintenanceEscalated"]
+
+
+def test_a_pool_without_a_provider_holds_and_an_invalid_pool_says_why_on_itself(h: Harness) -> None:
+    h.pool("bare", provider=None)
+    h.node("n1", pool="bare")
+    h.api.put(h.pool_path(), {"apiVersion": f"{NAMES.api_group}/v1alpha1", "kind": "GpuNodePool",
+                              "metadata": {"name": "broken"}, "spec": {"consentMode": "sometimes"}})
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(seconds=20)
+    [record] = h.records("n1")
+    assert record["status"]["phase"] == "Scheduled" and record["status"]["hold"] == "NoRepairProvider"
+    bare = h.api.read(h.pool_path("bare"))
+    assert bare is not None
+    ready = {c["type"]: c for c in bare["status"]["conditions"]}["RepairProviderReady"]
+    assert ready["status"] == "False" and ready["reason"] == "NoRepairProvider"
+    broken = h.api.read(h.pool_path("broken"))
+    assert broken is not None
+    valid = {c["type"]: c for c in broken["status"]["conditions"]}["Valid"]
+    assert valid["status"] == "False" and "consentMode" in valid["message"]

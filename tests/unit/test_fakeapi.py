@@ -1,0 +1,98 @@
+"""The fake API server follows the rules the controller's code depends on."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from autoclusters.kube import Conflict, Invalid, KubeError, NotFound
+from tests.unit.fakeapi import FakeApi
+
+
+def _node(name: str = "n1") -> dict:
+    return {"metadata": {"name": name, "labels": {"pool": "a"}}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_versions_conflicts_and_missing_objects() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    node = kube.get_node("n1")
+    rv = node["metadata"]["resourceVersion"]
+    assert kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})["metadata"]["resourceVersion"] != rv
+    with pytest.raises(Conflict):  # a merge patch carrying the old resourceVersion
+        kube.patch_node("n1", {"metadata": {"resourceVersion": rv, "labels": {"x": "2"}}})
+    with pytest.raises(Invalid):  # a JSON patch whose `test` fails answers 422
+        kube.patch_node("n1", [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                               {"op": "add", "path": "/spec/unschedulable", "value": True}],
+                        "application/json-patch+json")
+    with pytest.raises(NotFound):
+        kube.get_node("n2")
+    with pytest.raises(Conflict):
+        kube.create("/api/v1/nodes", _node())
+    same = kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})  # a no-op bumps nothing
+    assert same["metadata"]["resourceVersion"] == kube.get_node("n1")["metadata"]["resourceVersion"]
+    assert api.counts()[("PATCH", "nodes")] == 4 and api.counts()[("GET", "nodes")] == 3
+
+
+def test_status_is_a_subresource_and_conditions_merge_by_type() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    kube.patch_node("n1", {"status": {"conditions": []}, "spec": {"unschedulable": True}})
+    assert kube.get_node("n1")["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    out = kube.patch_node_status("n1", {"status": {"conditions": [{"type": "Gpu", "status": "True"}]},
+                                        "spec": {"unschedulable": False}})
+    assert [c["type"] for c in out["status"]["conditions"]] == ["Ready", "Gpu"]
+    assert out["spec"] == {"unschedulable": True}
+    rec = kube.create("/apis/g/v1/things", {"metadata": {"name": "r"}, "spec": {"a": 1}, "status": {"b": 2}})
+    assert "status" in rec  # only the custom resources with a status subresource drop it on create
+    made = kube.create("/apis/g/v1/remediations", {"metadata": {"name": "r"}, "spec": {}, "status": {"b": 2}})
+    assert "status" not in made
+
+
+def test_selectors_evictions_and_the_request_log() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        api.put("/api/v1/namespaces/ns/pods", {"metadata": {"name": name, "labels": {"app": name}},
+                                               "spec": {"nodeName": node}})
+    assert [p["metadata"]["name"] for p in kube.pods_on_node("n1")] == ["a", "b"]
+    assert [p["metadata"]["name"] for p in kube.list_items("/api/v1/pods", label_selector="app!=a")] == ["b", "c"]
+    api.pdb_blocked.add("ns/b")
+    kube.evict("ns", "a")
+    with pytest.raises(KubeError) as e:
+        kube.evict("ns", "b")
+    assert e.value.status == 429
+    assert [p["metadata"]["name"] for p in kube.pods_on_node("n1")] == ["b"]
+    assert [r.verb for r in api.requests] == ["LIST", "LIST", "POST", "POST", "LIST"]
+    assert api.requests[2].resource == "pods/eviction"
+
+
+def test_watch_streams_changes_and_expires_after_compaction() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    _, rv = kube.list_with_version("/api/v1/nodes")
+    seen: list[tuple[str, str]] = []
+
+    def watch() -> None:
+        for event in kube.watch("/api/v1/nodes", resource_version=rv, timeout_seconds=5):
+            seen.append((event["type"], event["object"]["metadata"]["name"]))
+            if len(seen) == 3:
+                return
+
+    t = threading.Thread(target=watch)
+    t.start()
+    api.put("/api/v1/nodes", _node("n2"))
+    kube.patch_node("n1", {"metadata": {"labels": {"y": "1"}}})
+    kube.delete("/api/v1/nodes/n2")
+    t.join(5)
+    assert seen == [("ADDED", "n2"), ("MODIFIED", "n1"), ("DELETED", "n2")]
+    api.compact()
+    with pytest.raises(KubeError) as gone:
+        list(kube.watch("/api/v1/nodes", resource_version=rv, timeout_seconds=1))
+    assert gone.value.status == 410
+    api.close()
