@@ -16,7 +16,6 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import ConsentMode
 from autoclusters.controller import remediation_record as rec
-from autoclusters.controller.informer import Informer
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
 from autoclusters.controller.statemachine import IN_PROGRESS
 from autoclusters.deploy import API_VERSION, DEFAULT_NAMESPACE
@@ -24,6 +23,7 @@ from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
+from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)

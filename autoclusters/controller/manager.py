@@ -19,16 +19,16 @@ from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, Fleet
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.controller.leader import LeaderElector
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
-from autoclusters.controller.queue import WorkQueue
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.deploy import API_VERSION
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
+from autoclusters.kube.leader import LeaderElector
+from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 The flow per poll, in order: read every due source (a source that raises is an
 unreadable source, never a crash) -> fold each poll into the tracker -> warnings become
-events once per boot -> the desired conditions go to the writer, which coalesces them.
+events once per boot (through the client layer's ``EventRecorder``) -> the desired
+conditions go to the writer, which coalesces them.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoclusters.clock import Clock
-from autoclusters.detector.conditions import desired_conditions
+from autoclusters.detector.conditions import desired_conditions, message_for, reason_for
 from autoclusters.detector.source_records import Poll, Record
 from autoclusters.detector.window import FaultTracker
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog, Severity
+from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,9 @@ class Source(Protocol):
 
 
 class EventSink(Protocol):
-    def emit(self, node: str, record: Record) -> None: ...
+    """What the agent needs of ``kube.events.EventRecorder``."""
+
+    def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
 @dataclass
@@ -84,7 +88,7 @@ class NodeAgent:
         self._warned.add(rec.key)
         if rec.severity == Severity.WARNING and self.events is not None:
             log.info("%s: warning %s", self.node, rec)
-            self.events.emit(self.node, rec)
+            self.events.emit(ObjectRef("Node", self.node), reason_for(rec), message_for(rec), warning=True)
         else:
             log.info("%s: informational %s", self.node, rec)
 

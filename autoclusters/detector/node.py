@@ -18,16 +18,16 @@ from autoclusters.clock import Clock
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
-from autoclusters.detector.events import WarningEvents
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 from autoclusters.detector.nvml import NvmlSource, load_library
 from autoclusters.detector.pci import GpuIndex
 from autoclusters.detector.source_records import Poll
-from autoclusters.detector.writer import ConditionWriter
+from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
+from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class _IndexFollowingNvml:
 
 
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
-                paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, WarningEvents]:
+                paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, EventRecorder]:
     gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
     interp = KernelLogInterpreter(catalog, gpus, accept_user_lines=paths.accept_user_kmsg)
     sources: list[Scheduled] = []
@@ -78,13 +78,13 @@ def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Na
     sources.append(Scheduled(InfinibandSource(catalog, clock, paths.infiniband, config.infiniband),
                              config.snapshot_poll_s))
     writer = ConditionWriter(kube, clock, config.writer)
-    events = WarningEvents(kube, clock)
+    events = warning_recorder(kube, clock, instance=node)
     agent = NodeAgent(node, sources, catalog=catalog, names=names, writer=writer, events=events, clock=clock,
                       window_s=config.window_s)
     return agent, writer, events
 
 
-def run_node(agent: NodeAgent, writer: ConditionWriter, events: WarningEvents, config: AgentConfig,
+def run_node(agent: NodeAgent, writer: ConditionWriter, events: EventRecorder, config: AgentConfig,
              stop: threading.Event) -> None:
     t = threading.Thread(target=writer.run, args=(stop,), name="writer", daemon=True)
     t.start()
@@ -92,4 +92,4 @@ def run_node(agent: NodeAgent, writer: ConditionWriter, events: WarningEvents, c
         agent.poll()
         stop.wait(config.poll_s)
     writer.close()
-    events.close()
+    events.flush()

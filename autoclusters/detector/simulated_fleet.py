@@ -1,9 +1,11 @@
 """One process serving many simulated (kwok) nodes from a spool directory.
 
 Each node matching the selector gets a ``NodeAgent`` whose sources read that node's
-spool (see ``simulated``). A watch on the nodes supplies the reboot signal: when a
-node's ``status.nodeInfo.bootID`` changes, its simulated hardware starts a new boot
-and its agent drops the faults of the old one. Nodes that disappear are dropped.
+spool (see ``simulated``). An informer on the nodes (``kube.informer``: the project's one
+list-watch and its error policy) supplies the reboot signal: when a node's
+``status.nodeInfo.bootID`` changes, its simulated hardware starts a new boot and its agent
+drops the faults of the old one. Nodes that disappear are dropped. The informer keeps
+only each node's name, resourceVersion and boot id, so thousands of nodes cost little.
 """
 
 from __future__ import annotations
@@ -18,17 +20,16 @@ from autoclusters.clock import Clock
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
-from autoclusters.detector.events import WarningEvents
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
 from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.detector.source_records import Poll
-from autoclusters.detector.writer import ConditionWriter
+from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
-from autoclusters.kube.errors import KubeError
+from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,13 @@ def boot_id(node: dict[str, Any]) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
 
 
+def _boot_only(node: dict[str, Any]) -> dict[str, Any]:
+    """What the fleet keeps of a node: its name, its version and its boot id."""
+    meta = node.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion", "")},
+            "status": {"nodeInfo": {"bootID": boot_id(node)}}}
+
+
 class SimulatedFleet:
     def __init__(self, kube: Kube, clock: Clock, catalog: Catalog, names: Names, spool: str | Path,
                  selector: str, config: AgentConfig) -> None:
@@ -73,63 +81,24 @@ class SimulatedFleet:
         self.selector = selector
         self.config = config
         self.writer = ConditionWriter(kube, clock, config.writer)
-        self.events = WarningEvents(kube, clock)
+        self.events = warning_recorder(kube, clock)
         self.agents: dict[str, NodeAgent] = {}
-        self._boots: dict[str, str] = {}
         self._reboots: set[str] = set()
         self._gone: set[str] = set()
         self._lock = threading.Lock()
         self._gpus = GpuIndex.simulated()
-        self.synced = threading.Event()
+        self.nodes = Informer(kube, "/api/v1/nodes", self.on_node, label_selector=selector, watch_timeout=120,
+                              name="simulated-nodes", transform=_boot_only)
 
     # --- node discovery --------------------------------------------------------------
-    def _seen(self, node: dict[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name")
-        if not name:
-            return
-        boot = boot_id(node)
+    def on_node(self, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The informer's handler: a new boot id is a reboot, a node gone is dropped at the next poll."""
         with self._lock:
-            old = self._boots.get(name)
-            self._boots[name] = boot
-            if old is not None and old != boot and boot:
-                self._reboots.add(name)
-
-    def _deleted(self, node: dict[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name")
-        with self._lock:
-            if name in self._boots:
-                del self._boots[name]
+            if new is None:
                 self._gone.add(name)
-
-    def watch_nodes(self, stop: threading.Event) -> None:
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                items, rv = self.kube.list_with_version("/api/v1/nodes", label_selector=self.selector)
-                names = set()
-                for node in items:
-                    self._seen(node)
-                    names.add(node["metadata"]["name"])
-                with self._lock:
-                    for gone in set(self._boots) - names:
-                        del self._boots[gone]
-                        self._gone.add(gone)
-                self.synced.set()
-                backoff = 1.0
-                for event in self.kube.watch("/api/v1/nodes", resource_version=rv, label_selector=self.selector,
-                                             timeout_seconds=120):
-                    if stop.is_set():
-                        return
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind in ("ADDED", "MODIFIED"):
-                        self._seen(obj)
-                    elif kind == "DELETED":
-                        self._deleted(obj)
-            except Exception as e:  # noqa: BLE001 - the watch must outlive any one broken stream
-                level = logging.WARNING if isinstance(e, KubeError) else logging.ERROR
-                log.log(level, "node watch failed (%s); relisting in %.0fs", e, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self._reboots.discard(name)
+            elif old is not None and boot_id(new) and boot_id(old) != boot_id(new):
+                self._reboots.add(name)
 
     # --- agents --------------------------------------------------------------------------
     def _agent(self, name: str) -> NodeAgent:
@@ -157,13 +126,12 @@ class SimulatedFleet:
 
     def poll_once(self) -> None:
         with self._lock:
-            boots = dict(self._boots)
             reboots, self._reboots = self._reboots, set()
             gone, self._gone = self._gone, set()
         for name in gone:
             self.agents.pop(name, None)
             self.writer.forget(name)
-        for name in boots:
+        for name in sorted(n["metadata"]["name"] for n in self.nodes.items()):
             try:
                 agent = self.agents.get(name)
                 if agent is None:
@@ -176,13 +144,12 @@ class SimulatedFleet:
                 log.exception("polling simulated node %s failed", name)
 
     def run(self, stop: threading.Event) -> None:
-        threads = [threading.Thread(target=self.watch_nodes, args=(stop,), name="node-watch", daemon=True),
-                   threading.Thread(target=self.writer.run, args=(stop,), name="writer", daemon=True)]
-        for t in threads:
-            t.start()
-        self.synced.wait(30)
+        self.nodes.start()
+        threading.Thread(target=self.writer.run, args=(stop,), name="writer", daemon=True).start()
+        self.nodes.synced.wait(30)
         while not stop.is_set():
             self.poll_once()
             stop.wait(self.config.poll_s)
+        self.nodes.stop()
         self.writer.close()
-        self.events.close()
+        self.events.flush()

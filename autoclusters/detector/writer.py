@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters.clock import Clock, utc_iso
+from autoclusters.deploy.workloads import DETECTOR
 from autoclusters.detector.conditions import ConditionState
 from autoclusters.kube import Kube
 from autoclusters.kube.errors import KubeError, NotFound
+from autoclusters.kube.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -229,3 +231,13 @@ class ConditionWriter:
                                "lastTransitionTime": transition})
             snapshot[ctype] = (want, transition)
         return {"status": {"conditions": conditions}}, snapshot
+
+
+def warning_recorder(kube: Kube, clock: Clock, instance: str = "") -> EventRecorder:
+    """The agent's other writer: warning-severity faults as events on the node, through the
+    client layer's one event recorder. Events are written from its own thread, so a slow API
+    server never delays polling. Repeats are not aggregated into one event (which would be a
+    patch): the detector's role may create events, never change them, and the agent already
+    reports a warning once per node, fault and boot."""
+    return EventRecorder(kube, clock, DETECTOR, instance=instance, aggregate_seconds=0, max_cache=256,
+                         background=True)

@@ -10,8 +10,11 @@ checkpoint, drain a Slurm node, page someone) and, when the step succeeds, appro
 How it works:
 
 - One list + watch of the nodes that carry the required label (a label-selector watch,
-  no polling). A node leaves the watch (``DELETED``) when its label is removed, i.e. the
-  repair finished or the fault cleared, or when the node itself is deleted (replaced).
+  no polling), through the client layer's ``Informer``, with its error policy: an expired
+  watch (410 Gone) is followed by a fresh list at once, any other failure by a fresh list
+  after a backoff (1 s doubling to 30 s). A node leaves the watch (``DELETED``) when its
+  label is removed, i.e. the repair finished or the fault cleared, or when the node itself
+  is deleted (replaced); a fresh list reports the nodes that left while it was not watching.
 - Work is tracked by pool, not only by node: a replacement brings a node with a new
   name, so "what is this pool waiting for" is the stable question. Each pool has one
   worker; its preparation steps run one at a time, so a job spread over the pool is not
@@ -44,6 +47,7 @@ from typing import Any
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.kube import Kube, KubeError, NotFound, Unavailable, load_kube
 from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
 from autoclusters.ops.approval import ApprovalStatus, approve_node
 from autoclusters.ops.resources import get_pool, labels_of
@@ -97,37 +101,22 @@ class ApprovalController:
         self._stop = threading.Event()
         self._skipped: set[str] = set()
         self._modes: dict[str, tuple[float, str]] = {}  # pool -> (read at, consentMode); a short cache
+        self.nodes = Informer(kube, "/api/v1/nodes", self._changed, name="nodes-needing-repair",
+                              label_selector=f"{self.names.maintenance_required}=true",
+                              watch_timeout=config.watch_timeout)
 
     # --- the watch ---------------------------------------------------------------------
     def run(self) -> None:
-        """List, then watch; relist when the watch expires or breaks. Returns when ``stop`` is called."""
-        selector = f"{self.names.maintenance_required}=true"
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                nodes, version = self.kube.list_with_version("/api/v1/nodes", label_selector=selector)
-                log.info("watching %d node(s) that need a repair (resourceVersion %s)", len(nodes), version)
-                for node in nodes:
-                    self._observe(node)
-                self._forget_missing({str(n["metadata"]["name"]) for n in nodes})
-                backoff = 1.0
-                for event in self.kube.watch("/api/v1/nodes", resource_version=version, label_selector=selector,
-                                             timeout_seconds=self.config.watch_timeout):
-                    if self._stop.is_set():
-                        break
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind in {"ADDED", "MODIFIED"}:
-                        self._observe(obj)
-                    elif kind == "DELETED":
-                        self._left(str(obj.get("metadata", {}).get("name", "")), obj)
-            except Unavailable as e:
-                log.warning("API server unavailable (%s); relisting in %.0fs", e, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except KubeError as e:
-                if e.status != 410:  # 410 Gone: the watch's version expired; a relist is the cure
-                    log.warning("watch failed (%s); relisting", e)
-                    self._stop.wait(1.0)
+        """Lists, then watches (relisting as the informer's error policy says) until ``stop`` is called."""
+        self.nodes.start()
+        self._stop.wait()
+        self.nodes.stop()
+
+    def _changed(self, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if new is not None:
+            self._observe(new)
+        elif old is not None:
+            self._left(name, old)
 
     @property
     def stopped(self) -> bool:
@@ -207,14 +196,6 @@ class ApprovalController:
                 log.info("node %s left the repair queue (repaired or replaced); %s", name, ledger.summary())
             elif name in ledger.queued:
                 log.info("node %s no longer needs a repair (its fault cleared); it will not be approved", name)
-
-    def _forget_missing(self, present: set[str]) -> None:
-        """After a relist: nodes we tracked that no longer need a repair have left while we were not watching."""
-        with self._lock:
-            ledgers = list(self.ledgers.values())
-        for ledger in ledgers:
-            for name in [n for n in ledger.approved if n not in present]:
-                self._left(name, {"metadata": {"labels": {self.names.pool_label: ledger.pool}}})
 
     # --- the per-pool worker -----------------------------------------------------------------
     def _work(self, pool: str, q: queue.Queue[str | None]) -> None:

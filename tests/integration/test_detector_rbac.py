@@ -130,7 +130,19 @@ def test_the_real_agent_runs_under_its_least_privilege(setup: tuple[ClusterHandl
         cond = wait_for(true_condition, timeout=20, what="condition written by the agent")
         assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
         assert writer.failures == 0
+
+        hw.inject({"kind": "xid", "code": 13, "gpu": 3}, load_catalog())  # a warning: an event, created
+
+        def warning_event() -> dict[str, Any] | None:
+            agent.poll()
+            events.flush()
+            items = cluster.kube.list_items("/api/v1/namespaces/default/events",
+                                            field_selector=f"involvedObject.name={a}")
+            return next((e for e in items if e.get("type") == "Warning" and "Xid 13" in e.get("message", "")), None)
+
+        ev = wait_for(warning_event, timeout=20, what="warning event written by the agent")
+        assert (ev["reportingComponent"], ev["reportingInstance"]) == ("autoclusters-detector", a)
         time.sleep(0.1)
     finally:
         writer.close()
-        events.close()
+        events.flush()

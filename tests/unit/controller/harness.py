@@ -16,13 +16,13 @@ from autoclusters.clock import FakeClock, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
 from autoclusters.controller.metrics import Metrics
-from autoclusters.controller.queue import WorkQueue
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.deploy import API_VERSION
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube
 from autoclusters.kube.events import EventRecorder
+from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 from autoclusters.sim import nodes as sim
 from tests.unit.fakeapi import FakeApi

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.controller.informer import Informer
+from autoclusters.kube.informer import Informer
 from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 JSON = dict[str, Any]

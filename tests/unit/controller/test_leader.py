@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from autoclusters.clock import FakeClock, SystemClock
-from autoclusters.controller.leader import LeaderElector
+from autoclusters.kube.leader import LeaderElector
 from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 NS = "autoclusters-system"

@@ -15,6 +15,7 @@ from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
+from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
 from tests.unit.detector.fakes import FakeKube
 
@@ -27,10 +28,10 @@ HEALTH = NAMES.detector_health_condition
 
 class Events:
     def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, str, str, str, bool]] = []
 
-    def emit(self, node: str, record) -> None:  # type: ignore[no-untyped-def]
-        self.sent.append((node, record.code))
+    def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
+        self.sent.append((ref.kind, ref.name, reason, message, warning))
 
 
 class Broken:
@@ -136,7 +137,8 @@ def test_warnings_become_one_event_per_boot(tmp_path: Path) -> None:
     hw.inject({"kind": "xid", "code": 13, "gpu": 0}, CAT)
     tick(agent, writer, clock, 100)
     tick(agent, writer, clock, 100)
-    assert events.sent == [("n1", "13")]
+    assert events.sent == [("Node", "n1", "NvidiaXIDError",
+                             "GPU 0 reported Xid 13 (Graphics Engine Exception).", True)]
     assert kube.condition("n1", GPU)["status"] == "False"
     writer.close()
 

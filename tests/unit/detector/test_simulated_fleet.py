@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from autoclusters.clock import FakeClock
 from autoclusters.detector.config import AgentConfig
@@ -16,8 +17,17 @@ from tests.unit.detector.fakes import FakeKube
 NAMES = Names()
 
 
-def node(name: str, boot: str) -> dict[str, object]:
+def node(name: str, boot: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "status": {"nodeInfo": {"bootID": boot}}}
+
+
+def seen(f: SimulatedFleet, name: str, boot: str) -> None:
+    """The node as the informer's watch reports it (added or modified)."""
+    f.nodes._apply({"type": "MODIFIED", "object": node(name, boot)})
+
+
+def deleted(f: SimulatedFleet, name: str) -> None:
+    f.nodes._apply({"type": "DELETED", "object": node(name, "")})
 
 
 def fleet(tmp_path: Path) -> tuple[FakeKube, FakeClock, SimulatedFleet]:
@@ -41,22 +51,22 @@ def gpu(kube: FakeKube, name: str) -> str:
 
 def test_a_new_boot_id_drops_the_faults_and_a_gone_node_is_dropped(tmp_path: Path) -> None:
     kube, clock, f = fleet(tmp_path)
-    f._seen(node("a", "boot-1"))
-    f._seen(node("b", "boot-1"))
+    seen(f, "a", "boot-1")
+    seen(f, "b", "boot-1")
     cycle(f, clock)
     assert sorted(f.agents) == ["a", "b"] and gpu(kube, "a") == "False"
     SimulatedHardware(tmp_path, "a").inject({"kind": "xid", "code": 79, "gpu": 0}, load_catalog())
     cycle(f, clock)
     cycle(f, clock, 5)
     assert gpu(kube, "a") == "True" and gpu(kube, "b") == "False"
-    f._seen(node("a", "boot-1"))  # an update that is not a reboot
+    seen(f, "a", "boot-1")  # an update that is not a reboot
     cycle(f, clock)
     assert gpu(kube, "a") == "True"
-    f._seen(node("a", "boot-2"))
+    seen(f, "a", "boot-2")
     cycle(f, clock)
     assert gpu(kube, "a") == "False"
     assert SimulatedHardware(tmp_path, "a").kmsg.read_text() == ""  # the new boot's log starts empty
-    f._deleted(node("b", "boot-1"))
+    deleted(f, "b")
     cycle(f, clock)
     assert sorted(f.agents) == ["a"]
     f.writer.close()
@@ -65,8 +75,18 @@ def test_a_new_boot_id_drops_the_faults_and_a_gone_node_is_dropped(tmp_path: Pat
 def test_one_broken_node_does_not_stop_the_others(tmp_path: Path) -> None:
     kube, clock, f = fleet(tmp_path)
     (tmp_path / "b").write_text("a file where the node's directory should be")
-    f._seen(node("a", "1"))
-    f._seen(node("b", "1"))
+    seen(f, "a", "1")
+    seen(f, "b", "1")
     cycle(f, clock)
     assert list(f.agents) == ["a"] and gpu(kube, "a") == "False"
+    f.writer.close()
+
+
+def test_the_informer_keeps_only_name_version_and_boot_id(tmp_path: Path) -> None:
+    _, _, f = fleet(tmp_path)
+    big = {"metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "y"}},
+           "status": {"nodeInfo": {"bootID": "b1", "kernelVersion": "6"}, "conditions": [{"type": "Ready"}]}}
+    f.nodes._apply({"type": "ADDED", "object": big})
+    assert f.nodes.get("a") == {"metadata": {"name": "a", "resourceVersion": "7"},
+                                "status": {"nodeInfo": {"bootID": "b1"}}}
     f.writer.close()

@@ -6,6 +6,17 @@ Conflict. Expiry is judged on this replica's own monotonic clock from the moment
 saw the lease change (as client-go does), never by comparing two machines' wall clocks.
 A leader that cannot renew within ``renew_deadline`` gives up before the lease expires,
 so the next leader never overlaps with it.
+
+Why not the pinned ``kubernetes`` library's ``leaderelection`` with its ``LeaseLock`` (read
+in its source, version 37): an API server it cannot reach makes ``LeaseLock.get`` raise
+urllib3's ``MaxRetryError`` (it catches only ``ApiException``), which leaves ``run`` while
+the leading callback's thread goes on: a leader that keeps acting with nobody renewing its
+lease. It has no way to stop a candidate (``acquire`` loops forever on ``time.sleep``) and
+no release on a clean stop, so every rollout waits out a whole lease; it judges expiry on
+the wall clock (``time.time``), takes no injectable clock, exits the process
+(``sys.exit``) on a bad setting, refuses periods under a second, never counts
+``leaseTransitions``, and talks through its own ``CoordinationV1Api`` on the library's
+global configuration instead of this client (its transport, user agent, request counts).
 """
 
 from __future__ import annotations
@@ -16,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from autoclusters.clock import Clock
-from autoclusters.kube import Conflict, Kube, KubeError, NotFound
+from autoclusters.kube.client import Kube
+from autoclusters.kube.errors import Conflict, KubeError, NotFound
 
 log = logging.getLogger(__name__)
 

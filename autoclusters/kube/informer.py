@@ -1,9 +1,22 @@
 """List + watch of one collection into an in-memory store, with a callback per change.
 
-The store is what reconciles read, so they cost no API requests; writes of our own are
-put back into it (``upsert``) so the next reconcile never acts on an older copy than the
-one it wrote. A watch that ends is resumed from the last resourceVersion seen (bookmarks
-keep it fresh); a 410 Gone (history compacted) or any error means a fresh list.
+The store is what readers use, so reads cost no API requests; writes of our own are put
+back into it (``upsert``) so the next reader never acts on an older copy than the one it
+wrote. Every list-watch of the project (the controller's cache, the simulated detector
+fleet, the Slurm bridge, the approval example) is this class, with one error policy:
+
+- a watch the server ends (its timeout) is resumed from the last resourceVersion seen
+  (bookmarks keep it fresh), without a new list;
+- 410 Gone (the version is older than the server's history) means a fresh list at once;
+- any other error (the API server unreachable, a refused request, a handler that raised)
+  means a fresh list after a backoff that doubles from ``backoff`` to ``max_backoff`` and
+  starts again after a list succeeds.
+
+A fresh list replaces the store and reports the difference through the handler: every
+listed object as added or changed, every object that vanished meanwhile as deleted.
+``transform`` trims each object before it is stored (client-go's transform function), so a
+reader that needs three fields of a node does not keep thousands of whole nodes in memory;
+it must keep ``metadata.name`` and ``metadata.resourceVersion``.
 """
 
 from __future__ import annotations
@@ -13,12 +26,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.kube import Kube, KubeError
+from autoclusters.kube.client import Kube
+from autoclusters.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
+Transform = Callable[[JSON], JSON]
 
 
 def _rv(obj: JSON | None) -> int:
@@ -30,12 +45,16 @@ def _rv(obj: JSON | None) -> int:
 
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
-                 watch_timeout: int = 240, name: str = "") -> None:
+                 watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
+                 backoff: float = 1.0, max_backoff: float = 30.0) -> None:
         self._kube = kube
         self._path = path
         self._handler = handler
         self._selector = label_selector
         self._watch_timeout = watch_timeout
+        self._transform = transform
+        self._backoff = backoff
+        self._max_backoff = max_backoff
         self.name = name or path
         self._store: dict[str, JSON] = {}
         self._lock = threading.Lock()
@@ -75,6 +94,8 @@ class Informer:
 
     def _relist(self) -> str:
         items, rv = self._kube.list_with_version(self._path, label_selector=self._selector)
+        if self._transform is not None:
+            items = [self._transform(i) for i in items]
         fresh = {i["metadata"]["name"]: i for i in items}
         with self._lock:
             old = self._store
@@ -89,36 +110,46 @@ class Informer:
 
     def _run(self) -> None:
         rv = ""
+        delay = self._backoff
         while not self._stop.is_set():
             try:
                 if not rv:
                     rv = self._relist()
+                    delay = self._backoff
                 for event in self._kube.watch(self._path, resource_version=rv, label_selector=self._selector,
                                               timeout_seconds=self._watch_timeout):
                     if self._stop.is_set():
                         return
-                    obj = event.get("object") or {}
-                    kind = event.get("type")
-                    new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
-                    rv = new_rv
-                    if kind == "BOOKMARK":
-                        continue
-                    name = obj["metadata"]["name"]
-                    with self._lock:
-                        old = self._store.get(name)
-                        if kind == "DELETED":
-                            self._store.pop(name, None)
-                        elif old is None or _rv(old) <= _rv(obj):
-                            self._store[name] = obj
-                    self._handler(name, old, None if kind == "DELETED" else obj)
+                    rv = self._apply(event) or rv
             except KubeError as e:
+                rv = ""
                 if e.status == 410 or "too old" in str(e).lower():
                     log.info("%s: watch expired, listing again", self.name)
-                else:
-                    log.warning("%s: watch failed (%s); listing again", self.name, e)
-                    self._stop.wait(1.0)
-                rv = ""
+                    continue
+                log.warning("%s: list or watch failed (%s); listing again in %.1fs", self.name, e, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._max_backoff)
             except Exception:  # a handler bug must not kill the informer
-                log.exception("%s: unexpected error; listing again", self.name)
-                self._stop.wait(1.0)
                 rv = ""
+                log.exception("%s: unexpected error; listing again in %.1fs", self.name, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._max_backoff)
+
+    def _apply(self, event: JSON) -> str:
+        """One watch event into the store and the handler; returns the resourceVersion it carries."""
+        obj = event.get("object") or {}
+        kind = event.get("type")
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind == "BOOKMARK":
+            return rv
+        if self._transform is not None:
+            obj = self._transform(obj)
+        name = obj["metadata"]["name"]
+        with self._lock:
+            old = self._store.get(name)
+            if kind == "DELETED":
+                self._store.pop(name, None)
+            elif old is None or _rv(old) <= _rv(obj):
+                self._store[name] = obj
+        self._handler(name, old, None if kind == "DELETED" else obj)
+        return rv

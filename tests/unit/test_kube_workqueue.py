@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoclusters.controller.queue import WorkQueue
+from autoclusters.kube.workqueue import WorkQueue
 
 
 def test_queue_dedups_and_backs_off_per_key() -> None:
