@@ -79,6 +79,19 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def profile_window(pid: int, out: str, sig: int) -> None:
+    """Marks the start (SIGUSR1) or the end (SIGUSR2: the profile is written) of the profiled window."""
+    if sig == signal.SIGUSR2:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out)
+    os.kill(pid, sig)
+    if sig == signal.SIGUSR2:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print(f"profile: {out} (python benchmarks/profile_summary.py {out})", flush=True)
+
+
 class Watcher(threading.Thread):
     """Watches a collection and calls ``on`` with (monotonic time, event type, object)."""
 
@@ -120,6 +133,10 @@ def main() -> int:
     ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")
     ap.add_argument("--karpenter", action="store_true",
                     help="nodes launched by Karpenter (dev up --karpenter); replace faults through its provider")
+    ap.add_argument("--profile", default="",
+                    help="run the controller under benchmarks/profiled.py (cProfile in every thread, CPU time) and "
+                         "write the profile of the repairs (first fault to last success) here; read it with "
+                         "benchmarks/profile_summary.py. Slows the controller: its latencies are not comparable")
     args = ap.parse_args()
 
     handle = ClusterHandle(args.kubeconfig, local=True)
@@ -166,8 +183,11 @@ def main() -> int:
     print(f"{args.nodes} nodes Ready in {time.monotonic() - t0:.1f}s", flush=True)
 
     port = free_port()
-    argv = [sys.executable, "-m", "autoclusters.cli.main", "controller", "run", "--kubeconfig", sa_kubeconfig,
-            "--namespace", namespace, "--metrics-port", str(port), "--workers", str(args.workers)]
+    profiler = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiled.py"), args.profile] \
+        if args.profile else []
+    argv = [sys.executable, *profiler, "-m", "autoclusters.cli.main", "controller", "run",
+            "--kubeconfig", sa_kubeconfig, "--namespace", namespace, "--metrics-port", str(port),
+            "--workers", str(args.workers)]
     log = open(f"/tmp/controller-bench-{run_id}.log", "wb")  # noqa: SIM115 - closed at the end
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -253,6 +273,8 @@ def main() -> int:
         t = time.monotonic()
         kube.get_node(node)
         rtt.append(time.monotonic() - t)
+    if args.profile:
+        profile_window(proc.pid, args.profile, signal.SIGUSR1)
     cpu_before = cpu_seconds(proc.pid)
     start = time.monotonic()
     with ThreadPoolExecutor(min(32, args.faults)) as ex:
@@ -269,6 +291,8 @@ def main() -> int:
         time.sleep(0.5)
     elapsed = time.monotonic() - start
     cpu_used = cpu_seconds(proc.pid) - cpu_before
+    if args.profile:
+        profile_window(proc.pid, args.profile, signal.SIGUSR2)
     load = os.getloadavg()[0]
     after = scrape()
     with open(f"/proc/{proc.pid}/status") as f:
