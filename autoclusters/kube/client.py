@@ -9,13 +9,14 @@ patches with a ``test`` of the resourceVersion where a list (taints) must be cha
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
+
+import orjson
 
 from autoclusters.kube.errors import Conflict, Invalid, KubeError, NotFound, Unavailable, translate, translated
 
@@ -92,7 +93,7 @@ class Kube:
                 raise _api_error(resp)
             if not resp.data:
                 return {}
-            return json.loads(resp.data)
+            return orjson.loads(resp.data)
 
     # --- generic verbs ----------------------------------------------------------------
     def get(self, path: str, **query: Any) -> JSON:
@@ -138,15 +139,18 @@ class Kube:
         buf = b""
         try:
             for chunk in resp.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                buf = buf + chunk if buf else chunk
+                start = 0
+                while (end := buf.find(b"\n", start)) >= 0:  # each line decoded in place, no re-splitting
+                    line = buf[start:end]
+                    start = end + 1
                     if line.strip():
-                        event = json.loads(line)
+                        event = orjson.loads(line)
                         if event.get("type") == "ERROR":
                             obj = event.get("object") or {}
                             raise KubeError(str(obj.get("message", "watch error")), status=obj.get("code"))
                         yield event
+                buf = buf[start:]
         except KubeError:
             raise
         except Exception as e:
@@ -254,7 +258,21 @@ def _api_error(resp: Any) -> KubeError:
 
 
 def load_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 32) -> Kube:
-    """A client from a kubeconfig path, ``$KUBECONFIG``, or the in-cluster service account."""
+    """A client from a kubeconfig path, ``$KUBECONFIG``, or the in-cluster service account.
+
+    The lean transport (:mod:`autoclusters.kube.light`) serves every credential it can (tokens,
+    token files, client certificates, the in-cluster account); the ``kubernetes`` library serves
+    the rest (exec and auth-provider plugins, basic auth, proxies, merged kubeconfig files)."""
+    from autoclusters.kube.light import NeedsFullClient, load_light_kube
+
+    try:
+        return load_light_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
+    except NeedsFullClient:
+        return load_full_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
+
+
+def load_full_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 32) -> Kube:
+    """A client over the ``kubernetes`` library's ApiClient (any credential its config loader reads)."""
     from kubernetes import client, config
 
     cfg = client.Configuration()

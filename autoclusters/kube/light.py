@@ -1,18 +1,22 @@
-"""A small HTTP transport for :class:`Kube`, for long-running agents that must stay lean.
+"""The lean HTTP transport of :class:`Kube`: ``urllib3`` and a fast JSON codec, no generated models.
 
 Importing the ``kubernetes`` library loads every generated model (about 27 MB of
-memory), which alone breaks the node agent's 40 MB budget. ``Kube`` needs from its
-transport only ``param_serialize``/``call_api`` and a ``configuration.host``; this module
-provides them over ``urllib3`` with credentials from a kubeconfig (token or client
-certificate, CA bundle) or the in-cluster service account, whose projected token it
-re-reads as the kubelet rotates it. API errors are translated here into the named
-exceptions, exactly as the full client does.
+memory), which alone breaks the node agent's 40 MB budget, and its request path
+(parameter sanitising, its REST wrapper) costs CPU on every call, which the controller
+makes tens of thousands of. ``Kube`` needs from its transport only
+``param_serialize``/``call_api`` and a ``configuration.host``; this module provides them
+over ``urllib3`` with credentials from a kubeconfig (token, token file or client
+certificate, CA bundle, ``tls-server-name``, ``insecure-skip-tls-verify``) or the
+in-cluster service account, whose projected token it re-reads as the kubelet rotates it.
+Credentials it cannot serve (exec and auth-provider plugins, basic auth, a proxy, several
+merged kubeconfig files) raise :class:`NeedsFullClient`, and :func:`load_kube` then uses the
+``kubernetes`` library. API errors are translated here into the named exceptions, exactly
+as the full client does.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import tempfile
 import time
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 import yaml
 
@@ -40,6 +45,11 @@ class _Config:
     key_file: str | None = None
     token: str | None = None
     token_file: str | None = None
+    server_name: str | None = None  # tls-server-name: the name the server's certificate is checked against
+
+
+class NeedsFullClient(KubeError):
+    """Credentials only the ``kubernetes`` library serves (exec/auth-provider plugins, basic auth, a proxy)."""
 
 
 class _Response:
@@ -69,6 +79,8 @@ class LightApiClient:
                 kw["ca_certs"] = cfg.ca_file
             if cfg.cert_file:
                 kw["cert_file"], kw["key_file"] = cfg.cert_file, cfg.key_file
+            if cfg.server_name:
+                kw["server_hostname"] = cfg.server_name
         self._pool = urllib3.PoolManager(**kw)
         self._token = cfg.token
         self._token_read = 0.0
@@ -93,7 +105,7 @@ class LightApiClient:
         token = self._bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        payload = None if body is None else json.dumps(body).encode()
+        payload = None if body is None else orjson.dumps(body)
         return method, url, headers, payload, None
 
     def call_api(self, method: str, url: str, *, header_params: dict[str, str], body: bytes | None,
@@ -141,7 +153,9 @@ def _from_kubeconfig(path: str) -> _Config:
     if cluster is None:
         raise KubeError(f"{path}: context {ctx_name} names no known cluster")
     if "exec" in user or "auth-provider" in user:
-        raise KubeError(f"{path}: exec/auth-provider credentials need the full client (load_kube)")
+        raise NeedsFullClient(f"{path}: exec/auth-provider credentials need the full client (load_kube)")
+    if "username" in user or "proxy-url" in cluster:
+        raise NeedsFullClient(f"{path}: basic auth or a proxy needs the full client (load_kube)")
     tmp = Path(tempfile.mkdtemp(prefix="autoclusters-kube-"))
     return _Config(
         host=cluster["server"],
@@ -153,16 +167,20 @@ def _from_kubeconfig(path: str) -> _Config:
         key_file=_materialise(user.get("client-key-data"), user.get("client-key"), base, tmp, "client.key"),
         token=user.get("token"),
         token_file=user.get("tokenFile"),
+        server_name=cluster.get("tls-server-name"),
     )
 
 
-def load_light_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters") -> Kube:
+def load_light_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 8) -> Kube:
     """Like :func:`load_kube` (kubeconfig path, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``), without
-    importing the ``kubernetes`` library."""
+    importing the ``kubernetes`` library; ``qps_pool`` connections are kept open for concurrent calls."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path:
-            cfg = _from_kubeconfig(path.split(os.pathsep)[0])
+            files = [p for p in path.split(os.pathsep) if p]
+            if len(files) > 1:
+                raise NeedsFullClient(f"{path}: several kubeconfig files are merged by the full client (load_kube)")
+            cfg = _from_kubeconfig(files[0])
         elif os.path.exists(f"{SA_DIR}/token") and os.environ.get("KUBERNETES_SERVICE_HOST"):
             host = os.environ["KUBERNETES_SERVICE_HOST"]
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
@@ -172,4 +190,4 @@ def load_light_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclu
             cfg = _from_kubeconfig(str(Path.home() / ".kube" / "config"))
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
         raise KubeError(f"cannot load Kubernetes credentials ({path or 'default'}): {e}") from e
-    return Kube(LightApiClient(cfg), user_agent=user_agent)
+    return Kube(LightApiClient(cfg, pool_size=qps_pool), user_agent=user_agent)

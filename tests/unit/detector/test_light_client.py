@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoclusters.kube import KubeError
-from autoclusters.kube.light import load_light_kube
+from autoclusters.kube import KubeError, load_kube
+from autoclusters.kube.light import LightApiClient, NeedsFullClient, load_light_kube
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, object]) -> str:
@@ -35,7 +37,57 @@ def test_token_and_ca_from_a_kubeconfig(tmp_path: Path) -> None:
                                                    body={"a": 1}, auth_settings=[])
     assert url == "https://127.0.0.1:6443/api/v1/nodes/a/status?fieldManager=x"
     assert headers["Authorization"] == "Bearer abc" and headers["User-Agent"] == "t"
-    assert body == b'{"a": 1}'
+    assert json.loads(body) == {"a": 1}
+
+
+def test_tls_server_name_and_token_file_are_read(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("rotated-1\n")
+    path = kubeconfig(tmp_path, {"tokenFile": str(token)})
+    doc = yaml.safe_load(Path(path).read_text())
+    doc["clusters"][0]["cluster"]["tls-server-name"] = "api.internal"
+    Path(path).write_text(yaml.safe_dump(doc))
+    api = load_light_kube(path)._api
+    assert api.configuration.server_name == "api.internal"
+    assert api._pool.connection_pool_kw["server_hostname"] == "api.internal"
+    _, _, headers, _, _ = api.param_serialize(method="GET", resource_path="/api", query_params=None,
+                                              header_params={}, body=None, auth_settings=[])
+    assert headers["Authorization"] == "Bearer rotated-1"
+
+
+@pytest.mark.parametrize("user, cluster", [
+    ({"exec": {"command": "aws"}}, {}),
+    ({"auth-provider": {"name": "oidc"}}, {}),
+    ({"username": "admin", "password": "x"}, {}),
+    ({"token": "t"}, {"proxy-url": "http://proxy:3128"}),
+])
+def test_load_kube_falls_back_to_the_full_client_for_what_the_lean_one_cannot_serve(
+        tmp_path: Path, user: dict[str, object], cluster: dict[str, object]) -> None:
+    path = kubeconfig(tmp_path, user)
+    doc = yaml.safe_load(Path(path).read_text())
+    doc["clusters"][0]["cluster"].update(cluster)
+    Path(path).write_text(yaml.safe_dump(doc))
+    with pytest.raises(NeedsFullClient):
+        load_light_kube(path)
+    if "exec" in user or "auth-provider" in user:
+        return  # the full client would run the plugin; that it is chosen is what the refusal above proves
+    kube = load_kube(path)
+    assert type(kube._api).__module__.startswith("kubernetes.")
+
+
+def test_load_kube_takes_the_lean_transport_when_it_can(tmp_path: Path) -> None:
+    kube = load_kube(kubeconfig(tmp_path, {"token": "abc"}), qps_pool=40)
+    assert isinstance(kube._api, LightApiClient)
+    assert kube._api._pool.connection_pool_kw["maxsize"] == 40
+
+
+def test_several_kubeconfig_files_are_merged_by_the_full_client(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    first = kubeconfig(tmp_path, {"token": "abc"})
+    monkeypatch.setenv("KUBECONFIG", f"{first}{os.pathsep}{tmp_path / 'other'}")
+    with pytest.raises(NeedsFullClient):
+        load_light_kube()
+    assert not isinstance(load_kube()._api, LightApiClient)
 
 
 def test_exec_credentials_are_refused_so_the_caller_can_fall_back(tmp_path: Path) -> None:
