@@ -52,6 +52,7 @@ class Fleet:
         self._records_by_node: dict[str, set[str]] = defaultdict(set)
         self._records_by_pool: dict[str, set[str]] = defaultdict(set)
         self._reserved: dict[str, set[str]] = defaultdict(set)
+        self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
         self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, api.POOLS.plural), self._on_pool,
@@ -203,18 +204,28 @@ class Fleet:
 
     @staticmethod
     def _fingerprint(node: JSON | None) -> tuple[Any, ...] | None:
-        """What a reconcile can react to; kubelet/kwok heartbeats (condition times) are not in it."""
+        """What a reconcile can react to; kubelet/kwok heartbeats (condition times) are not in it.
+        Compared by equality only (the dicts in it are the node's own, not copies)."""
         if node is None:
             return None
         meta, status = node.get("metadata") or {}, node.get("status") or {}
-        conds = tuple(sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
-                             for c in status.get("conditions") or []))
-        return (repr(meta.get("labels")), repr(meta.get("annotations")), repr(node.get("spec")), conds,
+        conds = sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+                       for c in status.get("conditions") or [])
+        return (meta.get("labels"), meta.get("annotations"), node.get("spec"), conds,
                 (status.get("nodeInfo") or {}).get("bootID"), meta.get("deletionTimestamp"))
 
     def _on_node(self, name: str, old: JSON | None, new: JSON | None) -> None:
-        if old is not None and new is not None and self._fingerprint(old) == self._fingerprint(new):
-            return  # a heartbeat: nothing a repair depends on changed
+        # The previous version's fingerprint is kept, so a heartbeat costs one fingerprint, not two.
+        fingerprint = self._fingerprint(new)
+        with self._lock:
+            seen = self._prints.pop(name, None) if new is None else self._prints.get(name)
+            if new is not None:
+                self._prints[name] = fingerprint
+        if old is not None and new is not None:
+            if seen is None:
+                seen = self._fingerprint(old)
+            if seen == fingerprint:
+                return  # a heartbeat: nothing a repair depends on changed
         was_faulty = self._repairable(old, self.pool_for(old)) if old else False
         before, after = self._index_node(name, new)
         self._enqueue(name)
