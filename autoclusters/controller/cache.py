@@ -52,6 +52,7 @@ class Fleet:
         self._records_by_node: dict[str, set[str]] = defaultdict(set)
         self._records_by_pool: dict[str, set[str]] = defaultdict(set)
         self._reserved: dict[str, set[str]] = defaultdict(set)
+        self._busy: dict[str, set[str]] = defaultdict(set)  # pool -> its records in progress (index of the store)
         self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
@@ -253,12 +254,22 @@ class Fleet:
             else:
                 self._records_by_node[node].add(name)
                 self._records_by_pool[pool].add(name)
+            self._index_record(name, pool)
         if node:
             self._enqueue(node)
         was_active = old is not None and rec.is_active(old)
         if was_active and (new is None or not rec.is_active(new)):
             pool = (obj.get("spec") or {}).get("pool", "")
             self.wake_held(pool)  # a slot may have freed
+
+    def _index_record(self, name: str, pool: str) -> None:
+        """Keeps the pool's set of records in progress in step with the store; called under the lock
+        after every change of the store, so it always reads the version the store kept."""
+        stored = self.record_informer.get(name)
+        if stored is not None and rec.phase_of(stored) in IN_PROGRESS:
+            self._busy[pool].add(name)
+        else:
+            self._busy[pool].discard(name)
 
     def wake_held(self, pool: str) -> None:
         for r in self.records_in_pool(pool):
@@ -272,6 +283,7 @@ class Fleet:
         with self._lock:
             self._records_by_node[node].add(obj["metadata"]["name"])
             self._records_by_pool[pool].add(obj["metadata"]["name"])
+            self._index_record(obj["metadata"]["name"], pool)
 
     def records_of(self, node: str) -> list[JSON]:
         with self._lock:
@@ -287,9 +299,8 @@ class Fleet:
     def in_progress(self, pool: str, exclude: str = "") -> int:
         """Records of the pool in Draining/Acting/Verifying, plus slots reserved by starts
         whose record write is still on its way."""
-        busy = {r["metadata"]["name"] for r in self.records_in_pool(pool) if rec.phase_of(r) in IN_PROGRESS}
         with self._lock:
-            busy |= self._reserved.get(pool, set())
+            busy = self._busy.get(pool, set()) | self._reserved.get(pool, set())
         busy.discard(exclude)
         return len(busy)
 

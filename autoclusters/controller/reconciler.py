@@ -384,16 +384,27 @@ class Reconciler:
     def _provider_condition(self, pool: Pool) -> tuple[str, bool, str, str]:
         """RepairProviderReady: every action has a provider that accepts every node of the pool."""
         problems: list[ProviderBlock] = []
-        refused: dict[str, list[str]] = defaultdict(list)
+        providers: list[Provider] = []
         for action in RepairAction:
             provider, block = self._provider(pool, action)
             if block is not None:
                 problems.append(block)
                 continue
             assert provider is not None
-            for member in sorted(self._fleet.members(pool.name)):
-                if provider.refusal(self._fleet.node(member)):
-                    refused[provider.name].append(member)
+            providers.append(provider)
+        refused: dict[str, list[str]] = defaultdict(list)
+        if not problems:
+            # One pass over the members (the pool reconciles on every change of its faulty count),
+            # each distinct provider asked once per node; only the refused names are sorted.
+            distinct = list({id(p): p for p in providers}.values())
+            by_provider: dict[int, list[str]] = {id(p): [] for p in distinct}
+            for member in self._fleet.members(pool.name):
+                node = self._fleet.node(member)
+                for p in distinct:
+                    if p.refusal(node):
+                        by_provider[id(p)].append(member)
+            for p in providers:
+                refused[p.name].extend(sorted(by_provider[id(p)]))
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):

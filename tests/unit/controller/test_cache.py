@@ -34,3 +34,36 @@ def test_fleet_ignores_heartbeats_and_follows_the_membership_rule() -> None:
     assert queued == []
     fleet._on_node("n1", node("t1", False), node("t2", True))  # a fault
     assert "n1" in queued and POOL_KEY + "a" in queued and fleet.counts("a") == (1, 1)
+
+
+def test_records_in_progress_are_counted_from_the_version_the_store_keeps() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    fleet = Fleet(object(), NAMES, load_catalog(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+
+    def record(name: str, rv: int, phase: str | None) -> dict:
+        return {"metadata": {"name": name, "resourceVersion": str(rv)}, "spec": {"node": name, "pool": "a"},
+                "status": {"phase": phase} if phase else {}}
+
+    def watched(old: dict | None, new: dict | None, name: str = "r1") -> None:
+        """What the informer does: store (a newer stored version wins), then call the handler."""
+        if new is None:
+            fleet.record_informer.remove(name)
+        else:
+            fleet.record_informer.upsert(new)
+        fleet._on_record(name, old, new)
+
+    watched(None, record("r1", 1, None))
+    assert fleet.in_progress("a") == 0
+    fleet.record_written(record("r1", 2, "Draining"))  # our own write, before the watch tells
+    fleet.record_written(record("r2", 3, "Acting"))
+    assert fleet.in_progress("a") == 2 and fleet.in_progress("a", exclude="r1") == 1
+    watched(record("r1", 1, None), record("r1", 2, "Draining"))
+    fleet.record_written(record("r1", 5, "Succeeded"))
+    watched(record("r1", 2, "Draining"), record("r1", 4, "Verifying"))  # older than the store: ignored
+    assert fleet.in_progress("a") == 1
+    fleet.reserve("a", "r3")
+    assert fleet.in_progress("a") == 2
+    fleet.unreserve("a", "r3")
+    watched(record("r2", 3, "Acting"), None, name="r2")  # deleted
+    assert fleet.in_progress("a") == 0
