@@ -1,17 +1,18 @@
-"""The lean HTTP transport of :class:`Kube`: ``urllib3`` and a fast JSON codec, no generated models.
+"""The lean HTTP transport of :class:`Kube`: its own HTTP/1.1 connections and orjson, no generated models.
 
 Importing the ``kubernetes`` library loads every generated model (about 27 MB of
 memory), which alone breaks the node agent's 40 MB budget, and its request path
-(parameter sanitising, its REST wrapper) costs CPU on every call, which the controller
-makes tens of thousands of. ``Kube`` needs from its transport only
-``param_serialize``/``call_api`` and a ``configuration.host``; this module provides them
-over ``urllib3`` with credentials from a kubeconfig (token, token file or client
-certificate, CA bundle, ``tls-server-name``, ``insecure-skip-tls-verify``) or the
-in-cluster service account, whose projected token it re-reads as the kubelet rotates it.
-Credentials it cannot serve (exec and auth-provider plugins, basic auth, a proxy, several
-merged kubeconfig files) raise :class:`NeedsFullClient`, and :func:`load_kube` then uses the
-``kubernetes`` library. API errors are translated here into the named exceptions, exactly
-as the full client does.
+(parameter sanitising, its REST wrapper, ``urllib3`` and ``http.client`` below) costs CPU
+on every call, which the controller makes tens of thousands of. ``Kube`` needs from its
+transport only ``param_serialize``/``call_api`` and a ``configuration.host``; this module
+provides them over :mod:`autoclusters.kube.connection` (kept-alive HTTP/1.1 connections)
+with credentials from a kubeconfig (token, token file or client certificate, CA bundle,
+``tls-server-name``, ``insecure-skip-tls-verify``) or the in-cluster service account,
+whose projected token it re-reads as the kubelet rotates it. Credentials it cannot serve
+(exec and auth-provider plugins, basic auth, a proxy, several merged kubeconfig files)
+raise :class:`NeedsFullClient`, and :func:`load_kube` then uses the ``kubernetes``
+library. API errors are translated here into the named exceptions, exactly as the full
+client does.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-import urllib3
 import yaml
 
 from autoclusters.kube.client import Kube
+from autoclusters.kube.connection import TLS, Response, Server
 from autoclusters.kube.errors import _BY_STATUS, KubeError, Unavailable, _message
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -55,16 +56,13 @@ class NeedsFullClient(KubeError):
 class _Response:
     """The subset of the kubernetes client's response that ``Kube`` reads."""
 
-    def __init__(self, raw: urllib3.BaseHTTPResponse, stream: bool) -> None:
-        self.response = raw
-        self.status = raw.status
-        self.reason = raw.reason
-        self.data: bytes = b""
-        self._stream = stream
+    def __init__(self, resp: Response) -> None:
+        self.response = resp.body  # a streamed body: stream(), release_conn()
+        self.status = resp.status
+        self.reason = resp.reason
+        self.data: bytes = resp.data
 
     def read(self) -> bytes:
-        if not self.data:
-            self.data = self.response.data
         return self.data
 
 
@@ -72,16 +70,10 @@ class LightApiClient:
     def __init__(self, cfg: _Config, pool_size: int = 8) -> None:
         self.configuration = cfg
         self.user_agent = "autoclusters"
-        kw: dict[str, Any] = {"maxsize": pool_size, "retries": False}
-        if cfg.host.startswith("https"):
-            kw["cert_reqs"] = "CERT_REQUIRED" if cfg.verify else "CERT_NONE"
-            if cfg.ca_file:
-                kw["ca_certs"] = cfg.ca_file
-            if cfg.cert_file:
-                kw["cert_file"], kw["key_file"] = cfg.cert_file, cfg.key_file
-            if cfg.server_name:
-                kw["server_hostname"] = cfg.server_name
-        self._pool = urllib3.PoolManager(**kw)
+        self._server = Server(cfg.host, pool_size=pool_size,
+                              tls=TLS(ca_file=cfg.ca_file, verify=cfg.verify, cert_file=cfg.cert_file,
+                                      key_file=cfg.key_file, server_name=cfg.server_name))
+        self._origin = f"{self._server.scheme}://{self._server.host_header}{self._server.prefix}"
         self._token = cfg.token
         self._token_read = 0.0
 
@@ -98,7 +90,7 @@ class LightApiClient:
     def param_serialize(self, *, method: str, resource_path: str, query_params: list[tuple[str, Any]] | None,
                         header_params: dict[str, str], body: Any, auth_settings: list[str]
                         ) -> tuple[str, str, dict[str, str], bytes | None, None]:
-        url = self.configuration.host.rstrip("/") + resource_path
+        url = self._origin + resource_path
         if query_params:
             url += "?" + urlencode(query_params)
         headers = {**header_params, "User-Agent": self.user_agent}
@@ -110,23 +102,17 @@ class LightApiClient:
 
     def call_api(self, method: str, url: str, *, header_params: dict[str, str], body: bytes | None,
                  _request_timeout: float | tuple[float, float] = 30) -> _Response:
-        if isinstance(_request_timeout, tuple):
-            timeout = urllib3.Timeout(connect=_request_timeout[0], read=_request_timeout[1])
-        else:
-            timeout = urllib3.Timeout(total=_request_timeout)
-        stream = "watch=true" in url
-        try:
-            raw = self._pool.request(method, url, headers=header_params, body=body, timeout=timeout,
-                                     preload_content=not stream, redirect=False)
-        except urllib3.exceptions.HTTPError as e:
-            raise Unavailable(f"{type(e).__name__}: {e}") from e
-        resp = _Response(raw, stream)
-        if raw.status >= 300:
-            data = raw.data
-            status = raw.status
+        connect, read = _request_timeout if isinstance(_request_timeout, tuple) else (_request_timeout,) * 2
+        path = url[len(self._origin):] if url.startswith(self._origin) else url
+        stream = "watch=true" in path
+        resp = self._server.request(method, path, headers=header_params, body=body, connect_timeout=connect,
+                                    read_timeout=read, stream=stream)
+        if resp.status >= 300:
+            data = resp.body.read_all() if resp.body is not None else resp.data
+            status = resp.status
             cls = _BY_STATUS.get(status, Unavailable if status >= 500 else KubeError)
-            raise cls(_message(data, raw.reason or f"HTTP {status}"), status=status, reason=raw.reason or "")
-        return resp
+            raise cls(_message(data, resp.reason or f"HTTP {status}"), status=status, reason=resp.reason or "")
+        return _Response(resp)
 
 
 def _materialise(data: str | None, path: str | None, base: Path, tmp: Path, name: str) -> str | None:

@@ -49,7 +49,7 @@ def test_tls_server_name_and_token_file_are_read(tmp_path: Path) -> None:
     Path(path).write_text(yaml.safe_dump(doc))
     api = load_light_kube(path)._api
     assert api.configuration.server_name == "api.internal"
-    assert api._pool.connection_pool_kw["server_hostname"] == "api.internal"
+    assert api._server.tls.server_name == "api.internal"
     _, _, headers, _, _ = api.param_serialize(method="GET", resource_path="/api", query_params=None,
                                               header_params={}, body=None, auth_settings=[])
     assert headers["Authorization"] == "Bearer rotated-1"
@@ -78,7 +78,7 @@ def test_load_kube_falls_back_to_the_full_client_for_what_the_lean_one_cannot_se
 def test_load_kube_takes_the_lean_transport_when_it_can(tmp_path: Path) -> None:
     kube = load_kube(kubeconfig(tmp_path, {"token": "abc"}), qps_pool=40)
     assert isinstance(kube._api, LightApiClient)
-    assert kube._api._pool.connection_pool_kw["maxsize"] == 40
+    assert kube._api._server._pool_size == 40
 
 
 def test_several_kubeconfig_files_are_merged_by_the_full_client(tmp_path: Path,

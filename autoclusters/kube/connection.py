@@ -1,0 +1,279 @@
+"""A minimal HTTP/1.1 client for one API server: kept-alive TLS connections, nothing else.
+
+The controller makes tens of thousands of small requests; through ``urllib3`` and
+``http.client`` each one builds several objects and parses its response headers with the
+``email`` package, which cost more CPU than the request's JSON. This client does only what
+talking to a Kubernetes API server needs: a pool of kept-alive connections (TLS with a CA
+bundle or without verification, an optional client certificate and server name),
+``Content-Length`` and chunked bodies, a streamed body for watches, connect and read
+timeouts. A request on a kept-alive connection that the server had already closed (nothing
+of the answer read) is sent once more on a new connection, as Go's client does. Proxies
+and anything else go through the ``kubernetes`` library (:func:`autoclusters.kube.load_kube`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+from autoclusters.kube.errors import Unavailable
+
+_MAX_LINE = 65536
+_MAX_HEADERS = 200
+
+
+@dataclass
+class TLS:
+    ca_file: str | None = None
+    verify: bool = True
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None  # the name the certificate is checked against (default: the host)
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.verify:
+            if self.ca_file:
+                ctx.load_verify_locations(cafile=self.ca_file)
+            else:
+                ctx.load_default_certs()
+        else:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.file: BinaryIO = sock.makefile("rb", buffering=_MAX_LINE)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        for c in (self.file, self.sock):
+            with contextlib.suppress(OSError):
+                c.close()
+
+    def stale(self) -> bool:
+        """A kept-alive connection the server closed (or wrote to unasked) is readable while idle."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+
+
+@dataclass
+class Response:
+    status: int
+    reason: str
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+    data: bytes = b""
+    body: Body | None = None  # a streamed response's body (``stream=True``)
+
+
+class _ServerClosed(Exception):
+    """The server closed a kept-alive connection before answering: safe to send again."""
+
+
+class Server:
+    """Requests to one server (``https://host:port`` or ``http://...``), from many threads."""
+
+    def __init__(self, url: str, *, tls: TLS | None = None, pool_size: int = 8) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) server URL: {url}")
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.prefix = parts.path.rstrip("/")  # a proxy's path in front of the API's paths
+        self.host_header = parts.netloc.rpartition("@")[2]
+        self.tls = tls or TLS()
+        self._ctx: ssl.SSLContext | None = None  # made on the first connection (reads the CA bundle)
+        self._idle: list[_Conn] = []
+        self._lock = threading.Lock()
+        self._pool_size = pool_size
+
+    # --- connections ------------------------------------------------------------------
+    def _connect(self, timeout: float) -> _Conn:
+        sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.scheme == "https":
+            try:
+                if self._ctx is None:
+                    self._ctx = self.tls.context()
+                sock = self._ctx.wrap_socket(sock, server_hostname=self.tls.server_name or self.host)
+            except BaseException:
+                sock.close()
+                raise
+        return _Conn(sock)
+
+    def _take(self) -> _Conn | None:
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                conn = self._idle.pop()
+            if not conn.stale():
+                return conn
+            conn.close()
+
+    def _give_back(self, conn: _Conn) -> None:
+        with self._lock:
+            if len(self._idle) < self._pool_size:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # --- requests ---------------------------------------------------------------------
+    def request(self, method: str, path: str, *, headers: dict[str, str], body: bytes | None = None,
+                connect_timeout: float = 30, read_timeout: float = 30, stream: bool = False) -> Response:
+        head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body or b'')}")
+        wire = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        try:
+            conn = self._take()
+            if conn is not None:
+                try:
+                    return self._exchange(conn, wire, method, read_timeout, stream)
+                except _ServerClosed:
+                    pass  # closed while idle: the request was not read; send it on a new connection
+            conn = self._connect(connect_timeout)
+            try:
+                return self._exchange(conn, wire, method, read_timeout, stream)
+            except _ServerClosed as e:
+                raise Unavailable(f"{self.host}:{self.port} closed the connection without an answer") from e
+        except (OSError, ValueError) as e:  # ssl.SSLError and socket.timeout are OSErrors
+            raise Unavailable(f"{type(e).__name__}: {e}") from e
+
+    def _exchange(self, conn: _Conn, wire: bytes, method: str, read_timeout: float, stream: bool) -> Response:
+        try:
+            conn.sock.settimeout(read_timeout)
+            try:
+                conn.sock.sendall(wire)
+            except (BrokenPipeError, ConnectionResetError) as e:
+                raise _ServerClosed() from e
+            first = conn.file.readline(_MAX_LINE)
+            if not first:
+                raise _ServerClosed()
+            status, reason, version = _status_line(first)
+            headers = _headers(conn.file)
+            while 100 <= status < 200:  # informational answers come before the real one
+                first = conn.file.readline(_MAX_LINE)
+                status, reason, version = _status_line(first)
+                headers = _headers(conn.file)
+            keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+            body = Body(conn, headers, self, keep, no_body=method == "HEAD" or status in (204, 304))
+            if stream:
+                return Response(status, reason, headers, body=body)
+            return Response(status, reason, headers, data=body.read_all())
+        except BaseException:
+            conn.close()
+            raise
+
+
+class Body:
+    """A response body read from its connection; the connection goes back to the pool once the
+    body has been read whole (and the server keeps it open), else it is closed."""
+
+    def __init__(self, conn: _Conn, headers: dict[str, str], server: Server, keep: bool, *, no_body: bool) -> None:
+        self._conn: _Conn | None = conn
+        self._server = server
+        self._keep = keep
+        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        self._length = 0 if no_body else (int(length) if length is not None and not self._chunked else None)
+        if self._length is None and not self._chunked:
+            self._keep = False  # read to the end of the connection
+
+    def read_all(self) -> bytes:
+        return b"".join(self.stream())
+
+    def stream(self, amt: int = 65536, decode_content: bool = True) -> Iterator[bytes]:
+        """The body's pieces as they arrive (a watch: one or more events per chunk)."""
+        conn = self._conn
+        if conn is None:
+            return
+        f = conn.file
+        done = False
+        try:
+            if self._chunked:
+                while True:
+                    line = f.readline(_MAX_LINE)
+                    if not line:
+                        raise Unavailable("the server ended a chunked answer early")
+                    size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                    if size == 0:
+                        while f.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        break
+                    data = f.read(size)
+                    if len(data) < size:
+                        raise Unavailable("the server ended a chunk early")
+                    f.read(2)
+                    yield data
+            elif self._length is not None:
+                left = self._length
+                while left > 0:
+                    data = f.read(min(left, amt))
+                    if not data:
+                        raise Unavailable("the server ended an answer before its Content-Length")
+                    left -= len(data)
+                    yield data
+            else:
+                while data := f.read(amt):
+                    yield data
+            done = True
+        finally:
+            self._conn = None
+            if done and self._keep:
+                self._server._give_back(conn)
+            else:
+                conn.close()
+
+    def release_conn(self) -> None:
+        """Stops reading: the connection is closed (a watch's stream cannot be reused)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _status_line(line: bytes) -> tuple[int, str, str]:
+    parts = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise Unavailable(f"not an HTTP answer: {line[:80]!r}")
+    try:
+        status = int(parts[1])
+    except ValueError as e:
+        raise Unavailable(f"not an HTTP status: {line[:80]!r}") from e
+    return status, parts[2] if len(parts) > 2 else "", parts[0]
+
+
+def _headers(f: BinaryIO) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for _ in range(_MAX_HEADERS):
+        line = f.readline(_MAX_LINE)
+        if line in (b"\r\n", b"\n", b""):
+            return headers
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep:
+            continue
+        key, value = name.strip().lower(), value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    raise Unavailable(f"more than {_MAX_HEADERS} header lines in an answer")

@@ -1,0 +1,174 @@
+"""The client's own HTTP/1.1 connections, against a scripted local server (plain and TLS):
+kept-alive reuse, Content-Length and chunked bodies, a streamed watch, a server that closed
+an idle connection, TLS with a CA, a server name and a client certificate."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from autoclusters import certificates as certs
+from autoclusters.kube import Unavailable
+from autoclusters.kube.connection import TLS, Server
+
+Answer = Callable[[bytes], list[bytes]]  # the request's bytes -> what to send back, piece by piece
+
+
+class Scripted:
+    """Accepts connections and answers each request with ``answer``; records requests per connection."""
+
+    def __init__(self, answer: Answer, *, tls: ssl.SSLContext | None = None, close_after: int = 0) -> None:
+        self.answer = answer
+        self.tls = tls
+        self.close_after = close_after  # close each connection after this many answers (0: never)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[list[bytes]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_side=True)
+            except (ssl.SSLError, OSError):
+                sock.close()
+                return
+        seen: list[bytes] = []
+        self.connections.append(seen)
+        f = sock.makefile("rb")
+        try:
+            while True:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    line = f.readline()
+                    if not line:
+                        return
+                    head += line
+                length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                               if h.lower().startswith(b"content-length:")), 0)
+                request = head + f.read(length)
+                seen.append(request)
+                for piece in self.answer(request):
+                    sock.sendall(piece)
+                if self.close_after and len(seen) >= self.close_after:
+                    return
+        except OSError:
+            return
+        finally:
+            f.close()
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def ok(body: bytes, extra: str = "") -> list[bytes]:
+    return [f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+            .encode() + body]
+
+
+def chunked(*pieces: bytes) -> list[bytes]:
+    out = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"]
+    out += [f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces]
+    return [*out, b"0\r\n\r\n"]
+
+
+@contextmanager
+def serving(answer: Answer, **kw: object) -> Iterator[Scripted]:
+    server = Scripted(answer, **kw)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_requests_reuse_one_kept_alive_connection_and_send_what_they_are_given() -> None:
+    with serving(lambda req: ok(b'{"n": 1}')) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}/prefix")
+        for _ in range(3):
+            resp = api.request("PATCH", "/api/v1/nodes/a?x=1", headers={"Content-Type": "application/json"},
+                               body=b'{"a":1}')
+            assert (resp.status, resp.data) == (200, b'{"n": 1}')
+        assert len(srv.connections) == 1 and len(srv.connections[0]) == 3
+        first = srv.connections[0][0]
+        assert first.startswith(b"PATCH /prefix/api/v1/nodes/a?x=1 HTTP/1.1\r\n")
+        assert f"Host: 127.0.0.1:{srv.port}".encode() in first and b"Content-Length: 7" in first
+        assert first.endswith(b'\r\n\r\n{"a":1}')
+
+
+def test_a_chunked_answer_is_joined_and_a_streamed_one_arrives_piece_by_piece() -> None:
+    with serving(lambda req: chunked(b'{"type":"ADDED"}\n', b'{"type":"MODIFIED"}\n')) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        assert api.request("GET", "/a", headers={}).data == b'{"type":"ADDED"}\n{"type":"MODIFIED"}\n'
+        resp = api.request("GET", "/a?watch=true", headers={}, stream=True)
+        assert resp.body is not None
+        assert list(resp.body.stream()) == [b'{"type":"ADDED"}\n', b'{"type":"MODIFIED"}\n']
+        assert len(srv.connections) == 1  # both bodies read whole: the connection was kept
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_and_the_request_sent_once() -> None:
+    with serving(lambda req: ok(b"{}"), close_after=1) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        for _ in range(3):
+            assert api.request("POST", "/x", headers={}, body=b"{}").status == 200
+        assert [len(c) for c in srv.connections] == [1, 1, 1]  # each request exactly once
+
+
+def test_connection_close_and_an_error_status_keep_their_body() -> None:
+    answer = [b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 9\r\n\r\n{\"a\": 1}\n"]
+    with serving(lambda req: answer) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        resp = api.request("GET", "/missing", headers={})
+        assert (resp.status, resp.reason, resp.data) == (404, "Not Found", b'{"a": 1}\n')
+        assert api._idle == []  # "Connection: close" is honoured
+
+
+def test_nobody_listening_and_a_silent_server_are_unavailable() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    with pytest.raises(Unavailable):
+        Server(f"http://127.0.0.1:{port}").request("GET", "/", headers={}, connect_timeout=2)
+    with serving(lambda req: []) as srv, pytest.raises(Unavailable):
+        Server(f"http://127.0.0.1:{srv.port}").request("GET", "/", headers={}, read_timeout=0.3)
+
+
+def test_tls_checks_the_server_name_and_presents_the_client_certificate(tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.make_ca("test-ca", now, dt.timedelta(hours=1))
+    serving_pair = certs.make_serving(ca, ["api.internal"], now, dt.timedelta(hours=1))
+    client = certs.make_leaf(ca, certs.name("admin"), now, dt.timedelta(hours=1), usage=certs.CLIENT_AUTH)
+    for name, data in {"ca.crt": ca.cert_pem, "srv.crt": serving_pair.cert_pem, "srv.key": serving_pair.key_pem,
+                       "cl.crt": client.cert_pem, "cl.key": client.key_pem}.items():
+        (tmp_path / name).write_bytes(data)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "srv.crt", tmp_path / "srv.key")
+    ctx.load_verify_locations(tmp_path / "ca.crt")
+    ctx.verify_mode = ssl.CERT_REQUIRED  # the client must present a certificate of the CA
+    with serving(lambda req: ok(b"{}"), tls=ctx) as srv:
+        url = f"https://127.0.0.1:{srv.port}"
+        good = TLS(ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "cl.crt"),
+                   key_file=str(tmp_path / "cl.key"), server_name="api.internal")
+        assert Server(url, tls=good).request("GET", "/", headers={}).status == 200
+        with pytest.raises(Unavailable, match="(?i)certificate|hostname|match"):  # 127.0.0.1 is not in the cert
+            Server(url, tls=TLS(ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "cl.crt"),
+                                key_file=str(tmp_path / "cl.key"))).request("GET", "/", headers={})
+        with pytest.raises(Unavailable):  # no client certificate: the server refuses the handshake
+            Server(url, tls=TLS(ca_file=str(tmp_path / "ca.crt"), server_name="api.internal")).request(
+                "GET", "/", headers={}, read_timeout=5)
+        insecure = TLS(verify=False, cert_file=str(tmp_path / "cl.crt"), key_file=str(tmp_path / "cl.key"))
+        assert Server(url, tls=insecure).request("GET", "/", headers={}).status == 200
