@@ -396,15 +396,15 @@ class Reconciler:
         if not problems:
             # One pass over the members (the pool reconciles on every change of its faulty count),
             # each distinct provider asked once per node; only the refused names are sorted.
-            distinct = list({id(p): p for p in providers}.values())
-            by_provider: dict[int, list[str]] = {id(p): [] for p in distinct}
+            distinct = list({id(prov): prov for prov in providers}.values())
+            by_provider: dict[int, list[str]] = {id(prov): [] for prov in distinct}
             for member in self._fleet.members(pool.name):
-                node = self._fleet.node(member)
-                for p in distinct:
-                    if p.refusal(node):
-                        by_provider[id(p)].append(member)
-            for p in providers:
-                refused[p.name].extend(sorted(by_provider[id(p)]))
+                member_node = self._fleet.node(member)
+                for prov in distinct:
+                    if prov.refusal(member_node):
+                        by_provider[id(prov)].append(member)
+            for prov in providers:
+                refused[prov.name].extend(sorted(by_provider[id(prov)]))
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):
