@@ -164,7 +164,7 @@ def test_tls_checks_the_server_name_and_presents_the_client_certificate(tmp_path
         good = TLS(ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "cl.crt"),
                    key_file=str(tmp_path / "cl.key"), server_name="api.internal")
         assert Server(url, tls=good).request("GET", "/", headers={}).status == 200
-        with pytest.raises(Unavailable, match="(?i)certificate|hostname|match"):  # 127.0.0.1 is not in the cert
+        with pytest.raises(Unavailable, match=r"(?i)certificate|hostname|match"):  # 127.0.0.1 is not in the cert
             Server(url, tls=TLS(ca_file=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "cl.crt"),
                                 key_file=str(tmp_path / "cl.key"))).request("GET", "/", headers={})
         with pytest.raises(Unavailable):  # no client certificate: the server refuses the handshake
