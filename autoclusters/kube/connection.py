@@ -6,8 +6,10 @@ The controller makes tens of thousands of small requests; through ``urllib3`` an
 talking to a Kubernetes API server needs: a pool of kept-alive connections (TLS with a CA
 bundle or without verification, an optional client certificate and server name),
 ``Content-Length`` and chunked bodies, a streamed body for watches, connect and read
-timeouts. A request on a kept-alive connection that the server had already closed (nothing
-of the answer read) is sent once more on a new connection, as Go's client does. Proxies
+timeouts. A kept-alive connection the server closed while idle is left before it is used;
+if the close is seen only after the request was written, a GET is sent once more on a new
+connection and any other request fails as Unavailable (the server may have read it), as
+Go's client does. Proxies
 and anything else go through the ``kubernetes`` library (:func:`autoclusters.kube.load_kube`).
 """
 
@@ -81,7 +83,16 @@ class Response:
 
 
 class _ServerClosed(Exception):
-    """The server closed a kept-alive connection before answering: safe to send again."""
+    """The server closed a kept-alive connection before answering. ``sent``: the request was
+    written whole, so the server may have read it; only a request that reads nothing
+    (GET, HEAD) is then sent again."""
+
+    def __init__(self, sent: bool) -> None:
+        super().__init__()
+        self.sent = sent
+
+
+_REPLAYABLE = frozenset({"GET", "HEAD"})
 
 
 class Server:
@@ -152,8 +163,10 @@ class Server:
             if conn is not None:
                 try:
                     return self._exchange(conn, wire, method, read_timeout, stream)
-                except _ServerClosed:
-                    pass  # closed while idle: the request was not read; send it on a new connection
+                except _ServerClosed as e:  # closed while idle, seen only now
+                    if e.sent and method not in _REPLAYABLE:
+                        raise Unavailable(f"{self.host}:{self.port} closed a kept-alive connection without "
+                                          f"answering a {method}; it is not sent again") from e
             conn = self._connect(connect_timeout)
             try:
                 return self._exchange(conn, wire, method, read_timeout, stream)
@@ -168,10 +181,13 @@ class Server:
             try:
                 conn.sock.sendall(wire)
             except (BrokenPipeError, ConnectionResetError) as e:
-                raise _ServerClosed() from e
-            first = conn.file.readline(_MAX_LINE)
+                raise _ServerClosed(sent=False) from e
+            try:
+                first = conn.file.readline(_MAX_LINE)
+            except ConnectionResetError as e:
+                raise _ServerClosed(sent=True) from e
             if not first:
-                raise _ServerClosed()
+                raise _ServerClosed(sent=True)
             status, reason, version = _status_line(first)
             headers = _headers(conn.file)
             while 100 <= status < 200:  # informational answers come before the real one

@@ -24,10 +24,13 @@ Answer = Callable[[bytes], list[bytes]]  # the request's bytes -> what to send b
 class Scripted:
     """Accepts connections and answers each request with ``answer``; records requests per connection."""
 
-    def __init__(self, answer: Answer, *, tls: ssl.SSLContext | None = None, close_after: int = 0) -> None:
+    def __init__(self, answer: Answer, *, tls: ssl.SSLContext | None = None, close_after: int = 0,
+                 hang_up: Callable[[int, int], bool] = lambda conn, req: False) -> None:
         self.answer = answer
         self.tls = tls
         self.close_after = close_after  # close each connection after this many answers (0: never)
+        self.hang_up = hang_up  # (connection index, request index on it) -> close without answering
+        self.closed = threading.Event()  # set when this server closes a connection
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list[list[bytes]] = []
@@ -49,6 +52,7 @@ class Scripted:
                 sock.close()
                 return
         seen: list[bytes] = []
+        index = len(self.connections)
         self.connections.append(seen)
         f = sock.makefile("rb")
         try:
@@ -63,6 +67,8 @@ class Scripted:
                                if h.lower().startswith(b"content-length:")), 0)
                 request = head + f.read(length)
                 seen.append(request)
+                if self.hang_up(index, len(seen) - 1):
+                    return
                 for piece in self.answer(request):
                     sock.sendall(piece)
                 if self.close_after and len(seen) >= self.close_after:
@@ -72,6 +78,7 @@ class Scripted:
         finally:
             f.close()
             sock.close()
+            self.closed.set()
 
     def close(self) -> None:
         self.listener.close()
@@ -126,7 +133,23 @@ def test_an_idle_connection_the_server_closed_is_replaced_and_the_request_sent_o
         api = Server(f"http://127.0.0.1:{srv.port}")
         for _ in range(3):
             assert api.request("POST", "/x", headers={}, body=b"{}").status == 200
+            assert srv.closed.wait(5)  # the server has closed that connection: it is idle in our pool
+            srv.closed.clear()
         assert [len(c) for c in srv.connections] == [1, 1, 1]  # each request exactly once
+
+
+@pytest.mark.parametrize("method, repeated", [("GET", True), ("PATCH", False)])
+def test_a_close_seen_only_after_sending_repeats_a_get_but_never_a_write(method: str, repeated: bool) -> None:
+    with serving(lambda req: ok(b"{}"), hang_up=lambda conn, req: (conn, req) == (0, 1)) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        assert api.request("GET", "/a", headers={}).status == 200
+        if repeated:
+            assert api.request(method, "/b", headers={}).status == 200
+        else:
+            with pytest.raises(Unavailable, match="not sent again"):
+                api.request(method, "/b", headers={}, body=b"{}")
+        sent = [[r.split(b" ")[1] for r in c] for c in srv.connections]
+        assert sent == ([[b"/a", b"/b"], [b"/b"]] if repeated else [[b"/a", b"/b"]])
 
 
 def test_connection_close_and_an_error_status_keep_their_body() -> None:
