@@ -51,6 +51,33 @@ def area(func: tuple[str, int, str]) -> str:
     return "other"
 
 
+# Where the controller's CPU goes, by what it was doing: inclusive times of entry points
+# (file suffix, function). Requests are counted once, where they are made.
+ACTIVITIES = (
+    ("API requests, all (Kube.request: encode, HTTP, TLS, decode)", (("kube/client.py", "request"),)),
+    ("  of which the kubernetes library's request path", (("kubernetes/client/api_client.py", "call_api"),
+                                                          ("kubernetes/client/api_client.py", "param_serialize"))),
+    ("  of which events (background sender)", (("kube/events.py", "_write"),)),
+    ("watch streams (read and decode events)", (("kube/client.py", "watch"),)),
+    ("informer callbacks (fleet indexes, heartbeat filter)", (("controller/cache.py", "_on_node"),
+                                                              ("controller/fleet.py", "_on_node"),
+                                                              ("controller/fleet.py", "_on_record"),
+                                                              ("controller/cache.py", "_on_record"),
+                                                              ("controller/cache.py", "_on_pool"))),
+    ("reconciles (decide, actuate), their requests included", (("controller/reconciler.py", "reconcile"),)),
+    ("logging", (("logging/__init__.py", "callHandlers"),)),
+)
+
+
+def activities(stats: dict[tuple[str, int, str], tuple[int, int, float, float, object]]) -> list[tuple[str, float]]:
+    out = []
+    for label, keys in ACTIVITIES:
+        t = sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
+                if any(file.endswith(suffix) and name == fn for suffix, fn in keys))
+        out.append((label, t))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profile")
@@ -64,6 +91,9 @@ def main() -> int:
     for func, (_, _, tt, _, _) in stats.items():
         areas[area(func)] += tt
     print(f"own CPU time of all functions: {total * scale:.1f} {unit}")
+    print("\nby activity (inclusive):")
+    for name, t in activities(stats):
+        print(f"  {t * scale:8.2f} {unit} {100 * t / total:5.1f}%  {name}")
     print("\nby area (own time):")
     for name, t in areas.most_common():
         print(f"  {t * scale:8.2f} {unit} {100 * t / total:5.1f}%  {name}")

@@ -170,7 +170,12 @@ class ProviderSpec:
         return {"type": self.type.value, self.type.value: dict(self.settings)}
 
     def key(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+        """The spec as a string (a cache key); computed once: the controller asks on every reconcile."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = json.dumps(self.to_dict(), sort_keys=True)
+            object.__setattr__(self, "_key", key)  # frozen: set once, equality still compares the fields
+        return str(key)
 
 
 @dataclass(frozen=True)
