@@ -255,6 +255,9 @@ class Fleet:
                 self._records_by_node[node].add(name)
                 self._records_by_pool[pool].add(name)
             self._index_record(name, pool)
+        if old is not None and new is not None and \
+                old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
+            return  # the watch echoing our own write, already in the store: nothing new to look at
         if node:
             self._enqueue(node)
         was_active = old is not None and rec.is_active(old)

@@ -67,3 +67,19 @@ def test_records_in_progress_are_counted_from_the_version_the_store_keeps() -> N
     fleet.unreserve("a", "r3")
     watched(record("r2", 3, "Acting"), None, name="r2")  # deleted
     assert fleet.in_progress("a") == 0
+
+
+def test_the_echo_of_our_own_record_write_is_not_reconciled_again() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+    ours = {"metadata": {"name": "r1", "resourceVersion": "7"}, "spec": {"node": "n1", "pool": "a"},
+            "status": {"phase": "Draining"}}
+    fleet.record_written(ours)
+    fleet._on_record("r1", fleet.record_informer.get("r1"), dict(ours))  # the watch brings it back
+    assert queued == []
+    theirs = {**ours, "metadata": {"name": "r1", "resourceVersion": "8"}, "status": {"phase": "Acting"}}
+    fleet.record_informer.upsert(theirs)
+    fleet._on_record("r1", ours, theirs)  # someone else's change
+    assert queued == ["n1"]
