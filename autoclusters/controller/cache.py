@@ -17,7 +17,7 @@ from autoclusters import api
 from autoclusters.api import ConsentMode
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
-from autoclusters.controller.statemachine import IN_PROGRESS
+from autoclusters.controller.statemachine import IN_PROGRESS, Phase
 from autoclusters.deploy import API_VERSION, DEFAULT_NAMESPACE
 from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 POOL_KEY = "pool:"
+# A repair decided but not started: it waits for the guards (a slot, the breaker, an approval).
+PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
 
 
 class Fleet:
@@ -53,6 +55,7 @@ class Fleet:
         self._records_by_pool: dict[str, set[str]] = defaultdict(set)
         self._reserved: dict[str, set[str]] = defaultdict(set)
         self._busy: dict[str, set[str]] = defaultdict(set)  # pool -> its records in progress (index of the store)
+        self._waiting: dict[str, dict[str, str]] = defaultdict(dict)  # pool -> record -> node, repairs not started
         self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
@@ -269,15 +272,23 @@ class Fleet:
         """Keeps the pool's set of records in progress in step with the store; called under the lock
         after every change of the store, so it always reads the version the store kept."""
         stored = self.record_informer.get(name)
-        if stored is not None and rec.phase_of(stored) in IN_PROGRESS:
+        phase = rec.phase_of(stored) if stored is not None else None
+        if stored is not None and phase in IN_PROGRESS:
             self._busy[pool].add(name)
         else:
             self._busy[pool].discard(name)
+        if stored is not None and (phase is None or phase in PRE_START):
+            self._waiting[pool][name] = (stored.get("spec") or {}).get("node", "")
+        else:
+            self._waiting[pool].pop(name, None)
 
     def wake_held(self, pool: str) -> None:
-        for r in self.records_in_pool(pool):
-            if rec.is_active(r):
-                self._enqueue(r["spec"]["node"])
+        """A slot may have freed (or the breaker closed): the pool's repairs not yet started look again.
+        Repairs already in progress wait for no slot, so they are not woken."""
+        with self._lock:
+            nodes = set(self._waiting.get(pool, {}).values())
+        for node in nodes:
+            self._enqueue(node)
 
     def record_written(self, obj: JSON) -> None:
         self.record_informer.upsert(obj)

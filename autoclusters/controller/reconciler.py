@@ -28,7 +28,7 @@ from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.cache import POOL_KEY, Fleet
+from autoclusters.controller.cache import POOL_KEY, PRE_START, Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.statemachine import (
@@ -67,7 +67,6 @@ from autoclusters.providers.registry import BuildContext
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
-PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,20 @@ def test_the_echo_of_our_own_record_write_is_not_reconciled_again() -> None:
     fleet.record_informer.upsert(theirs)
     fleet._on_record("r1", ours, theirs)  # someone else's change
     assert queued == ["n1"]
+
+
+def test_a_freed_slot_wakes_only_the_pools_repairs_not_yet_started() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+    for i, phase in enumerate(["Scheduled", "Draining", None, "Succeeded", "AwaitingApproval", "Failed"]):
+        fleet.record_written({"metadata": {"name": f"r{i}", "resourceVersion": "1"},
+                              "spec": {"node": f"n{i}", "pool": "a"}, "status": {"phase": phase} if phase else {}})
+    fleet.wake_held("a")
+    assert sorted(queued) == ["n0", "n2", "n4"]
+    queued.clear()
+    fleet.record_written({"metadata": {"name": "r0", "resourceVersion": "2"}, "spec": {"node": "n0", "pool": "a"},
+                          "status": {"phase": "Draining"}})  # started: no longer waits for a slot
+    fleet.wake_held("a")
+    assert sorted(queued) == ["n2", "n4"]
