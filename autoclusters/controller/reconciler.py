@@ -403,7 +403,8 @@ class Reconciler:
                     if prov.refusal(member_node):
                         by_provider[id(prov)].append(member)
             for prov in providers:
-                refused[prov.name].extend(sorted(by_provider[id(prov)]))
+                if by_provider[id(prov)]:
+                    refused[prov.name].extend(sorted(by_provider[id(prov)]))
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):
