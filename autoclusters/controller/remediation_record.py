@@ -106,8 +106,27 @@ def _time(value: Any, field: str) -> datetime:
     return t
 
 
+_PARSED: dict[int, tuple[JSON, RepairState | None]] = {}  # id(record) -> (the record, its state)
+_PARSED_MAX = 1024
+
+
 def state_of(obj: JSON) -> RepairState | None:
-    """The state a record holds; None for a record created but not yet given a phase."""
+    """The state a record holds; None for a record created but not yet given a phase.
+
+    Records in the controller's store are replaced, never changed in place, and a reconcile
+    reads the same ones again and again: the state parsed from a record object is kept
+    (the object itself is held, so its id cannot be reused while it is kept)."""
+    hit = _PARSED.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    state = _parse(obj)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[id(obj)] = (obj, state)
+    return state
+
+
+def _parse(obj: JSON) -> RepairState | None:
     status = obj.get("status") or {}
     phase = phase_of(obj)
     if phase is None:

@@ -60,3 +60,15 @@ def test_garbage_collection_takes_only_old_closed_records() -> None:
             record("old-failed-holding", "Failed", old), record("old-closed", "Closed", old),
             record("running", "Acting", None)]
     assert expired(recs, T, 90) == ["old-done", "old-closed"]
+
+
+def test_a_record_object_is_parsed_once_and_a_new_version_anew() -> None:
+    from autoclusters.controller import remediation_record as rec
+
+    first = {"metadata": {"name": "r1", "resourceVersion": "1"}, "spec": {"node": "n1", "pool": "a"},
+             "status": {"phase": "Draining"}}
+    state = rec.state_of(first)
+    assert state is not None and rec.state_of(first) is state  # the same object: not parsed again
+    second = {**first, "status": {"phase": "Acting"}}
+    later = rec.state_of(second)
+    assert later is not None and later.phase.value == "Acting" and rec.state_of(first) is state
