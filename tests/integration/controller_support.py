@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.names import Names
+from tests.integration.helpers import wait_for
 
 XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 XID48_MESSAGE = "GPU 1 reported Xid 48 (Double Bit ECC Error)."
@@ -40,17 +41,6 @@ CONTROLLER_FLAGS = {
     "--operation-timeout-seconds": "60", "--sim-reset-seconds": "1", "--sim-replace-seconds": "1",
     "--metrics-port": "0", "--resync-seconds": "20", "--workers": "8",
 }
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class ControllerProcess:
@@ -127,7 +117,7 @@ class Env:
 
     def wait_leader(self, among: list[ControllerProcess], timeout: float = 20) -> ControllerProcess:
         ids = {c.identity: c for c in among}
-        return wait_for("a leader", lambda: ids.get(self.leader()), timeout)
+        return wait_for("a leader", lambda: ids.get(self.leader()), timeout=timeout)
 
     # --- pools and nodes --------------------------------------------------------------------------
     def pool(self, mode: str = "auto", nodes: int = 1, **spec: Any) -> tuple[str, list[str]]:
@@ -208,7 +198,7 @@ class Env:
                 if (r.get("status") or {}).get("phase") in phases:
                     return r
             return None
-        return wait_for(f"a record of {node} in {phases}", check, timeout)
+        return wait_for(f"a record of {node} in {phases}", check, timeout=timeout)
 
     def events(self, name: str, kind: str = "Node") -> list[dict[str, Any]]:
         items = self.kube.list_items("/api/v1/namespaces/default/events",
@@ -221,7 +211,8 @@ class Env:
 
     def wait_reason(self, name: str, reason: str, kind: str = "Node", timeout: float = 30) -> dict[str, Any]:
         return wait_for(f"event {reason} on {kind} {name}",
-                        lambda: next((e for e in self.events(name, kind) if e["reason"] == reason), None), timeout)
+                        lambda: next((e for e in self.events(name, kind) if e["reason"] == reason), None),
+                        timeout=timeout)
 
 
 class BootWatcher:

@@ -12,16 +12,18 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(fn: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.25) -> T:
-    """Polls ``fn`` until it returns something truthy; fails with ``what`` after ``timeout``."""
+def wait_for(what: str, check: Callable[[], T | None], *, timeout: float = 30, interval: float = 0.2) -> T:
+    """Polls ``check`` until it returns something truthy and returns that; fails naming ``what``
+    (and the last value seen) after ``timeout`` seconds. ``check`` runs at least once, and once
+    more at the deadline, so a slow poll never fails a condition that did come true."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
+    while True:
+        last = check()
         if last:
             return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def kubectl_binary() -> str:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +38,6 @@ class SlurmHarness:
 
     def job(self, job_id: str) -> Any:
         return self.slurm.jobs([job_id]).get(job_id)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def slurm_harness(tmp_path: Path, nodes: tuple[str, ...]) -> Iterator[SlurmHarness]:

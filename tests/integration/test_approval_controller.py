@@ -85,16 +85,15 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
     log = tmp_path / "controller.log"
     proc = start(approver_kubeconfig, pool, prepare, log)
     try:
-        wait_for(lambda: prepared.exists() and clears in prepared.read_text(), timeout=30,
-                 what=f"the preparation step for {clears}")
+        wait_for(f"the preparation step for {clears}",
+                 lambda: prepared.exists() and clears in prepared.read_text(), timeout=30)
         clear_fault(kube, names, clears)
         unmark(as_controller, names, clears)
         gate.touch()
 
-        wait_for(lambda: labels(kube, due).get(names.maintenance_approved) == "true", timeout=30,
-                 what=f"approval of {due}")
-        wait_for(lambda: "MaintenanceApprovalNotNeeded" in reasons(kube, clears), timeout=30,
-                 what=f"{clears} recorded as not needed")
+        wait_for(f"approval of {due}", lambda: labels(kube, due).get(names.maintenance_approved) == "true", timeout=30)
+        wait_for(f"{clears} recorded as not needed",
+                 lambda: "MaintenanceApprovalNotNeeded" in reasons(kube, clears), timeout=30)
         lines = prepared.read_text().splitlines()
         assert f"{due} {pool} NvidiaXIDError" in lines
         assert not any(line.startswith(healthy) or line.startswith(elsewhere) for line in lines)
@@ -111,10 +110,10 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
         (newcomer,) = cluster.create_gpu_nodes(pool, 1, prefix=f"{pool}-new")
         report_fault(kube, names, newcomer)
         mark(as_controller, names, newcomer)
-        wait_for(lambda: labels(kube, newcomer).get(names.maintenance_approved) == "true", timeout=30,
-                 what=f"approval of the new node {newcomer}")
-        wait_for(lambda: "repaired or replaced" in log.read_text(), timeout=10,
-                 what="the replaced node to leave the pool's ledger")
+        wait_for(f"approval of the new node {newcomer}",
+                 lambda: labels(kube, newcomer).get(names.maintenance_approved) == "true", timeout=30)
+        wait_for("the replaced node to leave the pool's ledger",
+                 lambda: "repaired or replaced" in log.read_text(), timeout=10)
     finally:
         stop(proc)
         for node in cluster.kube.list_nodes(label_selector=f"{names.pool_label} in ({pool},{other})"):
@@ -137,11 +136,11 @@ def test_a_failed_preparation_does_not_approve(cluster: ClusterHandle, as_contro
     prepare = f'echo x >> {attempts}; [ "$(wc -l < {attempts})" -ge 3 ]'
     proc = start(approver_kubeconfig, pool, prepare, tmp_path / "controller.log")
     try:
-        wait_for(lambda: "MaintenancePreparationFailed" in reasons(kube, node), timeout=30,
-                 what="the failed preparation to be recorded")
+        wait_for("the failed preparation to be recorded",
+                 lambda: "MaintenancePreparationFailed" in reasons(kube, node), timeout=30)
         assert names.maintenance_approved not in labels(kube, node)
-        wait_for(lambda: labels(kube, node).get(names.maintenance_approved) == "true", timeout=30,
-                 what="approval after the preparation succeeded")
+        wait_for("approval after the preparation succeeded",
+                 lambda: labels(kube, node).get(names.maintenance_approved) == "true", timeout=30)
         assert len(attempts.read_text().splitlines()) == 3
     finally:
         stop(proc)

@@ -58,18 +58,19 @@ def test_controller_proposes_example_approves_repair_finishes(cluster: ClusterHa
             boot_before = kube.get_node(node)["status"]["nodeInfo"]["bootID"]
             report_fault(kube, names, node)  # the detector's part
             report_fault(kube, names, auto_node)
-            wait_for(lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot_before, timeout=90,
-                     what=f"the approved reset of {node} (approver log: {approver_log})")
+            wait_for(f"the approved reset of {node} (approver log: {approver_log})",
+                     lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot_before, timeout=90)
             assert prepared.read_text().splitlines() == [f"{node} GPU 3 reported Xid 79 (GPU has fallen off the bus)."]
             clear_fault(kube, names, node)  # the rebooted node reports no fault
-            wait_for(lambda: names.maintenance_required not in labels(kube, node), timeout=60,
-                     what="the controller to finish the repair and remove the labels")
-            wait_for(lambda: "repaired or replaced" in approver_log.read_text(), timeout=30,
-                     what="the example to book the node as finished")
+            wait_for("the controller to finish the repair and remove the labels",
+                     lambda: names.maintenance_required not in labels(kube, node), timeout=60)
+            wait_for("the example to book the node as finished",
+                     lambda: "repaired or replaced" in approver_log.read_text(), timeout=30)
             assert names.maintenance_approved not in labels(kube, healthy)
             # The auto pool's node is repaired without approval; the example leaves it alone.
-            wait_for(lambda: f"node {auto_node} (pool {auto}) needs a repair but its pool is not handled here"
-                     in approver_log.read_text(), timeout=30, what="the example to skip the auto pool's node")
+            wait_for("the example to skip the auto pool's node",
+                     lambda: f"node {auto_node} (pool {auto}) needs a repair but its pool is not handled here"
+                     in approver_log.read_text(), timeout=30)
             assert names.maintenance_approved not in labels(kube, auto_node)
         finally:
             stop_process(approver)

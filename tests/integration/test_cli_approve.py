@@ -146,7 +146,7 @@ def test_approve_under_the_admission_floor(cluster: ClusterHandle, as_controller
                 cluster.kube.patch_node(cleared, {"metadata": {"labels": {names.maintenance_required: None}}})
                 return False
 
-            wait_for(floor_active, timeout=30, what="the admission floor to be enforced")
+            wait_for("the admission floor to be enforced", floor_active, timeout=30)
             flags = ["--domain", names.domain, "--condition-prefix", names.prefix]
             res = cli(cluster.kubeconfig, "approve", due, cleared, "-o", "json", *flags)
             assert res.returncode == 0, res.stderr

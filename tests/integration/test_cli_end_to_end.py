@@ -68,8 +68,7 @@ def test_propose_repair_seen_approved_and_recorded(cluster: ClusterHandle, names
             ok = faulty and faulty[0]["repair"] and faulty[0]["repair"]["phase"] == "AwaitingApproval"
             return snap if ok else None
 
-        snap = wait_for(awaiting, timeout=60, what=f"{node} awaiting approval in `status` "
-                                                   f"(controller log: {controller})")
+        snap = wait_for(f"{node} awaiting approval in `status` (controller log: {controller})", awaiting, timeout=60)
         (p,) = snap["pools"]
         assert (p["consentMode"], p["nodes"], p["faulty"], p["awaitingApproval"]) == ("propose", 2, 1, 1)
         assert snap["faultyNodes"][0]["labels"]["maintenanceRequired"] is True
@@ -79,15 +78,15 @@ def test_propose_repair_seen_approved_and_recorded(cluster: ClusterHandle, names
         assert f"{node}" in res.stdout and "approved" in res.stdout and spare not in res.stdout
 
         # The detector's part: the simulated reset gives the node a new boot ID; the fault is gone.
-        wait_for(lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot_before, timeout=60,
-                 what=f"the simulated reset of {node}")
+        wait_for(f"the simulated reset of {node}",
+                 lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot_before, timeout=60)
         clear_fault(kube, names, node)
 
         def finished() -> dict[str, Any] | None:
             repairs = as_json(kc, "history", node, *flags)["repairs"]
             return repairs[0] if repairs and repairs[0]["phase"] == "Succeeded" else None
 
-        repair = wait_for(finished, timeout=60, what=f"the repair of {node} to succeed (log: {controller})")
+        repair = wait_for(f"the repair of {node} to succeed (log: {controller})", finished, timeout=60)
         assert (repair["pool"], repair["consentMode"], repair["action"], repair["outcome"]) == \
             (pool, "propose", "reset", "Succeeded")
         assert (repair["fault"]["class"], repair["fault"]["code"]) == ("gpu", "79")
@@ -99,8 +98,8 @@ def test_propose_repair_seen_approved_and_recorded(cluster: ClusterHandle, names
         timeline = cli(kc, "history", node, *flags)
         assert timeline.returncode == 0 and "Verifying" in timeline.stdout and "+" in timeline.stdout
 
-        wait_for(lambda: names.maintenance_required not in labels(kube, node), timeout=30,
-                 what="the controller to remove the labels")
+        wait_for("the controller to remove the labels",
+                 lambda: names.maintenance_required not in labels(kube, node), timeout=30)
         assert names.maintenance_approved not in labels(kube, node)
         after = as_json(kc, "status", "--pool", pool, *flags)
         assert after["faultyNodes"] == []

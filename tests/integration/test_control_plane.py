@@ -60,7 +60,7 @@ def test_pod_is_scheduled_on_the_gpu_node_and_runs(cluster: ClusterHandle, names
         pod = cluster.kube.get(f"/api/v1/namespaces/{namespace}/pods/trainer")
         return pod if pod.get("status", {}).get("phase") == "Running" else None
 
-    pod = wait_for(running, timeout=60, what="pod Running")
+    pod = wait_for("pod Running", running, timeout=60)
     assert pod["spec"]["nodeName"] == node
     # A second 8-GPU pod does not fit the node: the scheduler must leave it Pending.
     cluster.kube.create(f"/api/v1/namespaces/{namespace}/pods", _gpu_pod("second", pool, cluster))
@@ -84,7 +84,7 @@ def test_eviction_blocked_by_pdb_gets_429(cluster: ClusterHandle, namespace: str
         st = pdb.get("status") or {}
         return st.get("observedGeneration") == pdb["metadata"]["generation"] and st.get("currentHealthy") == 1
 
-    wait_for(pdb_observed, timeout=60, what="PDB status from the disruption controller")
+    wait_for("PDB status from the disruption controller", pdb_observed, timeout=60)
     with pytest.raises(TooManyRequests) as err:
         cluster.kube.evict(namespace, "guarded")
     assert err.value.status == 429
@@ -121,7 +121,7 @@ def test_validating_admission_policy_rejects_forbidden_node_label(cluster: Clust
             cluster.kube.patch_node(node, {"metadata": {"labels": {key: None}}}, MERGE)
             return None
 
-        message = wait_for(rejected, timeout=30, what="the policy to take effect")
+        message = wait_for("the policy to take effect", rejected, timeout=30)
         assert f"label {key} is forbidden" in message
         # Other label changes still pass.
         cluster.kube.patch_node(node, {"metadata": {"labels": {"allowed.test/x": unique}}}, MERGE)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autoclusters import names as n
-from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
+from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from autoclusters import names as n
-from tests.integration.controller_support import Env, wait_for
+from tests.integration.controller_support import Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

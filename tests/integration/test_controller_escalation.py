@@ -8,7 +8,8 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.providers.simulated import ANN_FAIL_REPLACE, ANN_FAIL_RESET
-from tests.integration.controller_support import XID48_MESSAGE, XID64_MESSAGE, Env, wait_for
+from tests.integration.controller_support import XID48_MESSAGE, XID64_MESSAGE, Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ def test_fault_back_within_the_refault_window_replaces(ctl: Env) -> None:
     first_name = first["metadata"]["name"]
     done = wait_for("the second repair done", lambda: next(
         (r for r in ctl.records(node) if r["metadata"]["name"] != first_name
-         and r.get("status", {}).get("phase") == "Succeeded"), None), 40)
+         and r.get("status", {}).get("phase") == "Succeeded"), None), timeout=40)
     assert len(ctl.records(node)) == 2
     assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
     assert done["status"]["escalatedFrom"] == first["metadata"]["name"]
@@ -59,7 +60,7 @@ def test_same_kind_fault_within_24h_of_a_reset_replaces_directly(ctl: Env) -> No
     first_name = first["metadata"]["name"]
     done = wait_for("the second repair done", lambda: next(
         (r for r in ctl.records(node) if r["metadata"]["name"] != first_name
-         and r.get("status", {}).get("phase") == "Succeeded"), None), 40)
+         and r.get("status", {}).get("phase") == "Succeeded"), None), timeout=40)
     assert done["spec"]["fault"]["code"] == "48"
     assert done["status"]["action"] == "replace" and done["status"]["escalated"] is False
     assert "so it is replaced directly" in done["status"]["steps"][0]["message"]

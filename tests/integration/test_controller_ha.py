@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.controller_support import Env, wait_for
+from tests.integration.controller_support import Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ def test_killed_at_each_phase_boundary_resumes_without_double_or_lost_repair(ctl
         return seen[-1] == parked
 
     try:
-        wait_for("all parked", all_parked, 30, 0.1)
+        wait_for("all parked", all_parked, timeout=30, interval=0.1)
     except AssertionError as e:
         raise AssertionError(f"{e}; phases seen: {seen[-3:]}") from None
     for c in ctl.running():
@@ -106,7 +107,7 @@ def test_two_replicas_never_both_act(ctl: Env) -> None:
     # the leader dies: the standby takes over only after the lease expired, then repairs
     first.kill()
     killed_at = time.monotonic()
-    wait_for("standby leads", lambda: ctl.leader() == "standby", 30)
+    wait_for("standby leads", lambda: ctl.leader() == "standby", timeout=30)
     assert time.monotonic() - killed_at >= 2  # it waited for the lease to expire
     _, (other,) = ctl.pool("auto")
     ctl.raise_fault(other)

@@ -10,7 +10,8 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.kube import NotFound
-from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
+from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def make_pod(ctl: Env, ns: str, node: str, name: str, labels: dict[str, str] | N
                  "tolerations": [{"operator": "Exists"}],
                  "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
     wait_for(f"pod {name} running", lambda: ctl.kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-             .get("status", {}).get("phase") == "Running", 30)
+             .get("status", {}).get("phase") == "Running", timeout=30)
 
 
 def make_pdb(ctl: Env, ns: str, app: str, min_available: int) -> None:
@@ -37,7 +38,7 @@ def make_pdb(ctl: Env, ns: str, app: str, min_available: int) -> None:
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": app},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}})
     wait_for("PDB observed", lambda: ctl.kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{app}")
-             .get("status", {}).get("currentHealthy") == 1, 30)
+             .get("status", {}).get("currentHealthy") == 1, timeout=30)
 
 
 def pod_exists(ctl: Env, ns: str, name: str) -> bool:

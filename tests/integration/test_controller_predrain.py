@@ -16,7 +16,8 @@ import pytest
 from autoclusters import names as n
 from autoclusters.clock import parse_iso
 from autoclusters.kube import NotFound
-from tests.integration.controller_support import Env, wait_for
+from tests.integration.controller_support import Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def make_pod(ctl: Env, ns: str, node: str, name: str, labels: dict[str, str] | N
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
                  "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
     wait_for(f"pod {name} running", lambda: ctl.kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-             .get("status", {}).get("phase") == "Running", 30)
+             .get("status", {}).get("phase") == "Running", timeout=30)
 
 
 def pod(ctl: Env, ns: str, name: str) -> dict[str, Any] | None:

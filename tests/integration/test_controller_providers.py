@@ -18,7 +18,8 @@ from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE
 from autoclusters.sim.nodes import gpu_node_manifest
-from tests.integration.controller_support import Env, wait_for
+from tests.integration.controller_support import Env
+from tests.integration.helpers import wait_for
 from tests.integration.ops_support import cli
 
 pytestmark = pytest.mark.integration

@@ -39,8 +39,9 @@ class Fleet:
         return next((c for c in conds if c["type"] == ctype), None)
 
     def wait_status(self, node: str, ctype: str, status: str, timeout: float = 20) -> dict[str, Any]:
-        return wait_for(lambda: (c := self.condition(node, ctype)) and c["status"] == status and c,
-                        timeout=timeout, what=f"{ctype}={status} on {node}")
+        return wait_for(f"{ctype}={status} on {node}",
+                        lambda: (c := self.condition(node, ctype)) and c["status"] == status and c,
+                        timeout=timeout)
 
     def inject(self, node: str, *args: str) -> None:
         assert cli(["inject-fault", node, *args, "--spool", str(self.spool)]) == 0
@@ -150,7 +151,7 @@ def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
                                         field_selector=f"involvedObject.name={node}")
         return next((e for e in items if e.get("reason") == "NvidiaXIDError"), None)
 
-    ev = wait_for(event, timeout=20, what="warning event")
+    ev = wait_for("warning event", event, timeout=20)
     assert ev["type"] == "Warning" and ev["message"].startswith("GPU 1 reported Xid 13 (")
     time.sleep(2 * WINDOW)
     assert fleet.condition(node, names.gpu_condition)["status"] == "False"

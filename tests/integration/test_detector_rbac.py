@@ -72,7 +72,7 @@ def test_the_agent_of_node_a_cannot_write_node_b(setup: tuple[ClusterHandle, str
     gpu = names.gpu_condition
 
     # The policy takes a moment to reach the API server's admission plugin.
-    wait_for(lambda: policy_active(agent_a, b, gpu), timeout=30, what="the own-node policy to deny node B")
+    wait_for("the own-node policy to deny node B", lambda: policy_active(agent_a, b, gpu), timeout=30)
     msg = denied(lambda: own_condition(agent_a, b, gpu, "written by A"))
     assert f"may not write node {b}" in msg
     own_condition(agent_a, a, gpu, "written by A")  # its own node: allowed
@@ -115,8 +115,7 @@ def test_the_real_agent_runs_under_its_least_privilege(setup: tuple[ClusterHandl
                       gpu_map={"0000:4e:00": 3})
     config = AgentConfig(window_s=1.0, poll_s=0.2, snapshot_poll_s=0.2)
     agent, writer, events = build_agent(a, kube, SystemClock(), load_catalog(), names, config, paths)
-    wait_for(lambda: policy_active(kube, b, names.gpu_condition), timeout=30,
-             what="the own-node policy to be active")
+    wait_for("the own-node policy to be active", lambda: policy_active(kube, b, names.gpu_condition), timeout=30)
     try:
         hw.inject({"kind": "xid", "code": 79, "gpu": 3}, load_catalog())
 
@@ -127,7 +126,7 @@ def test_the_real_agent_runs_under_its_least_privilege(setup: tuple[ClusterHandl
             conds = cluster.kube.get_node(a)["status"].get("conditions") or []
             return next((c for c in conds if c["type"] == names.gpu_condition and c["status"] == "True"), None)
 
-        cond = wait_for(true_condition, timeout=20, what="condition written by the agent")
+        cond = wait_for("condition written by the agent", true_condition, timeout=20)
         assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
         assert writer.failures == 0
 

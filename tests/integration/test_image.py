@@ -139,7 +139,7 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
             return ""
 
         # $(POD_NAME) in the Deployment's args, expanded from the downward API, is the identity.
-        wait_for(lambda: holder() == c.pod_name, timeout=60, what=f"the image's controller to lead\n{c.log()}")
+        wait_for(f"the image's controller to lead\n{c.log()}", lambda: holder() == c.pod_name, timeout=60)
 
         boot = kube.get_node(node)["status"]["nodeInfo"]["bootID"]
         now = utc_iso(SystemClock().now())
@@ -148,8 +148,8 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
             "message": "GPU 3 reported Xid 79 (GPU has fallen off the bus).",
             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         # The detector's part after the reset: the node comes back with a new boot id and no fault.
-        wait_for(lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot, timeout=60,
-                 what=f"the reset (a new boot id)\n{c.log()[-3000:]}")
+        wait_for(f"the reset (a new boot id)\n{c.log()[-3000:]}",
+                 lambda: kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot, timeout=60)
         now = utc_iso(SystemClock().now())
         kube.patch_node_status(node, {"status": {"conditions": [{
             "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
@@ -161,7 +161,7 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
             return next((r for r in items if r["spec"].get("node") == node
                          and (r.get("status") or {}).get("phase") == "Succeeded"), None)
 
-        done = wait_for(succeeded, timeout=60, what=f"a Succeeded repair record\n{c.log()[-3000:]}")
+        done = wait_for(f"a Succeeded repair record\n{c.log()[-3000:]}", succeeded, timeout=60)
         assert done["status"]["action"] == "reset" and done["spec"]["consentMode"] == "auto"
         assert c.running(), c.log()
     finally:
@@ -222,18 +222,19 @@ def test_detector_from_the_image_reads_dev_kmsg_and_writes_its_node_condition(
                 "--gpu-map", f"{bus}=3", "--accept-injected-kmsg", "--no-nvml"]
         c = _start(pods, cluster, image, ds, "detector", tmp_path, ns, token, node_name=node, args=args)
 
-        health = wait_for(lambda: _condition(kube, node, names.detector_health_condition), timeout=60,
-                          what=f"the detector's health condition\n{c.log()}")
+        health = wait_for(f"the detector's health condition\n{c.log()}",
+                          lambda: _condition(kube, node, names.detector_health_condition), timeout=60)
         assert "kmsg" not in health["message"], health  # /dev/kmsg opened and read inside the container
-        gpu = wait_for(lambda: _condition(kube, node, names.gpu_condition), timeout=30,
-                       what=f"the detector's GPU condition\n{c.log()}")
+        gpu = wait_for(f"the detector's GPU condition\n{c.log()}",
+                       lambda: _condition(kube, node, names.gpu_condition), timeout=30)
         if not stale:
             assert gpu["status"] == "False", gpu
 
         with open("/dev/kmsg", "w") as f:
             f.write("<3>" + format_xid_line(bus, 79, "GPU has fallen off the bus.") + "\n")
-        cond = wait_for(lambda: (x := _condition(kube, node, names.gpu_condition)) and x["status"] == "True" and x,
-                        timeout=30, what=f"the GPU condition True\n{c.log()}")
+        cond = wait_for(f"the GPU condition True\n{c.log()}",
+                        lambda: (x := _condition(kube, node, names.gpu_condition)) and x["status"] == "True" and x,
+                        timeout=30)
         assert cond["reason"] == "NvidiaXIDError" and "Xid 79" in cond["message"]
         if not stale:
             assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
@@ -314,7 +315,7 @@ def test_webhook_from_the_image_serves_an_admission_review(
             except OSError:
                 return False
 
-        wait_for(healthy, timeout=60, what=f"the webhook's /healthz over TLS\n{c.log()}")
+        wait_for(f"the webhook's /healthz over TLS\n{c.log()}", healthy, timeout=60)
 
         def review(sample: Path) -> dict[str, Any]:
             req = urllib.request.Request(f"{url}/validate", data=sample.read_bytes(), method="POST",

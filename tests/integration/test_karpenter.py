@@ -37,7 +37,8 @@ from autoclusters.providers.karpenter import (
     KarpenterProvider,
     nodeclaims_path,
 )
-from tests.integration.controller_support import XID64_MESSAGE, Env, wait_for
+from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

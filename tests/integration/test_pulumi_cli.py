@@ -134,7 +134,7 @@ def test_pulumi_up_in_the_repository_directory(project: tuple[Project, StackRun]
 
     run.stop_all()
     destroy = proj.timed("destroy", "--yes")
-    wait_for(lambda: not run.leftovers(), timeout=60, what="the stack's objects to be gone")
+    wait_for("the stack's objects to be gone", lambda: not run.leftovers(), timeout=60)
     proj.pulumi("stack", "rm", "--yes", "e2e")
     print(f"\npulumi CLI timings: up {up:.1f}s, preview {preview:.1f}s, consent update {change_seconds:.1f}s, "
           f"destroy {destroy:.1f}s", file=sys.stderr)

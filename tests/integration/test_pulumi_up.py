@@ -210,7 +210,7 @@ class StackRun:
             assert proc.proc.poll() is None, f"the webhook exited:\n{proc.tail()}"
             return False
 
-        wait_for(serving, timeout=30, what="the webhook to listen")
+        wait_for("the webhook to listen", serving, timeout=30)
         return proc
 
     def start_controller(self) -> HostProcess:
@@ -262,8 +262,9 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
     assert controller["status"].get("readyReplicas") == 2
     # The DaemonSet is not awaited in local mode (other tests' nodes may be mid-repair); its pods
     # still come up on the pool's nodes.
-    wait_for(lambda: kube.get(f"/apis/apps/v1/namespaces/{ns}/daemonsets/autoclusters-detector")["status"]
-             .get("numberReady", 0) >= 2, timeout=60, what="detector pods on the pool's nodes")
+    wait_for("detector pods on the pool's nodes",
+             lambda: kube.get(f"/apis/apps/v1/namespaces/{ns}/daemonsets/autoclusters-detector")["status"]
+             .get("numberReady", 0) >= 2, timeout=60)
     kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/autoclusters-controller")
     vwc = kube.get(f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/autoclusters-webhook-{ns}")
     assert vwc["webhooks"][0]["clientConfig"]["url"] == f"https://127.0.0.1:{run.webhook_port}/validate"
@@ -282,15 +283,16 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
     # auto: a fault is repaired without waiting for anyone.
     boot = run.boot_id(nodes[0])
     run.raise_fault(nodes[0])
-    record = wait_for(lambda: next((r for r in run.records(nodes[0])
+    record = wait_for(f"a repair record for {nodes[0]}", lambda: next((r for r in run.records(nodes[0])
                                     if (r.get("status") or {}).get("steps")), None),
-                      timeout=40, what=f"a repair record for {nodes[0]}")
+                      timeout=40)
     first = record["status"]["steps"][0]["phase"]
     assert record["spec"]["consentMode"] == "auto" and first == "Scheduled", record
-    wait_for(lambda: run.boot_id(nodes[0]) != boot, timeout=40, what=f"{nodes[0]} to be reset")
+    wait_for(f"{nodes[0]} to be reset", lambda: run.boot_id(nodes[0]) != boot, timeout=40)
     run.clear_fault(nodes[0])
-    wait_for(lambda: any((r.get("status") or {}).get("phase") == "Succeeded" for r in run.records(nodes[0])),
-             timeout=40, what=f"the repair of {nodes[0]} to succeed")
+    wait_for(f"the repair of {nodes[0]} to succeed",
+             lambda: any((r.get("status") or {}).get("phase") == "Succeeded" for r in run.records(nodes[0])),
+             timeout=40)
 
     # propose, through the stack configuration: the next fault is proposed and held.
     run.set_mode("propose")
@@ -301,9 +303,9 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
     assert result.outputs["pools"].value == {run.pool: "propose"}
     assert run.pool_object()["spec"]["consentMode"] == "propose"
     run.raise_fault(nodes[1])
-    held = wait_for(lambda: next((r for r in run.records(nodes[1])
+    held = wait_for(f"a proposed repair of {nodes[1]}", lambda: next((r for r in run.records(nodes[1])
                                   if (r.get("status") or {}).get("phase") == "AwaitingApproval"), None),
-                    timeout=40, what=f"a proposed repair of {nodes[1]}")
+                    timeout=40)
     assert held["spec"]["consentMode"] == "propose"
     time.sleep(2)
     assert [r["status"]["phase"] for r in run.records(nodes[1])] == ["AwaitingApproval"]
@@ -316,7 +318,7 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
     result = run.stack.destroy(on_output=out.append)
     destroy_seconds = time.monotonic() - t0
     assert result.summary.result == "succeeded", "".join(out[-40:])
-    wait_for(lambda: not run.leftovers(), timeout=60, what="the stack's objects to be gone")
+    wait_for("the stack's objects to be gone", lambda: not run.leftovers(), timeout=60)
     print(f"\npulumi timings: up {up_seconds:.1f}s, preview {preview_seconds:.1f}s, "
           f"consent update {update_seconds:.1f}s, destroy {destroy_seconds:.1f}s", file=sys.stderr)
 

@@ -96,16 +96,16 @@ def repair(cluster: ClusterHandle, pool: str, mode: str, approve: bool, log: Pat
     boot = cluster.kube.get_node(node)["status"]["nodeInfo"]["bootID"]
     report_fault(cluster.kube, REFERENCE, node)  # what the detector writes: CrusoeGPUFault=True
     if approve:
-        wait_for(lambda: any(e["reason"] == n.EVENT_AWAITING_APPROVAL for e in events(cluster, node)), timeout=60,
-                 what=f"MaintenanceAwaitingApproval on {node} (controller log: {log})")
+        wait_for(f"MaintenanceAwaitingApproval on {node} (controller log: {log})",
+                 lambda: any(e["reason"] == n.EVENT_AWAITING_APPROVAL for e in events(cluster, node)), timeout=60)
         assert labels(cluster.kube, node)["crusoe.ai/maintenance-required"] == "true"
         # the reference's documented approval, word for word
         kubectl(cluster.kubeconfig, "label", "node", node, "crusoe.ai/maintenance-approved=true")
-    wait_for(lambda: cluster.kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot, timeout=90,
-             what=f"the VM reset of {node} (controller log: {log})")
+    wait_for(f"the VM reset of {node} (controller log: {log})",
+             lambda: cluster.kube.get_node(node)["status"]["nodeInfo"]["bootID"] != boot, timeout=90)
     clear_fault(cluster.kube, REFERENCE, node)  # the rebooted node reports no fault
-    wait_for(lambda: any(e["reason"] == n.EVENT_SUCCEEDED for e in events(cluster, node)), timeout=60,
-             what=f"MaintenanceSucceeded on {node} (controller log: {log})")
+    wait_for(f"MaintenanceSucceeded on {node} (controller log: {log})",
+             lambda: any(e["reason"] == n.EVENT_SUCCEEDED for e in events(cluster, node)), timeout=60)
     return node, events(cluster, node)
 
 
@@ -135,8 +135,8 @@ def test_propose_flow_under_the_reference_names(cluster: ClusterHandle, referenc
         ours = [(reason, typ) for typ, reason, src in rows if src == SOURCE and reason not in EXTRA]
         assert ours == PROPOSE_FLOW, rows
         assert all(src == SOURCE for _, reason, src in rows if reason.startswith("Maintenance")), rows
-        wait_for(lambda: not {"crusoe.ai/maintenance-required", "crusoe.ai/maintenance-approved"}
-                 & set(labels(cluster.kube, node)), timeout=30, what="both labels removed")
+        wait_for("both labels removed", lambda: not {"crusoe.ai/maintenance-required", "crusoe.ai/maintenance-approved"}
+                 & set(labels(cluster.kube, node)), timeout=30)
     finally:
         delete_pool_nodes(cluster, REFERENCE, pool)
         cluster.kube.delete_object(gpu_node_pool_object(pool_from_config({"name": pool}), REFERENCE))

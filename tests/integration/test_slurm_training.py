@@ -16,7 +16,8 @@ import pytest
 
 from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.devcluster.processes import free_port
-from tests.integration.slurm_support import TRAINING, SlurmHarness, events, slurm_harness, torchrun, wait_for
+from tests.integration.helpers import wait_for
+from tests.integration.slurm_support import TRAINING, SlurmHarness, events, slurm_harness, torchrun
 
 NODES = ("gpu-0", "gpu-1", "gpu-2")
 REASON = "autoclusters: Xid 79 on GPU 3 (remediation gpu-0-xid-79-1)"
@@ -35,7 +36,7 @@ def test_drain_signal_requeue_resume_on_real_slurm(slurm: SlurmHarness, tmp_path
                       "trap 'echo got-TERM; exit 143' TERM\n"
                       "for i in $(seq 1 600); do sleep 0.2; done\n")
     job = slurm.sbatch("-N2", "-w", "gpu-0,gpu-1", "--requeue", "--open-mode=append", "-o", str(out), str(script))
-    wait_for("the job to run", lambda: (j := slurm.job(job)) and j.state == "RUNNING")
+    wait_for("the job to run", lambda: (j := slurm.job(job)) and j.state == "RUNNING", timeout=60)
     # An admin's drain on another node, before ours.
     slurm.run("scontrol", "update", "NodeName=gpu-2", "State=DRAIN", "Reason=bad DIMM (ticket 42)")
 
@@ -45,11 +46,11 @@ def test_drain_signal_requeue_resume_on_real_slurm(slurm: SlurmHarness, tmp_path
     assert [j.job_id for j in slurm.slurm.jobs_on("gpu-0")] == [job]
 
     slurm.slurm.signal(job, "TERM", SignalTarget.BATCH)
-    wait_for("the trap to run", lambda: "got-TERM" in out.read_text())
-    ended = wait_for("the job to end", lambda: (j := slurm.job(job)) and not j.active and j)
+    wait_for("the trap to run", lambda: "got-TERM" in out.read_text(), timeout=60)
+    ended = wait_for("the job to end", lambda: (j := slurm.job(job)) and not j.active and j, timeout=60)
     assert ended.state == "FAILED"  # exit 143: stopped on request, not finished
     slurm.slurm.requeue(job)
-    drained = wait_for("DRAINED", lambda: (n := slurm.slurm.nodes(["gpu-0"])["gpu-0"]).drained and n)
+    drained = wait_for("DRAINED", lambda: (n := slurm.slurm.nodes(["gpu-0"])["gpu-0"]).drained and n, timeout=60)
     assert drained.reason == REASON
     requeued = slurm.job(job)
     assert requeued.pending and requeued.restarts == 1
@@ -97,7 +98,7 @@ def test_training_saves_on_its_signal_is_requeued_and_resumes_to_the_same_parame
     ended = wait_for("the job to stop", lambda: (j := slurm.job(job)) and not j.active and j, timeout=120)
     assert ended.state == "FAILED", (run / "slurm.out").read_text()[-3000:]
     slurm.slurm.requeue(job)
-    wait_for("DRAINED", lambda: slurm.slurm.nodes(["gpu-0"])["gpu-0"].drained)
+    wait_for("DRAINED", lambda: slurm.slurm.nodes(["gpu-0"])["gpu-0"].drained, timeout=60)
     saved = [e for e in events(ev) if e["event"] == "checkpoint" and e["why"] == "signal"]
     assert len(saved) == 1, events(ev)
     stopped_at = saved[0]["step"]
@@ -109,6 +110,6 @@ def test_training_saves_on_its_signal_is_requeued_and_resumes_to_the_same_parame
     starts = [e for e in events(ev) if e["event"] == "start"]
     assert [s["step"] for s in starts] == [0, stopped_at] and starts[1]["restart"] == 1
     assert done[0]["step"] == steps
-    final = wait_for("the job to complete", lambda: (j := slurm.job(job)) and not j.active and j)
+    final = wait_for("the job to complete", lambda: (j := slurm.job(job)) and not j.active and j, timeout=60)
     assert final.state == "COMPLETED" and final.restarts == 1
     assert done[0]["sha256"] == _reference_sha(tmp_path, "reference", steps)

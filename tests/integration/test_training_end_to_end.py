@@ -22,7 +22,8 @@ import pytest
 from autoclusters.clock import parse_iso
 from autoclusters.devcluster.processes import free_port
 from autoclusters.slurm import decisions as d
-from tests.integration.controller_support import Env, wait_for
+from tests.integration.controller_support import Env
+from tests.integration.helpers import wait_for
 from tests.integration.slurm_support import TRAINING, SlurmHarness, events, slurm_harness, torchrun
 
 pytestmark = pytest.mark.integration
