@@ -79,6 +79,8 @@ class ControllerProcess:
 class Env:
     """What a controller test needs: the cluster, the controller's identity, helpers."""
 
+    watcher: BootWatcher  # set by controller_env, which starts it with the Env
+
     def __init__(self, cluster: ClusterHandle, namespace: str, kubeconfig: str, log_dir: Path) -> None:
         self.cluster = cluster
         self.kube: Kube = cluster.kube
@@ -166,17 +168,22 @@ class Env:
             "type": self.names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
             "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
 
-    def node(self, name: str) -> dict[str, Any] | None:
+    def node(self, name: str) -> dict[str, Any]:
+        """The node; a missing one fails (``find_node`` when being gone is an answer)."""
+        return self.kube.get_node(name)
+
+    def find_node(self, name: str) -> dict[str, Any] | None:
+        """The node, or None once it is gone."""
         try:
             return self.kube.get_node(name)
         except NotFound:
             return None
 
     def labels(self, name: str) -> dict[str, str]:
-        return ((self.node(name) or {}).get("metadata") or {}).get("labels") or {}
+        return ((self.find_node(name) or {}).get("metadata") or {}).get("labels") or {}
 
     def has_taint(self, name: str) -> bool:
-        taints = ((self.node(name) or {}).get("spec") or {}).get("taints") or []
+        taints = ((self.find_node(name) or {}).get("spec") or {}).get("taints") or []
         return any(t.get("key") == self.names.taint_key for t in taints)
 
     def approve(self, node: str) -> None:
@@ -286,7 +293,7 @@ def controller_env(cluster: ClusterHandle, log_dir: Path) -> Iterator[Env]:
     log_dir.mkdir(parents=True, exist_ok=True)
     env = Env(cluster, namespace, kubeconfig, log_dir)
     watcher = BootWatcher(env).start()
-    env.watcher = watcher  # type: ignore[attr-defined]
+    env.watcher = watcher
     main = env.start_controller("main")
     env.wait_leader([main])
     try:

@@ -7,7 +7,10 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TypeVar
+
+from autoclusters.clock import parse_iso
 
 T = TypeVar("T")
 
@@ -24,6 +27,14 @@ def wait_for(what: str, check: Callable[[], T | None], *, timeout: float = 30, i
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+def parse_time(value: str) -> datetime:
+    """A timestamp the API wrote (RFC 3339); a missing or empty one fails the test."""
+    parsed = parse_iso(value)
+    if parsed is None:
+        raise AssertionError(f"not a timestamp: {value!r}")
+    return parsed
 
 
 def kubectl_binary() -> str:

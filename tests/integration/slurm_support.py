@@ -3,6 +3,7 @@ packages, started in a temporary directory (devcluster/slurm.py), stopped after 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -62,9 +63,7 @@ def torchrun() -> str:
     """The torchrun of this Python environment; the test is skipped (or fails under
     AUTOCLUSTERS_REQUIRE_TRAINING=1) without the training extra."""
     path = Path(sys.executable).with_name("torchrun")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         if os.environ.get("AUTOCLUSTERS_REQUIRE_TRAINING") == "1":
             pytest.fail("PyTorch is missing: make training")
         pytest.skip("PyTorch is not installed: make training (pip install .[training])")

@@ -76,6 +76,7 @@ class Admission:
         self.port = _free_port()
         self.mode = ""
         self.nodes: list[str] = []
+        self.probe = ""  # a node for wait_enforced, made by the fixture once the identities exist
 
     # --- identities -------------------------------------------------------------------------
     def setup_identities(self) -> None:
@@ -368,7 +369,8 @@ def test_every_user_label_transition_matches_the_rego(admission: Admission, laye
     username = f"system:serviceaccount:{admission.namespace}:alice"
     node = admission.new_node()
     states = [{req: r, appr: a} for r in LABEL_STATES for a in LABEL_STATES]
-    cases, got = [], []
+    cases: list[dict[str, Any]] = []
+    got: list[bool] = []
     for old in states:
         for new in states:
             controller_kube.patch_node(node, {"metadata": {"labels": old}})  # exempt: sets up any state
@@ -406,10 +408,11 @@ def test_policy_check_agrees_with_the_cluster_on_every_node_manifest(admission: 
     from autoclusters.cli.main import main
 
     req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
-    manifests = []
-    for r in MANIFEST_STATES:
-        for a in MANIFEST_STATES:
-            labels = {SCOPE_LABEL: admission.suffix, **{k: v for k, v in ((req, r), (appr, a)) if v is not None}}
+    manifests: list[dict[str, Any]] = []
+    for required in MANIFEST_STATES:
+        for approved in MANIFEST_STATES:
+            labels = {SCOPE_LABEL: admission.suffix,
+                      **{k: v for k, v in ((req, required), (appr, approved)) if v is not None}}
             name = f"adm-{admission.suffix}-gitops-{layer}-{len(manifests)}"
             manifests.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
     created = []

@@ -101,8 +101,8 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
         assert names.maintenance_approved not in labels(kube, clears)
         assert names.maintenance_approved not in labels(kube, healthy)
         assert names.maintenance_approved not in labels(kube, elsewhere)  # its pool is not handled
-        node = kube.get_node(due)
-        assert node["metadata"]["annotations"][f"{names.domain}/approval-controller"].startswith("approved ")
+        approved = kube.get_node(due)
+        assert approved["metadata"]["annotations"][f"{names.domain}/approval-controller"].startswith("approved ")
         assert "MaintenancePreparedAndApproved" in reasons(kube, due)
 
         # A replacement: the approved node goes away, a new node of the pool needs a repair.
@@ -116,8 +116,8 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
                  lambda: "repaired or replaced" in log.read_text(), timeout=10)
     finally:
         stop(proc)
-        for node in cluster.kube.list_nodes(label_selector=f"{names.pool_label} in ({pool},{other})"):
-            cluster.kube.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+        for obj in cluster.kube.list_nodes(label_selector=f"{names.pool_label} in ({pool},{other})"):
+            cluster.kube.delete(f"/api/v1/nodes/{obj['metadata']['name']}")
     text = log.read_text()
     assert f"node {clears} (pool {pool}): done, no approval needed" in text, text
     assert f"pool {pool}: 0 queued, 1 approved and under repair, 0 preparation failed, 1 finished, 1 not needed" \

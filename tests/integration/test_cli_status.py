@@ -6,6 +6,7 @@ import json
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -133,6 +134,7 @@ def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty
     pools_path = Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools")
     a, sel, stray = f"mem-{unique}", f"mem-{unique}-sel", f"mem-{unique}-none"
     zone = {f"zone-{unique}": "z1"}
+    bad: dict[str, Any]
     for bad in ({}, {"matchLabels": {}}, zone):  # a bare mapping is pruned to {} by the API server
         obj = gpu_node_pool_object(pool_from_config({"name": f"bad-{unique}"}), names)
         obj["spec"]["nodeSelector"] = bad

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -140,7 +140,7 @@ def capi(request: pytest.FixtureRequest, cluster_api: ClusterHandle, unique: str
         w.close()
 
 
-def lookup(kube: Kube):  # type: ignore[no-untyped-def]
+def lookup(kube: Kube) -> Callable[[str], dict[str, Any] | None]:
     def get(name: str) -> dict[str, Any] | None:
         try:
             return kube.get_node(name)

@@ -79,7 +79,7 @@ def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
     done = ctl.record_in(node, "Succeeded", timeout=40)
     new = done["status"]["replacementNode"]
     assert done["status"]["action"] == "replace" and new and new != node
-    assert ctl.node(node) is None
+    assert ctl.find_node(node) is None
     assert ctl.pool_nodes(pool) == [new]
     assert ctl.labels(new)[ctl.names.pool_label] == pool
 

@@ -25,7 +25,7 @@ def test_reset_fails_then_escalated_replace_under_the_same_approval(ctl: Env) ->
     assert status["escalated"] is True and status["action"] == "replace" and status["attempts"] == 2
     assert done["spec"]["action"] == "reset"
     new = status["replacementNode"]
-    assert ctl.pool_nodes(pool) == [new] and ctl.node(node) is None
+    assert ctl.pool_nodes(pool) == [new] and ctl.find_node(node) is None
     reasons = ctl.reasons(node)
     assert reasons.count(n.EVENT_AWAITING_APPROVAL) == 1 and n.EVENT_ESCALATED in reasons
     assert len(ctl.records(node)) == 1

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 
 from autoclusters import names as n
 from autoclusters.kube import NotFound
 from tests.integration.controller_support import XID64_MESSAGE, Env
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import parse_time, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +50,12 @@ def pod_exists(ctl: Env, ns: str, name: str) -> bool:
         return False
 
 
+def held_by(ctl: Env, node: str, hold: str) -> bool:
+    """Whether the node's latest record is held for ``hold``."""
+    records = ctl.records(node)
+    return bool(records) and (records[-1].get("status") or {}).get("hold") == hold
+
+
 def test_a_pdb_holds_the_drain_until_it_allows(ctl: Env, ns: str) -> None:
     _, (node,) = ctl.pool("auto", drain={"resetDeadlineSeconds": 120, "replaceDeadlineSeconds": 120})
     make_pod(ctl, ns, node, "trainer")
@@ -74,9 +81,8 @@ def test_a_stuck_pod_is_deleted_at_the_deadline(ctl: Env, ns: str) -> None:
     draining = ctl.record_in(node, "Draining")
     done = ctl.record_in(node, "Succeeded", timeout=40)
     steps = {s["phase"]: s["time"] for s in done["status"]["steps"]}
-    from autoclusters.clock import parse_iso
 
-    waited = (parse_iso(steps["Acting"]) - parse_iso(draining["status"]["drainStarted"])).total_seconds()
+    waited = (parse_time(steps["Acting"]) - parse_time(draining["status"]["drainStarted"])).total_seconds()
     assert waited >= 4
     assert not pod_exists(ctl, ns, "stuck")
 
@@ -90,7 +96,7 @@ def test_an_opt_out_pod_blocks_automatic_replacement(ctl: Env, ns: str) -> None:
     time.sleep(2)
     rec = ctl.records(node)[-1]
     assert rec["status"]["phase"] == "Scheduled" and rec["status"]["hold"] == "OptOutPod"
-    assert ctl.node(node) is not None and pod_exists(ctl, ns, "precious")
+    assert ctl.find_node(node) is not None and pod_exists(ctl, ns, "precious")
     ctl.kube.delete(f"/api/v1/namespaces/{ns}/pods/precious", {"gracePeriodSeconds": 0})
     done = ctl.record_in(node, "Succeeded", timeout=40)
     assert done["status"]["action"] == "replace" and ctl.pool_nodes(pool) == [done["status"]["replacementNode"]]
@@ -129,8 +135,7 @@ def test_the_breaker_opens_and_closes_by_itself(ctl: Env) -> None:
     assert "2 of 5" in ev["message"] and ev["type"] == "Warning"
     ctl.patch_pool(pool, {"consentMode": "auto"})
     for node in (a, b):
-        wait_for(f"{node} held", lambda node=node: (ctl.records(node) or [{}])[-1].get("status", {})
-                 .get("hold") == "CircuitBreakerOpen")
+        wait_for(f"{node} held", partial(held_by, ctl, node, "CircuitBreakerOpen"))
     time.sleep(1)
     assert all(ctl.records(x)[-1]["status"]["phase"] == "Scheduled" for x in (a, b))
     ctl.clear_fault(a)  # the fleet-wide cause goes away on one node: 1 of 5 = 20% < 25%

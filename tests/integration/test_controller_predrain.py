@@ -8,16 +8,16 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoclusters import names as n
-from autoclusters.clock import parse_iso
 from autoclusters.kube import NotFound
 from tests.integration.controller_support import Env
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import parse_time, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,19 +47,26 @@ def pod(ctl: Env, ns: str, name: str) -> dict[str, Any] | None:
         return None
 
 
-def annotations(obj: dict[str, Any] | None) -> dict[str, str]:
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
-def pod_events(ctl: Env, ns: str, name: str) -> list[dict[str, Any]]:
-    return ctl.kube.list_items(f"/api/v1/namespaces/{ns}/events",
-                         field_selector=f"involvedObject.name={name},involvedObject.kind=Pod")
+def pod_annotation(ctl: Env, ns: str, name: str, key: str) -> str | None:
+    return annotations_of(pod(ctl, ns, name)).get(key)
+
+
+def pod_events(ctl: Env, ns: str, name: str, reason: str | None = None) -> list[dict[str, Any]]:
+    """The pod's events (with ``reason`` only those)."""
+    events = ctl.kube.list_items(f"/api/v1/namespaces/{ns}/events",
+                           field_selector=f"involvedObject.name={name},involvedObject.kind=Pod")
+    return [e for e in events if reason is None or e["reason"] == reason]
 
 
 def wait_warned(ctl: Env, node: str) -> dict[str, Any]:
     """The record once it is Draining and the node carries its warning."""
     rec = ctl.record_in(node, "Draining")
-    wait_for("node warned", lambda: annotations(ctl.node(node)).get(ctl.names.remediation) == rec["metadata"]["name"])
+    wait_for("node warned", lambda: annotations_of(ctl.node(node)).get(ctl.names.remediation)
+             == rec["metadata"]["name"])
     return rec
 
 
@@ -67,7 +74,7 @@ def assert_warning_gone(ctl: Env, node: str) -> None:
     keys = set(ctl.names.warning_annotations)
     wait_for("warning removed", lambda: not any(k in keys or k.startswith(ctl.names.drain_ack_prefix)
                                                 or k == n.SLINKY_CORDON_REASON
-                                                for k in annotations(ctl.node(node))))
+                                                for k in annotations_of(ctl.node(node))))
 
 
 def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Path) -> None:
@@ -80,22 +87,21 @@ def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Pat
     ctl.raise_fault(node)
     rec = wait_warned(ctl, node)
     record = rec["metadata"]["name"]
-    node_ann = annotations(ctl.node(node))
-    deadline = parse_iso(node_ann[ctl.names.drain_deadline])
-    assert deadline == parse_iso(rec["status"]["preDrainDeadline"])
-    assert 85 <= (deadline - parse_iso(rec["status"]["drainStarted"])).total_seconds() <= 90
+    node_ann = annotations_of(ctl.node(node))
+    deadline = parse_time(node_ann[ctl.names.drain_deadline])
+    assert deadline == parse_time(rec["status"]["preDrainDeadline"])
+    assert 85 <= (deadline - parse_time(rec["status"]["drainStarted"])).total_seconds() <= 90
     assert node_ann[ctl.names.drain_reason] == (f"GPU 3 reported Xid 79 (GPU has fallen off the bus) "
                                                 f"(remediation {record})")
     assert n.SLINKY_CORDON_REASON not in node_ann  # the pool did not ask for it
     for name in ("trainer", "web"):  # each pod: the same three annotations and an event
-        wait_for(f"{name} warned", lambda name=name: annotations(pod(ctl, ns, name)).get(ctl.names.remediation))
-        ann = annotations(pod(ctl, ns, name))
+        wait_for(f"{name} warned", partial(pod_annotation, ctl, ns, name, ctl.names.remediation))
+        ann = annotations_of(pod(ctl, ns, name))
         assert {k: ann[k] for k in ctl.names.warning_annotations} == {k: node_ann[k] for k in
                                                                       ctl.names.warning_annotations}
-        ev = wait_for(f"event on {name}", lambda name=name: [e for e in pod_events(ctl, ns, name)
-                                                           if e["reason"] == n.EVENT_DRAIN_WARNING])
+        ev = wait_for(f"event on {name}", partial(pod_events, ctl, ns, name, n.EVENT_DRAIN_WARNING))
         assert node_ann[ctl.names.drain_deadline] in ev[0]["message"] and ev[0]["type"] == "Warning"
-    got = json.loads(wait_for("hook called", lambda: calls.exists() and calls.read_text().strip()))
+    got = json.loads(wait_for("hook called", lambda: calls.read_text().strip() if calls.exists() else None))
     assert got["record"] == record and got["node"] == node and got["deadline"] == node_ann[ctl.names.drain_deadline]
     # the node-level acknowledger acks, then a stale ack on the pod: still waiting, nothing evicted
     ctl.kube.patch_node(node, {"metadata": {"annotations": {ctl.names.drain_ack("slurm"): record}}})
@@ -110,7 +116,7 @@ def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Pat
     ctl.kube.patch(trainer_path, {"metadata": {"annotations": {ctl.names.pod_drain_ack: record}}})
     done = ctl.record_in(node, "Succeeded", timeout=40)
     assert time.monotonic() - acked_at < 30  # far from the 90 s wait
-    started = parse_iso(done["status"]["evictionStarted"])
+    started = parse_time(done["status"]["evictionStarted"])
     assert started < deadline
     assert any("arrived (slurm, pod " in s["message"] for s in done["status"]["steps"])
     assert n.EVENT_DRAIN_WAIT_ENDED in ctl.reasons(node)
@@ -125,7 +131,7 @@ def test_the_deadline_holds_when_nobody_acknowledges(ctl: Env, ns: str) -> None:
     ctl.raise_fault(node)
     rec = wait_warned(ctl, node)
     done = ctl.record_in(node, "Succeeded", timeout=40)
-    waited = (parse_iso(done["status"]["evictionStarted"]) - parse_iso(rec["status"]["drainStarted"])).total_seconds()
+    waited = (parse_time(done["status"]["evictionStarted"]) - parse_time(rec["status"]["drainStarted"])).total_seconds()
     assert 4 <= waited < 10
     ended = ctl.wait_reason(node, n.EVENT_DRAIN_WAIT_ENDED)
     assert "without an acknowledgement from slurm, pod " in ended["message"]
@@ -150,7 +156,7 @@ def test_a_restart_during_the_wait_neither_warns_again_nor_moves_the_deadline(ct
     ctl.raise_fault(node)
     rec = wait_warned(ctl, node)
     wait_for("pod warned", lambda: [e for e in pod_events(ctl, ns, "trainer") if e["reason"] == n.EVENT_DRAIN_WARNING])
-    wait_for("hook called", lambda: calls.exists() and calls.read_text().strip())
+    wait_for("hook called", lambda: calls.read_text().strip() if calls.exists() else None)
     for c in ctl.running():
         c.kill()
     fresh = ctl.start_controller()
@@ -183,7 +189,7 @@ def test_slinky_cordon_reason_and_a_busy_slurmd_pod_held_until_slurm_drained_it(
     _slurm_state(ctl, ns, "slurmd", Allocated=True)  # slurm-operator's mirror: a job runs there
     ctl.raise_fault(node)
     rec = wait_warned(ctl, node)
-    reason = annotations(ctl.node(node))[n.SLINKY_CORDON_REASON]
+    reason = annotations_of(ctl.node(node))[n.SLINKY_CORDON_REASON]
     assert reason == f"{n.DRAIN_REASON_PREFIX} GPU 3 reported Xid 79 (GPU has fallen off the bus) " \
                      f"(remediation {rec['metadata']['name']})"
     wait_for("evicting", lambda: "evictionStarted" in ctl.records(node)[-1]["status"])  # nobody to wait for
@@ -196,4 +202,4 @@ def test_slinky_cordon_reason_and_a_busy_slurmd_pod_held_until_slurm_drained_it(
     ctl.record_in(node, "Succeeded", timeout=40)
     assert pod(ctl, ns, "slurmd") is None
     assert_warning_gone(ctl, node)
-    assert annotations(ctl.node(node)).get("other.example/keep") == "yes"
+    assert annotations_of(ctl.node(node)).get("other.example/keep") == "yes"

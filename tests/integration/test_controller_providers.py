@@ -48,7 +48,7 @@ def job_for(ctl: Env, node: str) -> dict[str, Any] | None:
 
 
 def boot_id(ctl: Env, node: str) -> str:
-    return str(((ctl.node(node) or {}).get("status") or {}).get("nodeInfo", {}).get("bootID", ""))
+    return str(((ctl.find_node(node) or {}).get("status") or {}).get("nodeInfo", {}).get("bootID", ""))
 
 
 def test_a_pool_without_a_provider_reports_the_fault_and_holds_the_repair(ctl: Env, controller_log) -> None:
@@ -59,7 +59,7 @@ def test_a_pool_without_a_provider_reports_the_fault_and_holds_the_repair(ctl: E
     assert "no repair provider configured for reset" in record["status"]["message"]
     wait_for("labelled and tainted", lambda: ctl.labels(node).get(ctl.names.maintenance_required) == "true"
              and ctl.has_taint(node))
-    assert not (ctl.node(node) or {}).get("spec", {}).get("unschedulable")  # never cordoned nor drained
+    assert not ctl.node(node).get("spec", {}).get("unschedulable")  # never cordoned nor drained
     blocked = ctl.wait_reason(node, n.EVENT_BLOCKED)
     assert blocked["type"] == "Warning" and "no repair provider configured" in blocked["message"]
     cond = wait_for("the pool condition", lambda: (c := condition(ctl, pool, "RepairProviderReady"))
@@ -94,7 +94,7 @@ def test_the_simulated_provider_never_touches_a_node_the_simulator_does_not_mana
                         and c["reason"] == "ProviderRefusedNode" and c)
         assert cond["status"] == "False" and name in cond["message"]
         node = ctl.node(name)
-        assert node is not None and not node["spec"].get("unschedulable")  # not cordoned, not deleted
+        assert not node["spec"].get("unschedulable")  # not cordoned, not deleted
         assert "sim.autoclusters.io/operation" not in (node["metadata"].get("annotations") or {})
         assert all(r["status"].get("attempts", 0) == 0 for r in ctl.records(name))
     finally:
@@ -133,7 +133,7 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     ctl.raise_fault(node)
     job = wait_for("the reboot Job", lambda: job_for(ctl, node))
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["hostPID"] is True
-    placed = ctl.node(node) or {}
+    placed = ctl.node(node)
     assert placed["spec"].get("unschedulable") and ctl.has_taint(node)  # it runs on a cordoned, tainted node
     pods = ctl.kube.list_items(f"/api/v1/namespaces/{ctl.namespace}/pods",
                          label_selector=f"job-name={job['metadata']['name']}")
@@ -146,7 +146,7 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     wait_for("node cleaned", lambda: n.EVENT_SUCCEEDED in ctl.reasons(node))
     labels = ctl.labels(node)
     assert ctl.names.maintenance_required not in labels and not ctl.has_taint(node)
-    assert not (ctl.node(node) or {})["spec"].get("unschedulable")
+    assert not ctl.node(node)["spec"].get("unschedulable")
     with pytest.raises(NotFound):
         ctl.kube.get(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs/{job['metadata']['name']}")
 

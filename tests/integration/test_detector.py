@@ -38,6 +38,10 @@ class Fleet:
         conds = (self.cluster.kube.get_node(node).get("status") or {}).get("conditions") or []
         return next((c for c in conds if c["type"] == ctype), None)
 
+    def status(self, node: str, ctype: str) -> str | None:
+        """The condition's status, None without the condition."""
+        return (self.condition(node, ctype) or {}).get("status")
+
     def wait_status(self, node: str, ctype: str, status: str, timeout: float = 20) -> dict[str, Any]:
         return wait_for(f"{ctype}={status} on {node}",
                         lambda: (c := self.condition(node, ctype)) and c["status"] == status and c,
@@ -84,7 +88,7 @@ def test_xid_line_to_condition_true_then_false_after_reboot(fleet: Fleet) -> Non
     assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
     ref = load_catalog().fault_from_condition(cond, names)
     assert ref is not None and (ref.fault_class, ref.code, ref.known) == (FaultClass.GPU, "79", True)
-    assert fleet.condition(other, names.gpu_condition)["status"] == "False"
+    assert fleet.status(other, names.gpu_condition) == "False"
     ready = fleet.condition(node, "Ready")
     assert ready is not None and ready["status"] == "True"  # the kubelet's (kwok's) condition is untouched
 
@@ -102,7 +106,7 @@ def test_a_persistent_fault_comes_back_after_the_reboot(fleet: Fleet) -> None:
     fleet.reboot(node)
     deadline = time.monotonic() + 3 * WINDOW
     while time.monotonic() < deadline:  # the broken switch is seen again at once: no flap to False
-        assert fleet.condition(node, names.gpu_condition)["status"] == "True"
+        assert fleet.status(node, names.gpu_condition) == "True"
         time.sleep(0.2)
     fleet.inject(node, "--clear")
     fleet.reboot(node)
@@ -117,14 +121,14 @@ def test_the_window_ignores_a_transient_port_flap(fleet: Fleet) -> None:
     fleet.inject(node, "--clear")
     deadline = time.monotonic() + 2.5 * WINDOW
     while time.monotonic() < deadline:
-        assert fleet.condition(node, names.interconnect_condition)["status"] == "False"
+        assert fleet.status(node, names.interconnect_condition) == "False"
         time.sleep(0.2)
     fleet.inject(node, "--hca", "mlx5_1", "--port", "1")
     cond = fleet.wait_status(node, names.interconnect_condition, "True")
     assert (cond["reason"], cond["message"]) == ("InterconnectError", "HCA mlx5_1 port 1 reported port_down.")
     ref = load_catalog().fault_from_condition(cond, names)
     assert ref is not None and (ref.fault_class, ref.code) == (FaultClass.INTERCONNECT, "port_down")
-    assert fleet.condition(node, names.gpu_condition)["status"] == "False"
+    assert fleet.status(node, names.gpu_condition) == "False"
 
 
 def test_dcgm_fault_and_a_failing_source(fleet: Fleet) -> None:
@@ -138,7 +142,7 @@ def test_dcgm_fault_and_a_failing_source(fleet: Fleet) -> None:
     health = fleet.wait_status(broken, names.detector_health_condition, "True")
     assert health["reason"] == "FaultSourceUnreadable" and "dcgm" in health["message"]
     time.sleep(2 * WINDOW)
-    assert fleet.condition(broken, names.gpu_condition)["status"] == "False"  # never a GPU fault
+    assert fleet.status(broken, names.gpu_condition) == "False"  # never a GPU fault
 
 
 def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
@@ -154,7 +158,7 @@ def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
     ev = wait_for("warning event", event, timeout=20)
     assert ev["type"] == "Warning" and ev["message"].startswith("GPU 1 reported Xid 13 (")
     time.sleep(2 * WINDOW)
-    assert fleet.condition(node, names.gpu_condition)["status"] == "False"
+    assert fleet.status(node, names.gpu_condition) == "False"
 
 
 def test_the_cli_serves_simulated_nodes_and_stops_cleanly(cluster: ClusterHandle, unique: str,

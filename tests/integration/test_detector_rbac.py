@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def denied(fn: Any) -> str:
 
 
 @pytest.fixture()
-def setup(cluster: ClusterHandle, unique: str) -> tuple[ClusterHandle, str, list[str]]:
+def setup(cluster: ClusterHandle, unique: str) -> Iterator[tuple[ClusterHandle, str, list[str]]]:
     ns = f"det-rbac-{unique}"
     cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     cluster.apply(detector_rbac(cluster.names, ns))

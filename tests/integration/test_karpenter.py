@@ -72,6 +72,11 @@ class KarpenterPool:
         return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.workers()
                 if (p.get("status") or {}).get("phase") == "Running"}
 
+    def running_exactly(self, count: int) -> dict[str, str] | None:
+        """``running()`` once exactly ``count`` workers run, else None (a wait_for check)."""
+        running = self.running()
+        return running if len(running) == count else None
+
     def nodes(self) -> list[dict[str, Any]]:
         return [n for n in self.kube.list_nodes(f"{NODEPOOL_LABEL}={self.nodepool}")
                 if not n["metadata"].get("deletionTimestamp")]
@@ -130,8 +135,7 @@ def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_
         kpool: KarpenterPool, unique: str) -> None:
     names = kpool.names
     kpool.run_workers(2)
-    placed = wait_for("two workers Running on Karpenter's nodes", lambda: len(kpool.running()) == 2 and kpool.running(),
-                      timeout=180)
+    placed = wait_for("two workers Running on Karpenter's nodes", lambda: kpool.running_exactly(2), timeout=180)
     before = {n["metadata"]["name"] for n in kpool.nodes()}
     assert set(placed.values()) <= before and len(before) == 2  # Karpenter launched one node per worker
     for n in kpool.nodes():
@@ -160,8 +164,7 @@ def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_
     assert new_obj["metadata"]["annotations"][prov.operation_annotation] == op.id
     assert new_obj["metadata"]["annotations"][prov.replaces_annotation] == old
     assert len(kpool.nodes()) == 2  # the pool is back to its size
-    running = wait_for("both workers Running again", lambda: len(kpool.running()) == 2 and kpool.running(),
-                       timeout=120)
+    running = wait_for("both workers Running again", lambda: kpool.running_exactly(2), timeout=120)
     assert running[survivor_pod] != old
     assert new in running.values()  # the evicted worker's replacement runs on the new node
     assert old not in running.values()
@@ -193,23 +196,23 @@ def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpe
     kp = KarpenterPool(karpenter, unique, pool=pool)
     try:
         kp.run_workers(2)
-        placed = wait_for("two workers Running", lambda: len(kp.running()) == 2 and kp.running(), timeout=180)
+        placed = wait_for("two workers Running", lambda: kp.running_exactly(2), timeout=180)
         before = {n["metadata"]["name"] for n in kp.nodes()}
         victim_pod, old = sorted(placed.items())[0]
         ctl.raise_fault(old, XID64_MESSAGE)
         wait_for("do-not-disrupt on the marked node",
-                 lambda: (ctl.node(old) or {}).get("metadata", {}).get("annotations", {}).get(DO_NOT_DISRUPT) == "true"
-                 or ctl.node(old) is None, timeout=60)
+                 lambda: (o := ctl.find_node(old)) is None
+                 or (o["metadata"].get("annotations") or {}).get(DO_NOT_DISRUPT) == "true", timeout=60)
         done = ctl.record_in(old, "Succeeded", "Failed", timeout=300)
         status = done["status"]
         assert status["phase"] == "Succeeded", status.get("message")
         new = status["replacementNode"]
         assert status["action"] == "replace" and new and new not in before
         assert ctl.labels(new)[ctl.names.pool_label] == pool
-        assert ctl.node(old) is None  # done only once Karpenter removed the old node
+        assert ctl.find_node(old) is None  # done only once Karpenter removed the old node
         time.sleep(3)  # a second record for the old node would open within a reconcile or two
         assert len(ctl.records(old)) == 1 and event_names.EVENT_FAILED not in ctl.reasons(old)
-        running = wait_for("both workers Running", lambda: len(kp.running()) == 2 and kp.running(), timeout=120)
+        running = wait_for("both workers Running", lambda: kp.running_exactly(2), timeout=120)
         assert new in running.values() and old not in running.values()
         assert victim_pod not in running  # the evicted worker was replaced by its Deployment
         assert sorted(ctl.pool_nodes(pool)) == sorted((before - {old}) | {new})  # back to its size

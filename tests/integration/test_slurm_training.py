@@ -50,7 +50,8 @@ def test_drain_signal_requeue_resume_on_real_slurm(slurm: SlurmHarness, tmp_path
     ended = wait_for("the job to end", lambda: (j := slurm.job(job)) and not j.active and j, timeout=60)
     assert ended.state == "FAILED"  # exit 143: stopped on request, not finished
     slurm.slurm.requeue(job)
-    drained = wait_for("DRAINED", lambda: (n := slurm.slurm.nodes(["gpu-0"])["gpu-0"]).drained and n, timeout=60)
+    drained = wait_for("DRAINED", lambda: n if (n := slurm.slurm.nodes(["gpu-0"])["gpu-0"]).drained else None,
+                       timeout=60)
     assert drained.reason == REASON
     requeued = slurm.job(job)
     assert requeued.pending and requeued.restarts == 1

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from autoclusters.clock import parse_iso
 from autoclusters.devcluster.processes import free_port
 from autoclusters.slurm import decisions as d
 from tests.integration.controller_support import Env
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import parse_time, wait_for
 from tests.integration.slurm_support import TRAINING, SlurmHarness, events, slurm_harness, torchrun
 
 pytestmark = pytest.mark.integration
@@ -50,7 +49,7 @@ def scenario(ctl: Env, tmp_path: Path) -> Iterator[Scenario]:
                            preDrain={"waitSeconds": 120, "acknowledgers": ["slurm"]},
                            slurm={"enabled": True, "signal": "TERM", "signalLeadSeconds": 30})
     for node in nodes:
-        ctl.watcher.ignore.add(node)  # type: ignore[attr-defined]  # the real detector clears the fault
+        ctl.watcher.ignore.add(node)  # the real detector clears the fault
     spool = tmp_path / "spool"
     harness = slurm_harness(tmp_path / "s", tuple(nodes))
     slurm = next(harness)
@@ -119,7 +118,7 @@ def test_xid79_drains_slurm_checkpoints_requeues_repairs_resumes(scenario: Scena
     saved = next(e for e in log if e["event"] == "checkpoint" and e["why"] == "signal")
     starts = [e for e in log if e["event"] == "start"]
     done = next(e for e in log if e["event"] == "done")
-    steps = {st["phase"]: parse_iso(st["time"]).timestamp() for st in record["status"].get("steps", [])}
+    steps = {st["phase"]: parse_time(st["time"]).timestamp() for st in record["status"].get("steps", [])}
     t_reset = steps["Acting"]
     # The job got its signal and saved before the node was reset.
     assert signal["received"] < t_reset and saved["t"] < t_reset, (signal, steps)
