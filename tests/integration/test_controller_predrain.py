@@ -58,7 +58,7 @@ def pod_annotation(ctl: Env, ns: str, name: str, key: str) -> str | None:
 def pod_events(ctl: Env, ns: str, name: str, reason: str | None = None) -> list[dict[str, Any]]:
     """The pod's events (with ``reason`` only those)."""
     events = ctl.kube.list_items(f"/api/v1/namespaces/{ns}/events",
-                           field_selector=f"involvedObject.name={name},involvedObject.kind=Pod")
+                                 field_selector=f"involvedObject.name={name},involvedObject.kind=Pod")
     return [e for e in events if reason is None or e["reason"] == reason]
 
 
