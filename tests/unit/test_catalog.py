@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from autoclusters.api import CatalogAction
 from autoclusters.faults.catalog import CatalogError, FaultClass, Severity, load_catalog, parse_catalog
+from tests.conftest import known_fault
 
 
 def minimal(**extra: object) -> dict[str, object]:
@@ -21,8 +24,8 @@ def test_the_shipped_catalog_loads_and_covers_every_class() -> None:
         assert cat.of_class(fc), f"no {fc} entries"
         assert cat.unknown_action[fc] in (CatalogAction.RESET, CatalogAction.REPLACE)
     assert cat.sources and any("Xid" in s for s in cat.sources)
-    assert cat.lookup("gpu", 79).name == "GPU has fallen off the bus"
-    assert cat.lookup("gpu", 79).severity == Severity.FATAL
+    assert known_fault(cat, "gpu", 79).name == "GPU has fallen off the bus"
+    assert known_fault(cat, "gpu", 79).severity == Severity.FATAL
 
 
 def test_fatal_entries_name_a_repair_and_warnings_do_not() -> None:
@@ -55,7 +58,7 @@ def test_the_schema_rejects_mistakes(broken: dict[str, object], complaint: str) 
         parse_catalog(minimal(**broken))
 
 
-def test_an_operator_catalog_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_operator_catalog_file(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(minimal()))
     assert load_catalog(str(path)).lookup("gpu", "79") is not None

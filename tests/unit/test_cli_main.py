@@ -6,7 +6,7 @@ from autoclusters.cli import main as cli
 def test_every_command_module_registers() -> None:
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert "dev" in sub.choices
+    assert sub.choices is not None and "dev" in sub.choices
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,7 +33,7 @@ class EventStore:
     def patch(self, path: str, body: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
         name = path.rsplit("/", 1)[1]
         if name not in self.events:
-            raise NotFound(404, "not found")
+            raise NotFound("not found", status=404)
         self.events[name].update(body)
         return self.events[name]
 

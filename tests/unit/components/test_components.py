@@ -1,6 +1,8 @@
 """Every component under Pulumi's mock engine: what it creates, with which arguments, and
 which arguments it refuses before creating anything."""
 
+from typing import Any
+
 import pytest
 
 from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config, stack_config_from_dict
@@ -253,7 +255,8 @@ def test_gpu_node_pool_refuses_inconsistent_backends():
     with pytest.raises(ComponentArgsError, match="needs a node_lister"):
         GpuNodePoolArgs(pool=selected)
     with pytest.raises(ComponentArgsError, match="pool must be a PoolConfig"):
-        GpuNodePoolArgs(pool={"name": "a"})
+        untyped_pool: Any = {"name": "a"}  # what an untyped Pulumi program could pass
+        GpuNodePoolArgs(pool=untyped_pool)
 
 
 def test_autoclusters_wires_every_component_with_children_parented():
@@ -276,8 +279,9 @@ def test_autoclusters_wires_every_component_with_children_parented():
 
 
 def test_autoclusters_refuses_a_raw_dict():
+    untyped_config: Any = {"pools": []}  # what an untyped Pulumi program could pass
     with pytest.raises(ComponentArgsError, match="config must be a StackConfig"):
-        AutoClustersArgs(config={"pools": []})
+        AutoClustersArgs(config=untyped_config)
 
 
 def test_stack_program_reads_config_and_exports_the_pools():

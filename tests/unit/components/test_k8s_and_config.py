@@ -1,5 +1,6 @@
 """The dict → Pulumi resource translation and the stack configuration reader."""
 
+import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
@@ -32,7 +33,7 @@ def test_an_object_field_without_a_resource_argument_is_an_error():
 
     with pytest.raises(TypeError, match="field 'bogus' has no ConfigMap argument"):
         record(lambda: k8s_resource({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
-                                     "bogus": 1}, None))
+                                     "bogus": 1}, pulumi.ResourceOptions()))
 
 
 def _with_config(values: dict[str, str]):

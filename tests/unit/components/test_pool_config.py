@@ -1,5 +1,7 @@
 """Pool and stack configuration: defaults written out, and every bad value named."""
 
+from typing import Any
+
 import pytest
 
 from autoclusters.api import ClassAction, ConsentMode
@@ -98,10 +100,13 @@ def test_bad_pool_values_are_rejected_with_the_field_named(pool, message):
     assert message in str(err.value)
 
 
-def test_pool_config_validates_when_built_directly():
+def test_pool_config_validates_when_built_directly() -> None:
+    # the plain strings an untyped caller (a Pulumi YAML program, a dict from a file) passes
+    untyped: dict[str, Any] = {"name": "a100", "consent_mode": "sometimes"}
+    as_written: dict[str, Any] = {"name": "a100", "consent_mode": "off", "fault_classes": {"gpu": "replace"}}
     with pytest.raises(PoolConfigError, match="consentMode"):
-        PoolConfig(name="a100", consent_mode="sometimes")
-    pool = PoolConfig(name="a100", consent_mode="off", fault_classes={"gpu": "replace"})
+        PoolConfig(**untyped)
+    pool = PoolConfig(**as_written)
     assert pool.consent_mode is ConsentMode.OFF
     assert pool.fault_classes == {"gpu": ClassAction.REPLACE}
 
@@ -136,10 +141,12 @@ def test_bad_stack_values_are_rejected(config, message):
 
 def test_provider_per_action_and_per_pool():
     only_reset = pool_from_config({"name": "a", "provider": {"type": "hostReboot"}}).provider
-    assert only_reset.for_action("reset").type == "hostReboot"
+    reset = only_reset.for_action("reset")
+    assert reset is not None and reset.type == "hostReboot"
     assert only_reset.for_action("replace") is None and only_reset.missing() == ("replace",)
     both = pool_from_config({"name": "a", "provider": {"type": "simulated", "simulated": {"resetSeconds": 2}}})
-    assert both.provider.for_action("replace").settings == {"resetSeconds": 2}
+    replace = both.provider.for_action("replace")
+    assert replace is not None and replace.settings == {"resetSeconds": 2}
     split = pool_from_config({"name": "a", "provider": {
         "reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}}}).provider
     assert split.describe() == "reset=hostReboot replace=clusterapi"

@@ -7,15 +7,19 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autoclusters import names as n
 from autoclusters.controller import drain
 from autoclusters.controller import hook as hooks
+from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.pool_policy import parse_pool
 from autoclusters.controller.remediation_record import state_of, status_of
 from autoclusters.controller.statemachine import (
@@ -37,6 +41,7 @@ from autoclusters.controller.statemachine import (
     ProviderView,
     RepairAction,
     RepairPolicy,
+    RepairState,
     Unmark,
     Warn,
     drain_reason,
@@ -49,6 +54,7 @@ from autoclusters.deploy.pool_config import (
     gpu_node_pool_object,
     pool_from_config,
 )
+from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -68,7 +74,7 @@ def obs(pods: PodsView = ONE_POD, **node_kw: object) -> Observation:
                        pods=pods)
 
 
-def run(state, o: Observation, at: datetime = T0, p: RepairPolicy = P) -> Decision:  # type: ignore[no-untyped-def]
+def run(state: RepairState | None, o: Observation, at: datetime = T0, p: RepairPolicy = P) -> Decision:
     return transition(state, o, at, p, record_name=REC)
 
 
@@ -133,7 +139,7 @@ def test_pods_that_asked_to_be_waited_for_must_ack_too() -> None:
     assert not any(isinstance(a, Drain) for a in still.actions)
     acked = replace(pods, wait_acks=(("train/worker-0", REC),))
     d = run(waiting.state, obs(acked, warned_for=REC), T0 + timedelta(seconds=11))
-    assert Drain(force=False) in d.actions and "pod train/worker-0" in d.state.message  # type: ignore[union-attr]
+    assert Drain(force=False) in d.actions and d.state is not None and "pod train/worker-0" in d.state.message
 
 
 def test_the_wait_never_outlasts_the_drain_deadline() -> None:
@@ -143,7 +149,7 @@ def test_the_wait_never_outlasts_the_drain_deadline() -> None:
 
 
 def test_a_missing_warning_is_written_again_without_a_second_hook_call() -> None:
-    waiting = run(None, obs(), p=SLURM).state
+    waiting = _state()
     lost = run(waiting, obs(PodsView(evictable=1, warned_for=("",))), T0 + timedelta(seconds=1), SLURM)
     warns = [a for a in lost.actions if isinstance(a, Warn)]
     assert len(warns) == 1 and not warns[0].call_hook and warns[0].deadline == waiting.pre_drain_deadline
@@ -283,24 +289,32 @@ def test_wait_acks_list_only_pods_that_asked() -> None:
 
 
 # --- the hook ----------------------------------------------------------------------------------
-def _state():  # type: ignore[no-untyped-def]
-    return run(None, obs(), p=SLURM).state
+def _state() -> RepairState:
+    state = run(None, obs(), p=SLURM).state
+    assert state is not None
+    return state
 
 
-def test_command_hook_gets_the_payload_on_stdin_and_in_the_environment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def deadline_of(state: RepairState) -> datetime:
+    """The warned deadline of a repair that waits before its drain."""
+    assert state.pre_drain_deadline is not None
+    return state.pre_drain_deadline
+
+
+def test_command_hook_gets_the_payload_on_stdin_and_in_the_environment(tmp_path: Path) -> None:
     out = tmp_path / "got.json"
     script = ("import json, os, sys; d = json.load(sys.stdin); d['env'] = os.environ['AUTOCLUSTERS_REMEDIATION']; "
               f"open({str(out)!r}, 'w').write(json.dumps(d))")
     s = _state()
-    hooks.call(PreDrainHook(command=(sys.executable, "-c", script)), hooks.payload(s, s.pre_drain_deadline, "why"))
+    hooks.call(PreDrainHook(command=(sys.executable, "-c", script)), hooks.payload(s, deadline_of(s), "why"))
     got = json.loads(out.read_text())
     assert got["node"] == "n1" and got["record"] == REC and got["env"] == REC
     assert got["deadline"] == "2026-03-01T12:02:00Z" and got["fault"]["code"] == "79" and got["reason"] == "why"
 
 
-def test_a_failing_hook_is_reported_not_raised_as_anything_else(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_hook_is_reported_not_raised_as_anything_else(tmp_path: Path) -> None:
     s = _state()
-    body = hooks.payload(s, s.pre_drain_deadline, "why")
+    body = hooks.payload(s, deadline_of(s), "why")
     with pytest.raises(hooks.HookFailed, match="exited 3: nope"):
         hooks.call(PreDrainHook(command=(sys.executable, "-c", "import sys; sys.stderr.write('nope'); sys.exit(3)")),
                    body)
@@ -328,10 +342,10 @@ def test_http_hook_posts_json() -> None:
     try:
         s = _state()
         base = f"http://127.0.0.1:{server.server_port}"
-        assert hooks.call(PreDrainHook(url=f"{base}/ok"), hooks.payload(s, s.pre_drain_deadline, "why")) == "HTTP 204"
+        assert hooks.call(PreDrainHook(url=f"{base}/ok"), hooks.payload(s, deadline_of(s), "why")) == "HTTP 204"
         assert got[0]["record"] == REC and got[0]["node"] == "n1"
         with pytest.raises(hooks.HookFailed, match="answered HTTP 500"):
-            hooks.call(PreDrainHook(url=f"{base}/bad"), hooks.payload(s, s.pre_drain_deadline, "why"))
+            hooks.call(PreDrainHook(url=f"{base}/bad"), hooks.payload(s, deadline_of(s), "why"))
     finally:
         server.shutdown()
 
@@ -340,20 +354,21 @@ def test_http_hook_posts_json() -> None:
 class _Kube:
     """Just enough of ``Kube`` for the warning: node merge/JSON patches, pods, pod patches."""
 
-    def __init__(self, node: dict[str, object], pods: list[dict[str, object]]) -> None:
+    def __init__(self, node: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         self.node = node
         self.pods = pods
-        self.node_patches: list[object] = []
+        self.node_patches: list[Any] = []  # merge patch bodies and JSON patch op lists
         self.pod_patches: list[str] = []
         self.refuse: set[str] = set()
 
-    def patch_node(self, name: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
+    def patch_node(self, name: str, body: dict[str, Any], patch_type: str = "") -> dict[str, Any]:
         self.node_patches.append(body)
-        ann = self.node["metadata"].setdefault("annotations", {})  # type: ignore[index, union-attr]
-        ann.update(body["metadata"]["annotations"])  # type: ignore[index]
+        ann = self.node["metadata"].setdefault("annotations", {})
+        ann.update(body["metadata"]["annotations"])
         return self.node
 
-    def patch_node_guarded(self, node: dict[str, object], ops_for):  # type: ignore[no-untyped-def]
+    def patch_node_guarded(self, node: dict[str, Any],
+                           ops_for: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> dict[str, Any]:
         ops = ops_for(self.node)
         if ops:
             self.node_patches.append(ops)
@@ -361,21 +376,21 @@ class _Kube:
             path = op["path"].split("/")
             if op["op"] == "remove" and path[1:3] == ["metadata", "annotations"]:
                 key = path[3].replace("~1", "/").replace("~0", "~")
-                del self.node["metadata"]["annotations"][key]  # type: ignore[index]
+                del self.node["metadata"]["annotations"][key]
         return self.node
 
-    def pods_on_node(self, node: str) -> list[dict[str, object]]:
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         return self.pods
 
-    def patch(self, path: str, body: dict[str, object], patch_type: str = "") -> dict[str, object]:
+    def patch(self, path: str, body: dict[str, Any], patch_type: str = "") -> dict[str, Any]:
         self.pod_patches.append(path)
         name = path.rsplit("/", 1)[1]
         if name in self.refuse:
             from autoclusters.kube import Forbidden
 
             raise Forbidden("admission webhook denied the request", status=403)
-        pod = next(p for p in self.pods if p["metadata"]["name"] == name)  # type: ignore[index]
-        pod["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])  # type: ignore[index]
+        pod = next(p for p in self.pods if p["metadata"]["name"] == name)
+        pod["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
         return pod
 
 
@@ -383,12 +398,11 @@ class _Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
 
-    def emit(self, ref, reason: str, message: str, *, warning: bool = False) -> None:  # type: ignore[no-untyped-def]
+    def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append((ref.kind, ref.namespace, reason))
 
 
-def _actuator(node_annotations: dict[str, str]):  # type: ignore[no-untyped-def]
-    from autoclusters.controller.actuator import Actuator
+def _actuator(node_annotations: dict[str, str]) -> tuple[Actuator, _Kube, _Recorder]:
     from autoclusters.controller.notifier import LogNotifier
 
     node = {"metadata": {"name": "n1", "resourceVersion": "1", "annotations": dict(node_annotations)}, "spec": {}}
@@ -401,7 +415,7 @@ def _actuator(node_annotations: dict[str, str]):  # type: ignore[no-untyped-def]
 def test_warn_writes_the_node_once_and_each_unwarned_pod_with_an_event() -> None:
     act, kube, rec = _actuator({})
     s = _state()
-    w = Warn(s.pre_drain_deadline, drain_reason(s.fault, s.name), slinky=True)
+    w = Warn(deadline_of(s), drain_reason(s.fault, s.name), slinky=True)
     act.run((w,), "n1", kube.node, s, None)
     ann = kube.node["metadata"]["annotations"]
     assert ann[NAMES.drain_deadline] == "2026-03-01T12:02:00Z" and ann[NAMES.remediation] == REC
@@ -415,7 +429,7 @@ def test_warn_writes_the_node_once_and_each_unwarned_pod_with_an_event() -> None
 def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
     act, kube, _ = _actuator({n.SLINKY_CORDON_REASON: "rack maintenance"})
     s = _state()
-    act.run((Warn(s.pre_drain_deadline, "why", slinky=True),), "n1", kube.node, s, None)
+    act.run((Warn(deadline_of(s), "why", slinky=True),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"][n.SLINKY_CORDON_REASON] == "rack maintenance"
     kube.node["metadata"]["annotations"][NAMES.drain_ack("slurm")] = REC
     act.run((ClearWarning(),), "n1", kube.node, s, None)
@@ -425,7 +439,7 @@ def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
 def test_clearing_removes_the_warning_every_ack_and_our_slinky_reason() -> None:
     act, kube, _ = _actuator({"other.io/keep": "x"})
     s = _state()
-    act.run((Warn(s.pre_drain_deadline, "why", slinky=True),), "n1", kube.node, s, None)
+    act.run((Warn(deadline_of(s), "why", slinky=True),), "n1", kube.node, s, None)
     kube.node["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC, NAMES.drain_ack("old"): "r0"})
     act.run((ClearWarning(),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"] == {"other.io/keep": "x"}
@@ -464,14 +478,14 @@ def test_a_pod_that_cannot_be_annotated_still_gets_its_event_and_does_not_stop_t
     kube.pods.append(_pod("c"))
     kube.refuse.add("a")
     s = _state()
-    act.run((Warn(s.pre_drain_deadline, "why"),), "n1", kube.node, s, None)
+    act.run((Warn(deadline_of(s), "why"),), "n1", kube.node, s, None)
     assert kube.pod_patches == ["/api/v1/namespaces/train/pods/a", "/api/v1/namespaces/train/pods/c"]
     assert [e[2] for e in rec.events] == [n.EVENT_DRAIN_WARNING, n.EVENT_DRAIN_WARNING]
     assert annotations_of(kube.pods[-1])[NAMES.remediation] == REC
 
 
-def annotations_of(pod: dict[str, object]) -> dict[str, str]:
-    return pod["metadata"].get("annotations") or {}  # type: ignore[index, union-attr, no-any-return]
+def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
+    return pod["metadata"].get("annotations") or {}
 
 
 def test_unmark_from_a_stale_read_leaves_a_cordon_set_since_alone() -> None:
@@ -484,7 +498,7 @@ def test_unmark_from_a_stale_read_leaves_a_cordon_set_since_alone() -> None:
     act.unmark(stale, uncordon=True)
     assert kube.node["spec"]["unschedulable"] is True
     kube.node["metadata"]["labels"] = {NAMES.maintenance_required: "true"}
-    ops = []
-    kube.patch_node_guarded = lambda node, ops_for: ops.extend(ops_for(kube.node)) or kube.node  # type: ignore[method-assign]
+    patches = len(kube.node_patches)
     act.unmark(kube.node, uncordon=True)
-    assert {"op": "remove", "path": "/spec/unschedulable"} in ops  # still ours: uncordoned as before
+    assert len(kube.node_patches) == patches + 1
+    assert {"op": "remove", "path": "/spec/unschedulable"} in kube.node_patches[-1]  # still ours: uncordoned

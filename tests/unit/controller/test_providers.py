@@ -66,7 +66,8 @@ def env() -> tuple[FakeClock, FakeKube, HostRebootProvider, Operation]:
     clock = FakeClock()
     kube = FakeKube(clock)
     kube.objects["/api/v1/nodes/n1"] = gpu_node("n1")
-    provider = HostRebootProvider(kube, clock, NAMES, namespace="autoclusters-system", image="img:1", timeout=60)
+    provider = HostRebootProvider(kube, clock, NAMES, namespace="autoclusters-system", image="img:1",  # type: ignore[arg-type]
+                                  timeout=60)  # the fake serves the calls the provider makes
     op = Operation("n1-abc-1", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
     return clock, kube, provider, op
 
@@ -137,7 +138,7 @@ def test_timeout_fails_and_deletes_the_job(env) -> None:
 def test_host_reboot_needs_an_image() -> None:
     clock = FakeClock()
     with pytest.raises(ProviderError, match=r"provider\.hostReboot\.image"):
-        HostRebootProvider(FakeKube(clock), clock, NAMES, namespace="ns", image="")
+        HostRebootProvider(FakeKube(clock), clock, NAMES, namespace="ns", image="")  # type: ignore[arg-type]
 
 
 def test_simulated_provider_refuses_nodes_the_simulator_does_not_manage() -> None:

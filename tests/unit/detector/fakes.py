@@ -53,5 +53,11 @@ class FakeKube:
         self.created.append(body)
         return body
 
-    def condition(self, node: str, ctype: str) -> dict[str, Any] | None:
+    def find_condition(self, node: str, ctype: str) -> dict[str, Any] | None:
         return next((c for c in self.nodes[node]["status"]["conditions"] if c["type"] == ctype), None)
+
+    def condition(self, node: str, ctype: str) -> dict[str, Any]:
+        """The node's condition of that type; a missing one fails the test."""
+        found = self.find_condition(node, ctype)
+        assert found is not None, f"{node} has no {ctype} condition"
+        return found

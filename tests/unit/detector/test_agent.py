@@ -41,7 +41,8 @@ class Broken:
         raise RuntimeError("segfault-ish")
 
 
-def setup(tmp_path: Path, extra: list[Scheduled] | None = None):  # type: ignore[no-untyped-def]
+def setup(tmp_path: Path, extra: list[Scheduled] | None = None
+          ) -> tuple[FakeKube, FakeClock, SimulatedHardware, ConditionWriter, Events, NodeAgent]:
     kube = FakeKube(["n1"])
     clock = FakeClock()
     hw = SimulatedHardware(tmp_path, "n1")

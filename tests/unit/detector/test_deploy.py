@@ -1,10 +1,12 @@
 """The detector's RBAC grant is the minimum its code uses; the admission policy follows the names."""
 
+from typing import Any
+
 from autoclusters.deploy.detector import NODE_NAME_EXTRA, detector_rbac
 from autoclusters.names import Names
 
 
-def by_kind(objs: list[dict]) -> dict[str, dict]:  # type: ignore[type-arg]
+def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objs}
 
 

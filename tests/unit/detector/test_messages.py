@@ -4,6 +4,7 @@ from autoclusters.detector.conditions import message_for, reason_for
 from autoclusters.detector.source_records import Record
 from autoclusters.faults.catalog import FaultClass, load_catalog
 from autoclusters.names import Names
+from tests.conftest import known_fault
 
 SUBJECTS = {FaultClass.GPU: "GPU 3", FaultClass.NVSWITCH: "NVSwitch", FaultClass.DCGM: "GPU 5",
             FaultClass.INTERCONNECT: "HCA mlx5_0 port 1"}
@@ -38,11 +39,12 @@ def test_unknown_codes_read_back_with_their_number() -> None:
 
 def test_spec_examples_word_for_word() -> None:
     cat = load_catalog()
-    xid = Record("kmsg", FaultClass.GPU, "79", "GPU 3", cat.lookup("gpu", 79).severity, cat.lookup("gpu", 79).name)
+    x79 = known_fault(cat, "gpu", 79)
+    xid = Record("kmsg", FaultClass.GPU, "79", "GPU 3", x79.severity, x79.name)
     assert message_for(xid) == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
-    sx = Record("kmsg", FaultClass.NVSWITCH, "24007", "NVSwitch", cat.lookup("nvswitch", 24007).severity, "x")
+    sx = Record("kmsg", FaultClass.NVSWITCH, "24007", "NVSwitch", known_fault(cat, "nvswitch", 24007).severity, "x")
     assert message_for(sx) == "NVSwitch reported SXID 24007."
-    dc = Record("dcgm", FaultClass.DCGM, "DCGM_FR_NVLINK_DOWN", "GPU 5", cat.lookup("dcgm", "DCGM_FR_NVLINK_DOWN")
+    dc = Record("dcgm", FaultClass.DCGM, "DCGM_FR_NVLINK_DOWN", "GPU 5", known_fault(cat, "dcgm", "DCGM_FR_NVLINK_DOWN")
                 .severity, "x")
     assert (message_for(dc), reason_for(dc)) == ("GPU 5 reported DCGM_FR_NVLINK_DOWN.", "NvidiaDCGMError")
     ib = Record("infiniband", FaultClass.INTERCONNECT, "port_down", "HCA mlx5_0 port 1", xid.severity, "x")
@@ -56,8 +58,8 @@ def test_an_unmapped_gpu_still_reads_back_and_the_health_condition_is_never_a_fa
 
     cat = load_catalog()
     names = Names()
-    rec = Record("kmsg", FaultClass.GPU, "79", "GPU PCI:0000:3b:00", cat.lookup("gpu", 79).severity,
-                 cat.lookup("gpu", 79).name)
+    x79 = known_fault(cat, "gpu", 79)
+    rec = Record("kmsg", FaultClass.GPU, "79", "GPU PCI:0000:3b:00", x79.severity, x79.name)
     ref = cat.fault_from_condition(condition_for(rec, names), names)
     assert ref is not None and (ref.fault_class, ref.code) == (FaultClass.GPU, "79")
     degraded = health_condition({"nvml": "NVML init failed: Driver Not Loaded"}, names)

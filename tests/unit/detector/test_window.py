@@ -1,4 +1,4 @@
-from autoclusters.detector.conditions import desired_conditions
+from autoclusters.detector.conditions import ConditionState, desired_conditions
 from autoclusters.detector.source_records import Poll, Record
 from autoclusters.detector.window import FaultTracker
 from autoclusters.faults.catalog import FaultClass, Severity, load_catalog
@@ -16,6 +16,12 @@ def gpu(tracker: FaultTracker, now: float):
 
 def ic(tracker: FaultTracker, now: float):
     return dict(desired_conditions(tracker, now, CAT, NAMES))[NAMES.interconnect_condition]
+
+
+def health_of(tracker: FaultTracker, now: float) -> ConditionState:
+    state = dict(desired_conditions(tracker, now, CAT, NAMES))[NAMES.detector_health_condition]
+    assert state is not None  # the agent's health condition is always written
+    return state
 
 
 def test_a_fault_turns_the_condition_true_only_after_the_window() -> None:
@@ -60,14 +66,14 @@ def test_an_unreadable_source_neither_raises_nor_clears_a_fault() -> None:
     t = FaultTracker(window_s=1)
     t.observe(Poll("nvml", error="NVML init failed: Driver Not Loaded"), now=0)
     assert gpu(t, 100).status == "False"
-    health = dict(desired_conditions(t, 100, CAT, NAMES))[NAMES.detector_health_condition]
+    health = health_of(t, 100)
     assert health.status == "True" and "nvml: NVML init failed" in health.message
     t.observe(Poll("infiniband", (PORT,), snapshot=True), now=100)
     t.observe(Poll("infiniband", error="cannot read"), now=150)
     assert ic(t, 200).status == "True"  # the failing read did not count as "healthy"
     t.observe(Poll("nvml", snapshot=True), now=201)
     t.observe(Poll("infiniband", (PORT,), snapshot=True), now=201)
-    health = dict(desired_conditions(t, 201, CAT, NAMES))[NAMES.detector_health_condition]
+    health = health_of(t, 201)
     assert health.status == "False"
 
 

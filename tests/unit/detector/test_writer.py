@@ -1,4 +1,5 @@
 import threading
+from typing import Any
 
 from autoclusters import names as n
 from autoclusters.clock import FakeClock
@@ -11,7 +12,7 @@ TRUE = ConditionState(T, "True", "NvidiaXIDError", "GPU 3 reported Xid 79 (GPU h
 FALSE = ConditionState(T, "False", "NoGpuFaultDetected", "No GPU fault.")
 
 
-def make(nodes: list[str], **cfg: float) -> tuple[FakeKube, FakeClock, ConditionWriter]:
+def make(nodes: list[str], **cfg: Any) -> tuple[FakeKube, FakeClock, ConditionWriter]:
     kube = FakeKube(nodes)
     clock = FakeClock()
     config = WriterConfig(**{"heartbeat_s": 60, "min_interval_s": 1, "backoff_initial_s": 1, "backoff_max_s": 8,
@@ -102,11 +103,11 @@ def test_a_hanging_node_does_not_delay_the_others() -> None:
     w.set("fast", T, TRUE)
     w.step()
     for _ in range(100):
-        if kube.condition("fast", T):
+        if kube.find_condition("fast", T):
             break
         threading.Event().wait(0.02)
     assert kube.condition("fast", T)["status"] == "True"
-    assert kube.condition("slow", T) is None
+    assert kube.find_condition("slow", T) is None
     release.set()
     w.wait_idle()
     assert kube.condition("slow", T)["status"] == "True"

@@ -41,7 +41,7 @@ def test_bad_usage_exits_2_before_touching_the_cluster(argv: list[str], dead_kub
 
 def test_commands_are_registered() -> None:
     sub = next(a for a in cli.build_parser()._actions if a.dest == "command")
-    assert {"status", "approve", "history"} <= set(sub.choices)
+    assert sub.choices is not None and {"status", "approve", "history"} <= set(sub.choices)
 
 
 def test_exit_codes_hold_under_python_dash_m(dead_kubeconfig: str) -> None:

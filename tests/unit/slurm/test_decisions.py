@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from autoclusters.deploy.pool_slurm import SlurmPolicy
 from autoclusters.slurm import decisions as d
@@ -34,6 +35,15 @@ def kinds(actions: list[d.SlurmEffect]) -> list[str]:
     return [type(a).__name__ for a in actions]
 
 
+E = TypeVar("E", bound=d.SlurmEffect)
+
+
+def effect(action: d.SlurmEffect, kind: type[E]) -> E:
+    """``action`` as the effect ``kind`` it must be."""
+    assert isinstance(action, kind), action
+    return action
+
+
 def test_a_warned_node_is_drained_with_the_fault_as_reason_and_its_jobs_signalled() -> None:
     actions = d.decide(obs(node(), jobs=(job(),)), d.Memory(record=REPAIR.record), POLICY)
     assert actions[0] == d.Drain(OURS)
@@ -52,7 +62,7 @@ def test_a_job_that_saved_and_exited_is_requeued_at_once_but_a_completed_one_is_
     mem = d.Memory(record=REPAIR.record, signalled={"7": T0}, restarts_at_signal={"7": 0})
     drained = node("idle", ("drain",), OURS)
     failed = d.decide(obs(drained, at=5, signalled={"7": job("FAILED")}), mem, POLICY)
-    assert kinds(failed) == ["Requeue"] and "FAILED" in failed[0].why
+    assert kinds(failed) == ["Requeue"] and "FAILED" in effect(failed[0], d.Requeue).why
     done = d.decide(obs(drained, at=5, signalled={"7": job("COMPLETED")}), mem, POLICY)
     assert done == [d.Ack(REPAIR.record)]
 
@@ -62,7 +72,7 @@ def test_the_deadline_requeues_what_is_still_running() -> None:
     slow = SlurmPolicy(enabled=True, signal_lead_seconds=600)
     busy = node("allocated", ("drain",), OURS)
     acts = d.decide(obs(busy, at=121, jobs=(job(),), signalled={"7": job()}), mem, slow)
-    assert kinds(acts) == ["Requeue", "Report"] and acts[1].reason == d.EVENT_DEADLINE
+    assert kinds(acts) == ["Requeue", "Report"] and effect(acts[1], d.Report).reason == d.EVENT_DEADLINE
 
 
 def test_ack_only_when_drained_not_draining_and_every_job_settled() -> None:
@@ -88,7 +98,7 @@ def test_a_job_that_cannot_be_requeued_is_reported_and_waited_for() -> None:
     mem = d.Memory(record=REPAIR.record, signalled={"7": T0}, restarts_at_signal={"7": 0})
     busy = node("mixed", ("drain",), OURS)
     acts = d.decide(obs(busy, at=40, jobs=(job(requeue=False),), signalled={"7": job(requeue=False)}), mem, POLICY)
-    assert kinds(acts) == ["Report"] and acts[0].reason == d.EVENT_NOT_REQUEUEABLE
+    assert kinds(acts) == ["Report"] and effect(acts[0], d.Report).reason == d.EVENT_NOT_REQUEUEABLE
 
 
 def test_an_admins_drain_is_neither_overwritten_nor_resumed() -> None:
@@ -141,7 +151,7 @@ def test_a_stale_reason_of_ours_is_replaced_by_this_repairs() -> None:
 
 def test_a_node_slurm_does_not_know_is_acked_with_a_warning() -> None:
     acts = d.decide(obs(None), d.Memory(record=REPAIR.record), POLICY)
-    assert kinds(acts) == ["Report", "Ack"] and acts[0].reason == d.EVENT_NOT_FOUND
+    assert kinds(acts) == ["Report", "Ack"] and effect(acts[0], d.Report).reason == d.EVENT_NOT_FOUND
 
 
 def test_without_a_signal_the_lead_time_still_runs_before_the_requeue() -> None:
