@@ -140,7 +140,7 @@ def test_the_real_agent_runs_under_its_least_privilege(setup: tuple[ClusterHandl
                                             field_selector=f"involvedObject.name={a}")
             return next((e for e in items if e.get("type") == "Warning" and "Xid 13" in e.get("message", "")), None)
 
-        ev = wait_for(warning_event, timeout=20, what="warning event written by the agent")
+        ev = wait_for("warning event written by the agent", warning_event, timeout=20)
         assert (ev["reportingComponent"], ev["reportingInstance"]) == ("autoclusters-detector", a)
         time.sleep(0.1)
     finally:

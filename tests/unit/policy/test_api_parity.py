@@ -5,6 +5,7 @@ for the pool policy's sets are proven equal to it."""
 from __future__ import annotations
 
 from dataclasses import fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from tests.conftest import tool_missing
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
 
 
-def _values(kind: type) -> list[str]:
+def _values(kind: type[Enum]) -> list[str]:
     return [m.value for m in kind]
 
 
@@ -89,7 +90,7 @@ def test_crd_parser_and_spec_share_each_default_and_range(limit: api.Limit) -> N
             inner["circuitBreaker"]["closeBelowPercent"] = api.BREAKER_CLOSE_BELOW_PERCENT.minimum
         return {"name": "p", **inner}
 
-    written = pool_spec(pool_from_config({"name": "p", "preDrain": {"hook": {"url": "https://example.test/hook"}}}))
+    written: Any = pool_spec(pool_from_config({"name": "p", "preDrain": {"hook": {"url": "https://example.test/hook"}}}))
     for part in limit.path.split("."):
         written = written[part]
     assert written == limit.default  # the parser's default, written out
