@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
+from autoclusters.devcluster.heartbeats import KUBELET_LEASE_SECONDS, KUBELET_STATUS_REPORT_SECONDS
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX
 
 
@@ -29,6 +30,13 @@ def register(sub: Any) -> None:
                          "from the distribution's packages; install them with `make slurm`")
     up.add_argument("--karpenter", action="store_true",
                     help="also run Karpenter with its kwok cloud provider (built by tools/build-tools.sh karpenter)")
+    up.add_argument("--node-status-seconds", type=int, default=KUBELET_STATUS_REPORT_SECONDS, metavar="N",
+                    help="how often a simulated node posts its status when nothing changed (default "
+                         f"{KUBELET_STATUS_REPORT_SECONDS}, a kubelet's nodeStatusReportFrequency)")
+    up.add_argument("--node-lease-seconds", type=int, default=KUBELET_LEASE_SECONDS, metavar="N",
+                    help="duration of a simulated node's Lease, renewed every quarter of it (default "
+                         f"{KUBELET_LEASE_SECONDS}, a kubelet's nodeLeaseDurationSeconds); the "
+                         "controller-manager's node-monitor-grace-period follows it")
     up.set_defaults(func=_up)
 
     down = dsub.add_parser("down", help="stop the local cluster and remove its state")
@@ -58,16 +66,21 @@ def _up(args: argparse.Namespace) -> int:
     from autoclusters.cli.errors import EXIT_FAILED, CliError
     from autoclusters.devcluster.cluster import LocalCluster
     from autoclusters.devcluster.handle import ClusterHandle
+    from autoclusters.devcluster.heartbeats import Heartbeats
     from autoclusters.devcluster.processes import StartError
     from autoclusters.devcluster.slurm import SlurmMissing, SlurmSettings
     from autoclusters.devcluster.tools import ToolsMissing
 
     if args.nodes < 1 or args.nodes > 10000:
         raise CliError("--nodes must be between 1 and 10000", 2)
+    try:
+        heartbeats = Heartbeats(lease_seconds=args.node_lease_seconds, status_seconds=args.node_status_seconds)
+    except ValueError as e:
+        raise CliError(str(e), 2) from e
     names = names_from_args(args)
     cluster = LocalCluster(args.name)
     try:
-        cluster.up(progress=_progress)
+        cluster.up(progress=_progress, heartbeats=heartbeats)
         if args.karpenter:
             cluster.start_karpenter(progress=_progress)
     except (ToolsMissing, StartError) as e:

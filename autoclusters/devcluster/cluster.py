@@ -4,6 +4,7 @@ Layout of ``<state root>/<name>/``::
 
     state.json      pids, ports and binaries of the running components
     kubeconfig      admin (system:masters) kubeconfig
+    kwok.yaml       kwok's configuration and node stages, with the node heartbeat settings
     pki/            throwaway CA, serving cert, service-account keys, client certs
     etcd/           etcd data
     slurm/          Slurm beside the cluster, when started with ``start_slurm`` (devcluster/slurm.py)
@@ -27,6 +28,7 @@ import yaml
 
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.devcluster import processes as p
+from autoclusters.devcluster.heartbeats import Heartbeats
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
 from autoclusters.devcluster.tools import Tools
@@ -177,14 +179,18 @@ class LocalCluster:
             {"name": self.name, "procs": [asdict(x) for x in procs], "ports": ports, **extra}, indent=2))
 
     # --- up --------------------------------------------------------------------------------
-    def up(self, progress: Progress = _noop, policies: Path | None = None) -> float:
-        """Starts every component and waits until each is healthy. Returns seconds taken."""
+    def up(self, progress: Progress = _noop, policies: Path | None = None,
+           heartbeats: Heartbeats | None = None) -> float:
+        """Starts every component and waits until each is healthy. Returns seconds taken.
+        ``heartbeats``: how often the simulated nodes renew their Lease and post their status
+        (a kubelet's defaults when not given)."""
         if self.is_running():
             progress(f"cluster {self.name!r} is already running ({self.kubeconfig})")
             return 0.0
         if self.dir.exists():
             self.down(progress=_noop)  # a half-dead earlier run: clean it up first
         t0 = time.monotonic()
+        heartbeats = heartbeats or Heartbeats()
         tools = Tools.locate()
         self.logs.mkdir(parents=True, exist_ok=True)
         progress(f"creating certificates in {self.pki.dir}")
@@ -193,18 +199,19 @@ class LocalCluster:
         self._write_kubeconfigs(ports["apiserver"])
         procs: list[p.Proc] = []
         try:
-            self._start_all(tools, ports, procs, progress, policies or policies_dir())
+            self._start_all(tools, ports, procs, progress, policies or policies_dir(), heartbeats)
         except BaseException:
             self._save(procs, ports, {})
             self.down(progress=_noop, keep_logs=True)
             raise
         took = time.monotonic() - t0
-        self._save(procs, ports, {"kubeVersion": tools.kube_version, "startSeconds": round(took, 1)})
+        self._save(procs, ports, {"kubeVersion": tools.kube_version, "startSeconds": round(took, 1),
+                                  "heartbeats": asdict(heartbeats)})
         progress(f"cluster {self.name!r} is up in {took:.1f}s; kubeconfig: {self.kubeconfig}")
         return took
 
     def _start_all(self, tools: Tools, ports: dict[str, int], procs: list[p.Proc], progress: Progress,
-                   policies: Path) -> None:
+                   policies: Path, heartbeats: Heartbeats) -> None:
         d, pki = self.dir, self.pki
         ca_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
         admin_crt, admin_key = pki.client_cert("admin")
@@ -249,7 +256,7 @@ class LocalCluster:
             f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca_cert}",
             f"--cluster-signing-cert-file={pki.ca_cert}", f"--cluster-signing-key-file={pki.ca_key}",
             "--use-service-account-credentials=true", "--kube-api-qps=100", "--kube-api-burst=200",
-            "--concurrent-gc-syncs=5", "--v=1",
+            "--concurrent-gc-syncs=5", *heartbeats.controller_manager_flags(), "--v=1",
         ], lambda: p.http_ok(f"https://127.0.0.1:{kcm_port}/healthz", context=insecure))
         start("kube-scheduler", [
             tools.kube_scheduler, f"--kubeconfig={d / 'scheduler.kubeconfig'}",
@@ -257,12 +264,12 @@ class LocalCluster:
             f"--authorization-kubeconfig={d / 'scheduler.kubeconfig'}",
             "--bind-address=127.0.0.1", f"--secure-port={sched_port}", "--leader-elect=false", "--v=1",
         ], lambda: p.http_ok(f"https://127.0.0.1:{sched_port}/healthz", context=insecure))
-        stages = [Path(__file__).with_name("kwok-node-stages.yaml"), *sorted(tools.kwok_stages.glob("*.yaml"))]
+        stages = [heartbeats.write_kwok_config(d / "kwok.yaml"), *sorted(tools.kwok_stages.glob("*.yaml"))]
         kwok_port = ports["kwok"]
         start("kwok", [
             tools.kwok, f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}", "--node-ip=10.0.0.1",
-            "--cidr=10.0.0.0/16", "--node-lease-duration-seconds=40", f"--server-address=127.0.0.1:{kwok_port}",
+            "--cidr=10.0.0.0/16", *heartbeats.kwok_flags(), f"--server-address=127.0.0.1:{kwok_port}",
             *[f"--config={s}" for s in stages],
         ], lambda: p.http_ok(f"http://127.0.0.1:{kwok_port}/healthz"))
         # The hosts of the simulated nodes: a reboot pod that completed on a kwok node reboots it.

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,46 @@ def test_dev_up_with_slurm_mirrors_the_pool_and_down_stops_everything(tmp_path: 
     assert down.returncode == 0, down.stderr
     assert not any(processes.alive(p) for p in slurm_procs)
     assert not (tmp_path / "slurm").exists()
+
+
+def test_simulated_nodes_renew_their_lease_and_post_status_as_rarely_as_a_kubelet(tmp_path: Path) -> None:
+    """With a status report interval far beyond the test, a node stays Ready past the
+    controller-manager's grace period on its Lease renewals alone, and posts no status."""
+    from autoclusters.devcluster.handle import ClusterHandle
+    from autoclusters.devcluster.heartbeats import Heartbeats
+    from autoclusters.kube.objects import node_ready
+
+    try:
+        Tools.locate()
+    except ToolsMissing as e:
+        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+            pytest.skip(f"local control-plane binaries not built on this machine: {e}")
+        raise
+    heartbeats = Heartbeats(lease_seconds=8, status_seconds=600)  # renewed every 2 s, grace 18 s
+    cluster = LocalCluster("beats", root=tmp_path)
+    cluster.up(heartbeats=heartbeats)
+    try:
+        kcm = next(p for p in cluster.procs() if p.name == "kube-controller-manager")
+        argv = Path(f"/proc/{kcm.pid}/cmdline").read_bytes().decode().split("\0")
+        assert f"--node-monitor-grace-period={heartbeats.grace_seconds}s" in argv
+        handle = ClusterHandle(str(cluster.kubeconfig), local=True, state_dir=tmp_path / "handle")
+        [node] = handle.create_gpu_nodes("beats", 1)
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+
+        def ready_heartbeat() -> str:
+            n = handle.kube.get_node(node)
+            assert node_ready(n), n["status"]["conditions"]
+            return next(c["lastHeartbeatTime"] for c in n["status"]["conditions"] if c["type"] == "Ready")
+
+        posted = ready_heartbeat()
+        renewals = set()
+        deadline = time.monotonic() + heartbeats.grace_seconds + 3 * heartbeats.renew_seconds
+        while time.monotonic() < deadline:
+            renewals.add(handle.kube.get(lease)["spec"]["renewTime"])
+            assert ready_heartbeat() == posted, "the node posted its status before its report interval"
+            time.sleep(0.5)
+        # 24 s at one renewal every 2 s; a busy machine may delay some
+        assert len(renewals) >= 6, sorted(renewals)
+        assert handle.kube.get(lease)["spec"]["leaseDurationSeconds"] == heartbeats.lease_seconds
+    finally:
+        cluster.down()
