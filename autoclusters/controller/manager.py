@@ -53,7 +53,7 @@ class Controller:
         self.names = names or Names()
         self.clock = clock or SystemClock()
         self.metrics = Metrics()
-        self.metrics.api_requests.set_function(lambda: kube.requests.total)
+        self.metrics.count_requests(kube.requests.snapshot)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)

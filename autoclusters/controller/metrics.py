@@ -3,7 +3,12 @@ share a test process)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+
+RequestCounts = Callable[[], dict[tuple[str, str], int]]
 
 
 class Metrics:
@@ -25,8 +30,24 @@ class Metrics:
         self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
                                         registry=r)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
-        self.api_requests = Gauge("autoclusters_controller_api_requests", "API requests this process has made",
-                                  registry=r)
+
+    def count_requests(self, counts: RequestCounts) -> None:
+        """Exports ``autoclusters_controller_api_requests_total{verb, resource}``, read from
+        ``counts`` (the client's request counter) at each scrape."""
+        self.registry.register(_RequestsCollector(counts))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
+
+
+class _RequestsCollector:
+    def __init__(self, counts: RequestCounts) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("autoclusters_controller_api_requests",
+                                     "API requests this process has made, by verb and resource",
+                                     labels=["verb", "resource"])
+        for (verb, resource), n in sorted(self.counts().items()):
+            family.add_metric([verb, resource], n)
+        yield family

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
 from autoclusters.kube.errors import Conflict, Invalid, KubeError, NotFound, Unavailable, translate, translated
+from autoclusters.kube.request_counter import RequestCounter
 
 JSON = dict[str, Any]
 Items = list[JSON]  # for annotations inside Kube, where ``list`` names the method
@@ -27,23 +26,6 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
-
-
-@dataclass
-class RequestCounter:
-    """Counts API requests by verb; benchmarks read it to report requests per repair."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, verb: str) -> None:
-        with self._lock:
-            self.counts[verb] = self.counts.get(verb, 0) + 1
-
-    @property
-    def total(self) -> int:
-        with self._lock:
-            return sum(self.counts.values())
 
 
 class Kube:
@@ -76,7 +58,7 @@ class Kube:
             headers["Content-Type"] = content_type or "application/json"
         q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in (query or {}).items()
              if v is not None]
-        self.requests.add(method.upper())
+        self.requests.add(method, path, query)
         with translated():
             m, url, hdrs, payload, _ = self._api.param_serialize(
                 method=method.upper(), resource_path=path, query_params=q or None,

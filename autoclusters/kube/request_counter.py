@@ -1,0 +1,62 @@
+"""Counts a client's API requests by Kubernetes verb and resource, the way the API server's
+own metrics name them (``get``/``list``/``watch``/``create``/``update``/``patch``/``delete``;
+``nodes``, ``nodes/status``, ``pods/eviction``...). The controller exports the counts as a
+metric; benchmarks read them to list the requests of one repair."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def request_kind(method: str, path: str, query: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """(verb, resource) of one request: ``("patch", "nodes/status")`` for
+    ``PATCH /api/v1/nodes/n1/status``; a path outside the resource API is its own resource
+    (``("get", "/version")``), discovery is ``discovery``."""
+    method = method.upper()
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        rest = parts[3:]
+    else:
+        return method.lower(), "/" + "/".join(parts)
+    if not rest:
+        return method.lower(), "discovery"
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]  # a namespaced resource; /namespaces and /namespaces/NAME stay namespaces
+    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+    named = len(rest) >= 2
+    if method == "GET":
+        if query and str(query.get("watch", "")).lower() in ("true", "1"):
+            return "watch", resource
+        return ("get" if named else "list"), resource
+    if method == "DELETE":
+        return ("delete" if named else "deletecollection"), resource
+    return _VERBS.get(method, method.lower()), resource
+
+
+@dataclass
+class RequestCounter:
+    """Thread-safe counts of requests by (verb, resource)."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, method: str, path: str = "", query: Mapping[str, Any] | None = None) -> None:
+        key = request_kind(method, path, query)
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.counts)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
