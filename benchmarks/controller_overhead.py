@@ -15,8 +15,13 @@ its own watch streams with a monotonic clock:
   verify   condition cleared        -> Succeeded (the controller's reaction to a healthy node)
   total    fault written -> Succeeded, minus the reset time and the stand-in detector's reaction
 
-Also prints API requests per repair (the controller's own request counter, scraped from its
-metrics endpoint) and the controller's peak RSS (VmHWM). Not a timed test.
+Also prints the API requests of one repair by verb and resource (the controller's own
+request counter, scraped from its metrics endpoint), the controller's CPU and peak RSS
+(VmHWM), and beside them the API server's share: its CPU (and etcd's, kwok's, the
+controller-manager's) during the repairs when the cluster is a local one (``autoclusters dev
+up``), a node GET's round trip sampled every half second during the repairs, and the API
+server's mean latency by verb from its own ``apiserver_request_duration_seconds``. Not a
+timed test.
 
 With ``--karpenter`` (a cluster started with ``autoclusters dev up --karpenter``) the pool's
 nodes are Karpenter's: a NodePool and a training-like Deployment (one 8-GPU worker per node)
@@ -44,6 +49,7 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from autoclusters.clock import SystemClock, utc_iso
@@ -90,6 +96,81 @@ def profile_window(pid: int, out: str, sig: int) -> None:
         while not os.path.exists(out) and time.monotonic() < deadline:
             time.sleep(0.2)
         print(f"profile: {out} (python benchmarks/profile_summary.py {out})", flush=True)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[key] = float(value)
+    return out
+
+
+def labels_of(key: str) -> dict[str, str]:
+    """``name{a="1",b="2"}`` -> {"a": "1", "b": "2"} (label values without commas or quotes)."""
+    inner = key.partition("{")[2].rstrip("}")
+    return {k: v.strip('"') for k, _, v in (part.partition("=") for part in inner.split(",") if part)}
+
+
+def requests_by_kind(metrics: dict[str, float]) -> dict[tuple[str, str], float]:
+    out = {}
+    for key, value in metrics.items():
+        if key.startswith("autoclusters_controller_api_requests_total{"):
+            labels = labels_of(key)
+            out[(labels["verb"], labels["resource"])] = value
+    return out
+
+
+def control_plane_pids(kubeconfig: str) -> dict[str, int]:
+    """Component name -> pid of the local cluster (``autoclusters dev up``) this kubeconfig is
+    the admin kubeconfig of; empty for any other cluster."""
+    from autoclusters.devcluster import processes
+    from autoclusters.devcluster.cluster import LocalCluster
+
+    path = Path(kubeconfig).resolve()
+    if path.name != "kubeconfig":
+        return {}
+    cluster = LocalCluster(path.parent.name, root=path.parent.parent)
+    return {p.name: p.pid for p in cluster.procs() if processes.alive(p)}
+
+
+def apiserver_latency(kube: Kube) -> dict[str, tuple[float, float]]:
+    """verb -> (sum of seconds, count) of the API server's apiserver_request_duration_seconds
+    (watches and other long-running requests left out); empty when /metrics is not readable."""
+    try:
+        resp = kube.request("GET", "/metrics", stream=True, timeout=30)
+        text = resp.read().decode()
+    except (KubeError, OSError, AttributeError):
+        return {}
+    out: dict[str, list[float]] = {}
+    for key, value in parse_metrics(text).items():
+        for suffix, i in (("_sum{", 0), ("_count{", 1)):
+            if key.startswith("apiserver_request_duration_seconds" + suffix):
+                verb = labels_of(key).get("verb", "")
+                if verb in ("WATCH", "CONNECT", ""):
+                    continue
+                out.setdefault(verb, [0.0, 0.0])[i] += value
+    return {verb: (v[0], v[1]) for verb, v in out.items()}
+
+
+class Sampler(threading.Thread):
+    """Times one node GET every ``every`` seconds until stopped: the API server's pace during the run."""
+
+    def __init__(self, kube: Kube, node: str, every: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.node, self.every = kube, node, every
+        self.stop = threading.Event()
+        self.rtt: list[float] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.monotonic()
+            with contextlib.suppress(KubeError):
+                self.kube.get_node(self.node)
+                self.rtt.append(time.monotonic() - t)
+            self.stop.wait(max(0.0, self.every - (time.monotonic() - t)))
 
 
 class Watcher(threading.Thread):
@@ -174,7 +255,7 @@ def main() -> int:
         node_names = [f"{pool}-{i}" for i in range(args.nodes)]
         with ThreadPoolExecutor(16) as ex:
             list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool, names), node_names))
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + max(300.0, args.nodes * 0.15)
     while time.monotonic() < deadline:
         ready = sum(node_ready(n) for n in kube.list_nodes(f"{names.pool_label}={pool}"))
         if ready == args.nodes:
@@ -192,13 +273,7 @@ def main() -> int:
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def scrape() -> dict[str, float]:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
+        return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -207,7 +282,7 @@ def main() -> int:
                 break
         time.sleep(0.3)
     time.sleep(3)  # the informers' initial lists
-    base = scrape()["autoclusters_controller_api_requests"]
+    base = requests_by_kind(scrape())
 
     # --- measurement -------------------------------------------------------------------------
     lock = threading.Lock()
@@ -219,6 +294,8 @@ def main() -> int:
     node_of: dict[str, str] = {}
     boots: dict[str, str] = {}
     ready_at: dict[str, float] = {}  # node -> first seen Ready (the Karpenter run's new nodes)
+    not_ready: set[str] = set()  # nodes seen not Ready after the faults were raised
+    reboots: dict[str, int] = {}  # node -> new bootIDs seen
     replacement_of: dict[str, str] = {}  # record -> its new node
 
     def on_record(t: float, _kind: str, obj: dict[str, Any]) -> None:
@@ -240,9 +317,13 @@ def main() -> int:
         if node_ready(obj):
             with lock:
                 ready_at.setdefault(name, t)
+        elif fault_at:
+            not_ready.add(name)
         boot = ((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
         before = boots.get(name)
         boots[name] = boot
+        if before and boot and before != boot:
+            reboots[name] = reboots.get(name, 0) + 1
         if before and boot and before != boot and name in fault_at and name not in cleared_at:
             boot_seen[name] = t
             now = utc_iso(SystemClock().now())
@@ -273,6 +354,11 @@ def main() -> int:
         t = time.monotonic()
         kube.get_node(node)
         rtt.append(time.monotonic() - t)
+    plane = control_plane_pids(args.kubeconfig)
+    plane_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
+    latency_before = apiserver_latency(kube)
+    sampler = Sampler(kube, node_names[-1])
+    sampler.start()
     if args.profile:
         profile_window(proc.pid, args.profile, signal.SIGUSR1)
     cpu_before = cpu_seconds(proc.pid)
@@ -291,10 +377,16 @@ def main() -> int:
         time.sleep(0.5)
     elapsed = time.monotonic() - start
     cpu_used = cpu_seconds(proc.pid) - cpu_before
+    plane_cpu = {}
+    for name, pid in plane.items():
+        with contextlib.suppress(OSError):
+            plane_cpu[name] = cpu_seconds(pid) - plane_before[name]
+    sampler.stop.set()
+    latency_after = apiserver_latency(kube)
     if args.profile:
         profile_window(proc.pid, args.profile, signal.SIGUSR2)
     load = os.getloadavg()[0]
-    after = scrape()
+    after = requests_by_kind(scrape())
     with open(f"/proc/{proc.pid}/status") as f:
         hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
 
@@ -318,7 +410,19 @@ def main() -> int:
         verify.append(max(0.0, t_ok - cleared_at[node]))
         total.append(t_ok - fault_at[node] - args.reset_seconds - detector)
 
-    requests = after["autoclusters_controller_api_requests"] - base
+    by_kind = {k: v - base.get(k, 0.0) for k, v in after.items() if v - base.get(k, 0.0) > 0}
+    requests = sum(by_kind.values())
+    repairs = max(1, len(done))
+    records_of: dict[str, set[str]] = {}
+    for r, n in node_of.items():
+        records_of.setdefault(n, set()).add(r)
+    doubled = sorted(n for n in faulty if len(records_of.get(n, ())) > 1 or reboots.get(n, 0) > 1)
+    unfaulted_not_ready = sorted(not_ready - set(faulty))
+    mean_latency = {}
+    for verb, (total_s, count) in latency_after.items():
+        s0, c0 = latency_before.get(verb, (0.0, 0.0))
+        if count - c0 > 0:
+            mean_latency[verb] = {"mean_s": (total_s - s0) / (count - c0), "requests": count - c0}
     rows = [("report", report), ("start", startp), ("act", act), ("verify", verify), ("total", total)]
     if not args.karpenter:
         print(f"\n{len(done)}/{len(faulty)} repairs succeeded in {elapsed:.1f}s "
@@ -327,20 +431,46 @@ def main() -> int:
         for label, values in rows:
             print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} "
                   f"{max(values or [float('nan')]):8.3f}")
-    print(f"API requests per repair: {requests / max(1, len(done)):.1f} (total {int(requests)})")
+    if not args.karpenter:
+        print(f"records per faulty node > 1 or more than one reboot: {len(doubled)} {doubled[:10]}")
+        print(f"nodes without a fault seen NotReady during the run: {len(unfaulted_not_ready)} "
+              f"{unfaulted_not_ready[:10]}")
+    print(f"\nAPI requests per repair: {requests / repairs:.1f} (total {int(requests)}), by verb and resource:")
+    for (verb, resource), n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {n / repairs:6.2f}  {verb:<8} {resource}")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
-    print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / max(1, len(done)) * 1000:.0f} ms per "
+    print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
-    print(f"reference: one GET of a node took {pct(rtt, 0.5) * 1000:.0f} ms (p50 of 20) before the faults")
+    if plane_cpu:
+        print("control plane CPU during the repairs (s; % of one CPU over the run): " + ", ".join(
+            f"{name} {sec:.1f} ({sec / elapsed * 100:.0f}%)" for name, sec in sorted(plane_cpu.items())))
+    rtt_run = sampler.rtt
+    print(f"node GET: {pct(rtt, 0.5) * 1000:.0f} ms p50 of 20 before the faults; during the repairs "
+          f"p50 {pct(rtt_run, 0.5) * 1000:.0f} ms, p99 {pct(rtt_run, 0.99) * 1000:.0f} ms, "
+          f"max {max(rtt_run or [float('nan')]) * 1000:.0f} ms ({len(rtt_run)} samples)")
+    if mean_latency:
+        print("API server mean latency during the repairs, by verb (apiserver_request_duration_seconds): " +
+              ", ".join(f"{verb} {v['mean_s'] * 1000:.0f} ms ({int(v['requests'])})"
+                        for verb, v in sorted(mean_latency.items())))
     if not args.karpenter:
         result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
                   "reset_seconds": args.reset_seconds,
                   "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                              for label, v in rows}}
-    result |= {"workers": args.workers,
-              "api_requests_per_repair": requests / max(1, len(done)), "peak_rss_mib": hwm_kb / 1024,
-              "controller_cpu_s": cpu_used, "get_node_p50_s": pct(rtt, 0.5), "load_average": load,
-              "cpus": os.cpu_count()}
+    result |= {"workers": args.workers, "doubled": doubled, "unfaulted_not_ready": unfaulted_not_ready,
+              "heartbeats": heartbeats_of(args.kubeconfig),
+              "api_requests_per_repair": requests / repairs,
+              "api_requests_by_kind": [{"verb": verb, "resource": resource, "total": n, "per_repair": n / repairs}
+                                       for (verb, resource), n in sorted(by_kind.items(), key=lambda kv: -kv[1])],
+              "peak_rss_mib": hwm_kb / 1024,
+              "controller_cpu_s": cpu_used, "controller_cpu_per_repair_ms": cpu_used / repairs * 1000,
+              "control_plane_cpu_s": plane_cpu,
+              "apiserver_cpu_s": plane_cpu.get("kube-apiserver"),
+              "get_node_p50_s": pct(rtt, 0.5),
+              "get_node_during_run_s": {"p50": pct(rtt_run, 0.5), "p99": pct(rtt_run, 0.99),
+                                        "max": max(rtt_run or [float("nan")]), "samples": len(rtt_run)},
+              "apiserver_mean_latency_by_verb": mean_latency,
+              "load_average": load, "cpus": os.cpu_count()}
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=2)
@@ -358,6 +488,17 @@ def main() -> int:
             _quiet(kube.delete, f"/apis/karpenter.sh/v1/nodepools/{pool}")  # Karpenter removes its nodes
         cleanup(kube, names, pool, namespace, rbac)
     return 0 if len(done) == len(faulty) else 1
+
+
+def heartbeats_of(kubeconfig: str) -> dict[str, Any] | None:
+    """The node heartbeat settings of the local cluster behind this kubeconfig, if it is one."""
+    from autoclusters.devcluster.cluster import LocalCluster
+
+    path = Path(kubeconfig).resolve()
+    if path.name != "kubeconfig":
+        return None
+    hb = (LocalCluster(path.parent.name, root=path.parent.parent).state() or {}).get("heartbeats")
+    return dict(hb) if hb else None
 
 
 def karpenter_nodes(handle: ClusterHandle, pool: str, namespace: str, count: int) -> list[str]:
