@@ -1,12 +1,15 @@
 """The Slurm bridge: keeps Slurm in step with the repairs of the nodes of Slurm-enabled pools.
 
-Every ``poll_seconds`` it reads the pools (``spec.slurm.enabled``), their nodes and the
-Slurm nodes they map to (one ``sinfo`` for all), and for each node calls the pure
-``decisions.decide`` and carries out its actions: ``scontrol``/``scancel`` on the Slurm
+Two informers (``kube.informer``: the project's one list-watch and its error policy) keep
+the pools and the nodes in memory; every ``poll_seconds`` it takes the pools with
+``spec.slurm.enabled``, their nodes, and the Slurm nodes they map to (one ``sinfo`` for
+all; Slurm has nothing to watch), and for each node calls the pure ``decisions.decide`` and
+carries out its actions: ``scontrol``/``scancel`` on the Slurm
 side, one merge patch of our own annotation keys (the ack, the cordon marker) on the
 Kubernetes side, and events on the node. A failing node (a Slurm command that times out,
 a patch that is refused) is reported on that node and retried at the next poll; it never
-stops the others.
+stops the others. A node it patched goes back into the informer's store at once, so the
+next poll never acts on an older copy than the one it wrote.
 
 What it did during a repair (which jobs it signalled, when, which it requeued) is kept in
 memory and written on the node (annotation ``<domain>/slurm-jobs``, removed after the
@@ -30,11 +33,16 @@ from autoclusters.deploy.pool_config import PoolConfig
 from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
 
 log = logging.getLogger(__name__)
+
+
+def _ignore(name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """The bridge reads the stores at each poll; it needs no callback per change."""
 ACKNOWLEDGER = "slurm"  # the name a pool lists in preDrain.acknowledgers
 
 
@@ -61,6 +69,9 @@ class SlurmBridge:
         if self.recorder is None:
             self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
         self._stop = threading.Event()
+        self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, API_VERSION, api.POOLS.plural),
+                              _ignore, name=api.POOLS.plural)
+        self.nodes = Informer(self.kube, "/api/v1/nodes", _ignore, name="nodes")
 
     @property
     def cordon_marker(self) -> str:
@@ -69,6 +80,11 @@ class SlurmBridge:
 
     # --- loop ----------------------------------------------------------------------------------
     def run(self) -> None:
+        for informer in (self.pools, self.nodes):
+            informer.start()
+        for informer in (self.pools, self.nodes):
+            while not informer.synced.wait(5.0) and not self._stop.is_set():
+                log.info("slurm bridge: waiting for the first list of %s", informer.name)
         while not self._stop.is_set():
             try:
                 self.sync_once()
@@ -77,21 +93,22 @@ class SlurmBridge:
                 self.stats.last_error = str(e)
                 log.warning("slurm bridge poll failed: %s", e)
             self._stop.wait(self.poll_seconds)
+        for informer in (self.pools, self.nodes):
+            informer.stop()
 
     def stop(self) -> None:
         self._stop.set()
 
     def sync_once(self) -> None:
         self.stats.polls += 1
-        objs = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, api.POOLS.plural))
-        membership, invalid = Membership.from_objects(objs, self.names)
+        membership, invalid = Membership.from_objects(self.pools.items(), self.names)
         for pool_name, error in invalid.items():  # the controller reports a bad pool on the pool itself
             log.debug("slurm bridge: skipping pool %s: %s", pool_name, error)
         pools = {p.name: p for p in membership.pools if p.slurm.enabled}
         if not pools:
             return
         members: list[tuple[dict[str, Any], PoolConfig, str]] = []
-        for node in self.kube.list_nodes():
+        for node in self.nodes.items():
             pool = pools.get(membership.pool_of(node) or "")
             if pool is None:
                 continue
@@ -153,7 +170,7 @@ class SlurmBridge:
             mem = restored if restored is not None and restored.record == record else d.Memory(record=record)
             self.memory[name] = mem
         elif not record and saved:
-            self.kube.patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: None}}})
+            self._patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: None}}})
         obs = self.observe(node, slurm_name, slurm_node)
         if slurm_node is None or not slurm_node.drain or d.ours(slurm_node):
             mem.reported = {k for k in mem.reported if not k.startswith("external:")}
@@ -187,7 +204,7 @@ class SlurmBridge:
             self._save(name, mem)
             self._event(node, d.Report("", d.EVENT_REQUEUED, f"requeued Slurm job {action.job_id}: {action.why}"))
         elif isinstance(action, d.Ack):
-            self.kube.patch_node(name, {"metadata": {"annotations": {self.names.drain_ack(ACKNOWLEDGER):
+            self._patch_node(name, {"metadata": {"annotations": {self.names.drain_ack(ACKNOWLEDGER):
                                                                      action.record}}})
             self._event(node, d.Report("", d.EVENT_READY, f"Slurm node {slurm_name} is DRAINED and its jobs are "
                                                           f"requeued; acknowledged repair {action.record}"))
@@ -199,16 +216,19 @@ class SlurmBridge:
             mem.reported.add(action.key)
             self._event(node, action)
         elif isinstance(action, d.Note):
-            self.kube.patch_node(name, {"metadata": {"annotations": {
+            self._patch_node(name, {"metadata": {"annotations": {
                 self.names.slurm_external_drain: action.text or None}}})
         elif isinstance(action, d.Cordon):
             patch: dict[str, Any] = {"spec": {"unschedulable": action.cordon},
                                      "metadata": {"annotations": {self.cordon_marker: "true" if action.cordon
                                                                   else None}}}
-            self.kube.patch_node(name, patch)
+            self._patch_node(name, patch)
+
+    def _patch_node(self, name: str, body: dict[str, Any]) -> None:
+        self.nodes.upsert(self.kube.patch_node(name, body))
 
     def _save(self, name: str, mem: d.Memory) -> None:
-        self.kube.patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: mem.to_json()}}})
+        self._patch_node(name, {"metadata": {"annotations": {self.names.slurm_jobs: mem.to_json()}}})
 
     def _event(self, node: Mapping[str, Any], report: d.Report) -> None:
         meta = node.get("metadata") or {}

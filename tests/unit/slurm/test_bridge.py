@@ -1,8 +1,11 @@
 """The bridge's loop over a fake API and a fake Slurm: which nodes it looks at, what it
-writes, and that one failing node neither stops the others nor escapes as an exception."""
+writes, and that one failing node neither stops the others nor escapes as an exception.
+Pools and nodes come from the bridge's informers (seeded here as their watch would), never
+from a list per poll: the fake API has no list at all."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,20 +23,30 @@ NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 
 class FakeKube:
+    """Node patches (merge patch of annotations and spec), answered with the patched node."""
+
     def __init__(self, pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
-        self.pools, self.nodes = pools, nodes
+        self.pools, self.nodes = pools, {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.patches: list[tuple[str, dict[str, Any]]] = []
-
-    def list_items(self, path: str, **_: Any) -> list[dict[str, Any]]:
-        assert path.endswith("/gpunodepools")
-        return self.pools
-
-    def list_nodes(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        return self.nodes
+        self.rv = 100
 
     def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
         self.patches.append((name, body))
-        return {}
+        node = self.nodes[name]
+        for key in ("metadata", "spec"):
+            for k, v in (body.get(key) or {}).items():
+                if isinstance(v, dict):
+                    target = node[key].setdefault(k, {})
+                    for kk, vv in v.items():
+                        if vv is None:
+                            target.pop(kk, None)
+                        else:
+                            target[kk] = vv
+                else:
+                    node[key][k] = v
+        self.rv += 1
+        node["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(node)
 
 
 class FakeRecorder:
@@ -77,7 +90,12 @@ def node(name: str, pool_name: str, warned: bool = False) -> dict[str, Any]:
 
 def bridge(kube: FakeKube, slurm: FakeSlurm) -> tuple[SlurmBridge, FakeRecorder]:
     rec = FakeRecorder()
-    return SlurmBridge(kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec), rec  # type: ignore[arg-type]
+    b = SlurmBridge(kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec)  # type: ignore[arg-type]
+    for p in kube.pools:
+        b.pools.upsert(p)
+    for n in kube.nodes.values():
+        b.nodes.upsert(copy.deepcopy(n))
+    return b, rec
 
 
 def test_only_nodes_of_slurm_enabled_pools_are_looked_at() -> None:
@@ -146,3 +164,13 @@ def test_the_saved_memory_is_removed_after_the_repair() -> None:
     b, _ = bridge(kube, FakeSlurm("a-0|idle|Unknown|Unknown|none\n", {}))
     b.sync_once()
     assert ("a-0", {"metadata": {"annotations": {NAMES.slurm_jobs: None}}}) in kube.patches
+
+
+def test_a_node_it_patched_is_read_back_from_its_own_write_not_an_older_copy() -> None:
+    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
+    b, _ = bridge(kube, slurm)
+    b.sync_once()
+    b.sync_once()  # before any watch event: the store holds the acknowledged node already
+    assert kube.patches == [("a-0", {"metadata": {"annotations": {NAMES.drain_ack("slurm"): "a-0-r"}}})]
+    assert b.nodes.get("a-0")["metadata"]["annotations"][NAMES.drain_ack("slurm")] == "a-0-r"  # type: ignore[index]
