@@ -17,12 +17,12 @@ def register(subparsers: Any) -> None:
     pool = subparsers.add_parser("pool", help="change a GPU node pool's consent mode")
     sub = pool.add_subparsers(dest="pool_command", metavar="ACTION", required=True)
     p = sub.add_parser(
-        "set-mode", help="set a pool's consent mode (auto, propose, off)",
+        "set-mode", help=f"set a pool's consent mode ({', '.join(ConsentMode)})",
         description="Sets GpuNodePool spec.consentMode. It applies to the next decision: a repair already "
                     "started completes. A pool managed by Pulumi or git drifts from its source until the next "
                     "deployment puts the source's value back.")
     p.add_argument("pool", metavar="POOL")
-    p.add_argument("mode", choices=[m.value for m in ConsentMode], metavar="MODE", help="auto, propose or off")
+    p.add_argument("mode", choices=[m.value for m in ConsentMode], metavar="MODE", help=", ".join(ConsentMode))
     p.add_argument("--dry-run", action="store_true", help="show the change, make none")
     add_cluster_flags(p)
     add_output_flag(p)

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from autoclusters.api import ConsentMode, Phase
 from autoclusters.cli._output import print_table
 from autoclusters.clock import parse_iso
 from autoclusters.demo import story
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             f"event source {args.event_source}")
         stack = DemoStack(handle, cluster.dir / "pulumi", pool=POOL, webhook_port=webhook_port,
                           event_source=args.event_source)
-        stack.up(consent_mode="auto", progress=lambda m: say(f"    {m}"))
+        stack.up(consent_mode=ConsentMode.AUTO, progress=lambda m: say(f"    {m}"))
         nodes = sorted(n["metadata"]["name"] for n in handle.kube.list_nodes(f"{handle.names.pool_label}={POOL}"))
         if len(nodes) < 2:
             raise RuntimeError(f"pool {POOL} has {len(nodes)} nodes after pulumi up; expected 2")
@@ -110,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
             say(f"    {p['metadata']['name']} Running on {p['spec']['nodeName']}")
 
         banner(5, total, f"Consent mode auto: Xid 79 (GPU fell off the bus) on GPU 3 of {nodes[0]}")
-        results.append(run_scenario(handle, runtime, args, "auto", nodes[0], stack=None))
+        results.append(run_scenario(handle, runtime, args, ConsentMode.AUTO, nodes[0], stack=None))
 
         banner(6, total, f"Consent mode propose (changed in the stack config, pulumi up): Xid 79 on {nodes[1]}")
-        stack.up(consent_mode="propose", progress=lambda m: say(f"    {m}"))
+        stack.up(consent_mode=ConsentMode.PROPOSE, progress=lambda m: say(f"    {m}"))
         story.wait_running(handle, 2)
-        results.append(run_scenario(handle, runtime, args, "propose", nodes[1], stack=stack))
+        results.append(run_scenario(handle, runtime, args, ConsentMode.PROPOSE, nodes[1], stack=stack))
 
         if args.karpenter:
             from autoclusters.demo import karpenter as kdemo
@@ -160,7 +161,7 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
         raise RuntimeError(f"unexpected reason {cond['reason']}")
 
     def on_phase(rec: story.Repair) -> None:
-        if rec.phase == "AwaitingApproval":
+        if rec.phase == Phase.AWAITING_APPROVAL:
             n = handle.kube.get_node(node)
             labels = n["metadata"].get("labels") or {}
             taints = [t["key"] + ":" + t["effect"] for t in (n.get("spec") or {}).get("taints") or []]
@@ -195,7 +196,8 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
 
 
 def summary(results: list[Result], elapsed: float) -> None:
-    phases = ["Detection", "AwaitingApproval", "Scheduled", "Draining", "Acting", "Verifying"]
+    phases = ["Detection", *(p.value for p in (Phase.AWAITING_APPROVAL, Phase.SCHEDULED, Phase.DRAINING, Phase.ACTING,
+                                                Phase.VERIFYING))]
     rows = []
     for r in results:
         rows.append([r.scenario, r.node, r.fault, r.consent_mode, r.action,

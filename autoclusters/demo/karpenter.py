@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from autoclusters import api
+from autoclusters.api import ConsentMode
 from autoclusters.clock import parse_iso
 from autoclusters.demo import story
 from autoclusters.demo.story import Result, say
@@ -34,7 +35,8 @@ def setup(cluster: LocalCluster, handle: ClusterHandle, progress: Callable[[str]
     cluster.start_karpenter(progress=progress)
     names = handle.names
     pool = {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": api.POOLS.kind, "metadata": {"name": POOL},
-            "spec": {"consentMode": "auto", "drain": {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 30},
+            "spec": {"consentMode": ConsentMode.AUTO.value,
+                     "drain": {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 30},
                      "provider": {"type": "simulated", "replace": {"type": "karpenter"}}}}
     handle.apply([pool, nodepool_manifest(POOL, POOL, names)], field_manager="demo")
     say(f"    GpuNodePool {POOL} (consent mode auto; replace: karpenter) and Karpenter NodePool {POOL} "
@@ -69,7 +71,7 @@ def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
 
 
 def run(handle: ClusterHandle, runtime: Any, args: Any, node: str) -> Result:
-    result = Result("karpenter", node, "Xid 64 on GPU 2", "auto")
+    result = Result("karpenter", node, "Xid 64 on GPU 2", ConsentMode.AUTO)
     since = story.now().replace(microsecond=0)
     say(f"    $ {story.inject(args.cluster, str(runtime.spool), node, xid=64, gpu=2)}")
     cond = story.wait_condition(handle, node, "True", timeout=args.window + 30)

@@ -17,6 +17,8 @@ import json
 import sys
 from typing import Any
 
+from autoclusters.api import Phase
+
 JSON = dict[str, Any]
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -128,8 +130,7 @@ def dashboard() -> JSON:
     lay.row("Repairs")
     lay.add(_timeseries("Repairs entering each phase", [_target(
         "sum by (phase) (increase(autoclusters_repairs_phase_total[$__rate_interval]))", "{{phase}}")],
-        "AwaitingApproval, Scheduled, Draining, Acting, Verifying, Succeeded, NotNeeded, Failed, HumanNeeded, "
-        "Closed.", stack=False), 12, 8)
+        f"{', '.join(Phase)}.", stack=False), 12, 8)
     lay.add(_timeseries("Repair outcomes by action", [_target(
         "sum by (action, outcome) (increase(autoclusters_repairs_outcome_total[$__rate_interval]))",
         "{{action}} {{outcome}}")],
