@@ -27,6 +27,8 @@ _FLAGS: dict[str, str] = {
     "poll_seconds": "how often a repair in progress is looked at",
     "hold_recheck_seconds": "how often a held repair re-checks its guards",
     "resync_seconds": "full resync period",
+    "pool_status_delay_seconds": "a change of a pool's nodes updates the pool's status this much later (a burst "
+                                 "is written once)",
     "gc_interval_seconds": "how often old records are garbage-collected",
     "retention_days": "keep closed Remediation records this long",
     "metrics_port": "Prometheus metrics port (0: off)",

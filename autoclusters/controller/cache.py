@@ -36,10 +36,13 @@ PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
 
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
-                 namespace: str = DEFAULT_NAMESPACE) -> None:
+                 namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None) -> None:
+        """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
+        to write one status for a burst of changes); ``enqueue`` by default."""
         self.names = names
         self.catalog = catalog
         self._enqueue = enqueue
+        self._enqueue_pool = enqueue_pool or enqueue
         self._lock = threading.RLock()
         self.pools: dict[str, Pool] = {}
         self._membership = Membership((), names)
@@ -236,7 +239,7 @@ class Fleet:
         now_faulty = self.is_faulty(after, name) if after else False
         if before != after or was_faulty != now_faulty or new is None:
             for pool in {before, after} - {""}:
-                self._enqueue(POOL_KEY + pool)
+                self._enqueue_pool(POOL_KEY + pool)
 
     def node(self, name: str) -> JSON | None:
         return self.node_informer.get(name)

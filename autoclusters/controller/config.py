@@ -25,6 +25,10 @@ class ControllerConfig:
     poll_seconds: float = api.POLL_SECONDS
     hold_recheck_seconds: float = api.HOLD_RECHECK_SECONDS
     resync_seconds: float = 300
+    # A change of a pool's nodes (a fault raised or cleared, a node added) reconciles the pool's
+    # status this much later, so a burst of changes is written once, not once per node; the
+    # guards (concurrency, breaker) read the counts directly and never wait for it.
+    pool_status_delay_seconds: float = 1.0
     gc_interval_seconds: float = 3600
     retention_days: float = api.RETENTION_DAYS
     metrics_port: int = 9102  # 0: no metrics server

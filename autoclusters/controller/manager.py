@@ -57,7 +57,9 @@ class Controller:
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
-        self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace)
+        delay = self.config.pool_status_delay_seconds
+        self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
+                           enqueue_pool=lambda key: self.queue.add(key, delay))
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True)
         if notifier is None:

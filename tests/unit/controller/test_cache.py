@@ -105,3 +105,15 @@ def test_a_freed_slot_wakes_only_the_pools_repairs_not_yet_started() -> None:
                           "status": {"phase": "Draining"}})  # started: no longer waits for a slot
     fleet.wake_held("a")
     assert sorted(queued) == ["n2", "n4"]
+
+
+def test_a_change_of_a_pools_nodes_queues_the_pool_through_its_own_callback() -> None:
+    from autoclusters.controller.cache import POOL_KEY, Fleet
+
+    nodes: list[str] = []
+    pools: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), nodes.append, enqueue_pool=pools.append)  # type: ignore[arg-type]
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    assert nodes == [POOL_KEY + "a"]  # the pool's own change: at once
+    fleet._on_node("n1", None, {"metadata": {"name": "n1", "labels": {NAMES.pool_label: "a"}}})
+    assert nodes[-1] == "n1" and pools == [POOL_KEY + "a"]  # a new member: through enqueue_pool
