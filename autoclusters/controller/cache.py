@@ -233,7 +233,9 @@ class Fleet:
                 seen = self._fingerprint(old)
             if seen == fingerprint:
                 return  # a heartbeat: nothing a repair depends on changed
-        was_faulty = self._repairable(old, self.pool_for(old)) if old else False
+        with self._lock:  # as indexed from the version seen last (the pools' changes re-index every node)
+            was = self._node_pool.get(name, "")
+            was_faulty = old is not None and name in self._faulty.get(was, ())
         before, after = self._index_node(name, new)
         self._enqueue(name)
         now_faulty = self.is_faulty(after, name) if after else False
