@@ -66,8 +66,10 @@ class _Conn:
 
     def stale(self) -> bool:
         """A kept-alive connection the server closed (or wrote to unasked) is readable while idle."""
+        poller = select.poll()  # not select(): a process may hold more than 1,024 descriptors
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            poller.register(self.sock, select.POLLIN)
+            readable = poller.poll(0)
         except (OSError, ValueError):
             return True
         return bool(readable) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)

@@ -195,3 +195,23 @@ def test_tls_checks_the_server_name_and_presents_the_client_certificate(tmp_path
                 "GET", "/", headers={}, read_timeout=5)
         insecure = TLS(verify=False, cert_file=str(tmp_path / "cl.crt"), key_file=str(tmp_path / "cl.key"))
         assert Server(url, tls=insecure).request("GET", "/", headers={}).status == 200
+
+
+def test_connections_are_kept_alive_in_a_process_with_more_than_1024_descriptors() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if min(hard, 4096) < 1200:
+        pytest.skip(f"the descriptor limit ({hard}) is below 1,200 here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    filler = [socket.socket() for _ in range(1100)]  # the connections get descriptors above 1,024
+    try:
+        with serving(lambda req: ok(b"{}")) as srv:
+            api = Server(f"http://127.0.0.1:{srv.port}")
+            for _ in range(3):
+                assert api.request("GET", "/", headers={}).status == 200
+            assert len(srv.connections) == 1
+    finally:
+        for s in filler:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
