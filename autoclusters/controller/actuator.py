@@ -1,16 +1,17 @@
 """Carries out the state machine's actions on the cluster.
 
-Every write touches only what it names. Marking (label, taint, and the cordon when a
-repair starts) and unmarking are each one JSON patch that first ``test``s the node's
-resourceVersion (and, for a removal, the taint at its index), so a concurrent writer of
-``spec.taints`` is never overwritten: on a failed test the node is read again and the patch
-rebuilt. A lone cordon is a merge patch of ``spec.unschedulable``. Each action is
-idempotent: it checks the node first.
+Every write touches only what it names, and each effect of the (normalised) plan is one
+write, dispatched in order without looking ahead. Marking (label, taint; when a repair
+starts also the cordon and the warning's node annotations) and unmarking are each one JSON
+patch that first ``test``s the node's resourceVersion (and, for a removal, the taint at its
+index), so a concurrent writer of ``spec.taints`` is never overwritten: on a failed test the
+node is read again and the patch rebuilt. A lone cordon is a merge patch of
+``spec.unschedulable``. Each action is idempotent: it checks the node first.
 
-The warning before a drain is a merge patch of the node's annotations (only the keys it
-names), written before the cordon, then one merge patch and one event per pod not yet
-warned for this record. Unmarking removes the warning's annotations and every
-acknowledgement in the same JSON patch as the labels.
+The warning before a drain goes on the node in the marking's patch (only the keys it
+names, so it is there the moment the node is cordoned), then one merge patch and one event
+per pod not yet warned for this record. Unmarking removes the warning's annotations and
+every acknowledgement in the same JSON patch as the labels.
 
 A node Karpenter launched (it carries ``karpenter.sh/nodepool``) also gets Karpenter's
 ``karpenter.sh/do-not-disrupt`` and ``karpenter.sh/do-not-repair`` annotations while it is
@@ -71,14 +72,13 @@ class Actuator:
         self._clock = clock or SystemClock()
 
     def run(self, actions: tuple[Effect, ...], node: str, node_obj: JSON | None, state: RepairState | None,
-            provider: Provider | None, hook: PreDrainHook | None = None) -> JSON | None:
-        """Runs ``actions`` in order; returns the node as last written (or the one given)."""
+            provider: Provider | None, hook: PreDrainHook | None = None,
+            pods: list[JSON] | None = None) -> JSON | None:
+        """Carries out ``actions`` in order, one write per effect (the state machine's plan is
+        normalised: no effect depends on the next); returns the node as last written (or the
+        one given). ``pods``: the node's pods as this reconcile listed them (None: list them)."""
         current = node_obj
-        merged_cordon = False
-        for i, action in enumerate(actions):
-            if merged_cordon and isinstance(action, Cordon):
-                merged_cordon = False
-                continue
+        for action in actions:
             if isinstance(action, Emit):
                 uid = ((current or {}).get("metadata") or {}).get("uid", "")
                 self._recorder.emit(ObjectRef("Node", node, uid=uid), action.reason, action.message,
@@ -98,22 +98,20 @@ class Actuator:
                                 action.operation.id, e)
             elif current is None:
                 continue  # the node is gone: nothing to mark, cordon or drain
+            elif isinstance(action, EnsureMarked):
+                current = self.ensure_marked(current, cordon=action.cordon, warning=action.warning, state=state,
+                                             clear_warning=action.clear_warning)
             elif isinstance(action, Warn):
                 if state is not None:
-                    current = self.warn(current, state, action, hook)
+                    self.warn(current, state, action, hook, pods)
             elif isinstance(action, ClearWarning):
                 current = self.clear_warning(current)
-            elif isinstance(action, EnsureMarked):
-                # a Cordon right behind (a repair starting) goes into the same patch
-                merged_cordon = any(isinstance(a, Cordon) for a in actions[i + 1:i + 3]) and all(
-                    isinstance(a, Cordon | Emit) for a in actions[i + 1:i + 3])
-                current = self.ensure_marked(current, cordon=merged_cordon)
             elif isinstance(action, Unmark):
                 current = self.unmark(current, uncordon=action.uncordon)
             elif isinstance(action, Cordon):
                 current = self.cordon(current)
             elif isinstance(action, Drain):
-                self.drain(node, force=action.force)
+                self.drain(node, force=action.force, pods=pods)
         return current
 
     # --- labels, taint, cordon ---------------------------------------------------------------
@@ -126,9 +124,11 @@ class Actuator:
                 return i
         return -1
 
-    def ensure_marked(self, node: JSON, *, cordon: bool = False) -> JSON:
-        """Label and taint (and the cordon, when asked) in one JSON patch guarded by the
-        resourceVersion: one request."""
+    def ensure_marked(self, node: JSON, *, cordon: bool = False, warning: Warn | None = None,
+                      state: RepairState | None = None, clear_warning: bool = False) -> JSON:
+        """Label and taint, and when asked the cordon, the warning's node annotations (for the
+        record of ``state``) or their removal: one JSON patch guarded by the resourceVersion, one
+        request (a lost race reads the node again and computes the patch anew)."""
         key = self._names.maintenance_required
 
         def ops_for(node: JSON) -> list[JSON]:
@@ -143,16 +143,26 @@ class Actuator:
                            else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
             if cordon and not (node.get("spec") or {}).get("unschedulable"):
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
-            ops += self._guard_ops(node)
+            add = self._guard_annotations(node)
+            if warning is not None and state is not None:
+                add.update(self._node_warning(node, state, warning))
+            annotations = node["metadata"].get("annotations")
+            if add and annotations is None:
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": add})
+            else:
+                ops += [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                        for k, v in add.items()]
+            if clear_warning:
+                ops += self._warning_removals(node)
             return ops
 
         return self._kube.patch_node_guarded(node, ops_for)
 
-    def _guard_ops(self, node: JSON) -> list[JSON]:
+    def _guard_annotations(self, node: JSON) -> dict[str, str]:
         """Karpenter's do-not-disrupt on a Karpenter node, with our marker, unless already there."""
         meta = node["metadata"]
         if NODEPOOL_LABEL not in (meta.get("labels") or {}):
-            return []
+            return {}
         annotations = meta.get("annotations")
         add: dict[str, str] = {}
         if self._names.marked_at_annotation not in (annotations or {}):
@@ -161,11 +171,7 @@ class Actuator:
         if added:
             add.update({k: "true" for k in added})
             add[self._names.karpenter_guard_marker] = ",".join(added)
-        if not add:
-            return []
-        if annotations is None:
-            return [{"op": "add", "path": "/metadata/annotations", "value": add}]
-        return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v} for k, v in add.items()]
+        return add
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
         """Taint, both labels and (when asked) the cordon removed in one JSON patch that tests
@@ -213,22 +219,25 @@ class Actuator:
         return {self._names.drain_deadline: utc_iso(action.deadline), self._names.drain_reason: action.reason,
                 self._names.remediation: state.name}
 
-    def warn(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook | None) -> JSON:
-        """Node annotations (one merge patch, before the cordon that follows), then each pod not
-        yet warned for this record: the same annotations and an event; then the hook, once."""
-        wanted = self._warning(state, action)
+    def _node_warning(self, node: JSON, state: RepairState, action: Warn) -> dict[str, str]:
+        """The warning's node annotations that differ from what the node carries; Slinky's cordon
+        reason only when asked and not an admin's own."""
         annotations = node["metadata"].get("annotations") or {}
-        on_node = dict(wanted)
+        on_node = self._warning(state, action)
         slinky = annotations.get(n.SLINKY_CORDON_REASON)
         if action.slinky and (slinky is None or str(slinky).startswith(n.DRAIN_REASON_PREFIX)):
             on_node[n.SLINKY_CORDON_REASON] = f"{n.DRAIN_REASON_PREFIX} {action.reason}"
-        changed = {k: v for k, v in on_node.items() if annotations.get(k) != v}
-        if changed:
-            node = self._kube.patch_node(node["metadata"]["name"], {"metadata": {"annotations": changed}})
+        return {k: v for k, v in on_node.items() if annotations.get(k) != v}
+
+    def warn(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook | None,
+             pods: list[JSON] | None = None) -> None:
+        """Each pod not yet warned for this record: the warning's annotations and an event; then
+        the hook, once. (The node's annotations went with the marking.)"""
+        wanted = self._warning(state, action)
         message = words.pod_drain_warning(state.node, state.action, wanted[self._names.drain_deadline],
                                           action.reason, self._names.drain_wait_label, self._names.pod_drain_ack,
                                           state.name)
-        for pod in drainrules.drainable(self._kube.pods_on_node(state.node)):
+        for pod in drainrules.drainable(self._kube.pods_on_node(state.node) if pods is None else pods):
             meta = pod["metadata"]
             if drainrules.warned_for(pod, self._names.remediation) == state.name or meta.get("deletionTimestamp"):
                 continue
@@ -245,7 +254,6 @@ class Actuator:
                                 n.EVENT_DRAIN_WARNING, message, warning=True)
         if action.call_hook and hook is not None:
             self._call_hook(node, state, action, hook)
-        return node
 
     def _call_hook(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook) -> None:
         ref = ObjectRef("Node", state.node, uid=node["metadata"].get("uid", ""))
@@ -261,13 +269,13 @@ class Actuator:
         return self._kube.patch_node(node["metadata"]["name"], {"spec": {"unschedulable": True}})
 
     # --- drain ---------------------------------------------------------------------------------
-    def drain(self, node: str, *, force: bool) -> drainrules.DrainPass:
+    def drain(self, node: str, *, force: bool, pods: list[JSON] | None = None) -> drainrules.DrainPass:
         """One pass. Before the deadline: the Eviction API (PDBs and each pod's grace period
         honoured; a slurmd pod only once Slurm has drained it). At the deadline: delete what is
         left without cutting a pod's own grace period short (``drain.at_deadline``)."""
         evicted = blocked = deleted = terminating = held = 0
         now = self._clock.now()
-        for pod in drainrules.drainable(self._kube.pods_on_node(node)):
+        for pod in drainrules.drainable(self._kube.pods_on_node(node) if pods is None else pods):
             meta = pod["metadata"]
             ns, name = meta["namespace"], meta["name"]
             try:

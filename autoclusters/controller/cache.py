@@ -246,6 +246,17 @@ class Fleet:
     def node(self, name: str) -> JSON | None:
         return self.node_informer.get(name)
 
+    def node_written(self, obj: JSON) -> None:
+        """Our own write of a node (the actuator's, a provider's): kept in the store at once, so
+        the next reconcile never acts on an older copy (a stale copy would fail the next guarded
+        patch's resourceVersion test and cost a read). Its watch event then changes nothing."""
+        self.node_informer.upsert(obj)
+        self._index_node(obj["metadata"]["name"], self.node_informer.get(obj["metadata"]["name"]))
+
+    def node_deleted(self, name: str) -> None:
+        """A node we deleted (a provider's replacement): gone from the store before its watch event."""
+        self.node_informer.remove(name)
+
     def pool_name_of_node(self, name: str) -> str:
         with self._lock:
             return self._node_pool.get(name, "")
@@ -294,6 +305,13 @@ class Fleet:
             nodes = set(self._waiting.get(pool, {}).values())
         for node in nodes:
             self._enqueue(node)
+
+    def record_deleted(self, name: str) -> None:
+        """A record found deleted by our own write (a 404): out of the store and the indexes now."""
+        old = self.record_informer.get(name)
+        self.record_informer.remove(name)
+        if old is not None:
+            self._on_record(name, old, None)
 
     def record_written(self, obj: JSON) -> None:
         self.record_informer.upsert(obj)

@@ -1,13 +1,19 @@
 """One reconcile of one node, in a fixed order (see docs/workflow.md):
 
-1. fetch: the node, its pool and its active Remediation record from the informers;
-2. snapshot: build the ``Observation`` (fault, node health, pods, pool guards, history,
-   provider progress);
-3. decide: ``statemachine.transition`` — the only place a phase changes;
-4. persist: create the record, or patch its status with its resourceVersion as a
+1. look: one ``Snapshot`` of everything the reconcile needs, gathered up front: the node,
+   its pool and its Remediation records from the informer cache, the node's pods (one list,
+   only when the decision needs them, made before the pool's lock), and from them the
+   ``Observation`` (fault, node health, pool guards, history, provider progress);
+2. decide: ``statemachine.transition`` on the snapshot — the only place a phase changes;
+3. persist: create the record, or patch its status with its resourceVersion as a
    precondition (an empty diff is skipped; a Conflict means another writer won: requeue);
-5. act: carry out the actions (only after the state that asked for them is stored);
-6. requeue-after what the state machine asked for.
+4. act: carry out the plan (only after the state that asked for it is stored), with the
+   snapshot's node and pods: nothing is read again;
+5. requeue-after what the state machine asked for.
+
+A repair that has not started yet is decided under its pool's lock, on a second look at
+the cache taken under it (the concurrency guard must judge the present); the pods listed
+before the lock are reused.
 
 Pools are reconciled under the key ``pool:<name>``: their status and circuit breaker.
 """
@@ -62,6 +68,7 @@ from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
 from autoclusters.providers import Provider, ProviderError, build_provider
+from autoclusters.providers.base import NodeCache
 from autoclusters.providers.registry import BuildContext
 
 log = logging.getLogger(__name__)
@@ -69,13 +76,41 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
+class RecordDeleted(Exception):
+    """The Remediation record a reconcile decided on was deleted before its status was written."""
+
+
 @dataclass(frozen=True)
-class Plan:
+class Facts:
+    """What the informer cache says about one node: no request made."""
+
+    name: str
     node: JSON | None
     records: list[JSON]
     active: JSON | None
     state: RepairState | None
+    pool: Pool | None
+
+    @property
+    def pre_start(self) -> bool:
+        return self.state is None or self.state.phase in PRE_START
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One look at the world for one reconcile: the facts, the pods (None: not needed, not
+    listed) and the observation the state machine decides on."""
+
+    facts: Facts
+    pods: list[JSON] | None
     obs: Observation
+    policy: RepairPolicy
+    record_name: str  # the record a repair that starts now is written to
+
+
+@dataclass(frozen=True)
+class Plan:
+    snapshot: Snapshot
     decision: Decision
 
 
@@ -105,7 +140,8 @@ class Reconciler:
         self._plock = threading.Lock()
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
-                                           namespace=settings.namespace, image=settings.image)
+                                           namespace=settings.namespace, image=settings.image,
+                                           nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted))
 
     # --- entry -----------------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:
@@ -152,34 +188,26 @@ class Reconciler:
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
-        node = self._fleet.node(name)
-        records = self._fleet.records_of(name)
-        active = next((r for r in records if rec.is_active(r)), None)
-        state = rec.state_of(active) if active else None
-        pool = self._fleet.pool_for(node) if node is not None else None
-        if pool is None and state is not None:
-            pool = self._fleet.pool_named(state.pool)
-        if node is None and active is None:
+        facts = self._facts(name)
+        if facts is None:
             return None
-        if active is None and node is not None and self._fleet.fault_of(node)[0] is None:
+        if facts.active is None and facts.node is not None and self._fleet.fault_of(facts.node)[0] is None:
             # the common case (a healthy node): only leftovers of an earlier repair to clean
-            self._cleanup_leftovers(name, node, records, None)
+            self._cleanup_leftovers(name, facts.node, facts.records, None)
             return None
-        pre_start = state is None or state.phase in PRE_START
-        if pool is None or not pre_start:
-            return self._commit(name, pool, self._plan(name, node, records, active, state, pool))
-        pods = self._pods(name)  # an API call: made before the pool's lock, never under it
+        # the one API read of a reconcile, made before the pool's lock, never under it
+        pods = self._kube.pods_on_node(name) if self._wants_pods(facts) else None
+        if facts.pool is None or not facts.pre_start:
+            return self._commit(self._decide(self._snapshot(facts, pods)))
+        pool = facts.pool
         with self._pool_locks[pool.name]:
-            # Read again under the lock: while we waited, the node (its fault) or the pool's
+            # Look again under the lock: while we waited, the node (its fault) or the pool's
             # other repairs may have changed, and the guards must judge the present.
-            node = self._fleet.node(name)
-            records = self._fleet.records_of(name)
-            active = next((r for r in records if rec.is_active(r)), None)
-            state = rec.state_of(active) if active else None
-            if node is None and active is None:
+            again = self._facts(name, pool)
+            if again is None:
                 return None
-            plan = self._plan(name, node, records, active, state, pool, pods)
-            new = plan.decision.state
+            plan = self._decide(self._snapshot(again, pods))
+            state, new = again.state, plan.decision.state
             # A repair that starts takes its slot now, before the lock is released; the
             # record's write makes it visible to the next reconcile (the persist and the
             # actions run outside the lock so the pool's other nodes are not serialised).
@@ -187,34 +215,61 @@ class Reconciler:
             if reserved and new is not None:
                 self._fleet.reserve(pool.name, new.name)
         try:
-            return self._commit(name, pool, plan)
+            return self._commit(plan)
         finally:
             if reserved and new is not None:
                 self._fleet.unreserve(pool.name, new.name)
 
-    def _plan(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-              state: RepairState | None, pool: Pool | None, pods: PodsView | None = None) -> Plan:
-        """Observe and decide; no writes."""
-        now = self._clock.now()
-        policy = pool.policy(self._settings.policy) if pool else self._settings.policy
-        obs, cond = self._observe(name, node, records, active, state, pool, policy, pods)
-        if state is None and active is None and obs.fault is not None:
-            seq = len(records)
-            new_name = rec.record_name(name, str((cond or {}).get("type", "")),
-                                       str((cond or {}).get("lastTransitionTime", "")), seq)
-        else:
-            new_name = active["metadata"]["name"] if active else ""
-        decision = transition(state, obs, now, policy, record_name=new_name)
-        return Plan(node, records, active, state, obs, decision)
+    def _facts(self, name: str, pool: Pool | None = None) -> Facts | None:
+        """The node, its records, the active one and its state, the pool: from the cache. None
+        when neither the node nor an active record exists."""
+        node = self._fleet.node(name)
+        records = self._fleet.records_of(name)
+        active = next((r for r in records if rec.is_active(r)), None)
+        if node is None and active is None:
+            return None
+        state = rec.state_of(active) if active else None
+        if pool is None:
+            pool = self._fleet.pool_for(node) if node is not None else None
+            if pool is None and state is not None:
+                pool = self._fleet.pool_named(state.pool)
+        return Facts(name, node, records, active, state, pool)
 
-    def _commit(self, name: str, pool: Pool | None, plan: Plan) -> float | None:
-        """Persist the decided state, then carry out its actions."""
-        state, decision, obs = plan.state, plan.decision, plan.obs
+    def _wants_pods(self, f: Facts) -> bool:
+        """The decision reads the pods: a repair about to be decided, held before its start, or
+        draining."""
+        if f.node is None:
+            return False
+        if f.state is None:
+            ref = self._fleet.fault_of(f.node)[0]
+            return f.pool is not None and f.pool.mode != api.ConsentMode.OFF and ref is not None \
+                and f.pool.action_for(ref) is not None
+        return f.state.phase in (Phase.SCHEDULED, Phase.DRAINING, Phase.AWAITING_APPROVAL)
+
+    def _decide(self, snap: Snapshot) -> Plan:
+        """The pure part: the state machine on the snapshot; no reads, no writes."""
+        decision = transition(snap.facts.state, snap.obs, self._clock.now(), snap.policy,
+                              record_name=snap.record_name)
+        return Plan(snap, decision)
+
+    def _commit(self, plan: Plan) -> float | None:
+        """Persist the decided state, then carry out its plan."""
+        f, decision, obs = plan.snapshot.facts, plan.decision, plan.snapshot.obs
+        name, state, pool = f.name, f.state, f.pool
         if decision.state is None:
-            self._cleanup_leftovers(name, plan.node, plan.records, obs)
+            self._cleanup_leftovers(name, f.node, f.records, obs)
             return None
         if decision.state != state:
-            stored = self._persist(plan.active, decision.state)
+            try:
+                stored = self._persist(f.active, decision.state)
+            except RecordDeleted:
+                # Not a lost race: the record was deleted (kubectl delete, a cleanup script) while
+                # this reconcile decided on it. Nothing of the decision is carried out; the next
+                # look starts from the cluster as it is (a fault still there is a new repair,
+                # decided under the pool's rules; the node's marks are kept or removed by it).
+                log.warning("node %s: Remediation %s was deleted while its repair was %s; nothing done, "
+                            "looking again", name, decision.state.name, state.phase.value if state else "new")
+                return 0
             if stored is None:
                 return 0.2  # another writer got there first: look again at the fresh record
             self._observe_metrics(state, decision)
@@ -223,14 +278,15 @@ class Reconciler:
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
         provider, _ = self._provider(pool, decision.state.action)
-        self._act.run(decision.actions, name, plan.node, decision.state, provider,
-                      hook=pool.config.pre_drain.hook if pool else None)
+        written = self._act.run(decision.actions, name, f.node, decision.state, provider,
+                                hook=pool.config.pre_drain.hook if pool else None, pods=plan.snapshot.pods)
+        if written is not None and written is not f.node:
+            self._fleet.node_written(written)
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
             self._fleet.wake_held(pool.name)
         return decision.requeue_after
 
-    def _pods(self, name: str) -> PodsView:
-        all_pods = self._kube.pods_on_node(name)
+    def _pods_view(self, all_pods: list[JSON]) -> PodsView:
         drainable = drainrules.drainable(all_pods)
         return PodsView(evictable=len(drainable),
                         opt_out=drainrules.opted_out(all_pods, self._names.auto_replacement_label),
@@ -239,9 +295,10 @@ class Reconciler:
                         wait_acks=drainrules.wait_acks(drainable, self._names.drain_wait_label,
                                                        self._names.pod_drain_ack))
 
-    def _observe(self, name: str, node: JSON | None, records: list[JSON], active: JSON | None,
-                 state: RepairState | None, pool: Pool | None, policy: RepairPolicy,
-                 pods_seen: PodsView | None = None) -> tuple[Observation, JSON | None]:
+    def _snapshot(self, f: Facts, pods: list[JSON] | None) -> Snapshot:
+        """The observation the state machine decides on, from the facts and the pods."""
+        name, node, records, active, state, pool = f.name, f.node, f.records, f.active, f.state, f.pool
+        policy = pool.policy(self._settings.policy) if pool else self._settings.policy
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
         prefix = self._names.drain_ack_prefix
@@ -263,12 +320,9 @@ class Reconciler:
             pool_view = PoolView(pool.name, pool.mode, pool.config.max_concurrent_repairs,
                                  self._fleet.in_progress(pool.name, exclude=active["metadata"]["name"] if active
                                                          else ""), open_)
-        pods = PodsView()
-        wants_pods = node is not None and (
-            (state is None and fault is not None and pool is not None and pool.mode.value != "off")
-            or (state is not None and state.phase in (Phase.SCHEDULED, Phase.DRAINING, Phase.AWAITING_APPROVAL)))
-        if wants_pods:
-            pods = pods_seen if pods_seen is not None else self._pods(name)
+        if pods is None and self._wants_pods(f):
+            pods = self._kube.pods_on_node(name)  # wanted only on the second look (the facts changed)
+        pods_view = self._pods_view(pods) if pods is not None and self._wants_pods(f) else PodsView()
         provider_view = ProviderView()
         replacement_ready = False
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:
@@ -282,10 +336,15 @@ class Reconciler:
         blocks: tuple[ProviderBlock, ...] = ()
         if pool is not None and (fault is not None or (state is not None and state.phase not in TERMINAL)):
             blocks = self._provider_blocks(pool, node)  # also in Acting/Verifying: a failed reset escalates
-        obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods,
+        obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods_view,
                           history=self._history(records, active, pool), provider=provider_view,
                           replacement_ready=replacement_ready, provider_blocks=blocks)
-        return obs, cond
+        if state is None and active is None and fault is not None:
+            record_name = rec.record_name(name, str((cond or {}).get("type", "")),
+                                          str((cond or {}).get("lastTransitionTime", "")), len(records))
+        else:
+            record_name = active["metadata"]["name"] if active else ""
+        return Snapshot(f, pods, obs, policy, record_name)
 
     def _replacement_ready(self, state: RepairState) -> bool:
         if state.replacement_node:
@@ -320,14 +379,14 @@ class Reconciler:
                            last_reset_approved=last.approved, last_reset_record=last.name)
 
     def _persist(self, active: JSON | None, state: RepairState) -> JSON | None:
+        """Creates the record or patches its status, guarded by its resourceVersion. None: another
+        writer got there first (a 409), so nothing may act on this decision. Raises RecordDeleted
+        when the record is gone (a 404 on its status: deleted by a person or a tool, not a race)."""
         g = self._names.api_group
         try:
             if active is None:
-                try:
-                    active = self._kube.create(Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
-                                               rec.new_record(state, self._names))
-                except Conflict:
-                    return None
+                active = self._kube.create(Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
+                                           rec.new_record(state, self._names))
                 self._fleet.record_written(active)
             status = rec.status_of(state)
             if (active.get("status") or {}) == status:
@@ -335,8 +394,13 @@ class Reconciler:
             body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]}, "status": status}
             stored = self._kube.patch(
                 Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural, state.name) + "/status", body)
-        except (Conflict, NotFound):
+        except Conflict:
             return None
+        except NotFound as e:
+            if active is None:
+                raise  # the create itself: the Remediation CRD is not served (a setup error, not a record)
+            self._fleet.record_deleted(state.name)
+            raise RecordDeleted(state.name) from e
         self._fleet.record_written(stored)
         return stored
 

@@ -214,8 +214,30 @@ class RepairPolicy:
 
 # --- actions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Warn:
+    """The warning before the drain, to the pods: each pod not yet warned for this record gets
+    the warning's annotations (deadline, reason, record) and an event; ``call_hook``: the pool's
+    pre-drain hook is called (once, when the warning first goes out). The node's own copy of
+    the annotations (and Slinky's cordon reason when asked) is written by the plan's one
+    ``EnsureMarked``, in the same patch as the cordon. Idempotent: what already names this
+    record is left alone."""
+
+    deadline: datetime
+    reason: str
+    slinky: bool = False
+    call_hook: bool = False
+
+
+@dataclass(frozen=True)
 class EnsureMarked:
-    """maintenance-required label and the PreferNoSchedule taint."""
+    """Every write of one plan to the node, in one patch: the maintenance-required label and the
+    PreferNoSchedule taint; with ``cordon`` spec.unschedulable; with ``warning`` the warning's
+    node annotations; with ``clear_warning`` the warning's annotations and acknowledgements
+    removed. Only what is missing is written."""
+
+    cordon: bool = False
+    warning: Warn | None = None
+    clear_warning: bool = False
 
 
 @dataclass(frozen=True)
@@ -227,25 +249,13 @@ class Unmark:
 
 @dataclass(frozen=True)
 class Cordon:
-    pass
+    """A lone cordon (a node being drained that someone uncordoned); with a marking it is the
+    marking's ``cordon``."""
 
 
 @dataclass(frozen=True)
 class Drain:
     force: bool = False  # past the deadline: delete what eviction could not remove
-
-
-@dataclass(frozen=True)
-class Warn:
-    """The warning before the drain: node annotations (deadline, reason, record; Slinky's cordon
-    reason when asked) in one patch, then each pod not yet warned for this record gets the same
-    annotations and an event. ``call_hook``: the pool's pre-drain hook is called (once, when the
-    warning first goes out). Idempotent: what already names this record is left alone."""
-
-    deadline: datetime
-    reason: str
-    slinky: bool = False
-    call_hook: bool = False
 
 
 @dataclass(frozen=True)
@@ -299,7 +309,34 @@ def transition(state: RepairState | None, obs: Observation, now: datetime, polic
         state = cur
         decision = _step(state, obs, now, policy, record_name)
         actions.extend(decision.actions)
-    return Decision(decision.state, tuple(actions), decision.requeue_after)
+    return Decision(decision.state, normalise(actions), decision.requeue_after)
+
+
+def normalise(actions: list[Effect] | tuple[Effect, ...]) -> tuple[Effect, ...]:
+    """The plan as the actuator carries it out, one effect per thing written: every node write of
+    the chained steps (marking, cordon, the warning's node annotations, a warning cleared) becomes
+    one ``EnsureMarked`` where the first of them stood; the pods' warning goes out once (calling
+    the hook if any step asked); nothing else appears twice. A lone cordon stays a ``Cordon``, a
+    lone clearing a ``ClearWarning``."""
+    marks = [a for a in actions if isinstance(a, EnsureMarked)]
+    warns = [a for a in actions if isinstance(a, Warn)]
+    warn = replace(warns[-1], call_hook=any(w.call_hook for w in warns)) if warns else None
+    mark: EnsureMarked | None = None
+    if marks or warns:
+        mark = EnsureMarked(cordon=any(isinstance(a, Cordon) or (isinstance(a, EnsureMarked) and a.cordon)
+                                       for a in actions),
+                            warning=warn,
+                            clear_warning=warn is None and any(isinstance(a, ClearWarning) or (
+                                isinstance(a, EnsureMarked) and a.clear_warning) for a in actions))
+    out: list[Effect] = []
+    for a in actions:
+        if mark is not None and isinstance(a, EnsureMarked | Cordon | ClearWarning):
+            a = mark
+        elif isinstance(a, Warn):
+            a = warn  # type: ignore[assignment]
+        if a not in out:
+            out.append(a)
+    return tuple(out)
 
 
 def _step(s: RepairState | None, o: Observation, now: datetime, p: RepairPolicy, record_name: str) -> Decision:
@@ -441,14 +478,15 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
         # an escalation: the workload was warned and evicted for this record already; no second wait
         started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
                       eviction_started=now)
-        return Decision(started, (EnsureMarked(), Cordon(), Emit(n.EVENT_STARTED, msg)), 0)
+        return Decision(started, (EnsureMarked(cordon=True), Emit(n.EVENT_STARTED, msg)), 0)
     wait = min(p.pre_drain_wait_seconds, deadline)
     evict_by = now + timedelta(seconds=wait)
     started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
                   node_was_cordoned=o.node.unschedulable, pre_drain_deadline=evict_by, eviction_started=None)
     reason = drain_reason(s.fault, s.name)
     warning = words.drain_warning(s.action, _rfc3339(evict_by), wait, reason)
-    return Decision(started, (Warn(evict_by, reason, slinky=p.slinky, call_hook=True), EnsureMarked(), Cordon(),
+    warn = Warn(evict_by, reason, slinky=p.slinky, call_hook=True)
+    return Decision(started, (EnsureMarked(cordon=True, warning=warn), warn,
                               Emit(n.EVENT_STARTED, msg), Emit(n.EVENT_DRAIN_WARNING, warning)), 0)
 
 
@@ -474,7 +512,8 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: RepairPoli
         if not written_now and (o.node.warned_for != s.name or any(w != s.name for w in o.pods.warned_for)):
             # a warning the node or a pod lacks (a crash before it was written, a pod that
             # arrived since): written again, without calling the hook a second time
-            actions = (Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky), Cordon())
+            warn = Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky)
+            actions = (EnsureMarked(cordon=True, warning=warn), warn)
         waiting = words.drain_waiting(_rfc3339(evict_by), pending)  # the record shows who holds the drain
         return Decision(s if s.message == waiting else replace(s, message=waiting), actions,
                         min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
@@ -554,7 +593,7 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
 def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
     msg = f"{msg}; labels and condition stay on the node for a human"
     return Decision(_to(s, Phase.FAILED, now, msg, outcome=Outcome.FAILED.value, completed=now),
-                    (EnsureMarked(), ClearWarning(), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
+                    (EnsureMarked(clear_warning=True), Emit(n.EVENT_FAILED, msg, warning=True), Notify(msg)))
 
 
 def _holding(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:

@@ -16,7 +16,16 @@ from urllib.parse import quote
 
 import orjson
 
-from autoclusters.kube.errors import Conflict, Invalid, KubeError, NotFound, Unavailable, translate, translated
+from autoclusters.kube.errors import (
+    Conflict,
+    Invalid,
+    KubeError,
+    NotFound,
+    Unavailable,
+    lost_race,
+    translate,
+    translated,
+)
 from autoclusters.kube.request_counter import RequestCounter
 
 JSON = dict[str, Any]
@@ -203,7 +212,9 @@ class Kube:
             test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
             try:
                 return self.patch_node(name, [test, *ops], JSON_PATCH)
-            except (Conflict, Invalid):  # a failed `test` answers 422, a stale object 409
+            except (Conflict, Invalid) as e:  # a failed `test` answers 422, a stale object 409
+                if not lost_race(e):
+                    raise  # an invalid patch or an admission policy's refusal: reading again cannot help
                 node = self.get_node(name)
         raise Conflict(f"patching node {name}: still losing to concurrent writers after {attempts} attempts")
 

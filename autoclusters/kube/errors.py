@@ -50,6 +50,17 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
+def lost_race(e: KubeError) -> bool:
+    """Another writer got there first: a 409 (a stale resourceVersion, a name taken) or a JSON
+    patch whose ``test`` failed (422, with the API server's "testing value <path> failed" or
+    "test operation does not apply"). Any other 422 (an invalid patch, an admission policy's
+    refusal) and a 404 (the object was deleted) are not races: reading again would not help."""
+    if isinstance(e, Conflict):
+        return True
+    text = str(e).lower()
+    return isinstance(e, Invalid) and ("testing value" in text or "test operation does not apply" in text)
+
+
 def _message(body: str | bytes | None, fallback: str) -> str:
     if not body:
         return fallback

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoclusters.controller.statemachine import Operation, ProviderView
 
 # Reads a node from the controller's cache: the object, or None when it does not exist.
 NodeLookup = Callable[[str], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class NodeCache:
+    """The controller's informer cache of nodes, for a provider that reads and writes nodes:
+    ``get`` answers without a request; ``written`` / ``deleted`` put the provider's own writes
+    into the cache at once, so its next look never sees an older copy than it wrote."""
+
+    get: NodeLookup
+    written: Callable[[dict[str, Any]], None]
+    deleted: Callable[[str], None]
 
 
 class ProviderError(Exception):

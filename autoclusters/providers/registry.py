@@ -17,7 +17,7 @@ from autoclusters.clock import Clock
 from autoclusters.deploy.providers import ProviderSpec, ProviderType
 from autoclusters.kube import Kube
 from autoclusters.names import Names
-from autoclusters.providers.base import Provider
+from autoclusters.providers.base import NodeCache, Provider
 from autoclusters.providers.clusterapi import ClusterApiProvider
 from autoclusters.providers.command import CommandProvider
 from autoclusters.providers.simulated import SimulatedProvider
@@ -34,6 +34,7 @@ class BuildContext:
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
+    nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
 
 
 Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
@@ -42,7 +43,7 @@ Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
 def _simulated(s: Mapping[str, Any], c: BuildContext) -> Provider:
     return SimulatedProvider(c.kube, c.clock, c.names,
                              reset_seconds=float(s.get("resetSeconds", c.sim_reset_seconds)),
-                             replace_seconds=float(s.get("replaceSeconds", c.sim_replace_seconds)))
+                             replace_seconds=float(s.get("replaceSeconds", c.sim_replace_seconds)), nodes=c.nodes)
 
 
 def _command(s: Mapping[str, Any], c: BuildContext) -> Provider:

@@ -2,7 +2,8 @@
 
 Everything it has done is recorded on the node itself (``sim.autoclusters.io/*``
 annotations), so the operation survives a controller restart: ``drive`` reads the record
-first and only moves it forward.
+first and only moves it forward. In the controller it reads the node from the controller's
+informer cache (no request; its own writes go into the cache at once), elsewhere from the API.
 
 - reset: mark the node ``kwok.x-k8s.io/status=custom`` (kwok leaves its status alone),
   Ready=False; after ``reset_seconds`` a new ``bootID``, Ready=True, the mark removed.
@@ -25,7 +26,7 @@ from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeLookup
+from autoclusters.providers.base import NodeCache, NodeLookup
 from autoclusters.sim import nodes as sim
 
 PREFIX = "sim.autoclusters.io"
@@ -45,12 +46,31 @@ class SimulatedProvider:
     name = "simulated"
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, reset_seconds: float = api.SIM_RESET_SECONDS,
-                 replace_seconds: float = api.SIM_REPLACE_SECONDS) -> None:
+                 replace_seconds: float = api.SIM_REPLACE_SECONDS, nodes: NodeCache | None = None) -> None:
         self._kube = kube
         self._clock = clock
         self._names = names
         self.reset_seconds = reset_seconds
         self.replace_seconds = replace_seconds
+        self._nodes = nodes  # the controller's cache: drive reads the node there, not from the API
+
+    def _read(self, node: str) -> dict[str, Any] | None:
+        if self._nodes is not None:
+            return self._nodes.get(node)
+        try:
+            return self._kube.get_node(node)
+        except NotFound:
+            return None
+
+    def _wrote(self, obj: dict[str, Any]) -> None:
+        if self._nodes is not None and obj.get("metadata", {}).get("name"):
+            self._nodes.written(obj)
+
+    def _patch(self, node: str, annotations: dict[str, str | None]) -> None:
+        self._wrote(self._kube.patch_node(node, {"metadata": {"annotations": annotations}}))
+
+    def _patch_status(self, node: str, status: dict[str, Any]) -> None:
+        self._wrote(self._kube.patch_node_status(node, {"status": status}))
 
     def refusal(self, node: dict[str, Any] | None) -> str:
         """Only nodes the local simulator manages: this provider fakes a reset and replaces a
@@ -89,10 +109,7 @@ class SimulatedProvider:
 
     # --- drive --------------------------------------------------------------------------
     def drive(self, op: Operation, node: str, pool: str) -> None:
-        try:
-            current = self._kube.get_node(node)
-        except NotFound:
-            current = None
+        current = self._read(node)
         if op.action == RepairAction.RESET:
             if current is not None:
                 self._drive_reset(op, current)
@@ -100,10 +117,8 @@ class SimulatedProvider:
         self._drive_replace(op, node, pool, current)
 
     def _mark_started(self, node: str, op: Operation, extra: dict[str, str | None]) -> None:
-        self._kube.patch_node(node, {"metadata": {"annotations": {
-            ANN_OPERATION: op.id, ANN_STARTED: self._clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            ANN_DONE: None, ANN_FAILED: None,
-            **extra}}})
+        self._patch(node, {ANN_OPERATION: op.id, ANN_STARTED: self._clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                           ANN_DONE: None, ANN_FAILED: None, **extra})
 
     def _remaining(self, node: dict[str, Any], seconds: float) -> float:
         started = parse_iso(_annotations(node).get(ANN_STARTED))
@@ -122,7 +137,7 @@ class SimulatedProvider:
             return
         if ann.get(ANN_OPERATION) != op.id:
             if ann.get(ANN_FAIL_RESET) == "true":
-                self._kube.patch_node(name, {"metadata": {"annotations": {ANN_OPERATION: op.id, ANN_FAILED: op.id}}})
+                self._patch(name, {ANN_OPERATION: op.id, ANN_FAILED: op.id})
                 return
             self._mark_started(name, op, {sim.KWOK_STATUS_ANNOTATION: sim.KWOK_STATUS_VALUE})
             self._set_ready(name, False, "the simulated VM is resetting")
@@ -130,20 +145,19 @@ class SimulatedProvider:
         if not self._due(node, self.reset_seconds):
             return
         now = utc_iso(self._clock.now())
-        self._kube.patch_node_status(name, {"status": {
+        self._patch_status(name, {
             "nodeInfo": {"bootID": str(uuid.uuid4())},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "the simulated VM finished its reset", "lastHeartbeatTime": now,
-                            "lastTransitionTime": now}]}})
-        self._kube.patch_node(name, {"metadata": {"annotations": {sim.KWOK_STATUS_ANNOTATION: None,
-                                                                  ANN_DONE: op.id}}})
+                            "lastTransitionTime": now}]})
+        self._patch(name, {sim.KWOK_STATUS_ANNOTATION: None, ANN_DONE: op.id})
 
     def _set_ready(self, name: str, ready: bool, message: str) -> None:
         now = utc_iso(self._clock.now())
-        self._kube.patch_node_status(name, {"status": {"conditions": [{
+        self._patch_status(name, {"conditions": [{
             "type": "Ready", "status": "True" if ready else "False",
             "reason": "KubeletReady" if ready else "SimulatedReset", "message": message,
-            "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]})
 
     def _drive_replace(self, op: Operation, node: str, pool: str, current: dict[str, Any] | None) -> None:
         new = self.replacement_name(op, pool)
@@ -153,8 +167,7 @@ class SimulatedProvider:
                 return
             if ann.get(ANN_OPERATION) != op.id:
                 if ann.get(ANN_FAIL_REPLACE) == "true":
-                    self._kube.patch_node(node, {"metadata": {"annotations": {ANN_OPERATION: op.id,
-                                                                              ANN_FAILED: op.id}}})
+                    self._patch(node, {ANN_OPERATION: op.id, ANN_FAILED: op.id})
                     return
                 self._mark_started(node, op, {})
                 if self.replace_seconds > 0:
@@ -165,6 +178,8 @@ class SimulatedProvider:
         if current is not None:
             with contextlib.suppress(NotFound):
                 self._kube.delete(f"/api/v1/nodes/{node}")
+            if self._nodes is not None:
+                self._nodes.deleted(node)
 
     def _create_replacement(self, new: str, pool: str, old: dict[str, Any] | None) -> None:
         labels = ((old or {}).get("metadata") or {}).get("labels") or {}
@@ -183,4 +198,4 @@ class SimulatedProvider:
         manifest["metadata"]["labels"]["kubernetes.io/hostname"] = new
         with contextlib.suppress(Conflict):
             self._kube.create("/api/v1/nodes", manifest)
-        self._kube.patch_node_status(new, {"status": manifest["status"]})
+        self._patch_status(new, manifest["status"])

@@ -404,12 +404,15 @@ class FakeApi:
 
     def _patch(self, current: JSON, req: Request, what: str) -> JSON:
         if req.content_type == "application/json-patch+json":
-            try:
-                return jsonpatch.apply_patch(current, req.body)
-            except jsonpatch.JsonPatchTestFailed as e:
-                raise ApiError(422, f"the server rejected our request due to an error in our request: {e}") from e
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-                raise ApiError(422, f"{what} is invalid: {e}") from e
+            doc = current
+            for op in req.body:  # one at a time, to name the failed test as the API server does
+                try:
+                    doc = jsonpatch.apply_patch(doc, [op])
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                    if op.get("op") == "test":
+                        raise ApiError(422, f"testing value {op['path']} failed: test failed") from e
+                    raise ApiError(422, f"{what} is invalid: {e}") from e
+            return doc
         wanted = ((req.body or {}).get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             raise ApiError(409, f"Operation cannot be fulfilled on {what}: the object has been modified; "

@@ -25,7 +25,7 @@ class RacingKube(Kube):
         if self.lose:
             self.lose -= 1
             self.rv += 1  # a concurrent writer got there first
-            raise Invalid("the test operation failed")
+            raise Invalid("testing value /metadata/resourceVersion failed: test failed")
         return {"metadata": {"name": name, "resourceVersion": str(self.rv + 1)}}
 
 
@@ -52,3 +52,29 @@ def test_endless_races_give_up_with_conflict() -> None:
     with pytest.raises(Conflict, match="concurrent writers"):
         kube.patch_node_guarded(kube.get_node("n"), ops_from, attempts=3)
     assert len(kube.patches) == 3
+
+
+def test_a_refusal_that_is_not_a_failed_test_is_not_a_race() -> None:
+    """A 422 from an admission policy (or an invalid patch) is raised at once: reading the node
+    again and retrying would only repeat it (and say "concurrent writers", which is not true)."""
+
+    class Refusing(RacingKube):
+        def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
+            self.patches.append(body)
+            raise Invalid("ValidatingAdmissionPolicy 'labels' denied request: maintenance labels are ours")
+
+    kube = Refusing(lose=0)
+    with pytest.raises(Invalid, match="denied request"):
+        kube.patch_node_guarded(kube.get_node("n"), ops_from)
+    assert len(kube.patches) == 1
+
+
+def test_what_counts_as_a_lost_race() -> None:
+    from autoclusters.kube import NotFound
+    from autoclusters.kube.errors import lost_race
+
+    assert lost_race(Conflict("the object has been modified"))
+    assert lost_race(Invalid("testing value /metadata/resourceVersion failed: test failed"))
+    assert lost_race(Invalid("test operation does not apply: is missing path: /spec/taints/1"))
+    assert not lost_race(Invalid("spec.taints[0].effect: Unsupported value"))
+    assert not lost_race(NotFound('remediations "r" not found'))

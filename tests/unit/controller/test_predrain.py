@@ -25,7 +25,6 @@ from autoclusters.controller.remediation_record import state_of, status_of
 from autoclusters.controller.statemachine import (
     ClearWarning,
     ConsentMode,
-    Cordon,
     Decision,
     Drain,
     DriveProvider,
@@ -87,9 +86,10 @@ def test_the_warning_precedes_the_cordon_and_any_eviction() -> None:
     d = run(None, obs(), p=SLURM)
     assert d.state is not None and d.state.phase == Phase.DRAINING
     kinds = [type(a).__name__ for a in d.actions if not isinstance(a, Emit)]
-    assert kinds.count("Warn") == 1 and kinds.index("Warn") < kinds.index("Cordon")
+    assert kinds == ["EnsureMarked", "Warn"]  # the node's warning and its cordon are one write, then the pods
     assert not any(isinstance(a, Drain) for a in d.actions)  # the slurm acknowledger has not acked
     warn = next(a for a in d.actions if isinstance(a, Warn))
+    assert d.actions[0] == EnsureMarked(cordon=True, warning=warn)
     assert warn.call_hook and warn.deadline == T0 + timedelta(seconds=120) == d.state.pre_drain_deadline
     assert warn.reason == f"GPU 3 reported Xid 79 (GPU has fallen off the bus) (remediation {REC})"
     assert d.state.eviction_started is None and n.EVENT_DRAIN_WARNING in emitted(d)
@@ -102,8 +102,9 @@ def test_nothing_to_wait_for_evicts_at_once() -> None:
     assert d.state is not None and d.state.eviction_started == T0
     assert Drain(force=False) in d.actions and n.EVENT_DRAIN_WAIT_ENDED not in emitted(d)
     actions = [a for a in d.actions if not isinstance(a, Emit)]
+    mark = next(i for i, a in enumerate(actions) if isinstance(a, EnsureMarked) and a.cordon and a.warning)
     warn = next(i for i, a in enumerate(actions) if isinstance(a, Warn))
-    assert warn < actions.index(Cordon()) < actions.index(Drain(force=False))
+    assert mark < warn < actions.index(Drain(force=False))
 
 
 def test_an_acknowledgement_ends_the_wait_early() -> None:
@@ -209,7 +210,7 @@ def test_the_warning_is_cleared_when_the_repair_ends() -> None:
     failed = run(replacing, replace(obs(PodsView()), provider=ProviderView(ProviderState.FAILED)),
                  T0 + timedelta(seconds=5))
     assert failed.state is not None and failed.state.phase == Phase.FAILED
-    assert ClearWarning() in failed.actions and EnsureMarked() in failed.actions  # labels stay for a human
+    assert EnsureMarked(clear_warning=True) in failed.actions  # labels stay for a human, in the same write
 
 
 def test_drain_reason_names_the_fault_and_the_record() -> None:
@@ -369,14 +370,14 @@ class _Kube:
 
     def patch_node_guarded(self, node: dict[str, Any],
                            ops_for: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> dict[str, Any]:
+        import jsonpatch
+
         ops = ops_for(self.node)
         if ops:
             self.node_patches.append(ops)
-        for op in ops:
-            path = op["path"].split("/")
-            if op["op"] == "remove" and path[1:3] == ["metadata", "annotations"]:
-                key = path[3].replace("~1", "/").replace("~0", "~")
-                del self.node["metadata"]["annotations"][key]
+            patched = jsonpatch.apply_patch(self.node, ops)
+            self.node.clear()
+            self.node.update(patched)
         return self.node
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
@@ -416,20 +417,21 @@ def test_warn_writes_the_node_once_and_each_unwarned_pod_with_an_event() -> None
     act, kube, rec = _actuator({})
     s = _state()
     w = Warn(deadline_of(s), drain_reason(s.fault, s.name), slinky=True)
-    act.run((w,), "n1", kube.node, s, None)
+    act.run((EnsureMarked(cordon=True, warning=w), w), "n1", kube.node, s, None)
     ann = kube.node["metadata"]["annotations"]
     assert ann[NAMES.drain_deadline] == "2026-03-01T12:02:00Z" and ann[NAMES.remediation] == REC
     assert ann[NAMES.drain_reason] == w.reason and ann[n.SLINKY_CORDON_REASON] == f"autoclusters: {w.reason}"
     assert kube.pod_patches == ["/api/v1/namespaces/train/pods/a"]  # b was warned already; DaemonSet pods stay
     assert rec.events == [("Pod", "train", n.EVENT_DRAIN_WARNING)]
-    act.run((w,), "n1", kube.node, s, None)  # idempotent: nothing written again
+    act.run((EnsureMarked(cordon=True, warning=w), w), "n1", kube.node, s, None)  # idempotent: nothing again
     assert len(kube.node_patches) == 1 and len(kube.pod_patches) == 1 and len(rec.events) == 1
 
 
 def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
     act, kube, _ = _actuator({n.SLINKY_CORDON_REASON: "rack maintenance"})
     s = _state()
-    act.run((Warn(deadline_of(s), "why", slinky=True),), "n1", kube.node, s, None)
+    w = Warn(deadline_of(s), "why", slinky=True)
+    act.run((EnsureMarked(warning=w), w), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"][n.SLINKY_CORDON_REASON] == "rack maintenance"
     kube.node["metadata"]["annotations"][NAMES.drain_ack("slurm")] = REC
     act.run((ClearWarning(),), "n1", kube.node, s, None)
@@ -439,7 +441,8 @@ def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
 def test_clearing_removes_the_warning_every_ack_and_our_slinky_reason() -> None:
     act, kube, _ = _actuator({"other.io/keep": "x"})
     s = _state()
-    act.run((Warn(deadline_of(s), "why", slinky=True),), "n1", kube.node, s, None)
+    w = Warn(deadline_of(s), "why", slinky=True)
+    act.run((EnsureMarked(warning=w), w), "n1", kube.node, s, None)
     kube.node["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC, NAMES.drain_ack("old"): "r0"})
     act.run((ClearWarning(),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"] == {"other.io/keep": "x"}

@@ -292,3 +292,34 @@ def test_a_pool_without_a_provider_holds_and_an_invalid_pool_says_why_on_itself(
     assert broken is not None
     valid = {c["type"]: c for c in broken["status"]["conditions"]}["Valid"]
     assert valid["status"] == "False" and "consentMode" in valid["message"]
+
+
+def test_a_record_deleted_under_a_decision_is_not_a_lost_race(h: Harness) -> None:
+    """A 404 on the status write: the record was deleted (kubectl delete), not out-raced. Nothing
+    of the decision is done, the cache forgets the record at once, and the next look starts anew."""
+    h.pool(mode="propose")
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(seconds=5)
+    [first] = h.records("n1")
+    assert first["status"]["phase"] == "AwaitingApproval"
+    h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["labels"].update({NAMES.maintenance_approved: "true"}))
+    h.api.settle()
+
+    def deleted_meanwhile(req: Request) -> None:
+        if req.verb == "PATCH" and req.resource == "remediations/status":
+            h.api.before.clear()
+            h.api.remove(req.path.removesuffix("/status"))
+
+    h.api.before.append(deleted_meanwhile)
+    h.api.requests.clear()
+    assert h.reconciler.reconcile("n1") == 0
+    assert h.fleet.records_of("n1") == []  # forgotten before its watch event
+    assert not any(r.resource == "nodes" for r in h.api.requests)  # nothing acted on the lost decision
+    assert not any(e["reason"] == "MaintenanceApproved" for e in h.events())
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    [again] = h.records("n1")
+    # the same fault episode, so the same name; a new object
+    assert again["metadata"]["uid"] != first["metadata"]["uid"] and again["status"]["approved"] is True

@@ -35,6 +35,7 @@ from autoclusters.controller.statemachine import (
     RepairPolicy,
     RepairState,
     Unmark,
+    Warn,
     transition,
 )
 
@@ -76,7 +77,10 @@ def test_auto_schedules_at_once_and_starts_draining_through_the_chain() -> None:
     assert reasons(d) == [n.EVENT_REQUIRED, n.EVENT_SCHEDULED, n.EVENT_STARTED, n.EVENT_DRAIN_WARNING]
     assert "2026-03-01T12:00:00Z" in next(a.message for a in d.actions if isinstance(a, Emit)
                                           and a.reason == n.EVENT_SCHEDULED)
-    assert any(isinstance(a, EnsureMarked) for a in d.actions) and any(isinstance(a, Cordon) for a in d.actions)
+    # one node write for the whole chain: marked, cordoned and warned in one EnsureMarked, nothing repeated
+    marks = [a for a in d.actions if isinstance(a, EnsureMarked | Cordon)]
+    assert len(marks) == 1 and isinstance(marks[0], EnsureMarked) and marks[0].cordon and marks[0].warning
+    assert len(d.actions) == len(set(d.actions))
     assert [s.phase for s in d.state.steps] == ["Scheduled", "Draining"]
 
 
@@ -213,7 +217,9 @@ def test_no_provider_reports_the_fault_but_holds_the_repair() -> None:
     again = run(d.state, obs(provider_blocks=(NO_PROVIDER,)))
     assert again.state == d.state and not any(isinstance(a, Emit) for a in again.actions)  # announced once
     started = run(d.state, obs())  # a provider was named: the repair starts
-    assert started.state and started.state.phase == Phase.ACTING and Cordon() in started.actions
+    assert started.state and started.state.phase == Phase.ACTING
+    assert [a for a in started.actions if isinstance(a, EnsureMarked | Cordon)] == [
+        EnsureMarked(cordon=True, warning=next(a for a in started.actions if isinstance(a, Warn)))]
 
 
 def test_no_provider_under_propose_holds_after_the_approval() -> None:
