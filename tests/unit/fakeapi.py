@@ -213,6 +213,9 @@ class FakeApi:
     _watches: list[_Watch] = field(default_factory=list)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     closed: bool = False
+    # settle() first waits until this many watches are open (an informer opens its watch just
+    # after its list: without this a settle() in between would see no watcher to wait for)
+    min_watchers: int = 0
 
     def client(self) -> FakeApiClient:
         return FakeApiClient(self)
@@ -284,7 +287,8 @@ class FakeApi:
         """Waits until every open watch has handed over (and its reader handled) every event."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while not all(w.idle and w.cursor >= self.rv for w in self._watches):
+            while len(self._watches) < self.min_watchers or not all(
+                    w.idle and w.cursor >= self.rv for w in self._watches):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("watchers did not catch up")

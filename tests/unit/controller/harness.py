@@ -127,6 +127,7 @@ class Harness:
     # --- the controller -------------------------------------------------------------------------
     def start(self) -> None:
         self.fleet.start(timeout=5)
+        self.api.min_watchers = 4  # nodes, pools, records, the default-pool ConfigMap
         self.api.settle()
         self.started = True
 

@@ -36,6 +36,7 @@ def test_list_then_watch_calls_back_every_change_in_order() -> None:
     inf = Informer(api.kube(), "/api/v1/nodes", handler, label_selector="pool=x", name="nodes")
     inf.start()
     assert inf.synced.wait(5)
+    api.min_watchers = 1
     api.settle()
     assert [s[0] for s in seen] == ["a"] and inf.get("b") is None
     rv_a = inf.get("a")["metadata"]["resourceVersion"]  # type: ignore[index]
@@ -58,6 +59,7 @@ def test_our_own_write_is_kept_unless_the_store_holds_a_newer_one() -> None:
     inf = Informer(api.kube(), "/api/v1/nodes", lambda *_: None)
     inf.start()
     assert inf.synced.wait(5)
+    api.min_watchers = 1
     api.settle()
     newer = api.edit("/api/v1/nodes/a", lambda n: n["metadata"]["labels"].update(x="1"))
     api.settle()
@@ -82,7 +84,9 @@ def test_an_expired_watch_lists_again_and_reports_what_changed_meanwhile() -> No
     inf = Informer(api.kube(), "/api/v1/nodes", lambda n, o, w: seen.append((n, w is not None)), watch_timeout=1)
     inf.start()
     assert inf.synced.wait(5)
+    api.min_watchers = 1
     api.settle()
+    api.min_watchers = 0  # the watch is ended on purpose below
     # the watch breaks, history is compacted and b is deleted while nobody watches
     api.before.append(_refuse_watches)
     api.close()
@@ -115,6 +119,7 @@ def test_a_handler_that_raises_does_not_stop_the_informer() -> None:
     inf = Informer(api.kube(), "/api/v1/nodes", handler)
     inf.start()
     assert inf.synced.wait(5)
+    api.min_watchers = 1
     api.settle()
     api.put("/api/v1/nodes", _node("bad"))
     _wait("the relist after the failure", lambda: calls.count("bad") == 2, timeout=10)
