@@ -247,15 +247,24 @@ class Fleet:
         return self.node_informer.get(name)
 
     def node_written(self, obj: JSON) -> None:
-        """Our own write of a node (the actuator's, a provider's): kept in the store at once, so
-        the next reconcile never acts on an older copy (a stale copy would fail the next guarded
-        patch's resourceVersion test and cost a read). Its watch event then changes nothing."""
+        """Our own write of a node (the actuator's, a provider's): into the store at once, and
+        handled as its watch event would be (indexes, keys), so the next reconcile never acts on
+        an older copy (a stale copy would fail the next guarded patch's resourceVersion test and
+        cost a read). The watch event, when it comes, then changes nothing."""
+        name = obj["metadata"]["name"]
+        old = self.node_informer.get(name)
         self.node_informer.upsert(obj)
-        self._index_node(obj["metadata"]["name"], self.node_informer.get(obj["metadata"]["name"]))
+        new = self.node_informer.get(name)
+        if new is not old:
+            self._on_node(name, old, new)
 
     def node_deleted(self, name: str) -> None:
-        """A node we deleted (a provider's replacement): gone from the store before its watch event."""
+        """A node we deleted (a provider's replacement): gone from the store and the indexes
+        before its watch event."""
+        old = self.node_informer.get(name)
         self.node_informer.remove(name)
+        if old is not None:
+            self._on_node(name, old, None)
 
     def pool_name_of_node(self, name: str) -> str:
         with self._lock:

@@ -271,6 +271,10 @@ def test_a_failed_reset_escalates_to_a_replacement_that_joins_the_pool(h: Harnes
     assert new and h.node_obj(new) is not None and h.node_obj("n1") is None
     assert [e["reason"] for e in h.events("MaintenanceActionFailed")] == ["MaintenanceActionFailed"]
     assert [e["reason"] for e in h.events("MaintenanceEscalated")] == ["MaintenanceEscalated"]
+    h.run(seconds=10)
+    pool = h.api.read(h.pool_path("p"))
+    assert pool is not None and (pool["status"]["nodes"], pool["status"]["faultyNodes"]) == (1, 0)
+    assert h.fleet.members("p") == {new}
 
 
 def test_a_pool_without_a_provider_holds_and_an_invalid_pool_says_why_on_itself(h: Harness) -> None:
