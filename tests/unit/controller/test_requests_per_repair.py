@@ -113,3 +113,25 @@ def test_a_starting_repair_is_one_node_patch(h: Harness) -> None:
     assert node["metadata"]["labels"][NAMES.maintenance_required] == "true"
     assert node["metadata"]["annotations"][NAMES.remediation] == h.records("n1")[0]["metadata"]["name"]
     assert [t["key"] for t in node["spec"]["taints"]] == [NAMES.taint_key]
+
+
+def test_a_karpenter_node_without_annotations_gets_guards_and_warning_in_the_same_patch() -> None:
+    from autoclusters.clock import FakeClock
+    from autoclusters.controller.actuator import Actuator
+    from autoclusters.controller.statemachine import EnsureMarked, Warn
+    from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
+    from tests.unit.controller.harness import Notes
+    from tests.unit.controller.test_predrain import _state
+    from tests.unit.fakeapi import FakeApi
+
+    api = FakeApi()
+    kube = api.kube()
+    node = api.put("/api/v1/nodes", {"metadata": {"name": "n1", "labels": {NODEPOOL_LABEL: "gpu"}}, "spec": {}})
+    s = _state()
+    warn = Warn(s.pre_drain_deadline, "why", slinky=True)
+    act = Actuator(kube, NAMES, None, Notes(), FakeClock())  # type: ignore[arg-type]  # no event here
+    out = act.run((EnsureMarked(cordon=True, warning=warn),), "n1", node, s, None)
+    assert [(r.verb, r.resource) for r in api.requests] == [("PATCH", "nodes")]
+    ann = (out or {})["metadata"]["annotations"]
+    assert all(ann[k] == "true" for k in GUARD_ANNOTATIONS) and ann[NAMES.remediation] == s.name
+    assert (out or {})["spec"]["unschedulable"] is True
