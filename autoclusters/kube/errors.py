@@ -50,15 +50,22 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
+# What the API server answers when a JSON patch does not apply to the object as it is now (a
+# ``test`` that fails, a path that is gone): its generic 422, the patch library's own words
+# dropped. Other 422s (field validation, an admission policy's refusal) say what was refused.
+PATCH_DID_NOT_APPLY = "the server rejected our request due to an error in our request"
+
+
 def lost_race(e: KubeError) -> bool:
     """Another writer got there first: a 409 (a stale resourceVersion, a name taken) or a JSON
-    patch whose ``test`` failed (422, with the API server's "testing value <path> failed" or
-    "test operation does not apply"). Any other 422 (an invalid patch, an admission policy's
-    refusal) and a 404 (the object was deleted) are not races: reading again would not help."""
+    patch that no longer applies (its ``test`` failed: the API server's generic 422). Any other
+    422 (an invalid field, an admission policy's refusal) and a 404 (the object was deleted)
+    are not races: reading again and retrying would not help."""
     if isinstance(e, Conflict):
         return True
     text = str(e).lower()
-    return isinstance(e, Invalid) and ("testing value" in text or "test operation does not apply" in text)
+    return isinstance(e, Invalid) and (PATCH_DID_NOT_APPLY in text or "testing value" in text
+                                       or "test operation does not apply" in text)
 
 
 def _message(body: str | bytes | None, fallback: str) -> str:

@@ -36,6 +36,7 @@ except ImportError as e:  # a venv made before requirements.txt listed it
     raise ImportError("the fake API server needs jsonpatch: run `make venv` (requirements.txt lists it)") from e
 
 from autoclusters.kube import Kube
+from autoclusters.kube.errors import PATCH_DID_NOT_APPLY
 
 JSON = dict[str, Any]
 
@@ -408,15 +409,12 @@ class FakeApi:
 
     def _patch(self, current: JSON, req: Request, what: str) -> JSON:
         if req.content_type == "application/json-patch+json":
-            doc = current
-            for op in req.body:  # one at a time, to name the failed test as the API server does
-                try:
-                    doc = jsonpatch.apply_patch(doc, [op])
-                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-                    if op.get("op") == "test":
-                        raise ApiError(422, f"testing value {op['path']} failed: test failed") from e
-                    raise ApiError(422, f"{what} is invalid: {e}") from e
-            return doc
+            try:
+                return jsonpatch.apply_patch(current, req.body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                # the API server's generic 422 for a patch that does not apply (a failed test, a
+                # path that is gone): the patch library's own words are not passed on
+                raise ApiError(422, PATCH_DID_NOT_APPLY) from e
         wanted = ((req.body or {}).get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             raise ApiError(409, f"Operation cannot be fulfilled on {what}: the object has been modified; "

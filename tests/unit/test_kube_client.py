@@ -25,7 +25,7 @@ class RacingKube(Kube):
         if self.lose:
             self.lose -= 1
             self.rv += 1  # a concurrent writer got there first
-            raise Invalid("testing value /metadata/resourceVersion failed: test failed")
+            raise Invalid("the server rejected our request due to an error in our request")
         return {"metadata": {"name": name, "resourceVersion": str(self.rv + 1)}}
 
 
@@ -74,6 +74,7 @@ def test_what_counts_as_a_lost_race() -> None:
     from autoclusters.kube.errors import lost_race
 
     assert lost_race(Conflict("the object has been modified"))
+    assert lost_race(Invalid("the server rejected our request due to an error in our request"))  # the API server's
     assert lost_race(Invalid("testing value /metadata/resourceVersion failed: test failed"))
     assert lost_race(Invalid("test operation does not apply: is missing path: /spec/taints/1"))
     assert not lost_race(Invalid("spec.taints[0].effect: Unsupported value"))

@@ -327,3 +327,30 @@ def test_a_record_deleted_under_a_decision_is_not_a_lost_race(h: Harness) -> Non
     [again] = h.records("n1")
     # the same fault episode, so the same name; a new object
     assert again["metadata"]["uid"] != first["metadata"]["uid"] and again["status"]["approved"] is True
+
+
+def test_a_node_changed_since_the_cache_saw_it_is_read_again_not_given_up(h: Harness) -> None:
+    """kubelet heartbeats move a node's resourceVersion all the time: the unmarking patch's
+    `test` fails (the API server's generic 422), the node is read again and the patch lands; the
+    repair still ends with its event."""
+    h.pool()
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    heartbeats: list[str] = []
+
+    def heartbeat_first(req: Request) -> None:
+        if req.verb == "PATCH" and req.resource == "nodes" and isinstance(req.body, list) \
+                and any(op["op"] == "remove" for op in req.body) and not heartbeats:
+            heartbeats.append(req.path)
+            h.api.edit("/api/v1/nodes/n1", lambda n: n["status"].update({"heartbeat": "now"}))
+
+    h.api.before.append(heartbeat_first)
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    h.run(seconds=5)
+    assert heartbeats
+    assert [e["reason"] for e in h.events(EVENT_SUCCEEDED)] == [EVENT_SUCCEEDED]
+    node = h.node_obj("n1")
+    assert node is not None and not _marked(node) and not node["spec"].get("unschedulable")
+    assert ("GET", "nodes") in h.api.counts()  # the one read the lost race cost
