@@ -121,14 +121,14 @@ def test_a_karpenter_node_without_annotations_gets_guards_and_warning_in_the_sam
     from autoclusters.controller.statemachine import EnsureMarked, Warn
     from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
     from tests.unit.controller.harness import Notes
-    from tests.unit.controller.test_predrain import _state
+    from tests.unit.controller.test_predrain import _state, deadline_of
     from tests.unit.fakeapi import FakeApi
 
     api = FakeApi()
     kube = api.kube()
     node = api.put("/api/v1/nodes", {"metadata": {"name": "n1", "labels": {NODEPOOL_LABEL: "gpu"}}, "spec": {}})
     s = _state()
-    warn = Warn(s.pre_drain_deadline, "why", slinky=True)
+    warn = Warn(deadline_of(s), "why", slinky=True)
     act = Actuator(kube, NAMES, None, Notes(), FakeClock())  # type: ignore[arg-type]  # no event here
     out = act.run((EnsureMarked(cordon=True, warning=warn),), "n1", node, s, None)
     assert [(r.verb, r.resource) for r in api.requests] == [("PATCH", "nodes")]
