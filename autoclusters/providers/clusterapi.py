@@ -1,7 +1,13 @@
 """The Cluster API provider: repairs by acting on the Machine that owns the node.
 
-- replace: delete the Machine; its MachineSet/MachineDeployment creates a new one and a
-  new node joins the pool. Done when the Machine is gone.
+- replace: delete the Machine; Cluster API drains and deletes its node, and the owning
+  MachineSet creates a Machine in its place whose node joins the pool. Done when the Machine
+  and the old node are both gone and a new Ready node of the pool, from a Machine of the same
+  namespace, is matched to the operation (one for one, as for Karpenter: the operation id is
+  written on the new node with a resourceVersion-guarded patch, so two replacements never
+  count one node). A Machine gone while its node stays (Cluster API gives up deleting a node
+  after the Machine's ``nodeDeletionTimeout``) is not a finished replacement: the old node
+  could still run work and report faults.
 - reset: Cluster API has no reboot verb; the provider sets the Machine's remediation
   annotation (``cluster.x-k8s.io/remediate-machine``), which the owning controller (or an
   external remediation template) acts on. Done when the node reports a new boot id.
@@ -14,13 +20,16 @@ The operation id is written on the Machine, so a retried ``drive`` does nothing 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
 from autoclusters.kube import Kube, NotFound
+from autoclusters.names import Names
 from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.replacement import ReplacementClaims
 
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = "v1beta1"
@@ -58,11 +67,18 @@ def boot_id(node: dict[str, Any] | None) -> str:
 class ClusterApiProvider:
     name = "clusterapi"
 
-    def __init__(self, kube: Kube, clock: Clock, *, version: str = CAPI_VERSION) -> None:
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *, version: str = CAPI_VERSION) -> None:
         self._kube = kube
         self._clock = clock
+        self._names = names
         self._version = version
         self._machines: dict[str, MachineRef] = {}  # node -> machine, remembered before the node goes away
+        self._claims = ReplacementClaims(kube, names)
+
+    @property
+    def operation_annotation(self) -> str:
+        """The annotation that matches a new node to the replacement it serves."""
+        return self._claims.operation_annotation
 
     def replacement_name(self, op: Operation, pool: str) -> str:
         return ""  # the infrastructure provider names the new node
@@ -86,14 +102,31 @@ class ClusterApiProvider:
             self._machines[node] = ref
         return ref
 
+    def _machine(self, ref: MachineRef) -> dict[str, Any] | None:
+        try:
+            return self._kube.get(ref.path(self._version))
+        except NotFound:
+            return None
+
+    def _same_cluster(self, ref: MachineRef) -> Callable[[dict[str, Any]], bool]:
+        """A node Cluster API made for another Machine of the same namespace."""
+        def test(candidate: dict[str, Any]) -> bool:
+            other = machine_ref(candidate)
+            return other is not None and other.namespace == ref.namespace and other != ref
+        return test
+
     def drive(self, op: Operation, node: str, pool: str) -> None:
         ref = self._ref(node)
         if ref is None:
             raise ProviderError(f"node {node} names no Cluster API Machine ({MACHINE_ANNOTATION} annotation)")
-        try:
-            machine = self._kube.get(ref.path(self._version))
-        except NotFound:
-            return  # already deleted: the replacement is under way or done
+        machine = self._machine(ref)
+        if machine is None:
+            if op.action == RepairAction.REPLACE:  # deleted: match the node its MachineSet brings
+                nodes = self._kube.list_nodes(f"{self._names.pool_label}={pool}")
+                if self._claims.claimed_by(op, nodes) is None:
+                    self._claims.claim(op, node, pool, self._claims.candidates(op, node, nodes),
+                                       also=self._same_cluster(ref))
+            return
         ann = (machine.get("metadata") or {}).get("annotations") or {}
         if ann.get(OPERATION_ANNOTATION) == op.id and op.action == RepairAction.RESET:
             return
@@ -110,19 +143,38 @@ class ClusterApiProvider:
         ref = self._ref(node, lookup)
         if ref is None:
             return ProviderView(ProviderState.FAILED, f"node {node} names no Cluster API Machine")
-        try:
-            machine = self._kube.get(ref.path(self._version))
-        except NotFound:
-            machine = None
+        machine = self._machine(ref)
         ann = ((machine or {}).get("metadata") or {}).get("annotations") or {}
         if op.action == RepairAction.REPLACE:
-            if machine is None:
-                return ProviderView(ProviderState.SUCCEEDED)
-            return ProviderView(ProviderState.RUNNING if ann.get(OPERATION_ANNOTATION) == op.id
-                                else ProviderState.NOT_STARTED)
+            return self._replace_progress(op, node, pool, ref, machine, lookup)
         if ann.get(OPERATION_ANNOTATION) != op.id:
             return ProviderView(ProviderState.NOT_STARTED)
         current = lookup(node)
         if current is not None and boot_id(current) not in ("", op.boot_id_before):
             return ProviderView(ProviderState.SUCCEEDED)
         return ProviderView(ProviderState.RUNNING)
+
+    def _replace_progress(self, op: Operation, node: str, pool: str, ref: MachineRef,
+                          machine: dict[str, Any] | None, lookup: NodeLookup) -> ProviderView:
+        current = lookup(node)
+        if current is not None:
+            self._claims.since(op, current)
+        if machine is not None:
+            meta = machine.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                return ProviderView(ProviderState.RUNNING,
+                                    f"Cluster API is deleting Machine {ref.namespace}/{ref.name}")
+            started = (meta.get("annotations") or {}).get(OPERATION_ANNOTATION) == op.id
+            return ProviderView(ProviderState.RUNNING if started else ProviderState.NOT_STARTED)
+        mine = self._claims.claimed_by(op, self._kube.list_nodes(f"{self._names.pool_label}={pool}"))
+        new = str((mine or {}).get("metadata", {}).get("name", ""))
+        if current is not None:
+            return ProviderView(ProviderState.RUNNING, (
+                f"Machine {ref.namespace}/{ref.name} is gone but node {node} still exists: waiting for it to be "
+                "deleted (Cluster API gives up after the Machine's nodeDeletionTimeout; then delete the node)"),
+                new_node=new)
+        if mine is None:
+            return ProviderView(ProviderState.RUNNING, (
+                f"Machine {ref.namespace}/{ref.name} and node {node} are gone: waiting for a new Ready node of "
+                f"pool {pool} (label {self._names.pool_label}={pool}) from a Machine in {ref.namespace}"))
+        return ProviderView(ProviderState.SUCCEEDED, new_node=new)

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoclusters.clock import Clock, parse_iso
+from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
-from autoclusters.kube import Conflict, Kube, NotFound
-from autoclusters.kube.objects import node_ready
+from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.replacement import ReplacementClaims
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
@@ -87,15 +87,15 @@ class KarpenterProvider:
         self._names = names
         self.timeout_seconds = timeout_seconds
         self._targets: dict[str, Target] = {}  # node -> its NodeClaim, remembered before it goes away
-        self._baseline: dict[str, datetime] = {}  # operation id -> when its node was marked
+        self._claims = ReplacementClaims(kube, names)
 
     @property
     def operation_annotation(self) -> str:
-        return f"{self._names.api_group}/operation"
+        return self._claims.operation_annotation
 
     @property
     def replaces_annotation(self) -> str:
-        return f"{self._names.api_group}/replaces"
+        return self._claims.replaces_annotation
 
     def replacement_name(self, op: Operation, pool: str) -> str:
         return ""  # Karpenter names the new node; progress reports it once claimed
@@ -126,17 +126,7 @@ class KarpenterProvider:
             return None
 
     def _since(self, op: Operation, node_obj: JSON | None) -> datetime:
-        """Nodes created from this moment on may replace the node: when the repair marked it.
-
-        The evicted pods' demand can make Karpenter launch the new node while the drain is
-        still running, before the operation starts. Without the mark (a controller restarted
-        after the old node was gone) the operation's start is the bound.
-        """
-        if op.id not in self._baseline:
-            marked = parse_iso((_meta(node_obj).get("annotations") or {}).get(self._names.marked_at_annotation))
-            if node_obj is not None or marked is not None:
-                self._baseline[op.id] = min(marked or op.started, op.started)
-        return self._baseline.get(op.id, op.started).replace(microsecond=0)  # creationTimestamp: seconds
+        return self._claims.since(op, node_obj)
 
     def _pool_nodes(self, pool: str, nodepool: str) -> list[JSON]:
         selector = f"{NODEPOOL_LABEL}={nodepool}" if nodepool else f"{NODEPOOL_LABEL},{self._names.pool_label}={pool}"
@@ -144,19 +134,10 @@ class KarpenterProvider:
 
     def _candidates(self, op: Operation, node: str, nodes: list[JSON]) -> list[JSON]:
         """New nodes of the NodePool (or, after a restart, of the pool) that may replace ``node``."""
-        since = self._since(op, None)
-        out = []
-        for n in nodes:
-            meta = _meta(n)
-            created = parse_iso(meta.get("creationTimestamp"))
-            if meta.get("name") == node or meta.get("deletionTimestamp") or created is None or created < since:
-                continue
-            out.append(n)
-        return sorted(out, key=lambda n: (_meta(n).get("creationTimestamp", ""), _meta(n)["name"]))
+        return self._claims.candidates(op, node, nodes)
 
     def _claimed_by(self, op: Operation, nodes: list[JSON]) -> JSON | None:
-        return next((n for n in nodes if (_meta(n).get("annotations") or {}).get(self.operation_annotation) == op.id),
-                    None)
+        return self._claims.claimed_by(op, nodes)
 
     # --- drive -----------------------------------------------------------------------
     def drive(self, op: Operation, node: str, pool: str) -> None:
@@ -186,28 +167,7 @@ class KarpenterProvider:
         nodes = self._pool_nodes(pool, nodepool)
         if self._claimed_by(op, nodes) is not None:
             return
-        for cand in self._candidates(op, node, nodes):
-            ann = _meta(cand).get("annotations") or {}
-            labels = _meta(cand).get("labels") or {}
-            if ann.get(self.operation_annotation) or not node_ready(cand) \
-                    or labels.get(self._names.pool_label) != pool \
-                    or labels.get(self._names.maintenance_required) == "true":
-                continue
-
-            def ops_for(current: JSON) -> list[JSON]:
-                a = _meta(current).get("annotations")
-                if (a or {}).get(self.operation_annotation):
-                    return []  # another operation got there first
-                value = {self.operation_annotation: op.id, self.replaces_annotation: node}
-                if a is None:
-                    return [{"op": "add", "path": "/metadata/annotations", "value": value}]
-                return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
-                        for k, v in value.items()]
-
-            with contextlib.suppress(Conflict, NotFound):
-                got = self._kube.patch_node_guarded(cand, ops_for)
-                if (_meta(got).get("annotations") or {}).get(self.operation_annotation) == op.id:
-                    return
+        self._claims.claim(op, node, pool, self._candidates(op, node, nodes))
 
     # --- progress --------------------------------------------------------------------
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
@@ -260,6 +220,3 @@ class KarpenterProvider:
                     "Karpenter's logs")
         return msg
 
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")

@@ -51,7 +51,7 @@ def _command(s: Mapping[str, Any], c: BuildContext) -> Provider:
 
 
 def _clusterapi(s: Mapping[str, Any], c: BuildContext) -> Provider:
-    return ClusterApiProvider(c.kube, c.clock, version=str(s["version"]))
+    return ClusterApiProvider(c.kube, c.clock, c.names, version=str(s["version"]))
 
 
 def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:

@@ -12,6 +12,7 @@ the test plays their part where the provider waits on them: a new boot id after 
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -162,7 +163,7 @@ def test_reset_sets_the_remediation_annotation_then_waits_for_a_new_boot(capi: C
     node = nodes[0]
     machine = machines[node]["metadata"]["name"]
     boot = capi.kube.get_node(node)["status"]["nodeInfo"]["bootID"]
-    prov = ClusterApiProvider(capi.kube, SystemClock(), version=capi.v)
+    prov = ClusterApiProvider(capi.kube, SystemClock(), capi.h.names, version=capi.v)
     op = Operation(f"rec-{unique}-1", RepairAction.RESET, datetime.now(UTC), boot_id_before=boot)
     assert prov.progress(op, node, pool, lookup(capi.kube)).state == ProviderState.NOT_STARTED
     prov.drive(op, node, pool)
@@ -178,19 +179,48 @@ def test_reset_sets_the_remediation_annotation_then_waits_for_a_new_boot(capi: C
     assert REMEDIATE_ANNOTATION not in (other["metadata"].get("annotations") or {})
 
 
-def test_replace_deletes_the_machine_and_leaves_its_owners(capi: CapiWorld, unique: str) -> None:
+def test_replace_is_done_once_the_machine_and_its_node_are_gone_and_a_new_node_is_matched(
+        capi: CapiWorld, unique: str) -> None:
+    """Deleting the Machine starts the replacement; it is not done while the old node exists
+    (Cluster API deletes it as part of the Machine's deletion, or gives up after the Machine's
+    nodeDeletionTimeout) nor before the MachineSet's new Machine brings a Ready node of the
+    pool, which is matched to this operation and to no other."""
     pool = f"capi-{unique}"
     nodes = capi.h.create_gpu_nodes(pool, 2, prefix=pool)
     machines = capi.build(nodes)
     node = nodes[1]
     machine = machines[node]["metadata"]["name"]
-    prov = ClusterApiProvider(capi.kube, SystemClock(), version=capi.v)
+    prov = ClusterApiProvider(capi.kube, SystemClock(), capi.h.names, version=capi.v)
+    # The repair begins after the pool's nodes exist, in a later second (creation times have
+    # second precision): the nodes already there are never taken for the replacement.
+    time.sleep(1 - time.time() % 1)
     op = Operation(f"rec-{unique}-1", RepairAction.REPLACE, datetime.now(UTC))
+    assert prov.progress(op, node, pool, lookup(capi.kube)).state == ProviderState.NOT_STARTED
     prov.drive(op, node, pool)
-    assert prov.progress(op, node, pool, lookup(capi.kube)).state == ProviderState.SUCCEEDED
     with pytest.raises(NotFound):
         capi.kube.get(capi.path("machines", machine))
-    prov.drive(op, node, pool)  # again: nothing to do, no error
+    # No Cluster API controller here: the Machine went at once, its node is still there.
+    view = prov.progress(op, node, pool, lookup(capi.kube))
+    assert view.state == ProviderState.RUNNING and f"node {node} still exists" in view.message
+    prov.drive(op, node, pool)  # again: nothing to delete, no error
     assert capi.kube.get(capi.path("machines", machines[nodes[0]]["metadata"]["name"]))  # the other one stays
     assert capi.kube.get(capi.path("machinesets", "gpu-md-x7k2p"))["spec"]["replicas"] == 2  # its owner restores it
     assert capi.kube.get(capi.path("machinedeployments", "gpu-md"))
+    # What Cluster API does next: the old node deleted, a new Machine with its node.
+    capi.kube.delete(f"/api/v1/nodes/{node}")
+    view = prov.progress(op, node, pool, lookup(capi.kube))
+    assert view.state == ProviderState.RUNNING and "waiting for a new Ready node" in view.message
+    (new,) = capi.h.create_gpu_nodes(pool, 1, prefix=f"{pool}-new")
+    capi.kube.patch_node(new, {"metadata": {"annotations": {MACHINE_ANNOTATION: "gpu-md-x7k2p-new",
+                                                            NAMESPACE_ANNOTATION: capi.ns}}})
+    # A second replacement in the pool, its Machine and node gone too: one new node serves one of them.
+    other = Operation(f"rec-{unique}-2", RepairAction.REPLACE, op.started)
+    prov.drive(other, nodes[0], pool)
+    capi.kube.delete(f"/api/v1/nodes/{nodes[0]}")
+    prov.drive(op, node, pool)
+    prov.drive(other, nodes[0], pool)
+    done = prov.progress(op, node, pool, lookup(capi.kube))
+    assert (done.state, done.new_node) == (ProviderState.SUCCEEDED, new)
+    assert capi.kube.get_node(new)["metadata"]["annotations"][prov.operation_annotation] == op.id
+    waiting = prov.progress(other, nodes[0], pool, lookup(capi.kube))
+    assert waiting.state == ProviderState.RUNNING and "waiting for a new Ready node" in waiting.message

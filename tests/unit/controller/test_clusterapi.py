@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
+from autoclusters.clock import FakeClock
 from autoclusters.controller.statemachine import (
     Operation,
+    ProviderState,
+    ProviderView,
     RepairAction,
 )
-from autoclusters.providers.clusterapi import machine_ref, remediation_patch
+from autoclusters.names import Names
+from autoclusters.providers.clusterapi import (
+    MACHINE_ANNOTATION,
+    NAMESPACE_ANNOTATION,
+    ClusterApiProvider,
+    machine_ref,
+    remediation_patch,
+)
+from tests.unit.fakeapi import FakeApi
+
+JSON = dict[str, Any]
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -23,3 +37,108 @@ def test_capi_machine_ref_and_patch() -> None:
     patch = remediation_patch(op, "2026-03-01T12:00:00Z")
     assert set(patch["metadata"]["annotations"]) == {"cluster.x-k8s.io/remediate-machine",
                                                      "remediation.autoclusters.io/operation"}
+
+
+# --- the replace rule, against the fake API server ---------------------------------------------
+NAMES = Names()
+NS = "capi"
+MACHINES = "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi/machines"
+
+
+class World:
+    """Nodes of pool ``p`` with their Machines; the clock moves only when told."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock(T)
+        self.api = FakeApi(clock=self.clock.now)
+        self.kube = self.api.kube()
+        self.prov = ClusterApiProvider(self.kube, self.clock, NAMES)
+
+    def node(self, name: str, machine: str, ready: bool = True) -> None:
+        self.api.put(MACHINES, {"metadata": {"name": machine, "namespace": NS}, "spec": {}})
+        self.api.put("/api/v1/nodes", {"metadata": {
+            "name": name, "labels": {NAMES.pool_label: "p"},
+            "annotations": {MACHINE_ANNOTATION: machine, NAMESPACE_ANNOTATION: NS}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+
+    def lookup(self, name: str) -> JSON | None:
+        return self.api.read(f"/api/v1/nodes/{name}")
+
+    def step(self, op: Operation, node: str) -> ProviderView:
+        """One reconcile's worth: what the controller observes, then what it drives."""
+        view = self.prov.progress(op, node, "p", self.lookup)
+        self.prov.drive(op, node, "p")
+        return view
+
+
+def test_replace_is_not_done_while_the_old_node_exists_though_its_machine_is_gone() -> None:
+    w = World()
+    w.node("old", "m-old")
+    w.clock.advance(5)
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    assert w.step(op, "old").state == ProviderState.NOT_STARTED
+    assert w.api.read(f"{MACHINES}/m-old") is None  # the drive deleted it
+    w.clock.advance(5)
+    w.node("new", "m-new")  # the MachineSet's new Machine and its node
+    view = w.step(op, "old")
+    assert view.state == ProviderState.RUNNING and "node old still exists" in view.message  # not Succeeded
+    w.api.remove("/api/v1/nodes/old")  # Cluster API deletes the node
+    done = w.prov.progress(op, "old", "p", w.lookup)
+    assert (done.state, done.new_node) == (ProviderState.SUCCEEDED, "new")
+
+
+def test_replace_waits_for_a_ready_new_node_of_the_pool() -> None:
+    w = World()
+    w.node("old", "m-old")
+    w.clock.advance(5)
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    w.step(op, "old")
+    w.api.remove("/api/v1/nodes/old")
+    view = w.step(op, "old")
+    assert view.state == ProviderState.RUNNING and "waiting for a new Ready node of pool p" in view.message
+    w.clock.advance(5)
+    w.node("booting", "m-new", ready=False)
+    assert w.step(op, "old").state == ProviderState.RUNNING  # not Ready: not claimed
+    w.api.edit("/api/v1/nodes/booting", lambda n: n["status"].update(
+        conditions=[{"type": "Ready", "status": "True"}]))
+    w.step(op, "old")
+    assert w.prov.progress(op, "old", "p", w.lookup).new_node == "booting"
+
+
+def test_a_node_that_existed_before_the_repair_or_is_not_from_cluster_api_is_never_the_replacement() -> None:
+    w = World()
+    w.node("old", "m-old")
+    w.node("neighbour", "m-neighbour")
+    w.clock.advance(5)
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    w.step(op, "old")
+    w.api.remove("/api/v1/nodes/old")
+    w.clock.advance(5)
+    w.api.put("/api/v1/nodes", {"metadata": {"name": "stray", "labels": {NAMES.pool_label: "p"}},
+                                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert w.step(op, "old").state == ProviderState.RUNNING
+    assert w.step(op, "old").state == ProviderState.RUNNING
+    ann = (w.lookup("neighbour") or {})["metadata"]["annotations"]
+    assert w.prov.operation_annotation not in ann
+
+
+def test_two_replacements_never_count_one_new_node() -> None:
+    w = World()
+    w.node("a", "m-a")
+    w.node("b", "m-b")
+    w.clock.advance(5)
+    op_a = Operation("r-a", RepairAction.REPLACE, w.clock.now())
+    op_b = Operation("r-b", RepairAction.REPLACE, w.clock.now())
+    other = ClusterApiProvider(w.kube, w.clock, NAMES)  # e.g. a restarted controller's provider
+    w.step(op_a, "a")
+    other.progress(op_b, "b", "p", w.lookup)
+    other.drive(op_b, "b", "p")
+    w.api.remove("/api/v1/nodes/a")
+    w.api.remove("/api/v1/nodes/b")
+    w.clock.advance(5)
+    w.node("new", "m-new")
+    w.prov.drive(op_a, "a", "p")
+    other.drive(op_b, "b", "p")
+    views = [w.prov.progress(op_a, "a", "p", w.lookup), other.progress(op_b, "b", "p", w.lookup)]
+    assert [v.state for v in views] == [ProviderState.SUCCEEDED, ProviderState.RUNNING]
+    assert views[0].new_node == "new"
