@@ -61,6 +61,7 @@ from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.sim import nodes as sim
 
+IDLE_WINDOW_S = 10.0
 MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 REPLACE_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
 
@@ -386,7 +387,10 @@ def main() -> int:
         kube.get_node(node)
         rtt.append(time.monotonic() - t)
     plane = control_plane_pids(args.kubeconfig)
+    idle_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
+    time.sleep(IDLE_WINDOW_S if plane else 0)  # the control plane's load before the faults: heartbeats, informers
     plane_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
+    plane_idle = {name: (plane_before[name] - idle_before[name]) / IDLE_WINDOW_S for name in plane}
     latency_before = apiserver_latency(args.kubeconfig)
     sampler = Sampler(kube, node_names[-1])
     sampler.start()
@@ -473,6 +477,8 @@ def main() -> int:
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
     if plane_cpu:
+        print(f"control plane CPU in the {IDLE_WINDOW_S:.0f} s before the faults (% of one CPU): " + ", ".join(
+            f"{name} {share * 100:.0f}%" for name, share in sorted(plane_idle.items())))
         print("control plane CPU during the repairs (s; % of one CPU over the run): " + ", ".join(
             f"{name} {sec:.1f} ({sec / elapsed * 100:.0f}%)" for name, sec in sorted(plane_cpu.items())))
     rtt_run = sampler.rtt
@@ -495,7 +501,7 @@ def main() -> int:
                                        for (verb, resource), n in sorted(by_kind.items(), key=lambda kv: -kv[1])],
               "peak_rss_mib": hwm_kb / 1024,
               "controller_cpu_s": cpu_used, "controller_cpu_per_repair_ms": cpu_used / repairs * 1000,
-              "control_plane_cpu_s": plane_cpu,
+              "control_plane_cpu_s": plane_cpu, "control_plane_cpu_share_before_faults": plane_idle,
               "apiserver_cpu_s": plane_cpu.get("kube-apiserver"),
               "get_node_p50_s": pct(rtt, 0.5),
               "get_node_during_run_s": {"p50": pct(rtt_run, 0.5), "p99": pct(rtt_run, 0.99),
