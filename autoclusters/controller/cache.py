@@ -141,6 +141,13 @@ class Fleet:
         if changed and self.node_informer.synced.is_set():
             self._reindex_all()
 
+    def member_nodes(self, pool: str) -> list[tuple[str, JSON]]:
+        """The pool's members with their stored objects, read in one pass over the store."""
+        with self._lock:
+            of = dict(self._node_pool)
+        return [(name, node) for node in self.node_informer.items()
+                if of.get(name := node["metadata"]["name"]) == pool]
+
     def members(self, pool: str) -> set[str]:
         with self._lock:
             return set(self._members.get(pool, ()))

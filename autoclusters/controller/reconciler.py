@@ -137,6 +137,8 @@ class Reconciler:
         self._settings = settings
         self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._providers: dict[tuple[str, str], Provider | str] = {}  # str: why it could not be built
+        # (provider, node) -> (the node object asked about, the provider, its refusal): _provider_condition
+        self._refusals: dict[tuple[int, str], tuple[JSON, Provider, str]] = {}
         self._plock = threading.Lock()
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
@@ -455,20 +457,33 @@ class Reconciler:
                 continue
             assert provider is not None
             providers.append(provider)
-        refused: dict[str, list[str]] = defaultdict(list)
+        refused: dict[str, list[str]] = {}
         if not problems:
             # One pass over the members (the pool reconciles on every change of its faulty count),
             # each distinct provider asked once per node; only the refused names are sorted.
+            # A provider's answer for a node object is kept: the store replaces an object when the
+            # node changes, so only the nodes changed since the last pass are asked again.
             distinct = list({id(prov): prov for prov in providers}.values())
             by_provider: dict[int, list[str]] = {id(prov): [] for prov in distinct}
-            for member in self._fleet.members(pool.name):
-                member_node = self._fleet.node(member)
+            members = self._fleet.member_nodes(pool.name)
+            memo = self._refusals
+            if len(memo) > 4 * len(members) * len(distinct) + 1024:
+                memo.clear()  # providers rebuilt, nodes gone: drop the old answers
+            for member, member_node in members:
                 for prov in distinct:
-                    if prov.refusal(member_node):
+                    key = (id(prov), member)
+                    seen = memo.get(key)
+                    if seen is not None and seen[0] is member_node and seen[1] is prov:
+                        why = seen[2]
+                    else:
+                        why = prov.refusal(member_node)
+                        memo[key] = (member_node, prov, why)
+                    if why:
                         by_provider[id(prov)].append(member)
-            for prov in providers:
-                if by_provider[id(prov)]:
-                    refused[prov.name].extend(sorted(by_provider[id(prov)]))
+            by_kind: dict[str, set[str]] = defaultdict(set)
+            for prov in distinct:  # a node refused by the providers of two actions is named once
+                by_kind[prov.name].update(by_provider[id(prov)])
+            refused = {kind: sorted(nodes) for kind, nodes in by_kind.items() if nodes}
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):

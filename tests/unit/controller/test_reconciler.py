@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -354,3 +355,38 @@ def test_a_node_changed_since_the_cache_saw_it_is_read_again_not_given_up(h: Har
     node = h.node_obj("n1")
     assert node is not None and not _marked(node) and not node["spec"].get("unschedulable")
     assert ("GET", "nodes") in h.api.counts()  # the one read the lost race cost
+
+
+def test_a_provider_is_asked_again_only_about_nodes_that_changed(h: Harness) -> None:
+    from autoclusters.api import RepairAction
+    from autoclusters.sim import nodes as sim
+
+    h.pool("p")
+    for name in ("n1", "n2", "n3"):
+        h.node(name)
+    h.api.edit("/api/v1/nodes/n2", lambda n: n["metadata"]["annotations"].pop(sim.KWOK_NODE_ANNOTATION))
+    asked: list[str] = []
+    h.start()
+    h.run()
+    provider, _ = h.reconciler._provider(h.reconciler._fleet.pool_named("p"), RepairAction.RESET)
+    assert provider is not None
+    real = provider.refusal
+
+    def counted(node: dict[str, Any] | None) -> str:
+        asked.append((node or {})["metadata"]["name"])
+        return real(node)
+
+    provider.refusal = counted  # type: ignore[method-assign]
+
+    def ready() -> dict[str, str]:
+        pool = h.api.read(h.pool_path("p"))
+        assert pool is not None
+        return {c["type"]: c for c in pool["status"]["conditions"]}["RepairProviderReady"]
+
+    assert ready()["status"] == "False" and "refuses 1 node(s) of the pool (n2)" in ready()["message"]
+    h.api.edit("/api/v1/nodes/n2", lambda n: n["metadata"]["annotations"].update(
+        {sim.KWOK_NODE_ANNOTATION: sim.KWOK_NODE_VALUE}))
+    h.fault("n1")  # a change of the faulty count: the pool is reconciled
+    h.run(lambda: ready()["status"] == "True", seconds=5, detector=False)
+    assert ready()["status"] == "True"
+    assert sorted(set(asked)) == ["n1", "n2"]  # n3 did not change: its answer was kept
