@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from autoclusters import api
 from autoclusters.deploy.pool_config import PoolConfigError, StackConfig, stack_config_from_dict
 from components._recording import RecordingMocks, record
 from components.autoclusters import AutoClusters, AutoClustersArgs
@@ -41,7 +42,7 @@ EXAMPLE_POOLS = [
 _KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
                "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
-               "GpuNodePool"]
+               api.POOLS.kind]
 _RBAC = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 _ADMISSION = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
 
@@ -75,7 +76,7 @@ def file_for(obj: dict[str, Any]) -> str | None:
         return "04-controller.yaml"
     if kind in _ADMISSION or component == "autoclusters-webhook":
         return "05-admission.yaml"
-    if kind == "GpuNodePool":
+    if kind == api.POOLS.kind:
         return f"pools/{obj['metadata']['name']}.yaml"
     if component == "autoclusters-default-pool":
         return "pools/00-default-policy.yaml"

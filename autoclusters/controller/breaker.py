@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OPEN, CLOSED = "Open", "Closed"
+from autoclusters.api import BreakerState
+
+OPEN, CLOSED = BreakerState.OPEN, BreakerState.CLOSED
 MIN_FAULTY = 2
 
 

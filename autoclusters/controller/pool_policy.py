@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoclusters.api import CatalogAction, ClassAction, ConsentMode, RepairAction
+from autoclusters.api import BreakerState, CatalogAction, ClassAction, ConsentMode, RepairAction
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.deploy.membership import config_of, provider_error
 from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError
@@ -37,7 +37,7 @@ class Pool:
 
     @property
     def breaker_state(self) -> str:
-        return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", "Closed"))
+        return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", BreakerState.CLOSED))
 
     def action_for(self, fault: FaultRef) -> RepairAction | None:
         """The pool's action for a fault: the class override, else the catalog's; None = not repaired."""

@@ -435,7 +435,7 @@ class Reconciler:
                      for k in annotations)
         if not (marked or warned):
             return
-        if obs is not None and obs.fault is not None and obs.pool is not None and obs.pool.mode.value != "off":
+        if obs is not None and obs.fault is not None and obs.pool is not None and obs.pool.mode != api.ConsentMode.OFF:
             return  # a new repair is being decided
         if not marked:
             # only the warning's annotations or a late acknowledgement: removed, the cordon untouched

@@ -17,13 +17,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from autoclusters import api
 from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 
 CONFIGMAP = "autoclusters-default-pool"
 KEY = "spec"
 LABEL = {"app.kubernetes.io/name": CONFIGMAP, "app.kubernetes.io/part-of": "autoclusters"}
 SELECTOR = f"app.kubernetes.io/name={CONFIGMAP}"
-REFERENCE_DEFAULT: Mapping[str, Any] = {"consentMode": "auto"}  # = StackConfig().default_pool (a test says)
+# = StackConfig().default_pool (a test says)
+REFERENCE_DEFAULT: Mapping[str, Any] = {"consentMode": api.DEFAULT_CONSENT_MODE.value}
 _NOT_ALLOWED = ("name", "nodeSelector", "nodes")
 
 

@@ -32,7 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIONS = ("reset", "replace")
+from autoclusters.api import RepairAction
+
+ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen for
 
 
 class ProviderType(enum.StrEnum):
@@ -141,7 +143,7 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                  (Setting("version", "enum", "The Cluster API version of the Machine objects.",
                           default="v1beta1", values=("v1beta1", "v1beta2")),),
                  (Rule("cluster.x-k8s.io", "machines", ("get", "list", "patch", "delete")),)),
-    ProviderKind(ProviderType.HOST_REBOOT, ("reset",),
+    ProviderKind(ProviderType.HOST_REBOOT, (RepairAction.RESET.value,),
                  "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
                  "node reports a new boot id and is Ready.",
                  (Setting("image", "string", "Image of the reboot Job (needs nsenter; the autoclusters image "
@@ -149,7 +151,7 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                   Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
                           "new boot id this long after the Job started.", minimum=1, default=600)),
                  (Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),)),
-    ProviderKind(ProviderType.KARPENTER, ("replace",),
+    ProviderKind(ProviderType.KARPENTER, (RepairAction.REPLACE.value,),
                  "Karpenter: replace deletes the node's NodeClaim after the drain; done when a new Ready node of "
                  "the same NodePool (with the pool's label) is matched to the replacement.",
                  (Setting("timeoutSeconds", "integer", "The replacement fails when no new Ready node of the "
@@ -187,7 +189,7 @@ class ProviderChoice:
     replace: ProviderSpec | None = None
 
     def for_action(self, action: str) -> ProviderSpec | None:
-        own = self.reset if action == "reset" else self.replace if action == "replace" else None
+        own = self.reset if action == RepairAction.RESET else self.replace if action == RepairAction.REPLACE else None
         if own is not None:
             return own
         if self.default is not None and action in KINDS[self.default.type].actions:
@@ -271,7 +273,7 @@ def parse_provider_choice(raw: Any, where: str = "provider") -> ProviderChoice:
     default = None
     if "type" in raw or set(raw) - set(ACTIONS):
         default = _parse_spec({k: v for k, v in raw.items() if k not in ACTIONS}, where)
-    return ProviderChoice(default, own.get("reset"), own.get("replace"))
+    return ProviderChoice(default, own.get(RepairAction.RESET), own.get(RepairAction.REPLACE))
 
 
 # --- derived forms ------------------------------------------------------------------------

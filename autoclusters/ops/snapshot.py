@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import ConsentMode
+from autoclusters.api import BreakerState, ConsentMode
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.deploy import DEFAULT_NAMESPACE, default_pool
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
@@ -162,7 +162,8 @@ def breaker_state(pool: JSON) -> str:
     """The circuit breaker as the controller writes it (``status.circuitBreaker.state``, Open or
     Closed); ``unknown`` until a controller has written it."""
     state = (((pool.get("status") or {}).get("circuitBreaker")) or {}).get("state")
-    return {"Open": BREAKER_OPEN, "Closed": BREAKER_CLOSED}.get(str(state), BREAKER_UNKNOWN)
+    shown: dict[str, str] = {BreakerState.OPEN: BREAKER_OPEN, BreakerState.CLOSED: BREAKER_CLOSED}
+    return shown.get(str(state), BREAKER_UNKNOWN)
 
 
 def _open_repairs_by_node(records: list[JSON]) -> dict[str, Repair]:

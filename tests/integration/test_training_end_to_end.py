@@ -45,7 +45,7 @@ def scenario(ctl: Env, tmp_path: Path) -> Iterator[Scenario]:
     if not ctl.cluster.local:
         pytest.skip("Slurm's daemons run on this machine and mirror the local cluster's kwok nodes")
     pool, nodes = ctl.pool("auto", nodes=3, drain={"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 30},
-                           provider={"type": "simulated", "resetSeconds": 5},
+                           provider={"type": "simulated"},  # the controller's --sim-reset-seconds
                            preDrain={"waitSeconds": 120, "acknowledgers": ["slurm"]},
                            slurm={"enabled": True, "signal": "TERM", "signalLeadSeconds": 30})
     for node in nodes:
