@@ -73,7 +73,11 @@ class Kube:
                 method=method.upper(), resource_path=path, query_params=q or None,
                 header_params=headers, body=body, auth_settings=["BearerToken"],
             )
-            resp = self._api.call_api(m, url, header_params=hdrs, body=payload, _request_timeout=timeout)
+            if getattr(self._api, "takes_stream", False):  # the lean transport: told, not guessed from the URL
+                resp = self._api.call_api(m, url, header_params=hdrs, body=payload, _request_timeout=timeout,
+                                          stream=stream)
+            else:
+                resp = self._api.call_api(m, url, header_params=hdrs, body=payload, _request_timeout=timeout)
             if stream:
                 if resp.status >= 300:
                     resp.read()

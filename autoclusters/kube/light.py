@@ -100,11 +100,15 @@ class LightApiClient:
         payload = None if body is None else orjson.dumps(body)
         return method, url, headers, payload, None
 
+    takes_stream = True  # Kube.request says when it wants the body as a stream
+
     def call_api(self, method: str, url: str, *, header_params: dict[str, str], body: bytes | None,
-                 _request_timeout: float | tuple[float, float] = 30) -> _Response:
+                 _request_timeout: float | tuple[float, float] = 30, stream: bool | None = None) -> _Response:
+        """``stream``: the body is read by the caller (``response.stream()``); by default only a watch's."""
         connect, read = _request_timeout if isinstance(_request_timeout, tuple) else (_request_timeout,) * 2
         path = url[len(self._origin):] if url.startswith(self._origin) else url
-        stream = "watch=true" in path
+        if stream is None:
+            stream = "watch=true" in path
         resp = self._server.request(method, path, headers=header_params, body=body, connect_timeout=connect,
                                     read_timeout=read, stream=stream)
         if resp.status >= 300:

@@ -215,3 +215,20 @@ def test_connections_are_kept_alive_in_a_process_with_more_than_1024_descriptors
         for s in filler:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_kube_streams_any_get_it_is_asked_to_not_only_a_watch(tmp_path: Path) -> None:
+    import yaml
+
+    from autoclusters.kube.light import load_light_kube
+
+    with serving(lambda req: chunked(b"# HELP a\n", b"a 1\n")) as srv:
+        kubeconfig = tmp_path / "kc"
+        kubeconfig.write_text(yaml.safe_dump({
+            "current-context": "c", "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{srv.port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+        kube = load_light_kube(str(kubeconfig))
+        body = kube.request("GET", "/metrics", stream=True)
+        assert b"".join(body.stream()) == b"# HELP a\na 1\n"
+        assert srv.connections[0][0].startswith(b"GET /metrics HTTP/1.1\r\n")
