@@ -54,10 +54,10 @@ _fault_class_violation(class, action) := {
 
 concurrency_violations(obj) := {v |
 	some n in _max_concurrent(obj)
-	not _positive_int(n)
+	not _in_range(n, "maxConcurrentRepairs")
 	v := {
 		"rule": "pool-max-concurrent-repairs",
-		"msg": sprintf("spec.maxConcurrentRepairs %v must be an integer of at least 1", [n]),
+		"msg": sprintf("spec.maxConcurrentRepairs %v must be an integer %s", [n, _range_words("maxConcurrentRepairs")]),
 	}
 }
 
@@ -73,11 +73,11 @@ breaker_violations(obj) := {v |
 
 _breaker_problems(open, close) := {msg |
 	some [name, value] in [["openAbovePercent", open], ["closeBelowPercent", close]]
-	not _percent(value)
-	msg := sprintf("spec.circuitBreaker.%s %v must be an integer from 1 to 100", [name, value])
+	not _in_range(value, concat(".", ["circuitBreaker", name]))
+	msg := sprintf("spec.circuitBreaker.%s %v must be an integer %s", [name, value, _range_words(concat(".", ["circuitBreaker", name]))])
 } | {msg |
-	_percent(open)
-	_percent(close)
+	_in_range(open, "circuitBreaker.openAbovePercent")
+	_in_range(close, "circuitBreaker.closeBelowPercent")
 	close > open
 	msg := sprintf("spec.circuitBreaker.closeBelowPercent %v must not exceed openAbovePercent %v", [close, open])
 }
@@ -95,8 +95,8 @@ _pre_drain_problems(pd) := (_wait_problems(pd) | _acknowledger_problems(pd)) | _
 
 _wait_problems(pd) := {msg |
 	some w in {w | w := pd.waitSeconds}
-	not _non_negative_int(w)
-	msg := sprintf("spec.preDrain.waitSeconds %v must be an integer of at least 0", [w])
+	not _in_range(w, "preDrain.waitSeconds")
+	msg := sprintf("spec.preDrain.waitSeconds %v must be an integer %s", [w, _range_words("preDrain.waitSeconds")])
 }
 
 _acknowledger_problems(pd) := {msg |
@@ -124,27 +124,23 @@ _acknowledger(a) if {
 	regex.match(`^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$`, a)
 }
 
-_non_negative_int(n) if {
+# An integer in the range autoclusters/api.py gives the setting at path (policies/lib/api.rego).
+_in_range(n, path) if {
 	is_number(n)
 	n == round(n)
-	n >= 0
+	n >= api.limits[path].minimum
+	n <= object.get(api.limits[path], "maximum", n)
 }
 
-_percent(n) if {
-	_positive_int(n)
-	n <= 100
-}
+_range_words(path) := sprintf("from %d to %d", [lim.minimum, lim.maximum]) if {
+	lim := api.limits[path]
+	lim.maximum
+} else := sprintf("of at least %d", [api.limits[path].minimum])
 
 # A missing field takes the CRD default, so only present values are checked.
 _consent_mode(obj) := {m | m := obj.spec.consentMode}
 
 _max_concurrent(obj) := {n | n := obj.spec.maxConcurrentRepairs}
-
-_positive_int(n) if {
-	is_number(n)
-	n == round(n)
-	n >= 1
-}
 
 # spec.provider: the provider types and their settings come from policies/lib/providers.rego,
 # generated from the Python definition, so this policy, the CRD and the parser agree.

@@ -231,3 +231,21 @@ def test_no_module_writes_the_api_words_again() -> None:
                       if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in words
                       and n.value not in allowed and id(n) not in docstrings]
     assert found == []
+
+
+def test_the_pool_policy_checks_the_api_ranges() -> None:
+    def rules(spec: dict[str, Any]) -> set[str]:
+        obj = {"apiVersion": f"{Names().api_group}/{api.VERSION}", "kind": api.POOLS.kind,
+               "metadata": {"name": "p"}, "spec": spec}
+        return {v["rule"] for v in _opa("data.autoclusters.pools.violations", obj) or []}
+
+    lim = api.MAX_CONCURRENT_REPAIRS
+    assert rules({"maxConcurrentRepairs": lim.minimum}) == set()
+    assert rules({"maxConcurrentRepairs": lim.minimum - 1}) == {"pool-max-concurrent-repairs"}
+    lim = api.PRE_DRAIN_WAIT_SECONDS
+    assert rules({"preDrain": {"waitSeconds": lim.minimum}}) == set()
+    assert rules({"preDrain": {"waitSeconds": lim.minimum - 1}}) == {"pool-pre-drain"}
+    top = api.BREAKER_OPEN_ABOVE_PERCENT.maximum
+    assert top is not None
+    assert rules({"circuitBreaker": {"openAbovePercent": top}}) == set()
+    assert rules({"circuitBreaker": {"openAbovePercent": top + 1}}) == {"pool-circuit-breaker"}
