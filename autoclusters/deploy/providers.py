@@ -35,6 +35,9 @@ from typing import Any
 from autoclusters.api import RepairAction
 
 ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen for
+# The Cluster API versions of Machine the clusterapi provider speaks, the default first:
+# v1beta2 is Cluster API's storage version from v1.11 on; older releases serve only v1beta1.
+CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
 
 
 class ProviderType(enum.StrEnum):
@@ -140,8 +143,9 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                           default=900))),
     ProviderKind(ProviderType.CLUSTERAPI, ACTIONS,
                  "Cluster API: replace deletes the node's Machine; reset sets its remediation annotation.",
-                 (Setting("version", "enum", "The Cluster API version of the Machine objects.",
-                          default="v1beta1", values=("v1beta1", "v1beta2")),),
+                 (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
+                          "one when the cluster does not serve it).",
+                          default=CLUSTERAPI_VERSIONS[0], values=tuple(sorted(CLUSTERAPI_VERSIONS))),),
                  (Rule("cluster.x-k8s.io", "machines", ("get", "list", "patch", "delete")),)),
     ProviderKind(ProviderType.HOST_REBOOT, (RepairAction.RESET.value,),
                  "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "

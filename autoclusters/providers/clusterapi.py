@@ -26,13 +26,14 @@ from typing import Any
 
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.deploy.providers import CLUSTERAPI_VERSIONS
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeLookup, ProviderError
 from autoclusters.providers.replacement import ReplacementClaims
 
 CAPI_GROUP = "cluster.x-k8s.io"
-CAPI_VERSION = "v1beta1"
+CAPI_VERSION = CLUSTERAPI_VERSIONS[0]
 MACHINE_ANNOTATION = "cluster.x-k8s.io/machine"
 NAMESPACE_ANNOTATION = "cluster.x-k8s.io/cluster-namespace"
 REMEDIATE_ANNOTATION = "cluster.x-k8s.io/remediate-machine"
@@ -71,7 +72,8 @@ class ClusterApiProvider:
         self._kube = kube
         self._clock = clock
         self._names = names
-        self._version = version
+        self._version = version  # as configured; what the cluster serves is resolved on first use
+        self._served = ""
         self._machines: dict[str, MachineRef] = {}  # node -> machine, remembered before the node goes away
         self._claims = ReplacementClaims(kube, names)
 
@@ -88,6 +90,11 @@ class ClusterApiProvider:
             name = (node.get("metadata") or {}).get("name", "")
             return (f"node {name} names no Cluster API Machine (annotations {MACHINE_ANNOTATION} and "
                     f"{NAMESPACE_ANNOTATION}): the clusterapi provider cannot repair it")
+        if node is not None:
+            try:
+                self.served_version()
+            except ProviderError as e:
+                return str(e)
         return ""
 
     def _ref(self, node: str, lookup: NodeLookup | None = None) -> MachineRef | None:
@@ -102,9 +109,30 @@ class ClusterApiProvider:
             self._machines[node] = ref
         return ref
 
+    def served_version(self) -> str:
+        """The Machine version to use: the configured one if the cluster serves it, else the other
+        (Cluster API before v1.11 serves only v1beta1). Asked of the group's discovery, never
+        guessed from a Machine's 404, which would read as "the Machine is gone"."""
+        if not self._served:
+            for version in (self._version, *(v for v in CLUSTERAPI_VERSIONS if v != self._version)):
+                try:
+                    found = self._kube.get(f"/apis/{CAPI_GROUP}/{version}")
+                except NotFound:
+                    continue
+                if any(r.get("name") == "machines" for r in found.get("resources") or []):
+                    self._served = version
+                    break
+            else:
+                raise ProviderError(f"the cluster serves no Cluster API Machines ({CAPI_GROUP} "
+                                    f"{' or '.join(CLUSTERAPI_VERSIONS)}): is Cluster API installed?")
+        return self._served
+
+    def _path(self, ref: MachineRef) -> str:
+        return ref.path(self.served_version())
+
     def _machine(self, ref: MachineRef) -> dict[str, Any] | None:
         try:
-            return self._kube.get(ref.path(self._version))
+            return self._kube.get(self._path(ref))
         except NotFound:
             return None
 
@@ -131,18 +159,22 @@ class ClusterApiProvider:
         if ann.get(OPERATION_ANNOTATION) == op.id and op.action == RepairAction.RESET:
             return
         if op.action == RepairAction.RESET:
-            self._kube.patch(ref.path(self._version), remediation_patch(op, utc_iso(self._clock.now())))
+            self._kube.patch(self._path(ref), remediation_patch(op, utc_iso(self._clock.now())))
             return
         if (machine.get("metadata") or {}).get("deletionTimestamp"):
             return
-        self._kube.patch(ref.path(self._version), {"metadata": {"annotations": {OPERATION_ANNOTATION: op.id}}})
+        self._kube.patch(self._path(ref), {"metadata": {"annotations": {OPERATION_ANNOTATION: op.id}}})
         with contextlib.suppress(NotFound):
-            self._kube.delete(ref.path(self._version))
+            self._kube.delete(self._path(ref))
 
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
         ref = self._ref(node, lookup)
         if ref is None:
             return ProviderView(ProviderState.FAILED, f"node {node} names no Cluster API Machine")
+        try:
+            self.served_version()
+        except ProviderError as e:
+            return ProviderView(ProviderState.FAILED, str(e))
         machine = self._machine(ref)
         ann = ((machine or {}).get("metadata") or {}).get("annotations") or {}
         if op.action == RepairAction.REPLACE:

@@ -156,6 +156,14 @@ def test_the_schema_is_the_real_one(capi: CapiWorld) -> None:
         capi.create("machines", "Machine", "incomplete", {"version": "v1.34.4"})
 
 
+def test_the_provider_speaks_v1beta2_by_default_as_cluster_api_serves_it(cluster_api: ClusterHandle) -> None:
+    """Read from the API server's discovery of the real CRDs (both versions served, v1beta2 stored)."""
+    prov = ClusterApiProvider(cluster_api.kube, SystemClock(), cluster_api.names)
+    assert prov.served_version() == "v1beta2"
+    assert ClusterApiProvider(cluster_api.kube, SystemClock(), cluster_api.names,
+                              version="v1beta1").served_version() == "v1beta1"
+
+
 def test_reset_sets_the_remediation_annotation_then_waits_for_a_new_boot(capi: CapiWorld, unique: str) -> None:
     pool = f"capi-{unique}"
     nodes = capi.h.create_gpu_nodes(pool, 2, prefix=pool)

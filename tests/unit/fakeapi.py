@@ -85,7 +85,7 @@ def _parse(path: str) -> _Ref:
     ns = ""
     if len(rest) >= 3 and rest[0] == "namespaces":
         ns, rest = rest[1], rest[2:]
-    plural = rest[0]
+    plural = rest[0] if rest else ""  # "": the group-version's discovery document
     name = rest[1] if len(rest) > 1 else ""
     sub = rest[2] if len(rest) > 2 else ""
     return _Ref(prefix, ns, plural, name, sub)
@@ -208,6 +208,8 @@ class FakeApi:
     compacted: int = 0  # watches from at or below this resourceVersion get 410 Gone
     # Called before each request is served; may raise ApiError to fail it (a race, an outage).
     before: list[Callable[[Request], None]] = field(default_factory=list)
+    # Group-versions that are not installed: their discovery document and objects answer 404.
+    unserved: set[str] = field(default_factory=set)
     # Evictions refused (429) for these "ns/name" pods, as a PodDisruptionBudget would.
     pdb_blocked: set[str] = field(default_factory=set)
     _events: list[tuple[int, str, str, str, JSON]] = field(default_factory=list)  # rv, prefix, plural, type, obj
@@ -338,6 +340,14 @@ class FakeApi:
                                         "message": str(e), "reason": e.reason, "code": e.status})
 
     def _serve(self, req: Request) -> _Response:
+        parts = [p for p in req.path.split("/") if p]
+        if parts[0] == "apis" and "/".join(parts[1:3]) in self.unserved:
+            raise ApiError(404, "the server could not find the requested resource")
+        if parts[0] == "apis" and len(parts) == 3 and req.verb in ("GET", "LIST"):  # discovery of a group-version
+            with self._cond:
+                plurals = sorted({plural for (prefix, plural) in self.objects if prefix == req.path.rstrip("/")})
+            return _Response(200, {"kind": "APIResourceList", "groupVersion": "/".join(parts[1:3]),
+                                   "resources": [{"name": p} for p in plurals]})
         ref = _parse(req.path)
         if req.verb == "WATCH":
             return self._watch(ref, req.query)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from autoclusters.clock import FakeClock
 from autoclusters.controller.statemachine import (
     Operation,
@@ -12,7 +14,9 @@ from autoclusters.controller.statemachine import (
     ProviderView,
     RepairAction,
 )
+from autoclusters.deploy.pool_config import pool_from_config
 from autoclusters.names import Names
+from autoclusters.providers.base import ProviderError
 from autoclusters.providers.clusterapi import (
     MACHINE_ANNOTATION,
     NAMESPACE_ANNOTATION,
@@ -31,7 +35,7 @@ def test_capi_machine_ref_and_patch() -> None:
     node = {"metadata": {"annotations": {"cluster.x-k8s.io/machine": "m-1",
                                          "cluster.x-k8s.io/cluster-namespace": "capi"}}}
     ref = machine_ref(node)
-    assert ref is not None and ref.path() == "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi/machines/m-1"
+    assert ref is not None and ref.path() == "/apis/cluster.x-k8s.io/v1beta2/namespaces/capi/machines/m-1"
     assert machine_ref({"metadata": {}}) is None
     op = Operation("r-1", RepairAction.RESET, T)
     patch = remediation_patch(op, "2026-03-01T12:00:00Z")
@@ -42,20 +46,21 @@ def test_capi_machine_ref_and_patch() -> None:
 # --- the replace rule, against the fake API server ---------------------------------------------
 NAMES = Names()
 NS = "capi"
-MACHINES = "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi/machines"
+MACHINES = "/apis/cluster.x-k8s.io/v1beta2/namespaces/capi/machines"
 
 
 class World:
     """Nodes of pool ``p`` with their Machines; the clock moves only when told."""
 
-    def __init__(self) -> None:
+    def __init__(self, machines: str = MACHINES) -> None:
         self.clock = FakeClock(T)
         self.api = FakeApi(clock=self.clock.now)
         self.kube = self.api.kube()
         self.prov = ClusterApiProvider(self.kube, self.clock, NAMES)
+        self.machines = machines
 
     def node(self, name: str, machine: str, ready: bool = True) -> None:
-        self.api.put(MACHINES, {"metadata": {"name": machine, "namespace": NS}, "spec": {}})
+        self.api.put(self.machines, {"metadata": {"name": machine, "namespace": NS}, "spec": {}})
         self.api.put("/api/v1/nodes", {"metadata": {
             "name": name, "labels": {NAMES.pool_label: "p"},
             "annotations": {MACHINE_ANNOTATION: machine, NAMESPACE_ANNOTATION: NS}},
@@ -142,3 +147,32 @@ def test_two_replacements_never_count_one_new_node() -> None:
     views = [w.prov.progress(op_a, "a", "p", w.lookup), other.progress(op_b, "b", "p", w.lookup)]
     assert [v.state for v in views] == [ProviderState.SUCCEEDED, ProviderState.RUNNING]
     assert views[0].new_node == "new"
+
+
+def test_v1beta2_by_default_and_v1beta1_where_only_that_is_served() -> None:
+    assert pool_from_config({"name": "p", "provider": {"type": "clusterapi"}}).provider.to_dict() == {
+        "type": "clusterapi", "clusterapi": {"version": "v1beta2"}}
+    w = World()
+    w.node("n", "m")
+    assert w.prov.served_version() == "v1beta2"
+    old = World(MACHINES.replace("v1beta2", "v1beta1"))  # Cluster API before v1.11
+    old.api.unserved.add("cluster.x-k8s.io/v1beta2")
+    old.node("n", "m")
+    op = Operation("r-1", RepairAction.REPLACE, old.clock.now())
+    assert old.prov.refusal(old.lookup("n")) == ""
+    old.step(op, "n")
+    assert old.prov.served_version() == "v1beta1"
+    assert old.api.read(f"{old.machines}/m") is None  # deleted through the version it serves
+
+
+def test_no_cluster_api_refuses_the_node_and_fails_the_operation_without_reading_a_404_as_done() -> None:
+    w = World()
+    w.api.unserved.update({"cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"})
+    w.api.put("/api/v1/nodes", {"metadata": {"name": "n", "labels": {NAMES.pool_label: "p"},
+                                             "annotations": {MACHINE_ANNOTATION: "m", NAMESPACE_ANNOTATION: NS}}})
+    assert "serves no Cluster API Machines" in w.prov.refusal(w.lookup("n"))
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    view = w.prov.progress(op, "n", "p", w.lookup)
+    assert view.state == ProviderState.FAILED and "is Cluster API installed?" in view.message
+    with pytest.raises(ProviderError, match="serves no Cluster API Machines"):
+        w.prov.drive(op, "n", "p")
