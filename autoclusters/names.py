@@ -206,6 +206,16 @@ class Names:
     def api_group(self) -> str:
         return f"{api.GROUP_PREFIX}.{self.domain}"
 
+    @property
+    def operation_annotation(self) -> str:
+        """On what a provider operation acts through (a Machine, a reboot Job): its operation id."""
+        return f"{self.api_group}/operation"
+
+    @property
+    def operation_node_annotation(self) -> str:
+        """On a reboot Job: the node it reboots."""
+        return f"{self.api_group}/node"
+
     @classmethod
     def from_env(cls) -> Names:
         return cls(

@@ -37,7 +37,6 @@ CAPI_VERSION = CLUSTERAPI_VERSIONS[0]
 MACHINE_ANNOTATION = "cluster.x-k8s.io/machine"
 NAMESPACE_ANNOTATION = "cluster.x-k8s.io/cluster-namespace"
 REMEDIATE_ANNOTATION = "cluster.x-k8s.io/remediate-machine"
-OPERATION_ANNOTATION = "remediation.autoclusters.io/operation"
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ def machine_ref(node: dict[str, Any] | None) -> MachineRef | None:
     return MachineRef(ns, name) if name and ns else None
 
 
-def remediation_patch(op: Operation, now: str) -> dict[str, Any]:
+def remediation_patch(op: Operation, now: str, names: Names) -> dict[str, Any]:
     """Merge patch for a reset: the remediation request and our operation id, nothing else."""
-    return {"metadata": {"annotations": {REMEDIATE_ANNOTATION: now, OPERATION_ANNOTATION: op.id}}}
+    return {"metadata": {"annotations": {REMEDIATE_ANNOTATION: now, names.operation_annotation: op.id}}}
 
 
 def boot_id(node: dict[str, Any] | None) -> str:
@@ -156,14 +155,14 @@ class ClusterApiProvider:
                                        also=self._same_cluster(ref))
             return
         ann = (machine.get("metadata") or {}).get("annotations") or {}
-        if ann.get(OPERATION_ANNOTATION) == op.id and op.action == RepairAction.RESET:
+        if ann.get(self._names.operation_annotation) == op.id and op.action == RepairAction.RESET:
             return
         if op.action == RepairAction.RESET:
-            self._kube.patch(self._path(ref), remediation_patch(op, utc_iso(self._clock.now())))
+            self._kube.patch(self._path(ref), remediation_patch(op, utc_iso(self._clock.now()), self._names))
             return
         if (machine.get("metadata") or {}).get("deletionTimestamp"):
             return
-        self._kube.patch(self._path(ref), {"metadata": {"annotations": {OPERATION_ANNOTATION: op.id}}})
+        self._kube.patch(self._path(ref), {"metadata": {"annotations": {self._names.operation_annotation: op.id}}})
         with contextlib.suppress(NotFound):
             self._kube.delete(self._path(ref))
 
@@ -179,7 +178,7 @@ class ClusterApiProvider:
         ann = ((machine or {}).get("metadata") or {}).get("annotations") or {}
         if op.action == RepairAction.REPLACE:
             return self._replace_progress(op, node, pool, ref, machine, lookup)
-        if ann.get(OPERATION_ANNOTATION) != op.id:
+        if ann.get(self._names.operation_annotation) != op.id:
             return ProviderView(ProviderState.NOT_STARTED)
         current = lookup(node)
         if current is not None and boot_id(current) not in ("", op.boot_id_before):
@@ -196,7 +195,7 @@ class ClusterApiProvider:
             if meta.get("deletionTimestamp"):
                 return ProviderView(ProviderState.RUNNING,
                                     f"Cluster API is deleting Machine {ref.namespace}/{ref.name}")
-            started = (meta.get("annotations") or {}).get(OPERATION_ANNOTATION) == op.id
+            started = (meta.get("annotations") or {}).get(self._names.operation_annotation) == op.id
             return ProviderView(ProviderState.RUNNING if started else ProviderState.NOT_STARTED)
         mine = self._claims.claimed_by(op, self._kube.list_nodes(f"{self._names.pool_label}={pool}"))
         new = str((mine or {}).get("metadata", {}).get("name", ""))

@@ -54,7 +54,7 @@ def job_name(op: Operation) -> str:
 def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names) -> dict[str, Any]:
     """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
     labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
-    annotations = {f"remediation.{names.domain}/operation": op.id, f"remediation.{names.domain}/node": node}
+    annotations = {names.operation_annotation: op.id, names.operation_node_annotation: node}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -43,7 +43,7 @@ class ReplacementClaims:
 
     @property
     def operation_annotation(self) -> str:
-        return f"{self._names.api_group}/operation"
+        return self._names.operation_annotation
 
     @property
     def replaces_annotation(self) -> str:

@@ -28,7 +28,6 @@ from autoclusters.kube import Invalid, Kube, NotFound
 from autoclusters.providers.clusterapi import (
     MACHINE_ANNOTATION,
     NAMESPACE_ANNOTATION,
-    OPERATION_ANNOTATION,
     REMEDIATE_ANNOTATION,
     ClusterApiProvider,
 )
@@ -178,7 +177,7 @@ def test_reset_sets_the_remediation_annotation_then_waits_for_a_new_boot(capi: C
     prov.drive(op, node, pool)  # a retried drive writes nothing new
     for version in ("v1beta1", "v1beta2"):  # stored once, readable in both versions
         ann = capi.kube.get(capi.path("machines", machine, version))["metadata"]["annotations"]
-        assert ann[OPERATION_ANNOTATION] == op.id and REMEDIATE_ANNOTATION in ann
+        assert ann[capi.h.names.operation_annotation] == op.id and REMEDIATE_ANNOTATION in ann
     assert prov.progress(op, node, pool, lookup(capi.kube)).state == ProviderState.RUNNING
     # What the owning controller's remediation does, as the node sees it: a new boot.
     capi.kube.patch_node_status(node, {"status": {"nodeInfo": {"bootID": str(uuid.uuid4())}}})

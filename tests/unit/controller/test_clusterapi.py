@@ -38,9 +38,11 @@ def test_capi_machine_ref_and_patch() -> None:
     assert ref is not None and ref.path() == "/apis/cluster.x-k8s.io/v1beta2/namespaces/capi/machines/m-1"
     assert machine_ref({"metadata": {}}) is None
     op = Operation("r-1", RepairAction.RESET, T)
-    patch = remediation_patch(op, "2026-03-01T12:00:00Z")
+    patch = remediation_patch(op, "2026-03-01T12:00:00Z", Names())
     assert set(patch["metadata"]["annotations"]) == {"cluster.x-k8s.io/remediate-machine",
                                                      "remediation.autoclusters.io/operation"}
+    branded = remediation_patch(op, "2026-03-01T12:00:00Z", Names(domain="crusoe.ai", prefix="Crusoe"))
+    assert "remediation.crusoe.ai/operation" in branded["metadata"]["annotations"]  # was the default domain's
 
 
 # --- the replace rule, against the fake API server ---------------------------------------------
