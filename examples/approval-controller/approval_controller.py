@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters.api import ConsentMode
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.kube import Kube, KubeError, NotFound, Unavailable, load_kube
 from autoclusters.kube.events import EventRecorder, ObjectRef
@@ -142,7 +143,7 @@ class ApprovalController:
             obj = get_pool(self.kube, self.names, pool)
             cached = (self.clock.monotonic(), str(((obj or {}).get("spec") or {}).get("consentMode", "")))
             self._modes[pool] = cached
-        return cached[1] == "propose"
+        return cached[1] == ConsentMode.PROPOSE
 
     def _ledger(self, pool: str) -> PoolLedger:
         with self._lock:

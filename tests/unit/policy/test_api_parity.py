@@ -205,7 +205,6 @@ NOT_COPIES = {
     "ops/snapshot.py": {"remediations"},  # a key of `status -o json`
     "components/__init__.py": {"GpuNodePool"},  # the component class's name
     "components/render.py": {"propose", "interconnect"},  # the example pools' values
-    "examples/approval-controller/approval_controller.py": {"propose"},  # still to follow (issue 13 item 3 edits it)
 }
 
 
