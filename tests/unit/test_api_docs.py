@@ -154,3 +154,20 @@ def test_every_fault_class_reaches_a_condition_and_is_read_back() -> None:
         condition = {"type": ctype, "status": "True", "reason": reason_for(record), "message": message_for(record)}
         ref = catalog.fault_from_condition(condition, names)
         assert ref is not None and (ref.fault_class, ref.code, ref.known) == (cls, entry.code, True), condition
+
+
+def test_the_prose_states_the_same_defaults() -> None:
+    """Defaults the other pages mention in passing."""
+    close, top = api.BREAKER_CLOSE_BELOW_PERCENT, api.BREAKER_OPEN_ABOVE_PERCENT
+    days = api.ATTEMPT_WINDOW_SECONDS.default // 86400
+    mentions = {
+        "admission.md": [f"outside {top.minimum}\u2013{top.maximum}",
+                         f"(defaults {close.default} and {top.default} apply"],
+        "operations.md": [f"`openAbovePercent` (default {top.default} %)",
+                          f"(default {api.MAX_REPAIRS.default} in {days} days)"],
+        "workloads.md": [f"(`drain.resetDeadlineSeconds`, default {api.RESET_DEADLINE_SECONDS.default} s"],
+    }
+    for doc, phrases in mentions.items():
+        text = (DOCS / doc).read_text()
+        for phrase in phrases:
+            assert phrase in text, (doc, phrase)
