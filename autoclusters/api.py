@@ -213,17 +213,27 @@ def rego_data() -> dict[str, Any]:
     }
 
 
-def rego_module() -> str:
-    """``policies/lib/api.rego``: the data above as a Rego module (a test keeps the file equal)."""
-    body = json.dumps(rego_data(), indent="\t", sort_keys=True)
+def generated_rego_module(*, package: str, rule: str, title: str, source: str, test: str,
+                          data: dict[str, Any]) -> str:
+    """A Rego module that holds ``data`` as one rule, formatted as ``opa fmt`` writes it, with a
+    header naming the Python it is generated from and the test that keeps the two equal."""
+    body = json.dumps(data, indent="\t", sort_keys=True)
     body = re.sub(r"([^\[{,\s])(?=\n\t*[\]}])", r"\1,", body)  # opa fmt's trailing commas
     return ("# METADATA\n"
-            "# title: The autoclusters API's enums and pool defaults (generated)\n"
+            f"# title: {title} (generated)\n"
             "# description: |\n"
-            "#   Generated from autoclusters/api.py by `make manifests`; do not edit.\n"
-            "#   tests/unit/policy/test_api_parity.py keeps this file equal to the Python.\n"
-            "package autoclusters.lib.api\n\n"
-            f"api := {body}\n")
+            f"#   Generated from {source} by `make manifests`; do not edit.\n"
+            f"#   {test} keeps this file equal to the Python.\n"
+            f"package {package}\n\n"
+            f"{rule} := {body}\n")
+
+
+def rego_module() -> str:
+    """``policies/lib/api.rego``: the data above as a Rego module (a test keeps the file equal)."""
+    return generated_rego_module(package="autoclusters.lib.api", rule="api",
+                                 title="The autoclusters API's enums and pool defaults",
+                                 source="autoclusters/api.py", test="tests/unit/policy/test_api_parity.py",
+                                 data=rego_data())
 
 
 if __name__ == "__main__":

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters.api import RepairAction
+from autoclusters.api import RepairAction, generated_rego_module
 
 ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen for
 # The Cluster API versions of Machine the clusterapi provider speaks, the default first:
@@ -335,15 +334,9 @@ def rego_data() -> dict[str, Any]:
 
 def rego_module() -> str:
     """``policies/lib/providers.rego``: the data above as a Rego module (a test keeps the file equal)."""
-    body = json.dumps(rego_data(), indent="\t", sort_keys=True)
-    body = re.sub(r"([^\[{,\s])(?=\n\t*[\]}])", r"\1,", body)  # opa fmt's trailing commas
-    return ("# METADATA\n"
-            "# title: Repair provider types (generated)\n"
-            "# description: |\n"
-            "#   Generated from autoclusters/deploy/providers.py by `make manifests`; do not edit.\n"
-            "#   tests/unit/policy/test_provider_parity.py keeps this file equal to the Python.\n"
-            "package autoclusters.lib.providers\n\n"
-            f"providers := {body}\n")
+    return generated_rego_module(package="autoclusters.lib.providers", rule="providers",
+                                 title="Repair provider types", source="autoclusters/deploy/providers.py",
+                                 test="tests/unit/policy/test_provider_parity.py", data=rego_data())
 
 
 if __name__ == "__main__":

@@ -16,6 +16,17 @@ from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.tools import Tools, ToolsMissing
 
 
+def _local_binaries() -> None:
+    """These tests start clusters of their own: the local control-plane binaries must exist.
+    Against a cluster a kubeconfig names (no binaries there) they are skipped, with the reason."""
+    try:
+        Tools.locate()
+    except ToolsMissing as e:
+        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+            pytest.skip(f"local control-plane binaries not built on this machine: {e}")
+        raise
+
+
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *args], capture_output=True, text=True,
                           env=env, timeout=300)
@@ -37,12 +48,7 @@ def _our_pids(binaries: list[str]) -> list[int]:
 
 
 def test_dev_up_down_twice_leaves_nothing_running(tmp_path: Path) -> None:
-    try:
-        Tools.locate()
-    except ToolsMissing as e:
-        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
-            pytest.skip(f"local control-plane binaries not built on this machine: {e}")
-        raise
+    _local_binaries()
     env = {**os.environ, "AUTOCLUSTERS_STATE_DIR": str(tmp_path)}
     try:
         _up_down_twice(tmp_path, env)
@@ -126,12 +132,7 @@ def test_simulated_nodes_renew_their_lease_and_post_status_as_rarely_as_a_kubele
     from autoclusters.devcluster.heartbeats import Heartbeats
     from autoclusters.kube.objects import node_ready
 
-    try:
-        Tools.locate()
-    except ToolsMissing as e:
-        if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
-            pytest.skip(f"local control-plane binaries not built on this machine: {e}")
-        raise
+    _local_binaries()
     heartbeats = Heartbeats(lease_seconds=8, status_seconds=600)  # renewed every 2 s, grace 18 s
     cluster = LocalCluster("beats", root=tmp_path)
     cluster.up(heartbeats=heartbeats)
