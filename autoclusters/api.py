@@ -5,7 +5,7 @@ default takes it from here:
 
 - the CRD schemas (``deploy/crds.py``: enums, defaults, ranges),
 - the strict pool parser (``deploy/pools.py``) and with it the Pulumi components' args,
-- the controller (``controller/statemachine.py`` re-exports the enums; its ``Policy`` and
+- the controller (every module imports the enums from here; its ``RepairPolicy`` and
   ``ControllerConfig`` take their defaults from here) and the CLI's choices,
 - the Rego policies, through ``policies/lib/api.rego``, generated from ``rego_data`` by
   ``make manifests``,

@@ -52,8 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
@@ -271,11 +271,11 @@ def main() -> int:
             obj["roleRef"]["name"] = obj["metadata"]["name"]
     handle.apply(rbac)
     sa_kubeconfig = handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=7200)
-    pool_path = Kube.custom_path(names.api_group, API_VERSION, "gpunodepools")
+    pool_path = Kube.custom_path(names.api_group, api.VERSION, "gpunodepools")
     provider: dict[str, Any] = {"type": "simulated", "simulated": {"resetSeconds": args.reset_seconds}}
     if args.karpenter:
         provider["replace"] = {"type": "karpenter"}
-    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
+    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
                             "metadata": {"name": pool},
                             "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
                                      "provider": provider}})
@@ -364,7 +364,7 @@ def main() -> int:
                 "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
             cleared_at[name] = time.monotonic()
 
-    rec_watch = Watcher(kube, Kube.custom_path(names.api_group, API_VERSION, "remediations"),
+    rec_watch = Watcher(kube, Kube.custom_path(names.api_group, api.VERSION, "remediations"),
                         f"{names.api_group}/pool={pool}", on_record)
     node_watch = Watcher(kube, "/api/v1/nodes", f"{names.pool_label}={pool}", on_node)
     rec_watch.start()
@@ -598,10 +598,10 @@ def cleanup(kube: Kube, names: Any, pool: str, namespace: str, rbac: list[dict[s
     nodes = kube.list_nodes(f"{names.pool_label}={pool}")
     with ThreadPoolExecutor(16) as ex:
         list(ex.map(lambda n: _quiet(kube.delete, f"/api/v1/nodes/{n['metadata']['name']}"), nodes))
-    rec_path = Kube.custom_path(names.api_group, API_VERSION, "remediations")
+    rec_path = Kube.custom_path(names.api_group, api.VERSION, "remediations")
     for r in kube.list_items(rec_path, label_selector=f"{names.api_group}/pool={pool}"):
         _quiet(kube.delete, f"{rec_path}/{r['metadata']['name']}")
-    _quiet(kube.delete, Kube.custom_path(names.api_group, API_VERSION, "gpunodepools", pool))
+    _quiet(kube.delete, Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
     _quiet(kube.delete, f"/api/v1/namespaces/{namespace}")
     for obj in rbac:
         if obj["kind"].startswith("Cluster"):

@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller import remediation_record
-from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
+from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.deploy.crds import crds
 from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.kube import Kube, load_kube

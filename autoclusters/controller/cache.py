@@ -14,11 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import ConsentMode
+from autoclusters.api import IN_PROGRESS, ConsentMode, Phase
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
-from autoclusters.controller.statemachine import IN_PROGRESS, Phase
-from autoclusters.deploy import API_VERSION, DEFAULT_NAMESPACE
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
@@ -62,9 +61,9 @@ class Fleet:
         self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
-        self.pool_informer = Informer(kube, Kube.custom_path(g, API_VERSION, api.POOLS.plural), self._on_pool,
+        self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
                                       name=api.POOLS.plural)
-        self.record_informer = Informer(kube, Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
+        self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
                                         self._on_record, name=api.REMEDIATIONS.plural)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
                                          label_selector=defaults.SELECTOR, name="default-pool")

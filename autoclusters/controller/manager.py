@@ -23,7 +23,6 @@ from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.deploy import API_VERSION
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
@@ -167,7 +166,7 @@ class Controller:
         deleted = 0
         for name in expired(self.fleet.record_informer.items(), self.clock.now(), self.config.retention_days):
             try:
-                self.kube.delete(Kube.custom_path(self.names.api_group, API_VERSION, api.REMEDIATIONS.plural, name))
+                self.kube.delete(Kube.custom_path(self.names.api_group, api.VERSION, api.REMEDIATIONS.plural, name))
                 deleted += 1
             except NotFound:
                 pass

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from autoclusters import api
+from autoclusters.api import IN_PROGRESS, TERMINAL, Phase, RepairAction
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
@@ -41,8 +42,6 @@ from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,
     HOLD_PROVIDER_INVALID,
     HOLD_PROVIDER_REFUSED,
-    IN_PROGRESS,
-    TERMINAL,
     ClearWarning,
     Decision,
     Fault,
@@ -50,19 +49,16 @@ from autoclusters.controller.statemachine import (
     NodeView,
     Observation,
     Outcome,
-    Phase,
     PodsView,
     PoolView,
     ProviderBlock,
     ProviderState,
     ProviderView,
-    RepairAction,
     RepairPolicy,
     RepairState,
     Unmark,
     transition,
 )
-from autoclusters.deploy import API_VERSION
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
@@ -387,7 +383,7 @@ class Reconciler:
         g = self._names.api_group
         try:
             if active is None:
-                active = self._kube.create(Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural),
+                active = self._kube.create(Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
                                            rec.new_record(state, self._names))
                 self._fleet.record_written(active)
             status = rec.status_of(state)
@@ -395,7 +391,7 @@ class Reconciler:
                 return active
             body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]}, "status": status}
             stored = self._kube.patch(
-                Kube.custom_path(g, API_VERSION, api.REMEDIATIONS.plural, state.name) + "/status", body)
+                Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural, state.name) + "/status", body)
         except Conflict:
             return None
         except NotFound as e:
@@ -525,12 +521,12 @@ class Reconciler:
         if status == old:
             return None
         try:
-            stored = self._kube.patch(Kube.custom_path(self._names.api_group, API_VERSION, api.POOLS.plural, name)
+            stored = self._kube.patch(Kube.custom_path(self._names.api_group, api.VERSION, api.POOLS.plural, name)
                                       + "/status", {"status": status})
         except NotFound:
             return None
         self._fleet.pool_written(stored)
-        ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{API_VERSION}",
+        ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{api.VERSION}",
                         uid=obj.get("metadata", {}).get("uid", ""))
         for reason, message in turned_false:
             self._recorder.emit(ref, reason, message, warning=True)
@@ -587,7 +583,7 @@ class Reconciler:
             return None
         if changed:
             uid = pool.obj.get("metadata", {}).get("uid", "")
-            ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{API_VERSION}", uid=uid)
+            ref = ObjectRef(api.POOLS.kind, name, api_version=f"{self._names.api_group}/{api.VERSION}", uid=uid)
             if reading.state == brk.OPEN:
                 self._recorder.emit(ref, EVENT_BREAKER_OPEN, f"circuit breaker open: automatic repairs paused; {msg}",
                                     warning=True)

@@ -12,19 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import FaultClass
+from autoclusters.api import TERMINAL, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.clock import parse_iso, utc_iso
-from autoclusters.controller.statemachine import (
-    TERMINAL,
-    ConsentMode,
-    Fault,
-    Operation,
-    Phase,
-    RepairAction,
-    RepairState,
-    TimelineStep,
-)
-from autoclusters.deploy import API_VERSION
+from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -63,7 +53,7 @@ def is_active(obj: JSON) -> bool:
 
 def new_record(state: RepairState, names: Names) -> JSON:
     return {
-        "apiVersion": f"{names.api_group}/{API_VERSION}",
+        "apiVersion": f"{names.api_group}/{api.VERSION}",
         "kind": api.REMEDIATIONS.kind,
         "metadata": {"name": state.name, "labels": {node_label(names): _label_value(state.node),
                                                      pool_label(names): _label_value(state.pool),

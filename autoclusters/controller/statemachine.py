@@ -26,7 +26,8 @@ import autoclusters.controller.messages as words
 from autoclusters import api
 from autoclusters import names as n
 
-# The enums of the API, written once in autoclusters/api.py (re-exported: the controller speaks them).
+# The enums of the API are written once in autoclusters/api.py; import them from there (mypy's
+# implicit_reexport = false for this module, pyproject.toml, rejects importing them from here).
 from autoclusters.api import IN_PROGRESS, TERMINAL, ConsentMode, Phase, RepairAction
 
 

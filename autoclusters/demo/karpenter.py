@@ -19,7 +19,6 @@ from autoclusters.api import ConsentMode
 from autoclusters.clock import parse_iso
 from autoclusters.demo import story
 from autoclusters.demo.story import Result, say
-from autoclusters.deploy import API_VERSION
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.karpenter import nodepool_manifest
@@ -34,7 +33,7 @@ def setup(cluster: LocalCluster, handle: ClusterHandle, progress: Callable[[str]
     """Karpenter, the pool (replace: karpenter), its NodePool and two workers; returns the nodes."""
     cluster.start_karpenter(progress=progress)
     names = handle.names
-    pool = {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": api.POOLS.kind, "metadata": {"name": POOL},
+    pool = {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": api.POOLS.kind, "metadata": {"name": POOL},
             "spec": {"consentMode": ConsentMode.AUTO.value,
                      "drain": {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 30},
                      "provider": {"type": "simulated", "replace": {"type": "karpenter"}}}}

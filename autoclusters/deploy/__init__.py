@@ -4,13 +4,12 @@ Pulumi components (``components/``), the rendered ``manifests/`` and the tests a
 their resources from these functions, so there is one source of truth per object.
 """
 
-from autoclusters import __version__, api
+from autoclusters import __version__
 
 DEFAULT_NAMESPACE = "autoclusters-system"
 CONTROLLER_SERVICE_ACCOUNT = "autoclusters-controller"
 DETECTOR_SERVICE_ACCOUNT = "autoclusters-detector"
 WEBHOOK_SERVICE_ACCOUNT = "autoclusters-webhook"
-API_VERSION = api.VERSION  # of the API group's objects (autoclusters/api.py)
 
 # The runtime image (Containerfile; ``make image`` builds it as an OCI archive). Its tag is
 # the package version; nobody publishes it for you: push it to your registry and set the

@@ -16,7 +16,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.api import ClassAction, ConsentMode, FaultClass
-from autoclusters.deploy import API_VERSION, DEFAULT_IMAGE
+from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -376,7 +376,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
 def gpu_node_pool_object(pool: PoolConfig, names: Names) -> dict[str, Any]:
     """The cluster-scoped ``GpuNodePool`` object for ``pool``."""
     return {
-        "apiVersion": f"{names.api_group}/{API_VERSION}",
+        "apiVersion": f"{names.api_group}/{api.VERSION}",
         "kind": api.POOLS.kind,
         "metadata": {"name": pool.name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "spec": pool_spec(pool),

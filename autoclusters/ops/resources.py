@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy import API_VERSION, default_pool
+from autoclusters.deploy import default_pool
 from autoclusters.deploy.membership import Membership
 from autoclusters.kube import Forbidden, Kube, NotFound
 from autoclusters.names import Names
@@ -23,11 +23,11 @@ REMEDIATION_PLURAL = api.REMEDIATIONS.plural
 
 
 def pools_path(names: Names, name: str | None = None) -> str:
-    return Kube.custom_path(names.api_group, API_VERSION, POOL_PLURAL, name)
+    return Kube.custom_path(names.api_group, api.VERSION, POOL_PLURAL, name)
 
 
 def remediations_path(names: Names, name: str | None = None) -> str:
-    return Kube.custom_path(names.api_group, API_VERSION, REMEDIATION_PLURAL, name)
+    return Kube.custom_path(names.api_group, api.VERSION, REMEDIATION_PLURAL, name)
 
 
 def list_pools(kube: Kube, names: Names) -> list[JSON] | None:

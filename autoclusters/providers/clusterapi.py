@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import CLUSTERAPI_VERSIONS
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names

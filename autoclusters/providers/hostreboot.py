@@ -30,8 +30,9 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeLookup, ProviderError

@@ -22,8 +22,9 @@ from datetime import timedelta
 from typing import Any
 
 from autoclusters import api
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup

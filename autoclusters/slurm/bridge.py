@@ -27,7 +27,6 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import Clock, SystemClock, parse_iso
-from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.membership import Membership
 from autoclusters.deploy.pool_config import PoolConfig
 from autoclusters.deploy.pool_slurm import SignalTarget
@@ -69,7 +68,7 @@ class SlurmBridge:
         if self.recorder is None:
             self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
         self._stop = threading.Event()
-        self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, API_VERSION, api.POOLS.plural),
+        self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION, api.POOLS.plural),
                               _ignore, name=api.POOLS.plural)
         self.nodes = Informer(self.kube, "/api/v1/nodes", _ignore, name="nodes")
 
@@ -184,7 +183,7 @@ class SlurmBridge:
         now = self.clock.now()
         if isinstance(action, d.Forget):
             self.memory[name] = d.Memory(reported=mem.reported)
-        elif isinstance(action, d.Drain):
+        elif isinstance(action, d.SlurmDrain):
             self.slurm.drain(slurm_name, action.reason)
             self._event(node, d.Report("", d.EVENT_DRAINED, f"drained Slurm node {slurm_name}: {action.reason!r}"))
         elif isinstance(action, d.Signal):
@@ -218,7 +217,7 @@ class SlurmBridge:
         elif isinstance(action, d.Note):
             self._patch_node(name, {"metadata": {"annotations": {
                 self.names.slurm_external_drain: action.text or None}}})
-        elif isinstance(action, d.Cordon):
+        elif isinstance(action, d.KubeCordon):
             patch: dict[str, Any] = {"spec": {"unschedulable": action.cordon},
                                      "metadata": {"annotations": {self.cordon_marker: "true" if action.cordon
                                                                   else None}}}

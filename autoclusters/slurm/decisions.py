@@ -108,7 +108,9 @@ class Memory:
 
 # --- actions ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Drain:
+class SlurmDrain:
+    """Drain the node in Slurm with this reason."""
+
     reason: str
 
 
@@ -143,7 +145,9 @@ class Report:
 
 
 @dataclass(frozen=True)
-class Cordon:
+class KubeCordon:
+    """Cordon or uncordon the node in Kubernetes."""
+
     cordon: bool  # True: cordon (and mark as ours); False: uncordon (only ours)
 
 
@@ -160,7 +164,7 @@ class Forget:
     """The repair ended: drop the memory of it."""
 
 
-SlurmEffect = Drain | Signal | Requeue | Ack | Resume | Report | Cordon | Note | Forget
+SlurmEffect = SlurmDrain | Signal | Requeue | Ack | Resume | Report | KubeCordon | Note | Forget
 
 
 def decide(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
@@ -183,7 +187,7 @@ def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmP
     want = slurm_reason(repair.reason)
     out = []
     if not node.drain or (ours(node) and node.reason != want):
-        out.append(Drain(want))
+        out.append(SlurmDrain(want))
     elif not ours(node):
         out.append(_once(reported, Report(f"external:{node.reason}", EVENT_EXTERNAL,
                                           f"Slurm node {node.name} was already drained by someone else "
@@ -218,7 +222,7 @@ def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmP
         elif past_deadline:
             out.append(Requeue(job_id, "the drain deadline came"))
         settled = False
-    acting = any(isinstance(a, Drain | Signal | Requeue) for a in out)
+    acting = any(isinstance(a, SlurmDrain | Signal | Requeue) for a in out)
     if node.drained and settled and not acting and not acked:
         out.append(Ack(repair.record))
     if past_deadline and not node.drained:
@@ -252,9 +256,9 @@ def _outside_repair(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[
                                               + ("cordoning the node (actOnExternalDrains)"
                                                  if policy.act_on_external_drains else "not acted on"))))
         if policy.act_on_external_drains and not obs.cordoned:
-            out.append(Cordon(True))
+            out.append(KubeCordon(True))
     elif obs.cordoned_by_us and obs.cordoned:
-        out.append(Cordon(False))
+        out.append(KubeCordon(False))
     return _clean(out)
 
 

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.deploy import API_VERSION, default_pool
+from autoclusters.deploy import default_pool
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
@@ -124,7 +125,7 @@ class Env:
     # --- pools and nodes --------------------------------------------------------------------------
     def pool(self, mode: str = "auto", nodes: int = 1, **spec: Any) -> tuple[str, list[str]]:
         name = f"p{secrets.token_hex(3)}"
-        body = {"apiVersion": f"{self.names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
+        body = {"apiVersion": f"{self.names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
                 "metadata": {"name": name},
                 "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
                          "provider": {"type": "simulated"}, **spec}}
@@ -134,7 +135,7 @@ class Env:
         return name, made
 
     def pool_path(self, name: str | None = None) -> str:
-        return Kube.custom_path(self.names.api_group, API_VERSION, "gpunodepools", name)
+        return Kube.custom_path(self.names.api_group, api.VERSION, "gpunodepools", name)
 
     def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         self.kube.patch(self.pool_path(name), {"spec": spec})
@@ -194,7 +195,7 @@ class Env:
 
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
-        items = self.kube.list_items(Kube.custom_path(self.names.api_group, API_VERSION, "remediations"))
+        items = self.kube.list_items(Kube.custom_path(self.names.api_group, api.VERSION, "remediations"))
         out = [r for r in items if (node is None or r["spec"]["node"] == node)
                and (pool is None or r["spec"]["pool"] == pool)]
         return sorted(out, key=lambda r: r["metadata"]["creationTimestamp"] + r["metadata"]["name"])

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
+from autoclusters.api import ConsentMode, Phase, RepairAction
+from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.names import Names
 from tests.integration.ops_support import XID79, cli, create_record, private_domain

@@ -10,14 +10,8 @@ from typing import Any
 
 import pytest
 
-from autoclusters.controller.statemachine import (
-    ConsentMode,
-    Fault,
-    Phase,
-    RepairAction,
-    RepairState,
-    TimelineStep,
-)
+from autoclusters.api import ConsentMode, Phase, RepairAction
+from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube
 from autoclusters.names import Names

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import SystemClock
-from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Invalid, Kube, NotFound
 from autoclusters.providers.clusterapi import (

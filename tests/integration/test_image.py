@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from autoclusters import __version__
+from autoclusters import __version__, api
 from autoclusters.certificates import make_ca, make_serving
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.deploy import (
-    API_VERSION,
     CONTROLLER_SERVICE_ACCOUNT,
     DEFAULT_IMAGE,
     DETECTOR_SERVICE_ACCOUNT,
@@ -113,8 +112,8 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
     rbac = controller_rbac(names, namespace=ns)
     cluster.apply(rbac)
     pool = f"img{secrets.token_hex(3)}"
-    pool_path = Kube.custom_path(names.api_group, API_VERSION, "gpunodepools")
-    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{API_VERSION}", "kind": "GpuNodePool",
+    pool_path = Kube.custom_path(names.api_group, api.VERSION, "gpunodepools")
+    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
                             "metadata": {"name": pool},
                             "spec": {"consentMode": "auto",
                                      "drain": {"resetDeadlineSeconds": 5, "replaceDeadlineSeconds": 5},
@@ -154,7 +153,7 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
         kube.patch_node_status(node, {"status": {"conditions": [{
             "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
             "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
-        records = Kube.custom_path(names.api_group, API_VERSION, "remediations")
+        records = Kube.custom_path(names.api_group, api.VERSION, "remediations")
 
         def succeeded() -> dict[str, Any] | None:
             items = kube.get(records)["items"]
@@ -168,7 +167,7 @@ def test_controller_from_the_image_repairs_a_node_with_in_cluster_credentials(
         with contextlib.suppress(NotFound):
             kube.delete(f"/api/v1/nodes/{node}")
         with contextlib.suppress(NotFound):
-            kube.delete(Kube.custom_path(names.api_group, API_VERSION, "gpunodepools", pool))
+            kube.delete(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
         for obj in rbac:
             if obj["kind"].startswith("Cluster"):
                 with contextlib.suppress(NotFound):

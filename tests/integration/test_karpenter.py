@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from autoclusters import names as event_names
+from autoclusters.api import RepairAction
 from autoclusters.clock import SystemClock
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.notifier import LogNotifier
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.demo.story import training_workload
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster.handle import ClusterHandle

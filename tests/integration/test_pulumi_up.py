@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
+from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.deploy import API_VERSION, CONTROLLER_SERVICE_ACCOUNT, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, WEBHOOK_SERVICE_ACCOUNT
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.tools import ToolsMissing
 from autoclusters.kube import Kube, NotFound
@@ -123,7 +124,7 @@ class StackRun:
 
     # --- cluster reads ------------------------------------------------------------------------
     def path(self, plural: str, name: str | None = None) -> str:
-        return Kube.custom_path(self.names.api_group, API_VERSION, plural, name)
+        return Kube.custom_path(self.names.api_group, api.VERSION, plural, name)
 
     def pool_object(self) -> dict[str, Any]:
         return self.kube.get(self.path("gpunodepools", self.pool))

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.deploy import API_VERSION
 from autoclusters.deploy.crds import crds
 from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_slurm import SignalTarget, SlurmPolicy
@@ -44,7 +44,7 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
     cluster.apply(crds(names))
     pool = f"slurmb-{unique}"
     policy = SlurmPolicy(enabled=True, signal="TERM", signal_to=SignalTarget.BATCH, signal_lead_seconds=30)
-    cluster.kube.create(Kube.custom_path(names.api_group, API_VERSION, "gpunodepools"),
+    cluster.kube.create(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools"),
                         gpu_node_pool_object(PoolConfig(name=pool, slurm=policy), names))
     (node,) = cluster.create_gpu_nodes(pool, 1, prefix=pool)
     harness = slurm_harness(tmp_path / "s", (node,))
@@ -59,7 +59,7 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
         runner.join(10)
         next(harness, None)
         cluster.kube.delete(f"/api/v1/nodes/{node}")
-        cluster.kube.delete(Kube.custom_path(names.api_group, API_VERSION, "gpunodepools", pool))
+        cluster.kube.delete(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
 
 
 def reasons(cluster: ClusterHandle, node: str) -> set[str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import FakeClock, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.deploy import API_VERSION
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube
 from autoclusters.kube.events import EventRecorder
@@ -66,16 +66,16 @@ class Harness:
 
     # --- the world --------------------------------------------------------------------------
     def pool(self, name: str = "p", mode: str = "auto", **spec: Any) -> JSON:
-        body = {"apiVersion": f"{NAMES.api_group}/{API_VERSION}", "kind": "GpuNodePool", "metadata": {"name": name},
+        body = {"apiVersion": f"{NAMES.api_group}/{api.VERSION}", "kind": "GpuNodePool", "metadata": {"name": name},
                 "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600},
                          "provider": {"type": "simulated"}, **spec}}
         return self.api.put(self.pool_path(), body)
 
     def pool_path(self, name: str | None = None) -> str:
-        return Kube.custom_path(NAMES.api_group, API_VERSION, "gpunodepools", name)
+        return Kube.custom_path(NAMES.api_group, api.VERSION, "gpunodepools", name)
 
     def record_path(self, name: str | None = None) -> str:
-        return Kube.custom_path(NAMES.api_group, API_VERSION, "remediations", name)
+        return Kube.custom_path(NAMES.api_group, api.VERSION, "remediations", name)
 
     def node(self, name: str, pool: str = "p", **labels: str) -> JSON:
         manifest = sim.gpu_node_manifest(name, pool, NAMES)

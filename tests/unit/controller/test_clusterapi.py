@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.controller.statemachine import (
-    Operation,
-    ProviderState,
-    ProviderView,
-    RepairAction,
-)
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.pool_config import pool_from_config
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError

@@ -8,11 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autoclusters.controller.statemachine import (
-    Operation,
-    ProviderState,
-    RepairAction,
-)
+from autoclusters.api import RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.providers.command import CommandProvider
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, KarpenterProvider

@@ -10,16 +10,14 @@ from datetime import timedelta
 import pytest
 
 from autoclusters import names as n
+from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller import messages as words
 from autoclusters.controller.statemachine import (
-    ConsentMode,
     Decision,
     Emit,
     Fault,
-    Phase,
     ProviderState,
     ProviderView,
-    RepairAction,
     RepairPolicy,
     transition,
 )

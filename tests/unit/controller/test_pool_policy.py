@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+from autoclusters.api import ConsentMode, RepairAction
 from autoclusters.controller.pool_policy import parse_pool
-from autoclusters.controller.statemachine import (
-    ConsentMode,
-    RepairAction,
-    RepairPolicy,
-)
+from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from autoclusters import names as n
+from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller import drain
 from autoclusters.controller import hook as hooks
 from autoclusters.controller.actuator import Actuator
@@ -24,7 +25,6 @@ from autoclusters.controller.pool_policy import parse_pool
 from autoclusters.controller.remediation_record import state_of, status_of
 from autoclusters.controller.statemachine import (
     ClearWarning,
-    ConsentMode,
     Decision,
     Drain,
     DriveProvider,
@@ -33,12 +33,10 @@ from autoclusters.controller.statemachine import (
     Fault,
     NodeView,
     Observation,
-    Phase,
     PodsView,
     PoolView,
     ProviderState,
     ProviderView,
-    RepairAction,
     RepairPolicy,
     RepairState,
     Unmark,

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, RepairAction
+from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names

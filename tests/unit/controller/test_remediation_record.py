@@ -5,16 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller.remediation_record import record_name, state_of, status_of
-from autoclusters.controller.statemachine import (
-    ConsentMode,
-    Fault,
-    Operation,
-    Phase,
-    RepairAction,
-    RepairState,
-    TimelineStep,
-)
+from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

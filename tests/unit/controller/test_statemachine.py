@@ -6,13 +6,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from autoclusters import names as n
+from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller.statemachine import (
     HOLD_BREAKER,
     HOLD_CONCURRENCY,
     HOLD_NO_PROVIDER,
     HOLD_OPT_OUT,
     HOLD_PROVIDER_REFUSED,
-    ConsentMode,
     Cordon,
     Decision,
     Drain,
@@ -25,13 +25,11 @@ from autoclusters.controller.statemachine import (
     Notify,
     Observation,
     Outcome,
-    Phase,
     PodsView,
     PoolView,
     ProviderBlock,
     ProviderState,
     ProviderView,
-    RepairAction,
     RepairPolicy,
     RepairState,
     Unmark,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from autoclusters.api import RepairAction
 from autoclusters.controller.cache import Fleet
-from autoclusters.controller.statemachine import RepairAction
 from autoclusters.deploy import default_pool
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.deploy.membership import Membership, config_of

@@ -83,8 +83,9 @@ def test_human_duration(seconds: float | None, text: str) -> None:
 
 
 def test_the_view_reads_what_the_controller_writes() -> None:
+    from autoclusters.api import ConsentMode, Phase, RepairAction
     from autoclusters.controller.remediation_record import new_record, status_of
-    from autoclusters.controller.statemachine import ConsentMode, Fault, Phase, RepairAction, RepairState, TimelineStep
+    from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 
     t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 2, tzinfo=UTC)
     state = RepairState(name="n1-abc", node="n1", pool="p", consent_mode=ConsentMode.PROPOSE,

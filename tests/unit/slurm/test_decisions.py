@@ -46,7 +46,7 @@ def effect(action: d.SlurmEffect, kind: type[E]) -> E:
 
 def test_a_warned_node_is_drained_with_the_fault_as_reason_and_its_jobs_signalled() -> None:
     actions = d.decide(obs(node(), jobs=(job(),)), d.Memory(record=REPAIR.record), POLICY)
-    assert actions[0] == d.Drain(OURS)
+    assert actions[0] == d.SlurmDrain(OURS)
     assert d.Signal(job(), "TERM") in actions
     assert not any(isinstance(a, d.Ack) for a in actions)
 
@@ -104,7 +104,7 @@ def test_a_job_that_cannot_be_requeued_is_reported_and_waited_for() -> None:
 def test_an_admins_drain_is_neither_overwritten_nor_resumed() -> None:
     admin = node("idle", ("drain",), "bad DIMM, ticket 42")
     during = d.decide(obs(admin, at=1), d.Memory(record=REPAIR.record), POLICY)
-    assert not any(isinstance(a, d.Drain) for a in during)
+    assert not any(isinstance(a, d.SlurmDrain) for a in during)
     assert [a.reason for a in during if isinstance(a, d.Report)] == [d.EVENT_EXTERNAL]
     assert d.Ack(REPAIR.record) in during  # drained (by the admin) with nothing running: ready
     after = d.decide(obs(admin, repair=None, maintenance=False), d.Memory(), POLICY)
@@ -129,10 +129,10 @@ def test_an_external_drain_is_noted_on_the_node_for_status_and_the_note_removed_
 def test_act_on_external_drains_cordons_and_uncordons_only_what_it_cordoned() -> None:
     acting = SlurmPolicy(enabled=True, act_on_external_drains=True)
     admin = node("idle", ("drain",), "bad DIMM")
-    assert d.Cordon(True) in d.decide(obs(admin, repair=None, maintenance=False), d.Memory(), acting)
+    assert d.KubeCordon(True) in d.decide(obs(admin, repair=None, maintenance=False), d.Memory(), acting)
     idle = node("idle")
     assert d.decide(obs(idle, repair=None, maintenance=False, cordoned=True, cordoned_by_us=True), d.Memory(),
-                    acting) == [d.Cordon(False)]
+                    acting) == [d.KubeCordon(False)]
     assert d.decide(obs(idle, repair=None, maintenance=False, cordoned=True), d.Memory(), acting) == []
 
 
@@ -146,7 +146,7 @@ def test_resume_only_after_the_repair_and_the_maintenance_label_are_gone() -> No
 
 def test_a_stale_reason_of_ours_is_replaced_by_this_repairs() -> None:
     stale = node("idle", ("drain",), "autoclusters: ECC on GPU 1 (remediation old)")
-    assert d.decide(obs(stale), d.Memory(record=REPAIR.record), POLICY) == [d.Drain(OURS)]
+    assert d.decide(obs(stale), d.Memory(record=REPAIR.record), POLICY) == [d.SlurmDrain(OURS)]
 
 
 def test_a_node_slurm_does_not_know_is_acked_with_a_warning() -> None:
