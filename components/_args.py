@@ -27,12 +27,3 @@ def require_image(value: Any, component: str, field: str = "image") -> None:
 def require_positive(value: Any, component: str, field: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ComponentArgsError(f"{component}: {field} must be an integer >= 1, got {value!r}")
-
-
-def cluster_scoped_name(base: str, namespace: str) -> str:
-    """Cluster-scoped objects of a second installation (another namespace) get the namespace
-    as a suffix, the convention of ``deploy.controller`` and ``deploy.detector``, so two
-    stacks on one cluster never share, overwrite or delete each other's objects."""
-    from autoclusters.deploy import DEFAULT_NAMESPACE
-
-    return base if namespace == DEFAULT_NAMESPACE else f"{base}-{namespace}"

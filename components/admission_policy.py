@@ -15,10 +15,10 @@ from urllib.parse import urlparse
 
 import pulumi
 
-from autoclusters.deploy import DEFAULT_NAMESPACE, admission, workloads
+from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.names import Names
-from components._args import ComponentArgsError, cluster_scoped_name, require_image, require_namespace
+from components._args import ComponentArgsError, require_image, require_namespace
 from components._k8s import k8s_resource
 from components.webhook_certificate import WebhookCertificate
 
@@ -69,31 +69,21 @@ class AdmissionPolicy(pulumi.ComponentResource):
         names, ns = args.names, args.namespace
         dns, ips = args.certificate_names
         cert = WebhookCertificate("webhook-certificate", dns_names=dns, ip_addresses=ips, opts=child)
-        secret = workloads.webhook_tls_secret(ns, workloads.WEBHOOK_TLS_SECRET, cert_pem="", key_pem="", ca_pem="")
+        # deploy.stack.webhook_objects lists them (and the renderer writes them); only the
+        # certificate's PEMs are filled in here, once the certificate exists.
+        secret, policies_cm, deployment_obj, service_obj, pdb, policy_obj, binding, config = stack.webhook_objects(
+            names, ns, args.image, args.opa_image, webhook_url=args.webhook_url, policies_dir=Path(args.policies_dir))
         secret["stringData"] = pulumi.Output.secret(pulumi.Output.all(cert.cert_pem, cert.key_pem, cert.ca_pem).apply(
             lambda p: {"tls.crt": p[0], "tls.key": p[1], "ca.crt": p[2]}))
         tls = k8s_resource(secret, child)
-        policies = k8s_resource(workloads.policy_configmap(ns, workloads.POLICY_CONFIGMAP, Path(args.policies_dir)),
-                                child)
-        deployment = k8s_resource(
-            workloads.webhook_deployment(names, ns, args.image, args.opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
-                                         policy_configmap=workloads.POLICY_CONFIGMAP),
-            pulumi.ResourceOptions(parent=self, depends_on=[tls, policies]))
-        service = k8s_resource(workloads.webhook_service(ns), child)
-        k8s_resource(workloads.pod_disruption_budget(workloads.WEBHOOK, ns), child)
-        policy_name = cluster_scoped_name(admission.POLICY_NAME, ns)
-        config_name = cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, ns)
-        policy = k8s_resource(admission.admission_policy(names, admission.default_controllers(ns), name=policy_name),
-                              child)
-        k8s_resource(admission.admission_policy_binding(policy_name=policy_name),
-                     pulumi.ResourceOptions(parent=self, depends_on=[policy]))
-
-        def webhook_config(ca: str) -> dict:
-            return admission.webhook_configuration(names, ca_bundle=ca.encode(), url=args.webhook_url, namespace=ns,
-                                                   name=config_name)
-
-        config = webhook_config("")
-        config["webhooks"] = cert.ca_pem.apply(lambda ca: webhook_config(ca)["webhooks"])
+        policies = k8s_resource(policies_cm, child)
+        deployment = k8s_resource(deployment_obj, pulumi.ResourceOptions(parent=self, depends_on=[tls, policies]))
+        service = k8s_resource(service_obj, child)
+        k8s_resource(pdb, child)
+        policy = k8s_resource(policy_obj, child)
+        k8s_resource(binding, pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+        config["webhooks"] = cert.ca_pem.apply(
+            lambda ca: stack.webhook_configuration(names, ns, args.webhook_url, ca)["webhooks"])
         # Registered last: the API server calls the webhook only once its backend exists.
         vwc = k8s_resource(config, pulumi.ResourceOptions(parent=self, depends_on=[deployment, service]))
         self.ca_pem = cert.ca_pem

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from autoclusters.deploy import DEFAULT_NAMESPACE, workloads
+from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
 from components._k8s import k8s_resource
@@ -17,7 +17,7 @@ class ControllerArgs:
     image: str
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
-    replicas: int = 2
+    replicas: int = stack.CONTROLLER_REPLICAS
     event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
 
     def __post_init__(self) -> None:
@@ -41,8 +41,8 @@ class Controller(pulumi.ComponentResource):
     def __init__(self, name: str, args: ControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        dep = k8s_resource(workloads.controller_deployment(args.names, args.namespace, args.image, args.replicas,
-                                                         args.event_source), child)
-        k8s_resource(workloads.pod_disruption_budget(workloads.CONTROLLER, args.namespace), child)
-        self.deployment_name = dep.metadata.apply(lambda m: m["name"])
+        dep, pdb = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source)
+        created = k8s_resource(dep, child)
+        k8s_resource(pdb, child)
+        self.deployment_name = created.metadata.apply(lambda m: m["name"])
         self.register_outputs({"deployment_name": self.deployment_name})

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from autoclusters.deploy import DEFAULT_NAMESPACE, workloads
+from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
 from components._k8s import k8s_resource
@@ -34,9 +34,7 @@ class Detector(pulumi.ComponentResource):
     def __init__(self, name: str, args: DetectorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        obj = workloads.detector_daemonset(args.names, args.namespace, args.image)
-        if not args.await_rollout:
-            obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
-        ds = k8s_resource(obj, child)
+        ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
+                                                   await_rollout=args.await_rollout), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

@@ -2,8 +2,9 @@
 admission policy that keeps each detector to writing its own node.
 
 The roles come from the module of the code that uses them (``deploy.controller``,
-``deploy.detector``, ``deploy.admission``), so a new API call and its permission change
-in the same place; this component only creates them in order.
+``deploy.detector``, ``deploy.admission``; ``deploy.stack.rbac_objects`` lists them), so a
+new API call and its permission change in the same place; this component only creates
+them in order.
 """
 
 from __future__ import annotations
@@ -13,29 +14,11 @@ from typing import Any
 
 import pulumi
 
-from autoclusters.deploy import (
-    CONTROLLER_SERVICE_ACCOUNT,
-    DEFAULT_NAMESPACE,
-    admission,
-    controller,
-    detector,
-    workloads,
-)
+from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.stack import rbac_objects
 from autoclusters.names import Names
-from components._args import cluster_scoped_name, require_namespace
+from components._args import require_namespace
 from components._k8s import k8s_resource
-
-
-def rbac_objects(names: Names, namespace: str) -> list[dict[str, Any]]:
-    """Every service account, role and binding of the system, service accounts first."""
-    objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace)]
-    objs += detector.detector_rbac(names, namespace)
-    objs += _scoped(admission.webhook_rbac(
-        namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
-        tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
-    order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
-    return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
 
 @dataclass(frozen=True)
@@ -62,20 +45,6 @@ class Rbac(pulumi.ComponentResource):
         self.service_accounts = pulumi.Output.from_input(
             sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"))
         self.register_outputs({"service_accounts": self.service_accounts})
-
-
-def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
-    """``webhook_rbac`` names its ClusterRole and binding without the namespace; give them the
-    suffix every other cluster-scoped object of a second installation carries."""
-    out = []
-    for obj in objs:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            obj = {**obj, "metadata": {**obj["metadata"],
-                                       "name": cluster_scoped_name(obj["metadata"]["name"], namespace)}}
-            if "roleRef" in obj:
-                obj["roleRef"] = {**obj["roleRef"], "name": cluster_scoped_name(obj["roleRef"]["name"], namespace)}
-        out.append(obj)
-    return out
 
 
 def _references(obj: dict[str, Any]) -> list[tuple[str, str]]:

@@ -16,3 +16,10 @@ WEBHOOK_SERVICE_ACCOUNT = "autoclusters-webhook"
 # stack's ``autoclusters:image`` (docs/deploy.md, "The container image").
 IMAGE_REPOSITORY = "ghcr.io/autoclusters/autoclusters"
 DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{__version__}"
+
+
+def cluster_scoped_name(base: str, namespace: str) -> str:
+    """Cluster-scoped objects of a second installation (another namespace) get the namespace
+    as a suffix, the convention of ``deploy.controller`` and ``deploy.detector``, so two
+    stacks on one cluster never share, overwrite or delete each other's objects."""
+    return base if namespace == DEFAULT_NAMESPACE else f"{base}-{namespace}"

@@ -1,0 +1,124 @@
+"""Every Kubernetes object of one stack, from its ``StackConfig``.
+
+``stack_objects`` is the list the Pulumi components register (``components/``; a unit test
+runs them under Pulumi's mock engine and compares) and the list ``manifests/`` is rendered
+from (``components/render.py``), so what Pulumi deploys and what the YAML holds cannot drift.
+Left out: the nodes of a pool (kwok nodes, or labels on existing nodes), which are not
+objects of the stack but of the cluster it runs on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autoclusters.deploy import (
+    CONTROLLER_SERVICE_ACCOUNT,
+    admission,
+    cluster_scoped_name,
+    controller,
+    crds,
+    default_pool,
+    detector,
+    workloads,
+)
+from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
+from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
+from autoclusters.names import Names
+
+CONTROLLER_REPLICAS = 2
+
+
+def rbac_objects(names: Names, namespace: str) -> list[dict[str, Any]]:
+    """Every service account, role and binding of the system, service accounts first."""
+    objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
+        names, namespace)]
+    objs += detector.detector_rbac(names, namespace)
+    objs += _scoped(admission.webhook_rbac(
+        namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
+        tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
+    order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
+    return sorted(objs, key=lambda o: order.get(o["kind"], 3))
+
+
+def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """``webhook_rbac`` names its ClusterRole and binding without the namespace; give them the
+    suffix every other cluster-scoped object of a second installation carries."""
+    out = []
+    for obj in objs:
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            obj = {**obj, "metadata": {**obj["metadata"],
+                                       "name": cluster_scoped_name(obj["metadata"]["name"], namespace)}}
+            if "roleRef" in obj:
+                obj["roleRef"] = {**obj["roleRef"], "name": cluster_scoped_name(obj["roleRef"]["name"], namespace)}
+        out.append(obj)
+    return out
+
+
+def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True) -> dict[str, Any]:
+    """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
+    GPU node (the shared local cluster, where nodes of other pools may be mid-repair)."""
+    obj = workloads.detector_daemonset(names, namespace, image)
+    if not await_rollout:
+        obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
+    return obj
+
+
+def controller_objects(names: Names, namespace: str, image: str, replicas: int = CONTROLLER_REPLICAS,
+                       event_source: str = workloads.CONTROLLER) -> list[dict[str, Any]]:
+    """The controller Deployment and its PodDisruptionBudget."""
+    return [workloads.controller_deployment(names, namespace, image, replicas, event_source),
+            workloads.pod_disruption_budget(workloads.CONTROLLER, namespace)]
+
+
+def webhook_tls_secret(namespace: str, *, cert_pem: str = "", key_pem: str = "", ca_pem: str = "") -> dict[str, Any]:
+    return workloads.webhook_tls_secret(namespace, workloads.WEBHOOK_TLS_SECRET, cert_pem=cert_pem, key_pem=key_pem,
+                                        ca_pem=ca_pem)
+
+
+def policy_name(namespace: str) -> str:
+    return cluster_scoped_name(admission.POLICY_NAME, namespace)
+
+
+def webhook_configuration(names: Names, namespace: str, webhook_url: str | None, ca_pem: str = "") -> dict[str, Any]:
+    return admission.webhook_configuration(names, ca_bundle=ca_pem.encode(), url=webhook_url, namespace=namespace,
+                                           name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace))
+
+
+def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *, webhook_url: str | None = None,
+                    policies_dir: Path | None = None, ca_pem: str = "", cert_pem: str = "", key_pem: str = ""
+                    ) -> list[dict[str, Any]]:
+    """The webhook (TLS Secret, policy ConfigMap, Deployment, Service, PDB), the CEL floor
+    (ValidatingAdmissionPolicy + binding) and the ValidatingWebhookConfiguration, in that order."""
+    pname = policy_name(namespace)
+    return [
+        webhook_tls_secret(namespace, cert_pem=cert_pem, key_pem=key_pem, ca_pem=ca_pem),
+        workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies())),
+        workloads.webhook_deployment(names, namespace, image, opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
+                                     policy_configmap=workloads.POLICY_CONFIGMAP),
+        workloads.webhook_service(namespace),
+        workloads.pod_disruption_budget(workloads.WEBHOOK, namespace),
+        admission.admission_policy(names, admission.default_controllers(namespace), name=pname),
+        admission.admission_policy_binding(policy_name=pname),
+        webhook_configuration(names, namespace, webhook_url, ca_pem),
+    ]
+
+
+def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", key_pem: str = ""
+                  ) -> list[dict[str, Any]]:
+    """Every Kubernetes object ``AutoClusters`` registers for ``config``, in its order.
+
+    The webhook's certificate is made at deploy time; the PEMs default to empty (the
+    rendered manifests leave the Secret out and the caBundle to cert-manager)."""
+    names, ns = config.names, config.namespace
+    return [
+        workloads.namespace(ns),
+        *crds.crds(names),
+        *rbac_objects(names, ns),
+        detector_daemonset(names, ns, config.image, await_rollout=not config.local),
+        default_pool.configmap(config.default_pool, ns),
+        *controller_objects(names, ns, config.image, event_source=config.event_source),
+        *(gpu_node_pool_object(pool, names) for pool in config.pools),
+        *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
+                         ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),
+    ]

@@ -1,0 +1,57 @@
+"""What Pulumi deploys and what ``manifests/`` holds are one list: the objects ``AutoClusters``
+registers under Pulumi's mock engine are exactly ``deploy.stack.stack_objects(config)``, the
+list the renderer writes."""
+
+import json
+from typing import Any
+
+import pytest
+
+from autoclusters.deploy.pool_config import stack_config_from_dict
+from autoclusters.deploy.stack import stack_objects
+from components import AutoClusters, AutoClustersArgs
+from components._recording import RecordingMocks, record
+from components.render import EXAMPLE_POOLS, manifest
+
+# Fixed PEMs, so the test also sees them reach the Secret and the caBundle.
+PEMS = {"ca_pem": "-----CA-----\n", "cert_pem": "-----CERT-----\n", "key_pem": "-----KEY-----\n"}
+CONFIGS = {
+    "rendered": {"pools": EXAMPLE_POOLS},
+    "brand": {"pools": EXAMPLE_POOLS, "domain": "crusoe.ai", "conditionPrefix": "Crusoe",
+              "eventSource": "nodepool-service"},
+    "local-second-namespace": {
+        "local": True, "namespace": "ns1", "image": "registry.example/autoclusters:1",
+        "webhookUrl": "https://127.0.0.1:9443/validate", "defaultPool": {"consentMode": "off"},
+        "pools": [{"name": "a100", "consentMode": "propose", "nodes": {"backend": "simulated", "count": 2}},
+                  {"name": "h100", "nodes": {"backend": "existing", "selector": {"zone": "z1"}}}]},
+}
+
+
+def _key(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+@pytest.mark.parametrize("settings", CONFIGS.values(), ids=CONFIGS.keys())
+def test_the_components_register_exactly_the_stack_objects(settings):
+    config = stack_config_from_dict(settings)
+    mocks = record(lambda: AutoClusters("ac", AutoClustersArgs(config=config, node_lister=lambda sel: ["n1"])),
+                   RecordingMocks(lambda dns, ips: dict(PEMS)))
+    # A pool's nodes (labels patched onto existing nodes, kwok nodes) belong to the cluster,
+    # not to the stack's object list.
+    registered = [o for o in mocks.kubernetes_objects() if o["kind"] != "NodePatch"]
+    patched = [o["metadata"]["name"] for o in mocks.kubernetes_objects() if o["kind"] == "NodePatch"]
+    assert patched == (["n1"] if any(p.nodes.selector for p in config.pools) else [])
+    expected = [manifest(o) for o in stack_objects(config, **PEMS)]
+    assert sorted(map(_key, registered)) == sorted(map(_key, expected))
+    assert len(expected) == len({(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+                                 for o in expected}), "two objects share a kind and name"
+
+
+def test_the_certificate_reaches_the_secret_and_the_ca_bundle():
+    objs = stack_objects(stack_config_from_dict({}), **PEMS)
+    (secret,) = [o for o in objs if o["kind"] == "Secret"]
+    assert secret["stringData"] == {"tls.crt": PEMS["cert_pem"], "tls.key": PEMS["key_pem"], "ca.crt": PEMS["ca_pem"]}
+    (config,) = [o for o in objs if o["kind"] == "ValidatingWebhookConfiguration"]
+    import base64
+
+    assert {base64.b64decode(w["clientConfig"]["caBundle"]).decode() for w in config["webhooks"]} == {PEMS["ca_pem"]}
