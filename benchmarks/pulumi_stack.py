@@ -6,8 +6,7 @@ consent-mode change, ``destroy``, for P pools of N simulated nodes each.
 Runs the real CLI and Kubernetes provider (``tools/build-tools.sh pulumi``) through
 ``autoclusters.devcluster.pulumi_env`` with a file backend in a temporary directory, under
 a private domain and namespace, and destroys what it made. It also runs the component
-tree under Pulumi's mock engine, which is the cost of the unit tests and of rendering
-``manifests/``.
+tree under Pulumi's mock engine, which is the cost of the component unit tests.
 """
 
 from __future__ import annotations
@@ -69,9 +68,14 @@ def start_webhook(kubeconfig: str, namespace: str, port: int, opa_url: str, tmp:
 
 
 def mock_render_seconds() -> float:
-    from components.render import render
+    """``AutoClusters`` for the pools of ``manifests/`` under the mock engine."""
+    from autoclusters.deploy.pool_config import stack_config_from_dict
+    from components import AutoClusters, AutoClustersArgs
+    from components._recording import record
+    from components.render import EXAMPLE_POOLS
 
-    seconds, _ = timed(render)
+    config = stack_config_from_dict({"pools": EXAMPLE_POOLS})
+    seconds, _ = timed(lambda: record(lambda: AutoClusters("autoclusters", AutoClustersArgs(config=config))))
     return seconds
 
 

@@ -1,8 +1,8 @@
 """Runs components against Pulumi's mock engine and records what they register.
 
-The unit tests read the records to check what a component creates; the manifest renderer
-(``components/render.py``, ``make manifests``) turns the same records back into YAML, so
-``manifests/`` is generated from the components themselves.
+The unit tests read the records to check what a component creates, and
+``tests/unit/components/test_stack_objects.py`` compares them with
+``autoclusters.deploy.stack.stack_objects``, the list ``manifests/`` is rendered from.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ files differ from what the components produce now (the unit tests run the same c
 (e.g. ``crusoe.ai`` / ``Crusoe`` / ``nodepool-service``) into its own folder
 (``build/manifests/<domain>-<prefix>/`` unless ``--out`` says where); ``manifests/`` always
 holds the default names.
-The objects are what ``AutoClusters`` registers under Pulumi's mock engine, so Pulumi and
-the YAML cannot drift. Left out: the webhook's TLS Secret (a private key does not belong in
+The objects are ``autoclusters.deploy.stack.stack_objects``: the list the components register
+(a unit test runs them under Pulumi's mock engine and compares), so Pulumi and the YAML
+cannot drift. Left out: the webhook's TLS Secret (a private key does not belong in
 git; docs/deploy.md shows how cert-manager provides it and the caBundle).
 """
 
@@ -23,8 +24,7 @@ import yaml
 
 from autoclusters import api
 from autoclusters.deploy.pool_config import PoolConfigError, StackConfig, stack_config_from_dict
-from components._recording import RecordingMocks, record
-from components.autoclusters import AutoClusters, AutoClustersArgs
+from autoclusters.deploy.stack import stack_objects
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -37,8 +37,7 @@ EXAMPLE_POOLS = [
     {"name": "h100", "consentMode": "auto", "faultClasses": {"interconnect": "reset"}, "maxConcurrentRepairs": 2,
      "provider": {"type": "hostReboot"}},
 ]
-# Within a file, objects follow the order kubectl must create them in; registration order
-# under the engine is not stable (resources register as their dependencies resolve).
+# Within a file, objects follow the order kubectl must create them in.
 _KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
                "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
@@ -57,6 +56,20 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _Dumper.add_representer(str, _str)
+
+
+def manifest(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the YAML holds it: ``apiVersion`` and ``kind`` first, every other key sorted
+    at every level (a stable rendering), no ``status``."""
+    def ordered(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ordered(value[k]) for k in sorted(value)}
+        if isinstance(value, list):
+            return [ordered(v) for v in value]
+        return value
+
+    rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "status")}
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], **ordered(rest)}
 
 
 def file_for(obj: dict[str, Any]) -> str | None:
@@ -87,9 +100,8 @@ def render(brand: Mapping[str, str] | None = None) -> dict[str, str]:
     """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys
     (``domain``, ``conditionPrefix``, ``eventSource``) that differ from the defaults."""
     config = stack_config_from_dict({"pools": EXAMPLE_POOLS, **(brand or {})})
-    mocks = record(lambda: AutoClusters("autoclusters", AutoClustersArgs(config=config)), RecordingMocks())
     files: dict[str, list[dict[str, Any]]] = {}
-    for obj in mocks.kubernetes_objects():
+    for obj in map(manifest, stack_objects(config)):
         path = file_for(obj)
         if path:
             files.setdefault(path, []).append(obj)
