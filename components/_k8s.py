@@ -49,8 +49,10 @@ def k8s_resource(obj: dict[str, Any], opts: pulumi.ResourceOptions, name: str | 
     if cls is None:
         return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], opts=opts,
                                                 **fields)
-    # The generated classes' full argument list lives only on this private method.
-    accepted = set(inspect.signature(cls._internal_init).parameters)  # type: ignore[attr-defined]
+    # Each generated class has a public ``<Kind>InitArgs`` next to it whose signature lists
+    # the class's arguments (the second form of the class's constructor takes one).
+    init_args = getattr(importlib.import_module(cls.__module__), f"{cls.__name__}InitArgs")
+    accepted = set(inspect.signature(init_args).parameters)
     kwargs = {}
     for key, value in fields.items():
         arg = _CAMEL.sub("_", key).lower()
