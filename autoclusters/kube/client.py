@@ -259,13 +259,32 @@ def load_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters"
 
     The lean transport (:mod:`autoclusters.kube.light`) serves every credential it can (tokens,
     token files, client certificates, the in-cluster account); the ``kubernetes`` library serves
-    the rest (exec and auth-provider plugins, basic auth, proxies, merged kubeconfig files)."""
+    the rest (exec and auth-provider plugins, basic auth, proxies named by the kubeconfig or by
+    the environment's ``HTTPS_PROXY``/``HTTP_PROXY`` for the API server's address, merged
+    kubeconfig files)."""
     from autoclusters.kube.light import NeedsFullClient, load_light_kube
 
     try:
-        return load_light_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
+        kube = load_light_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
     except NeedsFullClient:
         return load_full_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
+    if env_proxy_for(kube.host):  # the lean transport talks to the API server directly, never through a proxy
+        return load_full_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
+    return kube
+
+
+def env_proxy_for(host: str) -> str | None:
+    """The proxy the environment names for an API server URL (``HTTPS_PROXY`` and the like, less
+    ``NO_PROXY``), which kubectl and the ``kubernetes`` library both honour; None for none."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(host)
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.netloc):  # NO_PROXY (on Linux: the environment only)
+        return None
+    return proxy
 
 
 def load_full_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 32) -> Kube:

@@ -81,6 +81,25 @@ def test_load_kube_takes_the_lean_transport_when_it_can(tmp_path: Path) -> None:
     assert kube._api._server._pool_size == 40
 
 
+@pytest.mark.parametrize("env, lean", [
+    ({"HTTPS_PROXY": "http://proxy:3128"}, False),
+    ({"https_proxy": "http://proxy:3128"}, False),
+    ({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "127.0.0.1"}, True),
+    ({"HTTP_PROXY": "http://proxy:3128"}, True),  # a proxy for http:// only; the API server is https://
+])
+def test_a_proxy_named_by_the_environment_is_honoured_through_the_full_client(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], lean: bool) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
+                 "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    kube = load_kube(kubeconfig(tmp_path, {"token": "abc"}))
+    assert isinstance(kube._api, LightApiClient) is lean
+    if not lean:
+        assert kube._api.configuration.proxy == "http://proxy:3128"
+
+
 def test_several_kubeconfig_files_are_merged_by_the_full_client(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     first = kubeconfig(tmp_path, {"token": "abc"})
