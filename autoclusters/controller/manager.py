@@ -31,6 +31,8 @@ from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
+# Threads writing events beside the reconciles (one object's events always on the same one).
+EVENT_SENDERS = 4
 
 
 def expired(records: list[dict[str, Any]], now: datetime, retention_days: float) -> list[str]:
@@ -60,7 +62,7 @@ class Controller:
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
                            enqueue_pool=lambda key: self.queue.add(key, delay))
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
-                                      background=True)
+                                      background=True, senders=EVENT_SENDERS)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
         self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock)

@@ -98,15 +98,19 @@ class EventRecorder:
     ``source`` is the event source (``source.component`` and ``reportingComponent``);
     ``instance`` names this replica (``reportingInstance``, default: the host name).
 
-    With ``background=True``, ``emit`` only stamps and queues the event and one thread
-    writes the queue in order, so a reconcile never waits on an event write (as client-go's
-    broadcaster does); the queue is bounded and an event that does not fit is logged and
-    dropped.
+    With ``background=True``, ``emit`` only stamps and queues the event and ``senders``
+    threads write the queues, so a reconcile never waits on an event write (as client-go's
+    broadcaster does). Each object's events go to one sender, always the same, so they are
+    written in the order they were emitted and repeats of one event aggregate; events of
+    different objects are written side by side (one sender wrote about 9 events a second at
+    a busy API server's 70 ms per POST, and at 250 simultaneous repairs the events trailed
+    the repairs by up to a minute). The queues are bounded; an event that does not fit is
+    logged and dropped.
     """
 
     def __init__(self, kube: Kube, clock: Clock, source: str, *, instance: str = "",
                  aggregate_seconds: float = 600, max_cache: int = 4096, background: bool = False,
-                 max_queue: int = 10000) -> None:
+                 max_queue: int = 10000, senders: int = 1) -> None:
         why = event_source_error(source)
         if why:
             raise ValueError(why)
@@ -120,27 +124,33 @@ class EventRecorder:
         self._lock = threading.Lock()
         self._last: datetime | None = None
         self._last_second: dict[tuple[str, str, str], datetime] = {}
-        self._queue: queue.Queue[_Pending] | None = None
+        self._queues: list[queue.Queue[_Pending]] = []
         if background:
-            self._queue = queue.Queue(max_queue)
-            threading.Thread(target=self._send_loop, name="events", daemon=True).start()
+            if senders < 1:
+                raise ValueError(f"senders must be at least 1, not {senders}")
+            for i in range(senders):
+                q: queue.Queue[_Pending] = queue.Queue(max(1, max_queue // senders))
+                self._queues.append(q)
+                threading.Thread(target=self._send_loop, args=(q,), name=f"events-{i}", daemon=True).start()
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         pending = _Pending(ref, reason, message, warning, *self._stamp(ref))
-        if self._queue is None:
+        if not self._queues:
             self._write(pending)
             return
         try:
-            self._queue.put_nowait(pending)
+            self._queues[self.sender_of(ref)].put_nowait(pending)
         except queue.Full:
             log.warning("event queue full: %s on %s %s dropped", reason, ref.kind, ref.name)
 
+    def sender_of(self, ref: ObjectRef) -> int:
+        """The sender that writes this object's events (stable within the process)."""
+        return hash((ref.kind, ref.namespace, ref.name)) % len(self._queues) if self._queues else 0
+
     def flush(self, timeout: float = 5.0) -> None:
         """Waits (bounded) until queued events are written; for a clean shutdown."""
-        if self._queue is None:
-            return
         deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+        while any(q.unfinished_tasks for q in self._queues) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def _stamp(self, ref: ObjectRef) -> tuple[datetime, datetime]:
@@ -161,14 +171,13 @@ class EventRecorder:
             self._last_second[key] = second
             return now, second
 
-    def _send_loop(self) -> None:
-        assert self._queue is not None
+    def _send_loop(self, q: queue.Queue[_Pending]) -> None:
         while True:
-            pending = self._queue.get()
+            pending = q.get()
             try:
                 self._write(pending)
             finally:
-                self._queue.task_done()
+                q.task_done()
 
     def _write(self, p: _Pending) -> None:
         key = (p.ref.kind, p.ref.event_namespace, p.ref.name, p.reason, p.message)

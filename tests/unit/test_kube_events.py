@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -155,3 +156,45 @@ def test_background_sending_keeps_the_order_even_when_a_write_is_slow() -> None:
     rec.flush(5)
     assert [store.events[n]["reason"] for n in store.order] == reasons  # written in emit order
     assert store.describe_order() == store.events_order() == store.listing_order() == reasons
+
+
+def test_several_senders_write_different_objects_side_by_side_and_each_object_in_order() -> None:
+    """Two objects on two senders: while a write for one is held, the other's events still go
+    out; each object's own events keep their emit order."""
+    store, clock = EventStore(), FakeClock()
+    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+                        senders=4)
+    nodes = [ObjectRef("Node", f"gpu-{i}", uid=f"u{i}") for i in range(40)]
+    first = nodes[0]
+    other = next(n for n in nodes if rec.sender_of(n) != rec.sender_of(first))
+    held = threading.Event()
+    release = threading.Event()
+    create = store.create
+
+    def slow_for_first(path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        if body["involvedObject"]["name"] == first.name:
+            held.set()
+            assert release.wait(5), "never released"
+        return create(path, body, **kw)
+
+    store.create = slow_for_first  # type: ignore[method-assign]
+    rec.emit(first, "R0", "r0")
+    assert held.wait(5)
+    for i in range(1, 4):
+        rec.emit(first, f"R{i}", f"r{i}")
+        rec.emit(other, f"O{i}", f"o{i}")
+    deadline = time.monotonic() + 5
+    while len(store.order) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # the other object's three events are written while the first object's sender is held
+    assert [store.events[n]["reason"] for n in store.order] == ["O1", "O2", "O3"]
+    release.set()
+    rec.flush(5)
+    written = [store.events[n] for n in store.order]
+    assert [e["reason"] for e in written if e["involvedObject"]["name"] == first.name] == ["R0", "R1", "R2", "R3"]
+
+
+def test_senders_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="senders"):
+        EventRecorder(EventStore(), FakeClock(), "autoclusters-controller", background=True,  # type: ignore[arg-type]
+                      senders=0)
