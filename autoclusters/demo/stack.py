@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autoclusters.api import ConsentMode
 from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster import pulumi_env
@@ -32,7 +33,7 @@ class DemoStack:
         self.work, self.state = state / "work", state / "backend"
         self.stack: Any = None
 
-    def config(self, consent_mode: str) -> dict[str, Any]:
+    def config(self, consent_mode: ConsentMode) -> dict[str, Any]:
         return {
             "autoclusters:local": True,
             "autoclusters:domain": self.handle.names.domain,
@@ -42,7 +43,7 @@ class DemoStack:
             "autoclusters:kubeconfig": self.handle.kubeconfig,
             "autoclusters:webhookUrl": f"https://127.0.0.1:{self.webhook_port}/validate",
             "autoclusters:pools": [{
-                "name": self.pool, "consentMode": consent_mode,
+                "name": self.pool, "consentMode": consent_mode.value,  # YAML: the plain string
                 "drain": {"resetDeadlineSeconds": 20, "replaceDeadlineSeconds": 30},
                 "provider": {"type": "simulated"},
                 "nodes": {"backend": "simulated", "count": 2, "gpuProduct": "NVIDIA-A100-SXM4-80GB",
@@ -50,7 +51,7 @@ class DemoStack:
             }],
         }
 
-    def up(self, *, consent_mode: str, progress: Callable[[str], None]) -> None:
+    def up(self, *, consent_mode: ConsentMode, progress: Callable[[str], None]) -> None:
         """``pulumi up`` with the pool in ``consent_mode``: the first call creates the stack,
         later ones change the stack configuration the way a GitOps pipeline would."""
         if self.stack is None:
