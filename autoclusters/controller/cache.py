@@ -54,7 +54,6 @@ class Fleet:
         self._members: dict[str, set[str]] = defaultdict(set)
         self._faulty: dict[str, set[str]] = defaultdict(set)
         self._records_by_node: dict[str, set[str]] = defaultdict(set)
-        self._records_by_pool: dict[str, set[str]] = defaultdict(set)
         self._reserved: dict[str, set[str]] = defaultdict(set)
         self._busy: dict[str, set[str]] = defaultdict(set)  # pool -> its records in progress (index of the store)
         self._waiting: dict[str, dict[str, str]] = defaultdict(dict)  # pool -> record -> node, repairs not started
@@ -123,11 +122,6 @@ class Fleet:
             if name not in self._default_pools:
                 self._default_pools[name] = default_pool(name, self.default_spec)
             return self._default_pools[name]
-
-    def default_pool_names(self) -> list[str]:
-        """The pool label values handled under the default policy now."""
-        with self._lock:
-            return sorted(n for n, p in self._default_pools.items() if p is not None and self._members.get(n))
 
     def _on_default(self, name: str, old: JSON | None, new: JSON | None) -> None:
         spec, error = defaults.spec_of(new)
@@ -284,10 +278,8 @@ class Fleet:
         with self._lock:
             if new is None:
                 self._records_by_node[node].discard(name)
-                self._records_by_pool[pool].discard(name)
             else:
                 self._records_by_node[node].add(name)
-                self._records_by_pool[pool].add(name)
             self._index_record(name, pool)
         if old is not None and new is not None and \
                 old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
@@ -334,7 +326,6 @@ class Fleet:
         pool = (obj.get("spec") or {}).get("pool", "")
         with self._lock:
             self._records_by_node[node].add(obj["metadata"]["name"])
-            self._records_by_pool[pool].add(obj["metadata"]["name"])
             self._index_record(obj["metadata"]["name"], pool)
 
     def records_of(self, node: str) -> list[JSON]:
@@ -342,11 +333,6 @@ class Fleet:
             names = list(self._records_by_node.get(node, ()))
         out = [r for r in (self.record_informer.get(n) for n in names) if r is not None]
         return sorted(out, key=lambda r: r["metadata"].get("creationTimestamp", ""))
-
-    def records_in_pool(self, pool: str) -> list[JSON]:
-        with self._lock:
-            names = list(self._records_by_pool.get(pool, ()))
-        return [r for r in (self.record_informer.get(n) for n in names) if r is not None]
 
     def in_progress(self, pool: str, exclude: str = "") -> int:
         """Records of the pool in Draining/Acting/Verifying, plus slots reserved by starts

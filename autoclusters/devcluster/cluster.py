@@ -91,10 +91,6 @@ class LocalCluster:
     def slurm(self) -> LocalSlurm:
         return LocalSlurm(self.dir / "slurm", self.logs)
 
-    def slurm_running(self) -> bool:
-        procs = self.slurm_procs()
-        return bool(procs) and all(p.alive(x) for x in procs)
-
     def start_slurm(self, settings: SlurmSettings, progress: Progress = _noop) -> LocalSlurm:
         """Starts munged, slurmctld and one slurmd per node of ``settings`` beside the running
         cluster; ``down`` stops them (after cancelling every job) with the rest."""
