@@ -36,6 +36,7 @@ from autoclusters.providers.karpenter import (
     DO_NOT_REPAIR,
     NODEPOOL_LABEL,
     KarpenterProvider,
+    claim_of,
     nodeclaims_path,
 )
 from tests.integration.controller_support import XID64_MESSAGE, Env
@@ -143,7 +144,12 @@ def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_
         assert n["metadata"]["labels"][names.pool_label] == kpool.pool  # from the NodePool's template
     victim_pod, old = sorted(placed.items())[0]
     survivor_pod = next(p for p in placed if p != victim_pod)
-    old_claim = next(c["metadata"]["name"] for c in kpool.claims() if c["status"].get("nodeName") == old)
+    # By providerID: Karpenter removes the node's unregistered taint (so the worker can run) before it
+    # writes the NodeClaim's status.nodeName, so the name may not be there yet; the providerID is.
+    old_obj = kpool.kube.get_node(old)
+    found = claim_of(old, old_obj["spec"].get("providerID", ""), kpool.claims())
+    assert found, f"no NodeClaim names {old} or its providerID"
+    old_claim = found["metadata"]["name"]
 
     act = actuator(kpool.h)
     marked = act.ensure_marked(kpool.kube.get_node(old), cordon=True)
