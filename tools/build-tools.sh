@@ -100,7 +100,7 @@ build_kwok() {
   GOBIN="$cache/bin/kwok-$KWOK_VERSION" go install -trimpath \
     "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
   # kwok needs stage configs: keep upstream's fast pod stages beside the binary (the node
-  # stages are autoclusters' own, in autoclusters/devcluster/kwok-node-stages.yaml).
+  # stages are autoclusters' own, in autoclusters/sim/kwok-stages.yaml).
   local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage/pod/fast
   mkdir -p "$cache/bin/kwok-$KWOK_VERSION/stages"
   cp "$src"/pod-ready.yaml "$src"/pod-complete.yaml "$src"/pod-delete.yaml "$cache/bin/kwok-$KWOK_VERSION/stages/"

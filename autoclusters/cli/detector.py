@@ -102,7 +102,7 @@ def _connect(args: argparse.Namespace) -> tuple[Kube, Names]:
 
 
 def default_spool(cluster: str) -> str:
-    from autoclusters.detector.simulated import SPOOL_ENV
+    from autoclusters.sim.hardware import SPOOL_ENV
 
     env = os.environ.get(SPOOL_ENV)
     if env:
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if args.simulate:
-        from autoclusters.detector.simulated_fleet import SimulatedFleet
+        from autoclusters.sim.fleet import SimulatedFleet
 
         spool = args.spool or default_spool(args.cluster)
         os.makedirs(spool, exist_ok=True)

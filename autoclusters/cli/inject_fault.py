@@ -96,7 +96,7 @@ def _dev_kmsg(fault: dict[str, Any]) -> str:
 
 def _inject(args: argparse.Namespace) -> int:
     from autoclusters.cli.detector import default_spool
-    from autoclusters.detector.simulated import SimulatedHardware
+    from autoclusters.sim.hardware import SimulatedHardware
 
     if args.dev_kmsg:
         if args.clear or args.persistent:

@@ -8,7 +8,7 @@ is renewed stays Ready however rarely its status is posted.
 
 The local cluster's kwok does the same with these settings: its lease controller renews every
 node's Lease at a quarter of ``lease_seconds``, and the heartbeat stage of
-``kwok-node-stages.yaml`` rewrites the node's conditions every ``status_seconds`` (plus up to
+``sim/kwok-stages.yaml`` rewrites the node's conditions every ``status_seconds`` (plus up to
 a tenth of it at random, so nodes that became Ready together do not post together).
 kube-controller-manager's ``--node-monitor-grace-period`` follows the lease the way the
 Kubernetes defaults do (40 s lease, 50 s grace), so a node goes NotReady only when its Lease
@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from autoclusters.sim.hosts import KWOK_STAGES
 
 # The kubelet's defaults (KubeletConfiguration): nodeLeaseDurationSeconds, nodeStatusReportFrequency.
 KUBELET_LEASE_SECONDS = 40
@@ -39,7 +41,6 @@ KWOK_DEFAULTS: dict[str, Any] = {
     "podsOnNodeSyncParallelism": 1, "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False,
 }
 
-STAGES_FILE = Path(__file__).with_name("kwok-node-stages.yaml")
 HEARTBEAT_STAGE = "autoclusters-node-heartbeat"
 
 
@@ -75,10 +76,10 @@ class Heartbeats:
         """kwok's configuration: its lease workers, and the node stages with this status interval."""
         import yaml
 
-        stages = [d for d in yaml.safe_load_all(STAGES_FILE.read_text()) if d]
+        stages = [d for d in yaml.safe_load_all(KWOK_STAGES.read_text()) if d]
         heartbeat = [d for d in stages if d["metadata"]["name"] == HEARTBEAT_STAGE]
         if len(heartbeat) != 1:
-            raise ValueError(f"{STAGES_FILE} must hold exactly one stage named {HEARTBEAT_STAGE}")
+            raise ValueError(f"{KWOK_STAGES} must hold exactly one stage named {HEARTBEAT_STAGE}")
         every_ms = self.status_seconds * 1000
         heartbeat[0]["spec"]["delay"] = {"durationMilliseconds": every_ms,
                                          "jitterDurationMilliseconds": every_ms + every_ms // 10}

@@ -20,7 +20,7 @@ from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, Provider
 from autoclusters.providers.clusterapi import ClusterApiProvider
 from autoclusters.providers.command import CommandProvider
-from autoclusters.providers.simulated import SimulatedProvider
+from autoclusters.sim.provider import SimulatedProvider
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 On the local cluster kwok plays the kubelet (its pod stages take a pod from Pending to
 Running to Succeeded, or to Failed for ``FAILING_IMAGE``) and, with autoclusters' node stages
-(``devcluster/kwok-node-stages.yaml``), the host's boot: a node annotated ``REBOOT`` goes
+(``sim/kwok-stages.yaml``), the host's boot: a node annotated ``REBOOT`` goes
 NotReady and comes back Ready with a new ``bootID``. A stage sees only its own object, so
 this loop connects the two, the way a real host connects them by running the command: a
 pod on a kwok node whose command ends in ``reboot`` and that Succeeded marks its node. Each
@@ -26,6 +26,10 @@ from autoclusters.kube import Kube, KubeError, NotFound, load_kube
 from autoclusters.sim.nodes import is_simulated
 
 log = logging.getLogger(__name__)
+
+# The node and pod stages kwok plays on the local cluster (the host's boot and reboot, its
+# heartbeat, a failing command); the local cluster hands them to kwok (devcluster/heartbeats.py).
+KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 
 REBOOT = "sim.autoclusters.io/host-reboot"  # set here, removed by the node stage that boots the host again
 REBOOTED_BY = "sim.autoclusters.io/rebooted-by"  # the uid of the pod whose reboot was played

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from autoclusters import names as n
-from autoclusters.providers.simulated import ANN_FAIL_REPLACE, ANN_FAIL_RESET
+from autoclusters.sim.provider import ANN_FAIL_REPLACE, ANN_FAIL_RESET
 from tests.integration.controller_support import XID48_MESSAGE, XID64_MESSAGE, Env
 from tests.integration.helpers import wait_for
 

@@ -16,10 +16,10 @@ import pytest
 from autoclusters.cli.main import main as cli
 from autoclusters.clock import SystemClock
 from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.simulated_fleet import SimulatedFleet
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import FaultClass, load_catalog
+from autoclusters.sim.fleet import SimulatedFleet
 from tests.integration.helpers import wait_for
 
 WINDOW = 1.5

@@ -13,12 +13,12 @@ from autoclusters.clock import SystemClock
 from autoclusters.deploy.detector import detector_rbac
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.node import NodePaths, build_agent
-from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Forbidden, load_kube
 from autoclusters.kube.client import STRATEGIC, Kube
 from autoclusters.kube.light import load_light_kube
+from autoclusters.sim.hardware import SimulatedHardware
 from tests.integration.helpers import wait_for
 
 SA = "autoclusters-detector"

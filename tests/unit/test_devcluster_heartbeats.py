@@ -12,9 +12,9 @@ from autoclusters.devcluster.heartbeats import (
     HEARTBEAT_STAGE,
     KUBELET_LEASE_SECONDS,
     KUBELET_STATUS_REPORT_SECONDS,
-    STAGES_FILE,
     Heartbeats,
 )
+from autoclusters.sim.hosts import KWOK_STAGES
 
 
 def _stage(docs: list[dict], name: str) -> dict:
@@ -41,7 +41,7 @@ def test_kwok_config_carries_the_status_interval_and_the_lease(tmp_path: Path) -
                                                              "jitterDurationMilliseconds": 22000}
     assert hb.controller_manager_flags() == ["--node-monitor-grace-period=18s"]
     # every other stage is the file's, unchanged
-    original = {d["metadata"]["name"]: d for d in yaml.safe_load_all(STAGES_FILE.read_text()) if d}
+    original = {d["metadata"]["name"]: d for d in yaml.safe_load_all(KWOK_STAGES.read_text()) if d}
     rendered = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Stage"}
     assert set(rendered) == set(original)
     for name, stage in original.items():

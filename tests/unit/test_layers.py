@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md, checked: only the client layer imports the
 ``kubernetes`` library, no module imports from a layer above its own (the package, the
 deploy bundle ``components/`` and ``examples/``), the package imports neither of those two,
-and the table in docs/architecture.md shows exactly these ranks."""
+the simulation is reached only through its doors, and the table in docs/architecture.md shows exactly these ranks."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 RANKS = {
     "api": 0, "names": 0, "clock": 0, "certificates": 0,
     "kube": 1,
-    "faults": 2, "deploy": 2, "sim": 2,
+    "faults": 2, "deploy": 2,
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,
     "providers": 3,
     "detector": 4, "controller": 4, "webhook": 4, "policy": 4, "ops": 4, "slurm": 4,
-    "devcluster": 5,
+    "devcluster": 5, "sim": 5,
     "cli": 6, "demo": 6,
     "cli.main": 7,  # loads every command module; none of them imports it back
 }
@@ -30,6 +30,10 @@ OUTSIDE = {"components": 5, "examples": 7}
 # The package is installed without components/ and examples/; this one import of the deploy
 # bundle (the local stack's Pulumi program) is still to go (issue 13, item 7).
 KNOWN_BUNDLE_IMPORTS = {("devcluster.pulumi_env", "components.stack")}
+# The simulation (``sim/``) stands above the product it stands in for: nothing below it imports
+# it but the provider registry's entry for the ``simulated`` provider type, the one door from
+# the product's layers (the other door, ``detector run --simulate``, is a command above it).
+SIMULATION_DOORS = {("providers.registry", "sim.provider")}
 
 
 def _rank(module: str) -> tuple[str, int]:
@@ -93,7 +97,7 @@ def test_no_module_imports_from_a_higher_layer() -> None:
             else:
                 continue
             key, rank = _rank(target)
-            if rank > own and key != own_key:
+            if rank > own and key != own_key and (name, target) not in SIMULATION_DOORS:
                 violations.append(f"{name} (layer {own}) imports {target} (layer {rank})")
     assert violations == []
 
@@ -102,6 +106,22 @@ def test_the_package_does_not_import_the_deploy_bundle_or_the_examples() -> None
     found = {(name, imported) for name, path in _modules() if not name.startswith("/")
              for imported in _imports(path) if imported.split(".")[0] in OUTSIDE}
     assert found == KNOWN_BUNDLE_IMPORTS
+
+
+def test_the_simulation_is_reached_only_through_its_doors() -> None:
+    """Below the simulation's rank only the doors import it; the detector command loads it only
+    when told to simulate (inside the function, never when the module loads), so an agent on a
+    real node never has the simulated sources in its process."""
+    sim_rank = RANKS["sim"]
+    found = {(name, imported.removeprefix("autoclusters.")) for name, path in _modules()
+             if not name.startswith("/") and _rank(name)[1] < sim_rank
+             for imported in _imports(path) if imported.startswith("autoclusters.sim")}
+    assert found == SIMULATION_DOORS
+    detector_cli = ast.parse((PACKAGE / "cli" / "detector.py").read_text())
+    at_load = [a.module for a in detector_cli.body if isinstance(a, ast.ImportFrom)]
+    assert not [m for m in at_load if m and m.startswith("autoclusters.sim")]
+    inside = [n.module for n in ast.walk(detector_cli) if isinstance(n, ast.ImportFrom)]
+    assert "autoclusters.sim.fleet" in inside
 
 
 def test_the_api_module_imports_nothing_of_the_package() -> None:

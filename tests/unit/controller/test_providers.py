@@ -17,8 +17,8 @@ from autoclusters.names import Names
 from autoclusters.providers import ProviderError
 from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
 from autoclusters.providers.registry import BuildContext, build_provider
-from autoclusters.providers.simulated import SimulatedProvider
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+from autoclusters.sim.provider import SimulatedProvider
 
 NAMES = Names()
 

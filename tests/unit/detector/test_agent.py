@@ -11,12 +11,12 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
+from autoclusters.sim.hardware import SimulatedHardware
 from tests.unit.detector.fakes import FakeKube
 
 NAMES = Names()

@@ -128,7 +128,7 @@ def test_an_unreachable_server_is_unavailable(tmp_path: Path) -> None:
 
 def test_the_agent_path_does_not_import_the_kubernetes_library() -> None:
     code = ("import sys; from autoclusters.kube.light import load_light_kube; import autoclusters.detector.node, "
-            "autoclusters.detector.simulated_fleet, autoclusters.cli.detector; "
+            "autoclusters.sim.fleet, autoclusters.cli.detector; "
             "print(any(m == 'kubernetes' or m.startswith('kubernetes.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

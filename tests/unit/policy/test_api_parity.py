@@ -133,7 +133,7 @@ def test_the_simulated_provider_takes_the_controllers_seconds() -> None:
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.reconciler import Settings
     from autoclusters.providers.registry import BuildContext
-    from autoclusters.providers.simulated import SimulatedProvider
+    from autoclusters.sim.provider import SimulatedProvider
 
     params = inspect.signature(SimulatedProvider).parameters
     config = ControllerConfig()
@@ -201,7 +201,7 @@ def test_the_pool_policy_accepts_every_value_and_refuses_others() -> None:
 
 # Where an API word stands for something else, or is sample data (path suffix -> words).
 NOT_COPIES = {
-    "cli/inject_fault.py": {"dcgm"}, "detector/dcgm.py": {"dcgm"}, "detector/simulated.py": {"dcgm"},  # the source
+    "cli/inject_fault.py": {"dcgm"}, "detector/dcgm.py": {"dcgm"}, "sim/hardware.py": {"dcgm"},  # the source
     "ops/snapshot.py": {"remediations"},  # a key of `status -o json`
     "components/__init__.py": {"GpuNodePool"},  # the component class's name
     "components/render.py": {"propose", "interconnect"},  # the example pools' values

@@ -7,11 +7,11 @@ from typing import Any
 
 from autoclusters.clock import FakeClock
 from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.simulated import SimulatedHardware
-from autoclusters.detector.simulated_fleet import SimulatedFleet
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
+from autoclusters.sim.fleet import SimulatedFleet
+from autoclusters.sim.hardware import SimulatedHardware
 from tests.unit.detector.fakes import FakeKube
 
 NAMES = Names()

@@ -1,7 +1,7 @@
 """One process serving many simulated (kwok) nodes from a spool directory.
 
 Each node matching the selector gets a ``NodeAgent`` whose sources read that node's
-spool (see ``simulated``). An informer on the nodes (``kube.informer``: the project's one
+spool (see ``sim.hardware``). An informer on the nodes (``kube.informer``: the project's one
 list-watch and its error policy) supplies the reboot signal: when a node's
 ``status.nodeInfo.bootID`` changes, its simulated hardware starts a new boot and its agent
 drops the faults of the old one. Nodes that disappear are dropped. The informer keeps
@@ -24,13 +24,13 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.simulated import SimulatedHardware
 from autoclusters.detector.source_records import Poll
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
 from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
+from autoclusters.sim.hardware import SimulatedHardware
 
 log = logging.getLogger(__name__)
 
