@@ -20,7 +20,6 @@ from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, Provider
 from autoclusters.providers.clusterapi import ClusterApiProvider
 from autoclusters.providers.command import CommandProvider
-from autoclusters.sim.provider import SimulatedProvider
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,9 @@ Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
 
 
 def _simulated(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    # The simulation's one door from the product: loaded only when a pool names this type.
+    from autoclusters.sim.provider import SimulatedProvider
+
     return SimulatedProvider(c.kube, c.clock, c.names,
                              reset_seconds=float(s.get("resetSeconds", c.sim_reset_seconds)),
                              replace_seconds=float(s.get("replaceSeconds", c.sim_replace_seconds)), nodes=c.nodes)

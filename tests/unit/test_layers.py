@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,20 +110,33 @@ def test_the_package_does_not_import_the_deploy_bundle_or_the_examples() -> None
     assert found == KNOWN_BUNDLE_IMPORTS
 
 
+def _loads_the_simulation_when_imported(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any((isinstance(n, ast.ImportFrom) and (n.module or "").startswith("autoclusters.sim"))
+               or (isinstance(n, ast.Import) and any(a.name.startswith("autoclusters.sim") for a in n.names))
+               for n in tree.body)
+
+
 def test_the_simulation_is_reached_only_through_its_doors() -> None:
-    """Below the simulation's rank only the doors import it; the detector command loads it only
-    when told to simulate (inside the function, never when the module loads), so an agent on a
-    real node never has the simulated sources in its process."""
+    """Below the simulation's rank only the doors import it, and both doors load it only when
+    asked to (inside a function, never when their module loads): the registry when a pool names
+    the ``simulated`` type, the detector command when told ``--simulate``. A controller or an
+    agent on real nodes never has the simulation in its process."""
     sim_rank = RANKS["sim"]
     found = {(name, imported.removeprefix("autoclusters.")) for name, path in _modules()
              if not name.startswith("/") and _rank(name)[1] < sim_rank
              for imported in _imports(path) if imported.startswith("autoclusters.sim")}
     assert found == SIMULATION_DOORS
-    detector_cli = ast.parse((PACKAGE / "cli" / "detector.py").read_text())
-    at_load = [a.module for a in detector_cli.body if isinstance(a, ast.ImportFrom)]
-    assert not [m for m in at_load if m and m.startswith("autoclusters.sim")]
-    inside = [n.module for n in ast.walk(detector_cli) if isinstance(n, ast.ImportFrom)]
-    assert "autoclusters.sim.fleet" in inside
+    for door in (PACKAGE / "providers" / "registry.py", PACKAGE / "cli" / "detector.py"):
+        assert not _loads_the_simulation_when_imported(door), door
+    assert "autoclusters.sim.fleet" in _imports(PACKAGE / "cli" / "detector.py")
+
+
+def test_every_simulation_module_loads_on_its_own() -> None:
+    """No import cycle through a door: each module of sim/ imports first in a fresh process."""
+    for path in sorted((PACKAGE / "sim").glob("*.py")):
+        module = "autoclusters.sim" + ("" if path.stem == "__init__" else f".{path.stem}")
+        subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=ROOT)
 
 
 def test_the_api_module_imports_nothing_of_the_package() -> None:
