@@ -115,12 +115,13 @@ def labels_of(key: str) -> dict[str, str]:
     return {k: v.strip('"') for k, _, v in (part.partition("=") for part in inner.split(",") if part)}
 
 
-def requests_by_kind(metrics: dict[str, float]) -> dict[tuple[str, str], float]:
+def requests_by_kind(metrics: dict[str, float]) -> dict[tuple[str, str, str], float]:
+    """(component, verb, resource) -> requests so far, from the controller's metric."""
     out = {}
     for key, value in metrics.items():
         if key.startswith("autoclusters_controller_api_requests_total{"):
             labels = labels_of(key)
-            out[(labels["verb"], labels["resource"])] = value
+            out[(labels.get("component", "controller"), labels["verb"], labels["resource"])] = value
     return out
 
 
@@ -470,9 +471,15 @@ def main() -> int:
         print(f"records per faulty node > 1 or more than one reboot: {len(doubled)} {doubled[:10]}")
         print(f"nodes without a fault seen NotReady during the run: {len(unfaulted_not_ready)} "
               f"{unfaulted_not_ready[:10]}")
-    print(f"\nAPI requests per repair: {requests / repairs:.1f} (total {int(requests)}), by verb and resource:")
-    for (verb, resource), n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {n / repairs:6.2f}  {verb:<8} {resource}")
+    by_component: dict[str, float] = {}
+    for (component, _, _), n in by_kind.items():
+        by_component[component] = by_component.get(component, 0.0) + n
+    print(f"\nAPI requests per repair: {requests / repairs:.1f} (total {int(requests)}); by the part of the "
+          "controller that sent them: " + ", ".join(f"{c} {n / repairs:.2f}" for c, n in sorted(
+              by_component.items(), key=lambda kv: -kv[1])))
+    print("by part, verb and resource:")
+    for (component, verb, resource), n in sorted(by_kind.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0])):
+        print(f"  {n / repairs:6.2f}  {component:<20} {verb:<8} {resource}")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
@@ -497,8 +504,11 @@ def main() -> int:
     result |= {"workers": args.workers, "doubled": doubled, "unfaulted_not_ready": unfaulted_not_ready,
               "heartbeats": heartbeats_of(args.kubeconfig),
               "api_requests_per_repair": requests / repairs,
-              "api_requests_by_kind": [{"verb": verb, "resource": resource, "total": n, "per_repair": n / repairs}
-                                       for (verb, resource), n in sorted(by_kind.items(), key=lambda kv: -kv[1])],
+              "api_requests_per_repair_by_component": {c: n / repairs for c, n in by_component.items()},
+              "api_requests_by_kind": [{"component": component, "verb": verb, "resource": resource, "total": n,
+                                        "per_repair": n / repairs}
+                                       for (component, verb, resource), n in sorted(by_kind.items(),
+                                                                                    key=lambda kv: -kv[1])],
               "peak_rss_mib": hwm_kb / 1024,
               "controller_cpu_s": cpu_used, "controller_cpu_per_repair_ms": cpu_used / repairs * 1000,
               "control_plane_cpu_s": plane_cpu, "control_plane_cpu_share_before_faults": plane_idle,

@@ -48,6 +48,7 @@ from autoclusters.controller.statemachine import (
 from autoclusters.deploy.pool_config import PreDrainHook
 from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
+from autoclusters.kube.json_patch import pointer
 from autoclusters.names import Names
 from autoclusters.providers import Provider, ProviderError
 from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
@@ -56,10 +57,6 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 
-
-def _pointer(key: str) -> str:
-    """A JSON pointer segment (RFC 6901): ``~`` and ``/`` escaped."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 class Actuator:
@@ -127,16 +124,20 @@ class Actuator:
     def ensure_marked(self, node: JSON, *, cordon: bool = False, warning: Warn | None = None,
                       state: RepairState | None = None, clear_warning: bool = False) -> JSON:
         """Label and taint, and when asked the cordon, the warning's node annotations (for the
-        record of ``state``) or their removal: one JSON patch guarded by the resourceVersion, one
-        request (a lost race reads the node again and computes the patch anew)."""
+        record of ``state``) or their removal: one JSON patch, one request. It tests only what it
+        depends on (the taints it appends to, the values it removes; the annotations as a whole
+        when it adds Karpenter's guards, which are ours only if they were absent), so a status
+        heartbeat or another writer's annotation does not cost a retry; a lost race reads the
+        node again and computes the patch anew."""
         key = self._names.maintenance_required
 
         def ops_for(node: JSON) -> list[JSON]:
             labels = node["metadata"].get("labels")
             taints = (node.get("spec") or {}).get("taints")
+            annotations_now = node["metadata"].get("annotations")
             ops: list[JSON] = []
             if (labels or {}).get(key) != "true":
-                ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(key)}", "value": "true"}
+                ops.append({"op": "add", "path": f"/metadata/labels/{pointer(key)}", "value": "true"}
                            if labels is not None else {"op": "add", "path": "/metadata/labels", "value": {key: "true"}})
             if self._has_taint(node) < 0:
                 ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()} if taints is not None
@@ -146,17 +147,22 @@ class Actuator:
             add = self._guard_annotations(node)
             if warning is not None and state is not None:
                 add.update(self._node_warning(node, state, warning))
+            if annotations_now is not None and any(k in GUARD_ANNOTATIONS or k == n.SLINKY_CORDON_REASON
+                                                   for k in add):
+                # Karpenter's guards and Slinky's reason are ours only if absent (or ours) as read:
+                # the annotations are tested as a whole, so a user's own written meanwhile is kept
+                ops.insert(0, {"op": "test", "path": "/metadata/annotations", "value": annotations_now})
             annotations = node["metadata"].get("annotations")
             if add and annotations is None:
                 ops.append({"op": "add", "path": "/metadata/annotations", "value": add})
             else:
-                ops += [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                ops += [{"op": "add", "path": f"/metadata/annotations/{pointer(k)}", "value": v}
                         for k, v in add.items()]
             if clear_warning:
                 ops += self._warning_removals(node)
             return ops
 
-        return self._kube.patch_node_guarded(node, ops_for)
+        return self._kube.patch_node_guarded(node, ops_for, fields_only=True)
 
     def _guard_annotations(self, node: JSON) -> dict[str, str]:
         """Karpenter's do-not-disrupt on a Karpenter node, with our marker, unless already there."""
@@ -175,7 +181,7 @@ class Actuator:
 
     def unmark(self, node: JSON, *, uncordon: bool) -> JSON:
         """Taint, both labels and (when asked) the cordon removed in one JSON patch that tests
-        the resourceVersion and the taint at its index."""
+        each value it removes (the taint at its index among them)."""
         def ops_for(node: JSON) -> list[JSON]:
             labels = node["metadata"].get("labels") or {}
             ops: list[JSON] = []
@@ -185,7 +191,7 @@ class Actuator:
                         {"op": "remove", "path": f"/spec/taints/{idx}"}]
             for key in (self._names.maintenance_required, self._names.maintenance_approved):
                 if key in labels:
-                    ops.append({"op": "remove", "path": f"/metadata/labels/{_pointer(key)}"})
+                    ops.append({"op": "remove", "path": f"/metadata/labels/{pointer(key)}"})
             # The cordon goes only with our marks: a node read again (a lost race) that no longer
             # carries them was unmarked already, and a cordon on it now is someone else's.
             still_ours = idx >= 0 or self._names.maintenance_required in labels
@@ -195,10 +201,10 @@ class Actuator:
             ours = [self._names.marked_at_annotation, self._names.karpenter_guard_marker]
             ours += [k for k in str(annotations.get(self._names.karpenter_guard_marker, "")).split(",")
                      if k in GUARD_ANNOTATIONS]  # the ones we added go; a user's own stay
-            ops += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(k)}"} for k in ours if k in annotations]
+            ops += [{"op": "remove", "path": f"/metadata/annotations/{pointer(k)}"} for k in ours if k in annotations]
             return ops + self._warning_removals(node)
 
-        return self._kube.patch_node_guarded(node, ops_for)
+        return self._kube.patch_node_guarded(node, ops_for, fields_only=True)
 
     # --- the warning before the drain -----------------------------------------------------------
     def _warning_removals(self, node: JSON) -> list[JSON]:
@@ -209,11 +215,11 @@ class Actuator:
         remove = [k for k, v in annotations.items()
                   if k in ours or k.startswith(self._names.drain_ack_prefix)
                   or (k == n.SLINKY_CORDON_REASON and str(v).startswith(n.DRAIN_REASON_PREFIX))]
-        return [{"op": "remove", "path": f"/metadata/annotations/{_pointer(k)}"} for k in sorted(remove)]
+        return [{"op": "remove", "path": f"/metadata/annotations/{pointer(k)}"} for k in sorted(remove)]
 
     def clear_warning(self, node: JSON) -> JSON:
         """The warning's annotations and the acknowledgements removed; labels and taint stay."""
-        return self._kube.patch_node_guarded(node, self._warning_removals)
+        return self._kube.patch_node_guarded(node, self._warning_removals, fields_only=True)
 
     def _warning(self, state: RepairState, action: Warn) -> dict[str, str]:
         return {self._names.drain_deadline: utc_iso(action.deadline), self._names.drain_reason: action.reason,

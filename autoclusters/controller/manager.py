@@ -27,6 +27,7 @@ from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.leader import LeaderElector
+from autoclusters.kube.request_counter import LEADER_ELECTION
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 
@@ -75,8 +76,8 @@ class Controller:
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
                                               image=c.provider_image))
-        self.elector = LeaderElector(kube, self.clock, namespace=c.namespace, name=c.lease_name,
-                                     identity=c.identity, lease_seconds=c.lease_seconds,
+        self.elector = LeaderElector(kube.for_component(LEADER_ELECTION), self.clock, namespace=c.namespace,
+                                     name=c.lease_name, identity=c.identity, lease_seconds=c.lease_seconds,
                                      renew_deadline=c.renew_deadline_seconds, retry_period=c.retry_period_seconds)
         self._threads: list[threading.Thread] = []
         self.lost_leadership = False

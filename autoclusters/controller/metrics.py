@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 
-RequestCounts = Callable[[], dict[tuple[str, str], int]]
+RequestCounts = Callable[[], dict[tuple[str, str, str], int]]
 
 
 class Metrics:
@@ -32,8 +32,8 @@ class Metrics:
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
 
     def count_requests(self, counts: RequestCounts) -> None:
-        """Exports ``autoclusters_controller_api_requests_total{verb, resource}``, read from
-        ``counts`` (the client's request counter) at each scrape."""
+        """Exports ``autoclusters_controller_api_requests_total{component, verb, resource}``,
+        read from ``counts`` (the client's request counter) at each scrape."""
         self.registry.register(_RequestsCollector(counts))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
@@ -46,8 +46,9 @@ class _RequestsCollector:
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily("autoclusters_controller_api_requests",
-                                     "API requests this process has made, by verb and resource",
-                                     labels=["verb", "resource"])
-        for (verb, resource), n in sorted(self.counts().items()):
-            family.add_metric([verb, resource], n)
+                                     "API requests this process has made, by the part that sent them "
+                                     "(controller, leader-election, provider/<type>), verb and resource",
+                                     labels=["component", "verb", "resource"])
+        for (component, verb, resource), n in sorted(self.counts().items()):
+            family.add_metric([component, verb, resource], n)
         yield family

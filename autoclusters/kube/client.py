@@ -9,6 +9,7 @@ patches with a ``test`` of the resourceVersion where a list (taints) must be cha
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +27,8 @@ from autoclusters.kube.errors import (
     translate,
     translated,
 )
-from autoclusters.kube.request_counter import RequestCounter
+from autoclusters.kube.json_patch import field_tests
+from autoclusters.kube.request_counter import CONTROLLER, RequestCounter
 
 JSON = dict[str, Any]
 Items = list[JSON]  # for annotations inside Kube, where ``list`` names the method
@@ -44,7 +46,15 @@ class Kube:
         self._api = api_client
         self._api.user_agent = user_agent
         self.requests = RequestCounter()
+        self.component = CONTROLLER
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
+
+    def for_component(self, component: str) -> Kube:
+        """The same client (connections, request counter, discovery) whose requests are counted
+        as ``component``'s: the controller hands these to its leader election and providers."""
+        view = copy.copy(self)
+        view.component = component
+        return view
 
     @property
     def host(self) -> str:
@@ -67,7 +77,7 @@ class Kube:
             headers["Content-Type"] = content_type or "application/json"
         q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in (query or {}).items()
              if v is not None]
-        self.requests.add(method, path, query)
+        self.requests.add(method, path, query, component=self.component)
         with translated():
             m, url, hdrs, payload, _ = self._api.param_serialize(
                 method=method.upper(), resource_path=path, query_params=q or None,
@@ -204,18 +214,25 @@ class Kube:
     def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
 
-    def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], Items], *, attempts: int = 5) -> JSON:
-        """A JSON patch of ``ops_for(node)`` that first tests the node's resourceVersion, so a
-        concurrent writer is never overwritten: on a lost race the node is read again and the
-        operations are computed anew. Returns the node unchanged when there is nothing to do."""
+    def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], Items], *, attempts: int = 5,
+                           fields_only: bool = False) -> JSON:
+        """A JSON patch of ``ops_for(node)`` guarded so that a concurrent writer is never
+        overwritten: on a lost race the node is read again and the operations are computed anew.
+        The guard tests the node's resourceVersion, or with ``fields_only`` only the values the
+        operations depend on (:func:`~autoclusters.kube.json_patch.field_tests`), so a write to
+        anything else (a status heartbeat, another controller's annotation) is not a lost race.
+        Returns the node unchanged when there is nothing to do."""
         name = node["metadata"]["name"]
         for _ in range(attempts):
             ops = ops_for(node)
             if not ops:
                 return node
-            test = {"op": "test", "path": "/metadata/resourceVersion", "value": node["metadata"]["resourceVersion"]}
+            guard = field_tests(node, ops) if fields_only else None
+            if guard is None:
+                guard = [{"op": "test", "path": "/metadata/resourceVersion",
+                          "value": node["metadata"]["resourceVersion"]}]
             try:
-                return self.patch_node(name, [test, *ops], JSON_PATCH)
+                return self.patch_node(name, [*guard, *ops], JSON_PATCH)
             except (Conflict, Invalid) as e:  # a failed `test` answers 422, a stale object 409
                 if not lost_race(e):
                     raise  # an invalid patch or an admission policy's refusal: reading again cannot help

@@ -1,7 +1,13 @@
-"""Counts a client's API requests by Kubernetes verb and resource, the way the API server's
-own metrics name them (``get``/``list``/``watch``/``create``/``update``/``patch``/``delete``;
-``nodes``, ``nodes/status``, ``pods/eviction``...). The controller exports the counts as a
-metric; benchmarks read them to list the requests of one repair."""
+"""Counts a client's API requests by the part of the process that sent them and by
+Kubernetes verb and resource, the way the API server's own metrics name them
+(``get``/``list``/``watch``/``create``/``update``/``patch``/``delete``; ``nodes``,
+``nodes/status``, ``pods/eviction``...). The controller exports the counts as a metric;
+benchmarks read them to list the requests of one repair.
+
+The part (``component``) tells the controller's own requests (``controller``: informers,
+reconciles, events) from its leader election's (``leader-election``, on a timer, not per
+repair) and each repair provider's (``provider/<type>``: what a provider sends to do its
+work; a real provider sends most of it to its own backend instead)."""
 
 from __future__ import annotations
 
@@ -40,19 +46,28 @@ def request_kind(method: str, path: str, query: Mapping[str, Any] | None = None)
     return _VERBS.get(method, method.lower()), resource
 
 
+CONTROLLER = "controller"
+LEADER_ELECTION = "leader-election"
+
+
+def provider_component(provider_type: str) -> str:
+    return f"provider/{provider_type}"
+
+
 @dataclass
 class RequestCounter:
-    """Thread-safe counts of requests by (verb, resource)."""
+    """Thread-safe counts of requests by (component, verb, resource)."""
 
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, method: str, path: str = "", query: Mapping[str, Any] | None = None) -> None:
-        key = request_kind(method, path, query)
+    def add(self, method: str, path: str = "", query: Mapping[str, Any] | None = None, *,
+            component: str = CONTROLLER) -> None:
+        key = (component, *request_kind(method, path, query))
         with self._lock:
             self.counts[key] = self.counts.get(key, 0) + 1
 
-    def snapshot(self) -> dict[tuple[str, str], int]:
+    def snapshot(self) -> dict[tuple[str, str, str], int]:
         with self._lock:
             return dict(self.counts)
 

@@ -9,13 +9,14 @@ command that does not exist in its container) with a ``ProviderError`` naming th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import Clock
 from autoclusters.deploy.providers import ProviderSpec, ProviderType
 from autoclusters.kube import Kube
+from autoclusters.kube.request_counter import provider_component
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, Provider
 from autoclusters.providers.clusterapi import ClusterApiProvider
@@ -79,5 +80,7 @@ BUILDERS: dict[ProviderType, Builder] = {
 
 
 def build_provider(spec: ProviderSpec, context: BuildContext) -> Provider:
-    """Raises ProviderError (naming the field) when the controller cannot use these settings."""
-    return BUILDERS[spec.type](spec.settings, context)
+    """Raises ProviderError (naming the field) when the controller cannot use these settings.
+    The provider's API requests are counted as ``provider/<type>``, apart from the controller's."""
+    own = replace(context, kube=context.kube.for_component(provider_component(spec.type)))
+    return BUILDERS[spec.type](spec.settings, own)

@@ -19,6 +19,7 @@ from typing import Any
 from autoclusters.clock import parse_iso
 from autoclusters.controller.statemachine import Operation
 from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.kube.json_patch import pointer
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 
@@ -28,9 +29,6 @@ JSON = dict[str, Any]
 def _meta(obj: JSON | None) -> JSON:
     return (obj or {}).get("metadata") or {}
 
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 class ReplacementClaims:
@@ -102,7 +100,7 @@ class ReplacementClaims:
                 value = {self.operation_annotation: op.id, self.replaces_annotation: node}
                 if a is None:
                     return [{"op": "add", "path": "/metadata/annotations", "value": value}]
-                return [{"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                return [{"op": "add", "path": f"/metadata/annotations/{pointer(k)}", "value": v}
                         for k, v in value.items()]
 
             with contextlib.suppress(Conflict, NotFound):

@@ -42,11 +42,31 @@ def test_counts_and_metric() -> None:
     counter.add("PATCH", "/api/v1/nodes/a/status")
     counter.add("PATCH", "/api/v1/nodes/b/status")
     counter.add("GET", "/api/v1/nodes", {"watch": True})
-    assert counter.total == 3
-    assert counter.snapshot() == {("patch", "nodes/status"): 2, ("watch", "nodes"): 1}
+    counter.add("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l", component="leader-election")
+    assert counter.total == 4
+    assert counter.snapshot() == {("controller", "patch", "nodes/status"): 2, ("controller", "watch", "nodes"): 1,
+                                  ("leader-election", "update", "leases"): 1}
     metrics = Metrics()
     metrics.count_requests(counter.snapshot)
     counter.add("POST", "/api/v1/namespaces/ns/pods/p/eviction")
     text = generate_latest(metrics.registry).decode()
-    assert 'autoclusters_controller_api_requests_total{resource="nodes/status",verb="patch"} 2.0' in text
-    assert 'autoclusters_controller_api_requests_total{resource="pods/eviction",verb="create"} 1.0' in text
+    assert ('autoclusters_controller_api_requests_total{component="controller",resource="nodes/status",'
+            'verb="patch"} 2.0') in text
+    assert ('autoclusters_controller_api_requests_total{component="controller",resource="pods/eviction",'
+            'verb="create"} 1.0') in text
+    assert ('autoclusters_controller_api_requests_total{component="leader-election",resource="leases",'
+            'verb="update"} 1.0') in text
+
+
+def test_a_component_view_shares_the_client_and_its_counter() -> None:
+    from tests.unit.fakeapi import FakeApi
+
+    api = FakeApi()
+    kube = api.kube()
+    provider = kube.for_component("provider/simulated")
+    api.put("/api/v1/nodes", {"metadata": {"name": "n1"}})
+    kube.get_node("n1")
+    provider.get_node("n1")
+    provider.get_node("n1")
+    assert kube.component == "controller" and provider.requests is kube.requests
+    assert kube.requests.snapshot() == {("controller", "get", "nodes"): 1, ("provider/simulated", "get", "nodes"): 2}

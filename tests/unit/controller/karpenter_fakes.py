@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from autoclusters.clock import utc_iso
 from autoclusters.kube import Conflict, NotFound
@@ -56,6 +56,9 @@ def _merge(base: JSON, patch: JSON) -> JSON:
 
 
 class FakeKarpenterKube:
+    def for_component(self, component: str) -> Self:  # one fake serves every part of the controller
+        return self
+
     def __init__(self) -> None:
         self.nodes: dict[str, JSON] = {}
         self.claims: dict[str, JSON] = {}

@@ -366,8 +366,8 @@ class _Kube:
         ann.update(body["metadata"]["annotations"])
         return self.node
 
-    def patch_node_guarded(self, node: dict[str, Any],
-                           ops_for: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> dict[str, Any]:
+    def patch_node_guarded(self, node: dict[str, Any], ops_for: Callable[[dict[str, Any]], list[dict[str, Any]]],
+                           fields_only: bool = False) -> dict[str, Any]:
         import jsonpatch
 
         ops = ops_for(self.node)

@@ -4,7 +4,7 @@ refusal of real nodes, the registry's checks of what only the controller can jud
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -25,6 +25,9 @@ NAMES = Names()
 
 class FakeKube:
     """Objects by path; enough of the client for the providers (get, create, delete, get_node)."""
+
+    def for_component(self, component: str) -> Self:  # one fake serves every part of the controller
+        return self
 
     def __init__(self, clock: FakeClock) -> None:
         self.objects: dict[str, dict[str, Any]] = {}

@@ -330,10 +330,14 @@ def test_a_record_deleted_under_a_decision_is_not_a_lost_race(h: Harness) -> Non
     assert again["metadata"]["uid"] != first["metadata"]["uid"] and again["status"]["approved"] is True
 
 
-def test_a_node_changed_since_the_cache_saw_it_is_read_again_not_given_up(h: Harness) -> None:
-    """kubelet heartbeats move a node's resourceVersion all the time: the unmarking patch's
-    `test` fails (the API server's generic 422), the node is read again and the patch lands; the
-    repair still ends with its event."""
+def _unmarking(req: Request) -> bool:
+    return req.verb == "PATCH" and req.resource == "nodes" and isinstance(req.body, list) \
+        and any(op["op"] == "remove" for op in req.body)
+
+
+def test_a_heartbeat_since_the_cache_saw_the_node_costs_no_retry(h: Harness) -> None:
+    """kubelet heartbeats move a node's resourceVersion all the time; the unmarking patch tests
+    only what it removes, so a status write in between does not fail it: one PATCH, no read."""
     h.pool()
     h.node("n1")
     h.start()
@@ -342,8 +346,7 @@ def test_a_node_changed_since_the_cache_saw_it_is_read_again_not_given_up(h: Har
     heartbeats: list[str] = []
 
     def heartbeat_first(req: Request) -> None:
-        if req.verb == "PATCH" and req.resource == "nodes" and isinstance(req.body, list) \
-                and any(op["op"] == "remove" for op in req.body) and not heartbeats:
+        if _unmarking(req) and not heartbeats:
             heartbeats.append(req.path)
             h.api.edit("/api/v1/nodes/n1", lambda n: n["status"].update({"heartbeat": "now"}))
 
@@ -354,7 +357,36 @@ def test_a_node_changed_since_the_cache_saw_it_is_read_again_not_given_up(h: Har
     assert [e["reason"] for e in h.events(EVENT_SUCCEEDED)] == [EVENT_SUCCEEDED]
     node = h.node_obj("n1")
     assert node is not None and not _marked(node) and not node["spec"].get("unschedulable")
+    assert ("GET", "nodes") not in h.api.counts()
+    assert len([r for r in h.api.requests if _unmarking(r)]) == 1
+
+
+def test_a_change_of_what_the_patch_removes_is_a_lost_race_read_again_not_given_up(h: Harness) -> None:
+    """Another writer changes a value the unmarking patch removes (here our taint's value): its
+    `test` fails (the API server's generic 422), the node is read again and the patch is
+    computed anew from what is there; the repair still ends with its event."""
+    h.pool()
+    h.node("n1")
+    h.start()
+    h.run()
+    h.fault("n1")
+    changed: list[str] = []
+
+    def retaint_first(req: Request) -> None:
+        if _unmarking(req) and not changed:
+            changed.append(req.path)
+            h.api.edit("/api/v1/nodes/n1", lambda n: [t.update({"value": "someone-else"})
+                                                      for t in n["spec"]["taints"] if t["key"] == NAMES.taint_key])
+
+    h.api.before.append(retaint_first)
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    h.run(seconds=5)
+    assert changed
+    assert [e["reason"] for e in h.events(EVENT_SUCCEEDED)] == [EVENT_SUCCEEDED]
+    node = h.node_obj("n1")
+    assert node is not None and not _marked(node) and not node["spec"].get("unschedulable")
     assert ("GET", "nodes") in h.api.counts()  # the one read the lost race cost
+    assert len([r for r in h.api.requests if _unmarking(r)]) == 2
 
 
 def test_a_provider_is_asked_again_only_about_nodes_that_changed(h: Harness) -> None:

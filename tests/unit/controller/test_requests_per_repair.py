@@ -66,10 +66,20 @@ PROVIDER = Counter({("PATCH", "nodes"): 2, ("PATCH", "nodes/status"): 2})  # res
 POOL = Counter({("PATCH", "gpunodepools/status"): 2})  # one faulty node more, one less
 
 
+def by_component(h: Harness, before: dict[tuple[str, str, str], int]) -> dict[str, int]:
+    """The client's own count (what the controller's metric exports), without watches."""
+    out: Counter[str] = Counter()
+    for (component, verb, _), n in h.kube.requests.snapshot().items():
+        if verb != "watch":
+            out[component] += n - before.get((component, verb, _), 0)
+    return {c: n for c, n in out.items() if n}
+
+
 def test_one_whole_auto_repair_costs_twelve_requests_of_the_controller(h: Harness) -> None:
     h.start()
     h.run()
     h.api.requests.clear()
+    before = h.kube.requests.snapshot()
     h.fault("n1")
     h.run(lambda: h.phase("n1") == "Succeeded")
     h.run(seconds=30)  # and whatever follows it (the pool's status, requeues)
@@ -80,6 +90,8 @@ def test_one_whole_auto_repair_costs_twelve_requests_of_the_controller(h: Harnes
     assert shares["pool"] == POOL
     assert "per pod" not in shares
     assert not any(r.verb == "GET" for r in h.api.requests)  # the cache answers every read
+    # the metric's component label tells the same shares apart at the client
+    assert by_component(h, before) == {"controller": 12 + 2, "provider/simulated": 4}
 
 
 def test_each_pod_adds_its_warning_its_event_and_its_eviction(h: Harness) -> None:
