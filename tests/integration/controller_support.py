@@ -1,9 +1,15 @@
 """Helpers for the controller's integration tests; their fixtures (``ctl``, ``controller_log``) are in conftest.py.
 
 The controller runs as a subprocess under its own service account (RBAC from
-``deploy/controller.py``), with every duration shortened through its flags. The tests act
-as the detector: they write the fault condition on ``nodes/status`` exactly as the
-detector does, and clear it when they see the node's boot id change after a reset.
+``deploy/controller.py``), with every duration shortened through its flags, and under a
+label domain of its own (``Env.names``: its own CRDs, labels, taint and conditions). It runs
+for the whole session, so on the default domain it would act on what other tests stage by
+hand (it removes maintenance labels and warnings it finds no repair for) and on what a
+controller deployed on a cluster a kubeconfig names watches. The tests act as the detector:
+they write the fault condition on ``nodes/status`` exactly as the detector does, and clear
+it when they see the node's boot id change after a reset. Every process a test starts to
+work with this controller (detector, Slurm bridge, CLI) gets its names through
+``Env.process_env()``.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
 from autoclusters.deploy import default_pool
 from autoclusters.deploy.controller import controller_rbac
-from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.names import Names
+from autoclusters.sim import nodes as simnodes
 from tests.integration.helpers import wait_for
+from tests.integration.ops_support import private_domain
 
 XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 XID48_MESSAGE = "GPU 1 reported Xid 48 (Double Bit ECC Error)."
@@ -48,7 +55,7 @@ class ControllerProcess:
     """One ``autoclusters controller run`` subprocess; ``kill()`` is a SIGKILL, the honest crash."""
 
     def __init__(self, kubeconfig: str, namespace: str, log_dir: Path, identity: str,
-                 extra: dict[str, str] | None = None) -> None:
+                 extra: dict[str, str] | None = None, env: dict[str, str] | None = None) -> None:
         flags = {**CONTROLLER_FLAGS, **(extra or {})}
         self.identity = identity
         self.log_path = log_dir / f"controller-{identity}.log"
@@ -57,7 +64,8 @@ class ControllerProcess:
         for k, v in flags.items():
             argv += [k, v]
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -82,10 +90,10 @@ class Env:
 
     watcher: BootWatcher  # set by controller_env, which starts it with the Env
 
-    def __init__(self, cluster: ClusterHandle, namespace: str, kubeconfig: str, log_dir: Path) -> None:
+    def __init__(self, cluster: ClusterHandle, names: Names, namespace: str, kubeconfig: str, log_dir: Path) -> None:
         self.cluster = cluster
         self.kube: Kube = cluster.kube
-        self.names: Names = cluster.names
+        self.names = names  # the controller's own domain, not the cluster's default (cluster.names)
         self.namespace = namespace
         self.sa_kubeconfig = kubeconfig
         self.log_dir = log_dir
@@ -94,10 +102,17 @@ class Env:
         self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/autoclusters-controller"
 
     # --- controller processes ---------------------------------------------------------------
+    def process_env(self, **more: str) -> dict[str, str]:
+        """The environment for a process that works with this controller: its label domain
+        and condition prefix (every autoclusters command reads them from there)."""
+        return {**os.environ, "AUTOCLUSTERS_DOMAIN": self.names.domain,
+                "AUTOCLUSTERS_CONDITION_PREFIX": self.names.prefix, **more}
+
     def start_controller(self, identity: str | None = None, **extra: str) -> ControllerProcess:
         c = ControllerProcess(self.sa_kubeconfig, self.namespace, self.log_dir,
                               identity or f"ctl-{secrets.token_hex(2)}", {f"--{k.replace('_', '-')}": v
-                                                                          for k, v in extra.items()})
+                                                                          for k, v in extra.items()},
+                              env=self.process_env())
         self.controllers.append(c)
         return c
 
@@ -131,8 +146,14 @@ class Env:
                          "provider": {"type": "simulated"}, **spec}}
         self.kube.create(self.pool_path(), body)
         self.pools.add(name)
-        made = self.cluster.create_gpu_nodes(name, nodes, prefix=name) if nodes else []
+        made = self.create_gpu_nodes(name, nodes, prefix=name) if nodes else []
         return name, made
+
+    def create_gpu_nodes(self, pool: str, count: int, prefix: str | None = None) -> list[str]:
+        """Ready simulated GPU nodes labelled under this controller's domain."""
+        made = simnodes.create_gpu_nodes(self.kube, pool, count, self.names, prefix=prefix)
+        self.cluster.wait_nodes_ready(made)
+        return made
 
     def pool_path(self, name: str | None = None) -> str:
         return Kube.custom_path(self.names.api_group, api.VERSION, "gpunodepools", name)
@@ -276,23 +297,27 @@ class BootWatcher:
 
 @contextlib.contextmanager
 def controller_env(cluster: ClusterHandle, log_dir: Path) -> Iterator[Env]:
-    """The CRDs, a namespace, the controller's RBAC and identity, the boot watcher and one
-    running controller (the ``ctl`` fixture of conftest.py: one lease for the session)."""
-    names = cluster.names
-    cluster.apply(crds(names))
-    namespace = f"ctl-{secrets.token_hex(3)}"
+    """A label domain of its own with its CRDs, a namespace, the controller's RBAC and
+    identity, the boot watcher and one running controller (the ``ctl`` fixture of
+    conftest.py: one lease for the session)."""
+    suffix = secrets.token_hex(3)
+    with private_domain(cluster, suffix, owner="ctl") as names:
+        yield from _controller_env(cluster, names, f"ctl-{suffix}", log_dir)
+
+
+def _controller_env(cluster: ClusterHandle, names: Names, namespace: str, log_dir: Path) -> Iterator[Env]:
     with contextlib.suppress(Conflict):
         cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": namespace}})
     rbac = controller_rbac(names, namespace=namespace, service_account="autoclusters-controller")
     cluster.apply(rbac)
-    # The cluster default policy off: the shared controller leaves the label-only nodes of other
-    # suites (detector, operator tools) alone; test_controller_providers switches it on briefly.
+    # The cluster default policy off: a node labelled with a pool that has no GpuNodePool is
+    # left alone unless a test says otherwise (test_controller_providers switches it on briefly).
     cluster.kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
                         default_pool.configmap({"consentMode": "off"}, namespace))
     kubeconfig = cluster.service_account_kubeconfig(namespace, "autoclusters-controller")
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = Env(cluster, namespace, kubeconfig, log_dir)
+    env = Env(cluster, names, namespace, kubeconfig, log_dir)
     watcher = BootWatcher(env).start()
     env.watcher = watcher
     main = env.start_controller("main")

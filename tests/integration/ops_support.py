@@ -108,16 +108,21 @@ def cli(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def private_domain(cluster: ClusterHandle, suffix: str, *, install_crds: bool = True) -> Iterator[Names]:
-    """Names under a domain of the test's own, with its own CRDs (or none).
+def private_domain(cluster: ClusterHandle, suffix: str, *, install_crds: bool = True,
+                   owner: str = "ops") -> Iterator[Names]:
+    """Names under a domain of the caller's own (``<owner><suffix>.example.com``), with its
+    own CRDs (or none), removed afterwards.
 
-    A controller that another test runs in the same cluster watches the default domain's
-    pools and records; a private domain keeps it from acting on the nodes and records these
-    tests stage, and lets a test see a cluster where the CRDs are not installed at all.
+    A controller watches one domain's nodes, pools and records: the one deployed on a
+    cluster a kubeconfig names watches the default domain, and the session's shared
+    controller (the ``ctl`` fixture) watches a private domain of its own. A test that plays
+    the controller itself, staging repair markers by hand, stages them under a private
+    domain, where no controller acts on them; it also lets a test see a cluster where the
+    CRDs are not installed at all.
     """
     from autoclusters.deploy.crds import crds
 
-    names = Names(domain=f"ops{suffix}.example.com", prefix="OpsTest")
+    names = Names(domain=f"{owner}{suffix}.example.com", prefix=f"{owner.capitalize()}Test")
     objs = crds(names) if install_crds else []
     if objs:
         cluster.apply(objs)

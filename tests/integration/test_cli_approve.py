@@ -31,11 +31,12 @@ def as_controller(cluster: ClusterHandle, unique: str) -> Iterator[Kube]:
 
 @pytest.fixture()
 def names(cluster: ClusterHandle, unique: str) -> Iterator[Names]:
-    """A domain of the test's own: a controller another test left running in this cluster
-    watches the default domain, and would act on the faults staged here (it clears
-    maintenance labels it finds no repair for), so these tests would pass alone and fail
-    after a controller test. Without the domain's CRDs no controller decides membership, so a
-    node's pool label is its pool, as on the default domain's nodes of a pool with no object."""
+    """A domain of the test's own: these tests play the controller, staging faults and
+    maintenance labels by hand, and a controller that watches their domain (one deployed on a
+    cluster a kubeconfig names watches the default domain) would act on them: it clears
+    maintenance labels it finds no repair for. Without the domain's CRDs no controller decides
+    membership, so a node's pool label is its pool, as on a domain's nodes of a pool with no
+    object."""
     with private_domain(cluster, unique, install_crds=False) as private:
         yield private
 

@@ -26,7 +26,7 @@ def detector(ctl: Env, tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "autoclusters.cli.main", "detector", "run", "--kubeconfig", ctl.cluster.kubeconfig,
          "--simulate", "--spool", str(spool), "--node-selector", f"{ctl.names.pool_label}={pool}",
-         "--window", "1", "--poll-interval", "0.2"], stdout=log, stderr=subprocess.STDOUT)
+         "--window", "1", "--poll-interval", "0.2"], stdout=log, stderr=subprocess.STDOUT, env=ctl.process_env())
     try:
         yield pool, node, spool
     finally:

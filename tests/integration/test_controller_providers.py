@@ -174,7 +174,7 @@ def test_the_cluster_default_policy_covers_nodes_whose_pool_label_names_no_pool(
     path = f"/api/v1/namespaces/{ctl.namespace}/configmaps/{default_pool.CONFIGMAP}"
     before = ctl.kube.get(path)
     label_only = f"nopool-{secrets.token_hex(3)}"
-    nodes = ctl.cluster.create_gpu_nodes(label_only, 1, prefix=label_only)
+    nodes = ctl.create_gpu_nodes(label_only, 1, prefix=label_only)
     ctl.pools.add(label_only)  # the stand-in detector serves these nodes too
     try:
         ctl.kube.patch(path, {"data": {default_pool.KEY: json.dumps(

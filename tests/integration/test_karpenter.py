@@ -31,6 +31,7 @@ from autoclusters.devcluster.karpenter import nodepool_manifest
 from autoclusters.kube import NotFound
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
 from autoclusters.providers.karpenter import (
     DO_NOT_DISRUPT,
     DO_NOT_REPAIR,
@@ -48,10 +49,10 @@ pytestmark = pytest.mark.integration
 class KarpenterPool:
     """A Karpenter NodePool whose nodes carry autoclusters' pool label, and a workload on it."""
 
-    def __init__(self, handle: ClusterHandle, unique: str, pool: str = "") -> None:
+    def __init__(self, handle: ClusterHandle, unique: str, pool: str = "", names: Names | None = None) -> None:
         self.h = handle
         self.kube = handle.kube
-        self.names = handle.names
+        self.names = names or handle.names  # the labels of the controller that repairs its nodes
         self.pool = pool or f"kp-{unique}"
         self.nodepool = f"gpu-{unique}"
         self.namespace = f"train-{unique}"
@@ -200,7 +201,7 @@ def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpe
     record ends Succeeded naming it."""
     pool, _ = ctl.pool("auto", nodes=0, provider={
         "type": "simulated", "replace": {"type": "karpenter", "karpenter": {"timeoutSeconds": 240}}})
-    kp = KarpenterPool(karpenter, unique, pool=pool)
+    kp = KarpenterPool(karpenter, unique, pool=pool, names=ctl.names)
     try:
         kp.run_workers(2)
         placed = wait_for("two workers Running", lambda: kp.running_exactly(2), timeout=180)

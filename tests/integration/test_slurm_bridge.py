@@ -40,9 +40,10 @@ class Scene:
 
 @pytest.fixture()
 def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene]:
-    """The pool, its node and the bridge under a domain of the test's own: a controller that
-    another test left running in this cluster watches the default domain, and would remove
-    the warning this test writes by hand as a leftover with no repair behind it."""
+    """The pool, its node and the bridge under a domain of the test's own: the test plays the
+    controller, and a controller that watches its domain (on a cluster a kubeconfig names,
+    one may run on the default domain) would remove the warning written here by hand
+    as a leftover with no repair behind it."""
     if not cluster.local:
         pytest.skip("Slurm's daemons run on this machine and mirror the local cluster's kwok nodes")
     with private_domain(cluster, unique) as names:

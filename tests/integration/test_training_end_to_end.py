@@ -35,9 +35,9 @@ class Scenario:
         self.ctl, self.pool, self.nodes, self.slurm, self.spool = ctl, pool, nodes, slurm, spool
 
 
-def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as f:
-        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 @pytest.fixture()
@@ -57,9 +57,10 @@ def scenario(ctl: Env, tmp_path: Path) -> Iterator[Scenario]:
         _spawn([sys.executable, "-m", "autoclusters.cli.main", "detector", "run", "--kubeconfig",
                 ctl.cluster.kubeconfig, "--simulate", "--spool", str(spool), "--node-selector",
                 f"{ctl.names.pool_label}={pool}", "--window", "1", "--poll-interval", "0.2"],
-               tmp_path / "detector.log"),
+               tmp_path / "detector.log", ctl.process_env()),
         _spawn([sys.executable, "-m", "autoclusters.cli.main", "slurm-bridge", "run", "--kubeconfig",
-                ctl.cluster.kubeconfig, "--poll-seconds", "0.5"], tmp_path / "bridge.log", slurm.local.env()),
+                ctl.cluster.kubeconfig, "--poll-seconds", "0.5"], tmp_path / "bridge.log",
+               ctl.process_env(**slurm.local.env())),
     ]
     try:
         yield Scenario(ctl, pool, nodes, slurm, spool)
@@ -138,7 +139,7 @@ def test_xid79_drains_slurm_checkpoints_requeues_repairs_resumes(scenario: Scena
     assert note.startswith(ADMIN_REASON), note
     status = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "status", "--kubeconfig",
                              ctl.cluster.kubeconfig, "--pool", s.pool, "-o", "json"], capture_output=True, text=True,
-                            check=True, timeout=60)
+                            check=True, timeout=60, env=ctl.process_env())
     assert {"node": other, "drain": note} in json.loads(status.stdout)["slurmExternalDrains"]
     bad_events = {e.get("reason") for e in ctl.kube.list_items("/api/v1/namespaces/default/events",
                                                          field_selector=f"involvedObject.name={bad}")}
