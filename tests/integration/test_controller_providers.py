@@ -135,8 +135,9 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["hostPID"] is True
     placed = ctl.node(node)
     assert placed["spec"].get("unschedulable") and ctl.has_taint(node)  # it runs on a cordoned, tainted node
-    pods = ctl.kube.list_items(f"/api/v1/namespaces/{ctl.namespace}/pods",
-                         label_selector=f"job-name={job['metadata']['name']}")
+    # the Job controller makes the pod after the Job is there, on its own schedule
+    pods = wait_for("the reboot Job's pod", lambda: ctl.kube.list_items(
+        f"/api/v1/namespaces/{ctl.namespace}/pods", label_selector=f"job-name={job['metadata']['name']}"))
     assert [p["spec"]["nodeName"] for p in pods] == [node]
     done = ctl.record_in(node, "Succeeded", timeout=60)
     assert done["status"]["action"] == "reset" and done["status"]["outcome"] == "Succeeded"
