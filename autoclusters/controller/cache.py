@@ -35,9 +35,11 @@ PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
 
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
-                 namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None) -> None:
+                 namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
+                 on_handler_error: Callable[[str], None] | None = None) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
-        to write one status for a burst of changes); ``enqueue`` by default."""
+        to write one status for a burst of changes); ``enqueue`` by default. ``on_handler_error``
+        is told the informer's name each time one of its callbacks raised on an object (a metric)."""
         self.names = names
         self.catalog = catalog
         self._enqueue = enqueue
@@ -59,13 +61,14 @@ class Fleet:
         self._waiting: dict[str, dict[str, str]] = defaultdict(dict)  # pool -> record -> node, repairs not started
         self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
         g = names.api_group
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
+        hook = on_handler_error
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", on_handler_error=hook)
         self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
-                                      name=api.POOLS.plural)
+                                      name=api.POOLS.plural, on_handler_error=hook)
         self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
-                                        self._on_record, name=api.REMEDIATIONS.plural)
+                                        self._on_record, name=api.REMEDIATIONS.plural, on_handler_error=hook)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
-                                         label_selector=defaults.SELECTOR, name="default-pool")
+                                         label_selector=defaults.SELECTOR, name="default-pool", on_handler_error=hook)
 
     def start(self, timeout: float = 60) -> None:
         # Pools (and the default policy) first, so node membership is known when the nodes arrive.

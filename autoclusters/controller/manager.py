@@ -61,7 +61,8 @@ class Controller:
         catalog = load_catalog(self.config.catalog_path or None)
         delay = self.config.pool_status_delay_seconds
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
-                           enqueue_pool=lambda key: self.queue.add(key, delay))
+                           enqueue_pool=lambda key: self.queue.add(key, delay),
+                           on_handler_error=lambda informer: self.metrics.informer_errors.labels(informer).inc())
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:

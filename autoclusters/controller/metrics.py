@@ -29,6 +29,10 @@ class Metrics:
         self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)
         self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
                                         registry=r)
+        self.informer_errors = Counter("autoclusters_informer_handler_errors_total",
+                                       "Changes of one object an informer's callback raised on (the object is "
+                                       "taken again at its next change or list; the log names it)",
+                                       ["informer"], registry=r)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
 
     def count_requests(self, counts: RequestCounts) -> None:

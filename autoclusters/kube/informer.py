@@ -8,9 +8,15 @@ fleet, the Slurm bridge, the approval example) is this class, with one error pol
 - a watch the server ends (its timeout) is resumed from the last resourceVersion seen
   (bookmarks keep it fresh), without a new list;
 - 410 Gone (the version is older than the server's history) means a fresh list at once;
-- any other error (the API server unreachable, a refused request, a handler that raised)
-  means a fresh list after a backoff that doubles from ``backoff`` to ``max_backoff`` and
-  starts again after a list succeeds.
+- any other error (the API server unreachable, a refused request) means a fresh list after a
+  backoff that doubles from ``backoff`` to ``max_backoff`` and starts again after a list
+  succeeds;
+- a handler that raises on one object is that object's error alone: it is logged with the
+  object's name and counted (``handler_errors``, and ``on_handler_error`` with the
+  informer's name, for a metric), and the other objects of the list, the later events and
+  the watch go on. The store keeps the object as the API server sent it, and the handler
+  gets it again at its next event or list, so one object the handler cannot take (a
+  poison object) never stalls the others under the backoff.
 
 A fresh list replaces the store and reports the difference through the handler: every
 listed object as added or changed, every object that vanished meanwhile as deleted.
@@ -34,6 +40,7 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
 Transform = Callable[[JSON], JSON]
+ErrorHook = Callable[[str], None]  # called with the informer's name after its handler raised
 
 
 def _rv(obj: JSON | None) -> int:
@@ -46,7 +53,7 @@ def _rv(obj: JSON | None) -> int:
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
                  watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
-                 backoff: float = 1.0, max_backoff: float = 30.0) -> None:
+                 backoff: float = 1.0, max_backoff: float = 30.0, on_handler_error: ErrorHook | None = None) -> None:
         self._kube = kube
         self._path = path
         self._handler = handler
@@ -55,6 +62,8 @@ class Informer:
         self._transform = transform
         self._backoff = backoff
         self._max_backoff = max_backoff
+        self._on_handler_error = on_handler_error
+        self.handler_errors = 0  # changes of one object the handler raised on (the informer's thread writes it)
         self.name = name or path
         self._store: dict[str, JSON] = {}
         self._lock = threading.Lock()
@@ -101,10 +110,10 @@ class Informer:
             old = self._store
             self._store = fresh
         for name, obj in fresh.items():
-            self._handler(name, old.get(name), obj)
+            self._deliver(name, old.get(name), obj)
         for name, obj in old.items():
             if name not in fresh:
-                self._handler(name, obj, None)
+                self._deliver(name, obj, None)
         self.synced.set()
         return rv
 
@@ -129,7 +138,7 @@ class Informer:
                 log.warning("%s: list or watch failed (%s); listing again in %.1fs", self.name, e, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._max_backoff)
-            except Exception:  # a handler bug must not kill the informer
+            except Exception:  # a bug (a transform that raised) must not kill the informer
                 rv = ""
                 log.exception("%s: unexpected error; listing again in %.1fs", self.name, delay)
                 self._stop.wait(delay)
@@ -151,5 +160,16 @@ class Informer:
                 self._store.pop(name, None)
             elif old is None or _rv(old) <= _rv(obj):
                 self._store[name] = obj
-        self._handler(name, old, None if kind == "DELETED" else obj)
+        self._deliver(name, old, None if kind == "DELETED" else obj)
         return rv
+
+    def _deliver(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        """One change to the handler; its error is this object's alone (see the module's policy)."""
+        try:
+            self._handler(name, old, new)
+        except Exception:  # any handler bug: the other objects must still be delivered
+            self.handler_errors += 1
+            log.exception("%s: the handler failed on %s; it gets %s again at its next change or list",
+                          self.name, name, name)
+            if self._on_handler_error is not None:
+                self._on_handler_error(self.name)

@@ -1,6 +1,7 @@
 """The informer's one error policy, step by step against a scripted API: resume after a watch
 the server ended, list again at once on 410 Gone, list again after a doubling backoff on any
-other error (reset once a list succeeds); and its transform."""
+other error of the list or watch (reset once a list succeeds), a handler's error on one object
+kept to that object; and its transform."""
 
 from __future__ import annotations
 
@@ -102,20 +103,26 @@ def test_resume_on_end_relist_at_once_on_410_and_back_off_doubling_on_other_erro
     assert [o["metadata"]["name"] for o in inf.items()] == ["b"] and inf.synced.is_set()
 
 
-def test_a_handler_that_raises_means_a_fresh_list_after_the_backoff() -> None:
-    calls = []
+def test_a_handler_that_raises_on_one_object_is_that_objects_error_alone() -> None:
+    """No relist and no backoff: the other objects of the list and the later events are
+    handed over; the failing object again at each of its events."""
+    calls: list[str] = []
 
     def handler(name: str, old: JSON | None, new: JSON | None) -> None:
         calls.append(name)
-        if len(calls) == 1:
+        if name == "a":
             raise RuntimeError("bug")
 
-    kube = ScriptedKube([("list", ([obj("a", 1)], "10")), ("list", ([obj("a", 1)], "10"))])
+    kube = ScriptedKube([("list", ([obj("a", 1), obj("b", 2)], "10")),
+                         ("watch", ([{"type": "MODIFIED", "object": obj("a", 11)},
+                                     {"type": "MODIFIED", "object": obj("b", 12)}], None))])
     inf = Informer(kube, "/api/v1/nodes", handler, backoff=0.25)  # type: ignore[arg-type]
     kube.informer = inf
     inf._stop = stop = RecordingStop()
     inf._run()
-    assert kube.calls == ["list", "list", "watch@10"] and stop.waits == [0.25] and calls == ["a", "a"]
+    assert kube.calls == ["list", "watch@10", "watch@12"] and stop.waits == []
+    assert calls == ["a", "b", "a", "b"] and inf.handler_errors == 2 and inf.synced.is_set()
+    assert inf.get("a") == obj("a", 11)  # the store holds what the API server sent
 
 
 def test_the_transform_trims_what_is_stored_and_handed_over_from_lists_and_watches() -> None:

@@ -117,3 +117,54 @@ def test_a_change_of_a_pools_nodes_queues_the_pool_through_its_own_callback() ->
     assert nodes == [POOL_KEY + "a"]  # the pool's own change: at once
     fleet._on_node("n1", None, {"metadata": {"name": "n1", "labels": {NAMES.pool_label: "a"}}})
     assert nodes[-1] == "n1" and pools == [POOL_KEY + "a"]  # a new member: through enqueue_pool
+
+
+def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_others_are_indexed() -> None:
+    """The controller's wiring: a node whose condition the cache's callback raises on (here a
+    catalog that fails on its message) is counted in autoclusters_informer_handler_errors_total;
+    the nodes listed with it are indexed all the same, and its next change is taken again."""
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.manager import Controller
+    from autoclusters.sim import nodes as sim
+    from tests.unit.fakeapi import FakeApi
+
+    class Failing:
+        """The real catalog, failing on one message (a bug in parsing it)."""
+
+        def __init__(self) -> None:
+            self.real = load_catalog()
+
+        def fault_from_condition(self, cond: dict, names: Names):
+            if "poison" in (cond.get("message") or ""):
+                raise ValueError("cannot parse the message")
+            return self.real.fault_from_condition(cond, names)
+
+    api = FakeApi()
+    for name in ("n0", "bad", "n2"):
+        node = sim.gpu_node_manifest(name, "a", NAMES)
+        message = "poison" if name == "bad" else "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+        node["status"]["conditions"] = [{"type": NAMES.gpu_condition, "status": "True", "reason": "NvidiaXIDError",
+                                         "message": message}]
+        api.put("/api/v1/nodes", node)
+    ctl = Controller(api.kube(), ControllerConfig(metrics_port=0), names=NAMES)
+    ctl.fleet.catalog = Failing()  # type: ignore[assignment]
+    ctl.fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    inf = ctl.fleet.node_informer
+
+    def errors() -> float | None:
+        return ctl.metrics.registry.get_sample_value("autoclusters_informer_handler_errors_total",
+                                                     {"informer": "nodes"})
+
+    inf.start()
+    try:
+        assert inf.synced.wait(5)
+        assert errors() == 1
+        assert {"n0", "n2"} <= ctl.fleet.members("a")  # listed before and after it, indexed all the same
+        api.min_watchers = 1
+        api.settle()
+        api.edit("/api/v1/nodes/bad", lambda n: n["metadata"]["labels"].update(gen="2"))
+        api.settle()
+        assert errors() == 2
+    finally:
+        inf.stop()
+        api.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from autoclusters.kube.informer import Informer
 from tests.unit.fakeapi import ApiError, FakeApi, Request
@@ -107,24 +110,74 @@ def _refuse_watches(req: Request) -> None:
         raise ApiError(500, "the API server is restarting")
 
 
-def test_a_handler_that_raises_does_not_stop_the_informer() -> None:
+def test_a_poison_object_is_its_own_error_the_others_are_delivered_and_later_changes_flow(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A handler that always raises on one object: the list still ends (synced), the others are
+    handed over, the watch opens and later changes flow; the poison object is logged by name,
+    counted, and handed over again at its next event, without a relist."""
     api = FakeApi()
+    for name in ("a", "poison", "b"):
+        api.put("/api/v1/nodes", _node(name))
     calls: list[str] = []
+    counted: list[str] = []
 
     def handler(name: str, old: JSON | None, new: JSON | None) -> None:
         calls.append(name)
-        if name == "bad" and calls.count("bad") == 1:
-            raise RuntimeError("a bug in a handler (once)")
+        if name == "poison":
+            raise KeyError("a field the handler cannot do without")
 
-    inf = Informer(api.kube(), "/api/v1/nodes", handler)
+    inf = Informer(api.kube(), "/api/v1/nodes", handler, name="nodes", backoff=0.01, on_handler_error=counted.append)
+    with caplog.at_level(logging.ERROR, logger="autoclusters.kube.informer"):
+        inf.start()
+        assert inf.synced.wait(5), "the list never ended: one object's handler error stalled the informer"
+        api.min_watchers = 1
+        api.settle()
+        assert sorted(calls) == ["a", "b", "poison"]
+        assert inf.handler_errors == 1 and counted == ["nodes"]
+        assert any("poison" in r.getMessage() for r in caplog.records)
+        assert sorted(o["metadata"]["name"] for o in inf.items()) == ["a", "b", "poison"]  # the store is the API's
+
+        api.edit("/api/v1/nodes/a", lambda n: n["metadata"]["labels"].update(gen="2"))
+        api.put("/api/v1/nodes", _node("c"))
+        api.edit("/api/v1/nodes/poison", lambda n: n["metadata"]["labels"].update(gen="2"))
+        api.edit("/api/v1/nodes/b", lambda n: n["metadata"]["labels"].update(gen="2"))
+        api.settle()
+    assert calls[3:] == ["a", "c", "poison", "b"]  # in order, the poison object tried again at its next event
+    assert inf.handler_errors == 2 and counted == ["nodes", "nodes"]
+    assert inf.get("b")["metadata"]["labels"] == {"gen": "2"}  # type: ignore[index]
+    assert [r.verb for r in api.requests] == ["LIST", "WATCH"]  # no relist, no backoff
+    inf.stop()
+    api.close()
+
+
+def test_a_poison_object_is_tried_again_at_the_next_list() -> None:
+    """After an expired watch, the fresh list hands the poison object over again (and the others)."""
+    api = FakeApi()
+    api.put("/api/v1/nodes", _node("poison"))
+    api.put("/api/v1/nodes", _node("a"))
+    calls: list[str] = []
+    healed = False
+
+    def handler(name: str, old: JSON | None, new: JSON | None) -> None:
+        calls.append(name)
+        if name == "poison" and not healed:
+            raise RuntimeError("a bug in a handler")
+
+    inf = Informer(api.kube(), "/api/v1/nodes", handler, watch_timeout=1)
     inf.start()
     assert inf.synced.wait(5)
     api.min_watchers = 1
     api.settle()
-    api.put("/api/v1/nodes", _node("bad"))
-    _wait("the relist after the failure", lambda: calls.count("bad") == 2, timeout=10)
-    assert inf.get("bad") is not None
-    api.put("/api/v1/nodes", _node("good"))
-    _wait("later changes", lambda: "good" in calls, timeout=10)
+    assert inf.handler_errors == 1
+    healed = True  # the bug is gone (a fixed pool, a fixed catalog) before the next list
+    api.min_watchers = 0
+    api.before.append(_refuse_watches)
+    api.close()
+    _wait("the watch to end", lambda: api.watching("nodes") == 0)
+    api.closed = False
+    api.compact()
+    api.before.clear()
+    _wait("the relist", lambda: calls.count("poison") == 2 and calls.count("a") == 2, timeout=10)
+    assert inf.handler_errors == 1
     inf.stop()
     api.close()
