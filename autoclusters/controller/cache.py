@@ -8,9 +8,11 @@ this pool are faulty" or "which records does this node have" without a scan or a
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from autoclusters import api
@@ -31,6 +33,9 @@ JSON = dict[str, Any]
 POOL_KEY = "pool:"
 # A repair decided but not started: it waits for the guards (a slot, the breaker, an approval).
 PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
+# The fields of a node condition a reconcile can react to (its times are heartbeats); read in
+# one C call when the condition has all four, the common case.
+_CONDITION_FIELDS = operator.itemgetter("type", "status", "reason", "message")
 
 
 class Fleet:
@@ -60,6 +65,9 @@ class Fleet:
         self._busy: dict[str, set[str]] = defaultdict(set)  # pool -> its records in progress (index of the store)
         self._waiting: dict[str, dict[str, str]] = defaultdict(dict)  # pool -> record -> node, repairs not started
         self._prints: dict[str, tuple[Any, ...] | None] = {}  # node -> fingerprint of the version last seen
+        # node -> (the node object last classified, its fault, the condition it came from)
+        self._faults: dict[str, tuple[JSON, FaultRef | None, JSON | None]] = {}
+        self._fault_types = names.fault_conditions  # (GPU, interconnect): the order fault_of looks in
         g = names.api_group
         hook = on_handler_error
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", on_handler_error=hook)
@@ -88,10 +96,32 @@ class Fleet:
 
     # --- faults ------------------------------------------------------------------------------
     def fault_of(self, node: JSON | None) -> tuple[FaultRef | None, JSON | None]:
-        """The node's active fault (GPU first, then interconnect) and the condition it came from."""
-        conds = {c.get("type"): c for c in ((node or {}).get("status") or {}).get("conditions") or []}
-        for ctype in self.names.fault_conditions:
-            cond = conds.get(ctype)
+        """The node's active fault (GPU first, then interconnect) and the condition it came from.
+        The answer for the node object last asked about is kept: the store replaces an object
+        when the node changes, so the reconciles of one version classify it once."""
+        if node is None:
+            return None, None
+        name = (node.get("metadata") or {}).get("name")
+        seen = self._faults.get(name) if name else None
+        if seen is not None and seen[0] is node:
+            return seen[1], seen[2]
+        ref, cond = self._classify(node)
+        if name:
+            with self._lock:
+                if name in self._prints:  # a node the store holds (a deleted one is not remembered)
+                    self._faults[name] = (node, ref, cond)
+        return ref, cond
+
+    def _classify(self, node: JSON) -> tuple[FaultRef | None, JSON | None]:
+        gpu_type, link_type = self._fault_types
+        gpu = link = None
+        for c in (node.get("status") or {}).get("conditions") or []:
+            ctype = c.get("type")  # the last condition of a type counts, as in a dict built from the list
+            if ctype == gpu_type:
+                gpu = c
+            elif ctype == link_type:
+                link = c
+        for cond in (gpu, link):
             if cond:
                 ref = self.catalog.fault_from_condition(cond, self.names)
                 if ref is not None:
@@ -161,11 +191,22 @@ class Fleet:
         with self._lock:
             return set(self._faulty.get(pool, ()))
 
+    def _same_spec(self, obj: JSON) -> Pool | None:
+        """The pool parsed from ``obj``'s spec, when it is the one already parsed: a status
+        write (the pool's own reconcile, every burst of faults) changes only the object."""
+        known = self.pools.get(obj["metadata"]["name"])
+        if known is None or known.obj.get("spec") != obj.get("spec"):
+            return None
+        return replace(known, obj=obj)
+
     def _on_pool(self, name: str, old: JSON | None, new: JSON | None) -> None:
         with self._lock:
             if new is None:
                 self.pools.pop(name, None)
                 self.invalid_pools.pop(name, None)
+                self._pools_changed()
+            elif (same := self._same_spec(new)) is not None:
+                self.pools[name] = same  # the membership rule and the default pools stand
             else:
                 try:
                     self.pools[name] = parse_pool(new)
@@ -174,7 +215,7 @@ class Fleet:
                     log.error("GpuNodePool %s ignored: %s", name, e)
                     self.pools.pop(name, None)
                     self.invalid_pools[name] = str(e)
-            self._pools_changed()
+                self._pools_changed()
             spec_changed = (old or {}).get("spec") != (new or {}).get("spec")
         if spec_changed and self.node_informer.synced.is_set():
             self._reindex_all()
@@ -184,7 +225,20 @@ class Fleet:
 
     def pool_written(self, obj: JSON) -> None:
         """Our own status write: keep the store and the parsed pool in step before the watch says so."""
+        name = obj["metadata"]["name"]
+        before = self.pool_informer.get(name)
         self.pool_informer.upsert(obj)
+        if before is not None and self.pool_informer.get(name) is obj and before.get("spec") != obj.get("spec"):
+            # The write's answer carries a spec changed since the store's copy: handled here as its
+            # watch event would be (members re-indexed), since that event now finds the store
+            # already holding the new spec and sees no change.
+            self._on_pool(name, before, obj)
+            return
+        with self._lock:
+            same = self._same_spec(obj)
+            if same is not None:
+                self.pools[same.name] = same
+                return
         try:
             parsed = parse_pool(obj)
         except PoolConfigError:
@@ -219,8 +273,11 @@ class Fleet:
         if node is None:
             return None
         meta, status = node.get("metadata") or {}, node.get("status") or {}
-        conds = sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
-                       for c in status.get("conditions") or [])
+        try:
+            conds = sorted(map(_CONDITION_FIELDS, status.get("conditions") or []))
+        except KeyError:  # a condition without a reason or a message: the missing ones read as ""
+            conds = sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+                           for c in status.get("conditions") or [])
         return (meta.get("labels"), meta.get("annotations"), node.get("spec"), conds,
                 (status.get("nodeInfo") or {}).get("bootID"), meta.get("deletionTimestamp"))
 
@@ -231,6 +288,8 @@ class Fleet:
             seen = self._prints.pop(name, None) if new is None else self._prints.get(name)
             if new is not None:
                 self._prints[name] = fingerprint
+            else:
+                self._faults.pop(name, None)
         if old is not None and new is not None:
             if seen is None:
                 seen = self._fingerprint(old)

@@ -66,6 +66,10 @@ class Catalog:
     unknown_action: dict[FaultClass, CatalogAction]
     unknown_severity: dict[FaultClass, Severity]
     sources: tuple[str, ...] = field(default=())
+    # (condition prefix, type, reason, message) of a True condition -> its fault: the controller
+    # reads the same few conditions on every event of a faulty node (fault_from_condition)
+    _read: dict[tuple[str, str, str, str], FaultRef | None] = field(default_factory=dict, init=False,
+                                                                     repr=False, compare=False)
 
     def lookup(self, fault_class: FaultClass | str, code: str | int) -> FaultEntry | None:
         return self.entries.get(f"{FaultClass(fault_class)}:{code}")
@@ -90,6 +94,18 @@ class Catalog:
         ctype = condition.get("type", "")
         reason = condition.get("reason", "") or ""
         message = condition.get("message", "") or ""
+        key = (names.prefix, ctype, reason, message)
+        try:
+            return self._read[key]
+        except KeyError:
+            pass
+        if len(self._read) >= _READ_MEMO_SIZE:
+            self._read.clear()  # many distinct messages: start over rather than grow
+        ref = self._fault_from(ctype, reason, message, names)
+        self._read[key] = ref
+        return ref
+
+    def _fault_from(self, ctype: str, reason: str, message: str, names: n.Names) -> FaultRef | None:
         if ctype == names.interconnect_condition:
             fc, code = FaultClass.INTERCONNECT, _first(_IB_CODE, message) or "unknown"
         elif ctype == names.gpu_condition:
@@ -108,6 +124,7 @@ class Catalog:
         return FaultRef(fc, code, action, entry is not None, reason, message)
 
 
+_READ_MEMO_SIZE = 4096
 _XID_CODE = re.compile(r"\bXid (\d+)\b")
 _SXID_CODE = re.compile(r"\bSXID (\d+)\b", re.IGNORECASE)
 _DCGM_CODE = re.compile(r"\b(DCGM_FR_[A-Z0-9_]+)\b")

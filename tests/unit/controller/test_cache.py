@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 
@@ -168,3 +172,111 @@ def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_ot
     finally:
         inf.stop()
         api.close()
+
+
+def _gpu_node(name: str, message: str, *, beat: str = "t0", ready_reason: bool = True) -> dict:
+    fault = {"type": NAMES.gpu_condition, "status": "True", "reason": "NvidiaXIDError", "message": message,
+             "lastHeartbeatTime": beat, "lastTransitionTime": "t0"}
+    ready = {"type": "Ready", "status": "True", "lastHeartbeatTime": beat}
+    if ready_reason:
+        ready.update(reason="KubeletReady", message="ok")
+    return {"metadata": {"name": name, "labels": {NAMES.pool_label: "a"}}, "status": {"conditions": [fault, ready]}}
+
+
+def test_a_fault_is_read_from_a_condition_once_and_from_a_node_object_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoclusters.controller.cache import Fleet
+    from autoclusters.faults.catalog import Catalog, FaultRef
+
+    read: list[str] = []
+    real = Catalog._fault_from
+
+    def counted(self: Catalog, ctype: str, reason: str, message: str, names: Names) -> FaultRef | None:
+        read.append(message)
+        return real(self, ctype, reason, message, names)
+
+    monkeypatch.setattr(Catalog, "_fault_from", counted)
+    fresh = dataclasses.replace(load_catalog())  # its own memory of the conditions read
+    fleet = Fleet(object(), NAMES, fresh, lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    xid79 = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    for i in range(20):
+        fleet._on_node(f"n{i}", None, _gpu_node(f"n{i}", xid79))
+    assert read == [xid79] and fleet.counts("a") == (20, 20)  # one message, read once
+
+    node = _gpu_node("n0", "GPU 1 reported Xid 48 (double-bit ECC error).")
+    fleet._on_node("n0", _gpu_node("n0", xid79), node)
+    ref, cond = fleet.fault_of(node)
+    assert ref is not None and ref.code == "48" and cond is node["status"]["conditions"][0]
+    assert fleet.fault_of(node)[1] is cond and len(read) == 2  # the same object: not looked at again
+    beat = _gpu_node("n0", "GPU 1 reported Xid 48 (double-bit ECC error).", beat="t1")
+    again, cond = fleet.fault_of(beat)  # another version: its own condition, the fault read before
+    assert again == ref and cond is beat["status"]["conditions"][0] and len(read) == 2
+
+    fleet._on_node("n0", node, None)  # deleted: forgotten, and not remembered by a late reader
+    assert fleet.fault_of(node)[0] == ref and "n0" not in fleet._faults
+
+
+def test_a_condition_without_a_reason_fingerprints_as_one_with_an_empty_reason() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    bare = _gpu_node("n1", xid, ready_reason=False)
+    empty = _gpu_node("n1", xid, beat="t1")
+    empty["status"]["conditions"][1].update(reason="", message="")
+    assert Fleet._fingerprint(bare) == Fleet._fingerprint(empty)
+    fleet._on_node("n1", None, bare)
+    queued.clear()
+    fleet._on_node("n1", bare, empty)
+    assert queued == []  # a heartbeat either way
+    fleet._on_node("n1", empty, _gpu_node("n1", xid, beat="t2"))  # the Ready reason changed
+    assert queued == ["n1"]
+
+
+def test_a_pool_status_change_keeps_the_parsed_spec_and_a_spec_change_reindexes(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    from autoclusters.controller import cache
+    from autoclusters.controller.cache import POOL_KEY, Fleet
+
+    parsed: list[str] = []
+    real = cache.parse_pool
+
+    def counted(obj: dict) -> cache.Pool:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr(cache, "parse_pool", counted)
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+    fleet.node_informer.synced.set()
+
+    def pool(rv: int, spec: dict, state: str) -> dict:
+        return {"metadata": {"name": "a", "resourceVersion": str(rv)}, "spec": spec,
+                "status": {"circuitBreaker": {"state": state}}}
+
+    first = pool(1, {}, "Closed")
+    fleet.pool_informer.upsert(first)
+    fleet._on_pool("a", None, first)
+    node = {"metadata": {"name": "n1", "labels": {"zone": "z1"}}}
+    fleet.node_informer.upsert(node)
+    fleet._on_node("n1", None, node)
+    assert parsed == ["a"] and fleet.counts("a") == (0, 0)
+
+    ours = pool(2, {}, "Open")
+    fleet.pool_written(ours)
+    echo = pool(2, {}, "Open")
+    fleet.pool_informer.upsert(echo)
+    fleet._on_pool("a", ours, echo)
+    assert parsed == ["a"]  # status only: the spec parsed once
+    assert fleet.pool_named("a").breaker_state == "Open"  # type: ignore[union-attr]
+
+    # Our next status write's answer carries a spec someone changed meanwhile: members follow it.
+    queued.clear()
+    selecting = {"nodeSelector": {"matchLabels": {"zone": "z1"}}}
+    fleet.pool_written(pool(4, selecting, "Closed"))
+    assert parsed == ["a", "a"] and fleet.counts("a") == (1, 0) and POOL_KEY + "a" in queued
+    late = pool(3, selecting, "Open")  # the watch event of their change, older than the store
+    fleet._on_pool("a", fleet.pool_informer.get("a"), late)
+    assert fleet.counts("a") == (1, 0)
