@@ -11,7 +11,7 @@ import logging
 import operator
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +36,27 @@ PRE_START = frozenset({Phase.AWAITING_APPROVAL, Phase.SCHEDULED})
 # The fields of a node condition a reconcile can react to (its times are heartbeats); read in
 # one C call when the condition has all four, the common case.
 _CONDITION_FIELDS = operator.itemgetter("type", "status", "reason", "message")
+
+
+class MemberChanges:
+    """The nodes of each pool changed since their consumer last took them: joined, left, or
+    changed in what a reconcile can react to (``Fleet._fingerprint``); heartbeats are not
+    changes. Lets a consumer that keeps an answer per member (the pool's provider condition)
+    ask again only about these, not about the whole pool."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock  # the fleet's: marks are made under it, with the index change they follow
+        self._changed: dict[str, set[str]] = defaultdict(set)
+
+    def mark(self, pool: str, node: str) -> None:
+        with self._lock:
+            self._changed[pool].add(node)
+
+    def take(self, pool: str) -> set[str]:
+        """The pool's changed nodes since the last take, forgotten here (a node changed again
+        after this is marked again)."""
+        with self._lock:
+            return self._changed.pop(pool, set())
 
 
 class Fleet:
@@ -68,6 +89,7 @@ class Fleet:
         # node -> (the node object last classified, its fault, the condition it came from)
         self._faults: dict[str, tuple[JSON, FaultRef | None, JSON | None]] = {}
         self._fault_types = names.fault_conditions  # (GPU, interconnect): the order fault_of looks in
+        self._trackers: list[MemberChanges] = []
         g = names.api_group
         hook = on_handler_error
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", on_handler_error=hook)
@@ -167,12 +189,27 @@ class Fleet:
         if changed and self.node_informer.synced.is_set():
             self._reindex_all()
 
-    def member_nodes(self, pool: str) -> list[tuple[str, JSON]]:
-        """The pool's members with their stored objects, read in one pass over the store."""
+    def member_nodes(self, pool: str, among: Iterable[str] | None = None) -> list[tuple[str, JSON]]:
+        """The pool's members (only those ``among`` the names given, when given) with their
+        stored objects; the work is the pool's size (or the names'), never the fleet's."""
         with self._lock:
-            of = dict(self._node_pool)
-        return [(name, node) for node in self.node_informer.items()
-                if of.get(name := node["metadata"]["name"]) == pool]
+            if among is None:
+                names = list(self._members.get(pool, ()))
+            else:
+                names = [n for n in among if self._node_pool.get(n) == pool]
+        out = []
+        for name in names:
+            node = self.node_informer.get(name)
+            if node is not None:
+                out.append((name, node))
+        return out
+
+    def track_members(self) -> MemberChanges:
+        """A new consumer of the pools' member changes, marked from now on."""
+        tracker = MemberChanges(self._lock)
+        with self._lock:
+            self._trackers.append(tracker)
+        return tracker
 
     def members(self, pool: str) -> set[str]:
         with self._lock:
@@ -264,6 +301,9 @@ class Fleet:
                 self._members[pool.name].add(name)
                 if self._repairable(node, pool):
                     self._faulty[pool.name].add(name)
+            for tracker in self._trackers:
+                for changed in {before, pool.name if pool else ""} - {""}:
+                    tracker.mark(changed, name)
         return before, pool.name if pool else ""
 
     @staticmethod

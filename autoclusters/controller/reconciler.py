@@ -110,6 +110,15 @@ class Plan:
     decision: Decision
 
 
+@dataclass
+class PoolRefusals:
+    """A pool's members each of its providers refuses, with the reason: one dict per provider,
+    in the order of ``providers`` (distinct objects, in the order of the actions)."""
+
+    providers: tuple[Provider, ...]
+    refused: tuple[dict[str, str], ...]
+
+
 @dataclass(frozen=True)
 class Settings:
     policy: RepairPolicy
@@ -133,8 +142,10 @@ class Reconciler:
         self._settings = settings
         self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._providers: dict[tuple[str, str], Provider | str] = {}  # str: why it could not be built
-        # (provider, node) -> (the node object asked about, the provider, its refusal): _provider_condition
-        self._refusals: dict[tuple[int, str], tuple[JSON, Provider, str]] = {}
+        # pool -> its members' refusals, kept between passes (_provider_condition): each pass asks
+        # only about the members changed since the last (fleet.track_members)
+        self._refusals: dict[str, PoolRefusals] = {}
+        self._member_changes = fleet.track_members()
         self._plock = threading.Lock()
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
@@ -453,33 +464,6 @@ class Reconciler:
                 continue
             assert provider is not None
             providers.append(provider)
-        refused: dict[str, list[str]] = {}
-        if not problems:
-            # One pass over the members (the pool reconciles on every change of its faulty count),
-            # each distinct provider asked once per node; only the refused names are sorted.
-            # A provider's answer for a node object is kept: the store replaces an object when the
-            # node changes, so only the nodes changed since the last pass are asked again.
-            distinct = list({id(prov): prov for prov in providers}.values())
-            by_provider: dict[int, list[str]] = {id(prov): [] for prov in distinct}
-            members = self._fleet.member_nodes(pool.name)
-            memo = self._refusals
-            if len(memo) > 4 * len(members) * len(distinct) + 1024:
-                memo.clear()  # providers rebuilt, nodes gone: drop the old answers
-            for member, member_node in members:
-                for prov in distinct:
-                    key = (id(prov), member)
-                    seen = memo.get(key)
-                    if seen is not None and seen[0] is member_node and seen[1] is prov:
-                        why = seen[2]
-                    else:
-                        why = prov.refusal(member_node)
-                        memo[key] = (member_node, prov, why)
-                    if why:
-                        by_provider[id(prov)].append(member)
-            by_kind: dict[str, set[str]] = defaultdict(set)
-            for prov in distinct:  # a node refused by the providers of two actions is named once
-                by_kind[prov.name].update(by_provider[id(prov)])
-            refused = {kind: sorted(nodes) for kind, nodes in by_kind.items() if nodes}
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):
@@ -488,15 +472,46 @@ class Reconciler:
                         f"no repair provider configured for {missing}: faults are reported and nodes marked, "
                         "repairs are held until spec.provider names one")
             return "RepairProviderReady", False, first.hold, first.message
-        if refused:
-            kind, nodes = next(iter(sorted(refused.items())))
-            node = self._fleet.node(nodes[0])
-            why = next((p.refusal(node) for a in RepairAction if (p := self._provider(pool, a)[0]) is not None
-                        and p.refusal(node)), "")
+        known = self._pool_refusals(pool, providers)
+        by_kind: dict[str, list[dict[str, str]]] = defaultdict(list)
+        for prov, refused in zip(known.providers, known.refused, strict=True):
+            if refused:
+                by_kind[prov.name].append(refused)
+        if by_kind:
+            kind = min(by_kind)
+            # a node refused by the providers of two actions is named once
+            nodes = sorted(set().union(*by_kind[kind]) if len(by_kind[kind]) > 1 else by_kind[kind][0])
+            # the reason of the first action whose provider refuses the first node named
+            of = {id(prov): refused for prov, refused in zip(known.providers, known.refused, strict=True)}
+            why = next((why for prov in providers if (why := of[id(prov)].get(nodes[0], ""))), "")
             return ("RepairProviderReady", False, HOLD_PROVIDER_REFUSED,
                     f"the {kind} provider refuses {len(nodes)} node(s) of the pool ({', '.join(nodes[:5])}): {why}")
         return ("RepairProviderReady", True, "ProvidersReady",
                 f"providers: {pool.config.provider.describe()}")
+
+    def _pool_refusals(self, pool: Pool, providers: list[Provider]) -> PoolRefusals:
+        """The pool's refusals brought up to date. The pool reconciles on every change of its
+        faulty count, so a pass asks each distinct provider only about the members changed since
+        the last pass (joined, left, or changed as ``Fleet`` fingerprints a node): the work is the
+        changed nodes', not the pool's. New providers (the pool's spec changed) ask about all."""
+        distinct = tuple({id(prov): prov for prov in providers}.values())
+        changed = self._member_changes.take(pool.name)
+        known = self._refusals.get(pool.name)
+        if known is None or len(known.providers) != len(distinct) or \
+                any(a is not b for a, b in zip(known.providers, distinct, strict=True)):
+            known = PoolRefusals(distinct, tuple({} for _ in distinct))
+            self._refusals[pool.name] = known
+            asked = self._fleet.member_nodes(pool.name)
+        else:
+            for refused in known.refused:
+                for name in changed:
+                    refused.pop(name, None)  # a node that left the pool is not asked again
+            asked = self._fleet.member_nodes(pool.name, among=changed)
+        for name, node in asked:
+            for prov, refused in zip(distinct, known.refused, strict=True):
+                if why := prov.refusal(node):
+                    refused[name] = why
+        return known
 
     def _write_pool_status(self, obj: Mapping[str, Any], status: JSON,
                            conditions: list[tuple[str, bool, str, str]]) -> JSON | None:
@@ -542,6 +557,9 @@ class Reconciler:
 
     def reconcile_pool(self, name: str) -> float | None:
         pool = self._fleet.pool_named(name)
+        if pool is None or pool.default:  # no GpuNodePool object: no condition kept up to date
+            self._refusals.pop(name, None)
+            self._member_changes.take(name)
         if pool is None:
             error = self._fleet.invalid_pools.get(name)
             obj = self._fleet.pool_informer.get(name)

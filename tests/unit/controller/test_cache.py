@@ -235,6 +235,27 @@ def test_a_condition_without_a_reason_fingerprints_as_one_with_an_empty_reason()
     assert queued == ["n1"]
 
 
+def test_member_changes_mark_the_nodes_that_joined_left_or_changed() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    fleet = Fleet(object(), NAMES, load_catalog(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    changes = fleet.track_members()
+    for pool in ("a", "b"):
+        fleet._on_pool(pool, None, {"metadata": {"name": pool}, "spec": {}})
+    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    fleet._on_node("n1", None, _gpu_node("n1", xid))
+    fleet._on_node("n2", None, _gpu_node("n2", xid))
+    assert changes.take("a") == {"n1", "n2"} and changes.take("a") == set()
+    fleet._on_node("n1", _gpu_node("n1", xid), _gpu_node("n1", xid, beat="t1"))  # a heartbeat
+    assert changes.take("a") == set()
+    moved = _gpu_node("n2", xid)
+    moved["metadata"]["labels"][NAMES.pool_label] = "b"
+    fleet._on_node("n2", _gpu_node("n2", xid), moved)
+    assert changes.take("a") == {"n2"} and changes.take("b") == {"n2"}
+    fleet._on_node("n2", moved, None)
+    assert changes.take("b") == {"n2"}
+
+
 def test_a_pool_status_change_keeps_the_parsed_spec_and_a_spec_change_reindexes(monkeypatch: pytest.MonkeyPatch
                                                                                ) -> None:
     from autoclusters.controller import cache
