@@ -331,10 +331,22 @@ class Fleet:
             else:
                 self._faults.pop(name, None)
         if old is not None and new is not None:
+            indexed = seen is not None  # the version seen last went through this handler
             if seen is None:
                 seen = self._fingerprint(old)
             if seen == fingerprint:
                 return  # a heartbeat: nothing a repair depends on changed
+            assert seen is not None and fingerprint is not None
+            if indexed and seen[0] == fingerprint[0] and seen[3] == fingerprint[3]:
+                # The same labels and conditions (only annotations, spec, boot id...): the same pool
+                # and the same fault, so the indexes stand (the pools' changes re-index every node).
+                with self._lock:
+                    pool = self._node_pool.get(name, "")
+                    if pool:
+                        for tracker in self._trackers:
+                            tracker.mark(pool, name)
+                self._enqueue(name)
+                return
         with self._lock:  # as indexed from the version seen last (the pools' changes re-index every node)
             was = self._node_pool.get(name, "")
             was_faulty = old is not None and name in self._faulty.get(was, ())

@@ -301,3 +301,41 @@ def test_a_pool_status_change_keeps_the_parsed_spec_and_a_spec_change_reindexes(
     late = pool(3, selecting, "Open")  # the watch event of their change, older than the store
     fleet._on_pool("a", fleet.pool_informer.get("a"), late)
     assert fleet.counts("a") == (1, 0)
+
+
+def test_a_change_that_keeps_labels_and_conditions_keeps_the_indexes_without_looking_again() -> None:
+    from autoclusters.controller.cache import POOL_KEY, Fleet
+
+    nodes: list[str] = []
+    pools: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), nodes.append, enqueue_pool=pools.append)  # type: ignore[arg-type]
+    changes = fleet.track_members()
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    looked: list[str] = []
+    real = fleet.pool_for
+
+    def pool_for(node: dict) -> object:
+        looked.append(node["metadata"]["name"])
+        return real(node)
+
+    fleet.pool_for = pool_for  # type: ignore[method-assign,assignment]
+    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    v1 = _gpu_node("n1", xid)
+    fleet._on_node("n1", None, v1)
+    assert looked == ["n1"] and fleet.counts("a") == (1, 1) and changes.take("a") == {"n1"}
+    nodes.clear()
+    pools.clear()
+    v2 = _gpu_node("n1", xid, beat="t1")
+    v2["metadata"]["annotations"] = {"example.com/op": "started"}
+    v2["spec"] = {"unschedulable": True}
+    fleet._on_node("n1", v1, v2)
+    assert looked == ["n1"]  # the same labels and conditions: not indexed again
+    assert nodes == ["n1"] and pools == [] and changes.take("a") == {"n1"}  # but a change all the same
+    assert fleet.counts("a") == (1, 1)
+    v3 = _gpu_node("n1", "GPU 1 reported Xid 48 (double-bit ECC error).", beat="t2")
+    fleet._on_node("n1", v2, v3)  # another fault: looked at again
+    assert looked == ["n1", "n1"] and fleet.counts("a") == (1, 1)
+    v4 = _gpu_node("n1", xid, beat="t3")
+    v4["status"]["conditions"][0]["status"] = "False"
+    fleet._on_node("n1", v3, v4)  # the fault cleared: no longer faulty, the pool queued
+    assert fleet.counts("a") == (1, 0) and pools == [POOL_KEY + "a"]
