@@ -41,4 +41,6 @@ class Provider(Protocol):
 
     def refusal(self, node: dict[str, Any] | None) -> str:
         """Why this provider will not act on ``node`` ("" = it will); asked before a repair starts,
-        so a node it cannot repair is never cordoned and drained for nothing."""
+        so a node it cannot repair is never cordoned and drained for nothing. Read from the node's
+        labels, annotations and spec: the pool's condition asks again only when those (or the
+        node's conditions) change, not on a heartbeat."""
