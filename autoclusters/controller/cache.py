@@ -330,14 +330,12 @@ class Fleet:
                 self._prints[name] = fingerprint
             else:
                 self._faults.pop(name, None)
-        if old is not None and new is not None:
-            indexed = seen is not None  # the version seen last went through this handler
-            if seen is None:
-                seen = self._fingerprint(old)
+        # No fingerprint kept (the last version's indexing raised, or its event is still on its
+        # way): indexed in full, whatever changed.
+        if old is not None and new is not None and seen is not None and fingerprint is not None:
             if seen == fingerprint:
                 return  # a heartbeat: nothing a repair depends on changed
-            assert seen is not None and fingerprint is not None
-            if indexed and seen[0] == fingerprint[0] and seen[3] == fingerprint[3]:
+            if seen[0] == fingerprint[0] and seen[3] == fingerprint[3]:
                 # The same labels and conditions (only annotations, spec, boot id...): the same pool
                 # and the same fault, so the indexes stand (the pools' changes re-index every node).
                 with self._lock:
@@ -350,7 +348,12 @@ class Fleet:
         with self._lock:  # as indexed from the version seen last (the pools' changes re-index every node)
             was = self._node_pool.get(name, "")
             was_faulty = old is not None and name in self._faulty.get(was, ())
-        before, after = self._index_node(name, new)
+        try:
+            before, after = self._index_node(name, new)
+        except Exception:
+            with self._lock:  # not indexed: the node's next event, even a heartbeat, indexes it again
+                self._prints.pop(name, None)
+            raise
         self._enqueue(name)
         now_faulty = self.is_faulty(after, name) if after else False
         if before != after or was_faulty != now_faulty or new is None:

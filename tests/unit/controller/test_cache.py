@@ -339,3 +339,27 @@ def test_a_change_that_keeps_labels_and_conditions_keeps_the_indexes_without_loo
     v4["status"]["conditions"][0]["status"] = "False"
     fleet._on_node("n1", v3, v4)  # the fault cleared: no longer faulty, the pool queued
     assert fleet.counts("a") == (1, 0) and pools == [POOL_KEY + "a"]
+
+
+def test_a_node_whose_indexing_raised_is_indexed_at_its_next_event_even_a_heartbeat() -> None:
+    from autoclusters.controller.cache import Fleet
+
+    class FailingOnce:
+        """The real catalog, failing on its first read (a bug met once)."""
+
+        def __init__(self) -> None:
+            self.real, self.failed = load_catalog(), False
+
+        def fault_from_condition(self, cond: dict, names: Names) -> object:
+            if not self.failed:
+                self.failed = True
+                raise ValueError("cannot parse the message")
+            return self.real.fault_from_condition(cond, names)
+
+    fleet = Fleet(object(), NAMES, FailingOnce(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    with pytest.raises(ValueError):
+        fleet._on_node("n1", None, _gpu_node("n1", xid))
+    fleet._on_node("n1", _gpu_node("n1", xid), _gpu_node("n1", xid, beat="t1"))  # only a heartbeat
+    assert fleet.counts("a") == (1, 1)
