@@ -30,7 +30,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.api import IN_PROGRESS, TERMINAL, Phase, RepairAction
-from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller import remediation_record as rec
@@ -66,6 +66,7 @@ from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
 from autoclusters.providers import Provider, ProviderError, build_provider
 from autoclusters.providers.base import NodeCache
 from autoclusters.providers.registry import BuildContext
+from autoclusters.providers.replacement import ReplacementClaims
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ class Reconciler:
         self._refusals: dict[str, PoolRefusals] = {}
         self._member_changes = fleet.track_members()
         self._plock = threading.Lock()
+        self._claims = ReplacementClaims(kube, self._names)  # new nodes no provider named (_replacement_ready)
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
                                            namespace=settings.namespace, image=settings.image,
@@ -333,7 +335,7 @@ class Reconciler:
             pods = self._kube.pods_on_node(name)  # wanted only on the second look (the facts changed)
         pods_view = self._pods_view(pods) if pods is not None and self._wants_pods(f) else PodsView()
         provider_view = ProviderView()
-        replacement_ready = False
+        replacement_ready, replacement = False, ""
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:
             provider, block = self._provider(pool, state.operation.action)
             if provider is not None:
@@ -341,13 +343,14 @@ class Reconciler:
             elif block is not None:  # the pool's provider was removed or broken mid-operation
                 provider_view = ProviderView(ProviderState.FAILED, block.message)
         if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
-            replacement_ready = self._replacement_ready(state)
+            replacement_ready, replacement = self._replacement_ready(state)
         blocks: tuple[ProviderBlock, ...] = ()
         if pool is not None and (fault is not None or (state is not None and state.phase not in TERMINAL)):
             blocks = self._provider_blocks(pool, node)  # also in Acting/Verifying: a failed reset escalates
         obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods_view,
                           history=self._history(records, active, pool), provider=provider_view,
-                          replacement_ready=replacement_ready, provider_blocks=blocks)
+                          replacement_ready=replacement_ready, replacement_node=replacement,
+                          provider_blocks=blocks)
         if state is None and active is None and fault is not None:
             record_name = rec.record_name(name, str((cond or {}).get("type", "")),
                                           str((cond or {}).get("lastTransitionTime", "")), len(records))
@@ -355,16 +358,29 @@ class Reconciler:
             record_name = active["metadata"]["name"] if active else ""
         return Snapshot(f, pods, obs, policy, record_name)
 
-    def _replacement_ready(self, state: RepairState) -> bool:
+    def _replacement_ready(self, state: RepairState) -> tuple[bool, str]:
+        """Whether the new node is Ready, and its name.
+
+        When the provider did not name it (a command provider's script that printed no
+        ``new-node=``), the repair claims one new Ready member of the pool, created since the
+        operation started, with the guarded patch the Karpenter and Cluster API providers use
+        (``providers.replacement``): two repairs of one pool never count the same new node, and
+        a restarted controller finds its claim on the node.
+        """
         if state.replacement_node:
-            return node_ready(self._fleet.node(state.replacement_node))
-        started = state.operation.started if state.operation else None
-        for member in self._fleet.members(state.pool):  # the provider did not name it: any new Ready node
-            obj = self._fleet.node(member)
-            created = parse_iso((obj or {}).get("metadata", {}).get("creationTimestamp"))
-            if member != state.node and created and started and created >= started and node_ready(obj):
-                return True
-        return False
+            return node_ready(self._fleet.node(state.replacement_node)), state.replacement_node
+        op = state.operation
+        if op is None:
+            return False, ""
+        nodes = [obj for m in sorted(self._fleet.members(state.pool)) if (obj := self._fleet.node(m)) is not None]
+        mine = self._claims.claimed_by(op, nodes)
+        if mine is None:
+            mine = self._claims.claim(op, state.node, state.pool, self._claims.candidates(op, state.node, nodes),
+                                      in_pool=lambda _n: True)  # members of the pool by its membership rule
+            if mine is None:
+                return False, ""
+            self._fleet.node_written(mine)
+        return node_ready(mine), str(mine["metadata"]["name"])
 
     def _history(self, records: list[JSON], active: JSON | None, pool: Pool | None) -> HistoryView:
         now = self._clock.now()

@@ -190,6 +190,7 @@ class Observation:
     history: HistoryView = HistoryView()
     provider: ProviderView = ProviderView()
     replacement_ready: bool = False
+    replacement_node: str = ""  # the new node found for a replacement no provider named (Verifying)
     provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
 
     def provider_block(self, action: RepairAction) -> ProviderBlock | None:
@@ -565,9 +566,10 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
     assert op is not None and s.verify_started is not None
     if op.action == RepairAction.REPLACE:
         if o.replacement_ready:
-            msg = words.replace_succeeded(s.replacement_node, s.pool)
-            return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
-                            (ClearWarning(), Emit(n.EVENT_SUCCEEDED, msg)))
+            new = s.replacement_node or o.replacement_node
+            msg = words.replace_succeeded(new, s.pool)
+            return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now,
+                                replacement_node=new), (ClearWarning(), Emit(n.EVENT_SUCCEEDED, msg)))
     elif o.node.exists and o.node.ready and o.node.boot_id != op.boot_id_before and o.fault is None:
         msg = words.reset_succeeded(s.fault.fault_class)
         return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),

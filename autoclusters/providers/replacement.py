@@ -1,12 +1,13 @@
 """Which new node replaced which old one: one for one, never one node for two repairs.
 
 A provider that replaces a node through an external controller (Karpenter's NodePool, Cluster
-API's MachineSet) does not choose the new node: the controller launches one for the pool. Each
-replacement claims exactly one new node (a node of the pool created after the old node was
-marked for repair, Ready, not under maintenance, not claimed by another operation) by writing
-the operation id on it with a JSON patch that tests the node's resourceVersion, so two
-concurrent replacements never count the same new node and a restarted controller finds the
-claim where it left it.
+API's MachineSet) does not choose the new node: the controller launches one for the pool; nor
+does a command provider whose script prints no ``new-node=`` (the reconciler claims one for it
+while it verifies the replacement). Each replacement claims exactly one new node (a node of
+the pool created after the old node was marked for repair, Ready, not under maintenance, not
+claimed by another operation) by writing the operation id on it with a JSON patch that tests
+the node's resourceVersion, so two concurrent replacements never count the same new node and
+a restarted controller finds the claim where it left it.
 """
 
 from __future__ import annotations
@@ -77,20 +78,22 @@ class ReplacementClaims:
         return next((n for n in nodes if (_meta(n).get("annotations") or {}).get(self.operation_annotation) == op.id),
                     None)
 
-    def eligible(self, candidate: JSON, pool: str) -> bool:
-        """Ready, labelled for the pool, not itself under repair, not claimed by anyone."""
+    def eligible(self, candidate: JSON, pool: str, in_pool: Callable[[JSON], bool] | None = None) -> bool:
+        """Ready, in the pool (by default: labelled for it), not itself under repair, not claimed by anyone."""
         ann = _meta(candidate).get("annotations") or {}
         labels = _meta(candidate).get("labels") or {}
-        return (not ann.get(self.operation_annotation) and node_ready(candidate)
-                and labels.get(self._names.pool_label) == pool
+        member = in_pool(candidate) if in_pool is not None else labels.get(self._names.pool_label) == pool
+        return (not ann.get(self.operation_annotation) and node_ready(candidate) and member
                 and labels.get(self._names.maintenance_required) != "true")
 
     def claim(self, op: Operation, node: str, pool: str, candidates: Iterable[JSON],
-              also: Callable[[JSON], bool] = lambda _n: True) -> JSON | None:
-        """Claims the first eligible candidate (``also`` adds the provider's own test) for ``op``;
+              also: Callable[[JSON], bool] = lambda _n: True,
+              in_pool: Callable[[JSON], bool] | None = None) -> JSON | None:
+        """Claims the first eligible candidate (``also`` adds the provider's own test; ``in_pool``
+        replaces the pool-label test, for a caller that knows the pool's members) for ``op``;
         the claimed node, or None when none could be claimed."""
         for cand in candidates:
-            if not self.eligible(cand, pool) or not also(cand):
+            if not self.eligible(cand, pool, in_pool) or not also(cand):
                 continue
 
             def ops_for(current: JSON) -> list[JSON]:

@@ -422,3 +422,57 @@ def test_a_provider_is_asked_again_only_about_nodes_that_changed(h: Harness) -> 
     h.run(lambda: ready()["status"] == "True", seconds=5, detector=False)
     assert ready()["status"] == "True"
     assert sorted(set(asked)) == ["n1", "n2"]  # n3 did not change: its answer was kept
+
+
+def test_two_replacements_no_provider_names_never_count_one_new_node(h: Harness) -> None:
+    """The command provider without ``new-node=``: two repairs of one pool wait in Verifying
+    (their scripts removed the old nodes); one new Ready node comes, and exactly one of them
+    claims it (its record names it); the other succeeds only on a second new node."""
+    import sys
+    import time
+
+    from autoclusters.api import RepairAction
+    from autoclusters.providers.command import CommandProvider
+    from tests.unit.controller.harness import XID64
+
+    h.pool(maxConcurrentRepairs=2, circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80},
+           provider={"reset": {"type": "simulated"},
+                     "replace": {"type": "command", "command": {"command": [sys.executable, "-c", "pass"]}}})
+    for name in ("n1", "n2", "h1", "h2"):
+        h.node(name)
+    h.start()
+    h.run()
+    h.clock.advance(5)  # the pool's nodes are older than the repairs
+    h.fault("n1", XID64)
+    h.fault("n2", XID64)
+    h.run(lambda: h.phase("n1") == h.phase("n2") == "Acting", detector=False)
+    provider, _ = h.reconciler._provider(h.fleet.pool_named("p"), RepairAction.REPLACE)
+    assert isinstance(provider, CommandProvider)
+    deadline = time.monotonic() + 30  # the script runs in a thread, in real time: let both finish
+    while len(provider._results) < 2 or None in provider._results.values():
+        assert time.monotonic() < deadline, "the replacement scripts did not finish"
+        time.sleep(0.01)
+    h.run(lambda: h.phase("n1") == h.phase("n2") == "Verifying", detector=False)
+    assert h.phase("n1") == h.phase("n2") == "Verifying"
+    for old in ("n1", "n2"):  # what the scripts did: the old nodes are gone
+        h.api.remove(f"/api/v1/nodes/{old}")
+    h.run(seconds=10, detector=False)
+    assert h.phase("n1") == h.phase("n2") == "Verifying"  # the nodes of before the repairs count for neither
+
+    h.node("new-a")
+    h.run(lambda: "Succeeded" in (h.phase("n1"), h.phase("n2")), seconds=30, detector=False)
+    h.run(seconds=10, detector=False)  # time enough for the other repair to count it too, if it could
+    phases = {node: h.phase(node) for node in ("n1", "n2")}
+    assert sorted(phases.values()) == ["Succeeded", "Verifying"], phases  # one new node, one repair
+    first = next(node for node, phase in phases.items() if phase == "Succeeded")
+    other = "n2" if first == "n1" else "n1"
+    [done] = h.records(first)
+    assert done["status"]["replacementNode"] == "new-a"
+    claim = (h.node_obj("new-a") or {})["metadata"]["annotations"]
+    assert claim[NAMES.operation_annotation] == done["status"]["operation"]["id"]
+    assert claim[f"{NAMES.api_group}/replaces"] == first
+
+    h.node("new-b")
+    h.run(lambda: h.phase(other) == "Succeeded", seconds=30, detector=False)
+    [second] = h.records(other)
+    assert second["status"]["phase"] == "Succeeded" and second["status"]["replacementNode"] == "new-b"
