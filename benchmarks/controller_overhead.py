@@ -389,9 +389,11 @@ def main() -> int:
         rtt.append(time.monotonic() - t)
     plane = control_plane_pids(args.kubeconfig)
     idle_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
-    time.sleep(IDLE_WINDOW_S if plane else 0)  # the control plane's load before the faults: heartbeats, informers
+    ctl_idle_before, idle_start = cpu_seconds(proc.pid), time.monotonic()
+    time.sleep(IDLE_WINDOW_S)  # the load before the faults: heartbeats, informers, the leader's lease
     plane_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
     plane_idle = {name: (plane_before[name] - idle_before[name]) / IDLE_WINDOW_S for name in plane}
+    ctl_idle = (cpu_seconds(proc.pid) - ctl_idle_before) / (time.monotonic() - idle_start)  # CPU-seconds per second
     latency_before = apiserver_latency(args.kubeconfig)
     sampler = Sampler(kube, node_names[-1])
     sampler.start()
@@ -472,17 +474,21 @@ def main() -> int:
         print(f"nodes without a fault seen NotReady during the run: {len(unfaulted_not_ready)} "
               f"{unfaulted_not_ready[:10]}")
     by_component: dict[str, float] = {}
-    for (component, _, _), n in by_kind.items():
-        by_component[component] = by_component.get(component, 0.0) + n
+    for (component, _, _), count in by_kind.items():
+        by_component[component] = by_component.get(component, 0.0) + count
     print(f"\nAPI requests per repair: {requests / repairs:.1f} (total {int(requests)}); by the part of the "
-          "controller that sent them: " + ", ".join(f"{c} {n / repairs:.2f}" for c, n in sorted(
+          "controller that sent them: " + ", ".join(f"{c} {k / repairs:.2f}" for c, k in sorted(
               by_component.items(), key=lambda kv: -kv[1])))
     print("by part, verb and resource:")
-    for (component, verb, resource), n in sorted(by_kind.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0])):
-        print(f"  {n / repairs:6.2f}  {component:<20} {verb:<8} {resource}")
+    for (component, verb, resource), count in sorted(by_kind.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0])):
+        print(f"  {count / repairs:6.2f}  {component:<20} {verb:<8} {resource}")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
+    net = max(0.0, cpu_used - ctl_idle * elapsed)
+    print(f"controller CPU in the {IDLE_WINDOW_S:.0f} s before the faults: {ctl_idle * 1000:.1f} ms per second "
+          f"(the fleet's heartbeats, the lease); during the repairs above that rate: {net:.2f} s "
+          f"({net / repairs * 1000:.1f} ms per repair)")
     if plane_cpu:
         print(f"control plane CPU in the {IDLE_WINDOW_S:.0f} s before the faults (% of one CPU): " + ", ".join(
             f"{name} {share * 100:.0f}%" for name, share in sorted(plane_idle.items())))
@@ -511,6 +517,8 @@ def main() -> int:
                                                                                     key=lambda kv: -kv[1])],
               "peak_rss_mib": hwm_kb / 1024,
               "controller_cpu_s": cpu_used, "controller_cpu_per_repair_ms": cpu_used / repairs * 1000,
+              "controller_idle_cpu_per_s": ctl_idle,
+              "controller_cpu_per_repair_above_idle_ms": net / repairs * 1000,
               "control_plane_cpu_s": plane_cpu, "control_plane_cpu_share_before_faults": plane_idle,
               "apiserver_cpu_s": plane_cpu.get("kube-apiserver"),
               "get_node_p50_s": pct(rtt, 0.5),
