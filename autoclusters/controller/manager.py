@@ -149,15 +149,21 @@ class Controller:
                 self.queue.done(key)
 
     def _resync_loop(self) -> None:
-        """Level-triggered safety net: every key is looked at again now and then."""
         while not self.stop_event.wait(self.config.resync_seconds):
-            for node in self.fleet.node_informer.items():
-                self.queue.add(node["metadata"]["name"])
-            for r in self.fleet.record_informer.items():
-                if rec.is_active(r):
-                    self.queue.add(r["spec"]["node"])
-            for pool in list(self.fleet.pools):
-                self.queue.add(POOL_KEY + pool)
+            self.resync()
+
+    def resync(self) -> None:
+        """Level-triggered safety net: every key is looked at again now and then, and each pool's
+        provider condition asks about every member again (between resyncs, only about the
+        members that changed)."""
+        for node in self.fleet.node_informer.items():
+            self.queue.add(node["metadata"]["name"])
+        for r in self.fleet.record_informer.items():
+            if rec.is_active(r):
+                self.queue.add(r["spec"]["node"])
+        self.reconciler.recheck_providers()
+        for pool in list(self.fleet.pools):
+            self.queue.add(POOL_KEY + pool)
 
     def _gc_loop(self) -> None:
         while not self.stop_event.is_set():

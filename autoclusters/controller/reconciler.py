@@ -505,6 +505,12 @@ class Reconciler:
         return ("RepairProviderReady", True, "ProvidersReady",
                 f"providers: {pool.config.provider.describe()}")
 
+    def recheck_providers(self) -> None:
+        """Forget every pool's kept refusals: each pool's next pass asks about every member again.
+        The resync's safety net: a provider's answer may also depend on the cluster (whether it
+        serves Cluster API Machines), not only on the node, and that changes no node."""
+        self._refusals.clear()
+
     def _pool_refusals(self, pool: Pool, providers: list[Provider]) -> PoolRefusals:
         """The pool's refusals brought up to date. The pool reconciles on every change of its
         faulty count, so a pass asks each distinct provider only about the members changed since

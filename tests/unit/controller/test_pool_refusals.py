@@ -244,3 +244,34 @@ def test_the_pool_status_written_carries_the_condition() -> None:
         assert obj["apiVersion"] == f"{NAMES.api_group}/{api.VERSION}"
     finally:
         harness.stop()
+
+
+def test_an_answer_that_changes_with_no_node_changing_is_read_again_at_the_resync(h: Harness) -> None:
+    """A provider's answer can depend on the cluster, not only on the node (the clusterapi
+    provider refuses every node while the cluster serves no Machines): the kept answers stand
+    until the resync, whose pool pass asks about every member again."""
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.manager import Controller
+
+    class Installed(Refusing):
+        def __init__(self) -> None:
+            super().__init__(name="clusterapi")
+            self.served = False
+
+        def refusal(self, node: dict[str, Any] | None) -> str:
+            self.asked.append(((node or {}).get("metadata") or {}).get("name", ""))
+            return "" if self.served else "the cluster serves no Cluster API Machines"
+
+    fake = Installed()
+    _serve(h, h.fleet.pool_named("p"), fake)  # type: ignore[arg-type]
+    assert "refuses 10 node(s)" in _condition(h)[3]
+    fake.served = True  # Cluster API installed: no node changed
+    assert "refuses 10 node(s)" in _condition(h)[3]  # kept
+    h.reconciler.recheck_providers()
+    assert _condition(h)[1] is True
+
+    # The manager's resync asks for it.
+    ctl = Controller(h.kube, ControllerConfig(metrics_port=0), names=NAMES)
+    ctl.reconciler._refusals["p"] = h.reconciler._refusals["p"]
+    ctl.resync()
+    assert ctl.reconciler._refusals == {}
