@@ -57,6 +57,11 @@ def utc_iso(ts: datetime) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def utc_iso_micro(ts: datetime) -> str:
+    """RFC 3339 with a Z and microseconds (Go's RFC3339Nano parser reads it too)."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_iso(value: str | datetime | None) -> datetime | None:
     if value is None or value == "":
         return None

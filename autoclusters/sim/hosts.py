@@ -3,7 +3,9 @@
 On the local cluster kwok plays the kubelet (its pod stages take a pod from Pending to
 Running to Succeeded, or to Failed for ``FAILING_IMAGE``) and, with autoclusters' node stages
 (``sim/kwok-stages.yaml``), the host's boot: a node annotated ``REBOOT`` goes
-NotReady and comes back Ready with a new ``bootID``. A stage sees only its own object, so
+NotReady and comes back Ready with a new ``bootID`` (3 s later, or at the time
+``REBOOT_UNTIL`` names: the simulated provider's reset asks for a reboot of its own length
+that way, ``reboot_request``). A stage sees only its own object, so
 this loop connects the two, the way a real host connects them by running the command: a
 pod on a kwok node whose command ends in ``reboot`` and that Succeeded marks its node. Each
 pod reboots its node once (``REBOOTED_BY`` keeps the pod's uid).
@@ -19,9 +21,11 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autoclusters.clock import utc_iso_micro
 from autoclusters.kube import Kube, KubeError, NotFound, load_kube
 from autoclusters.sim.nodes import is_simulated
 
@@ -32,7 +36,14 @@ log = logging.getLogger(__name__)
 KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 
 REBOOT = "sim.autoclusters.io/host-reboot"  # set here, removed by the node stage that boots the host again
+REBOOT_UNTIL = "sim.autoclusters.io/host-reboot-until"  # optional: when the reboot ends (RFC 3339)
 REBOOTED_BY = "sim.autoclusters.io/rebooted-by"  # the uid of the pod whose reboot was played
+
+
+def reboot_request(by: str, until: datetime) -> dict[str, str]:
+    """The node annotations that make kwok's stages reboot the host, up again at ``until``
+    (``by``: who asked; the stage reads the time with Go's RFC 3339 parser)."""
+    return {REBOOT: by, REBOOT_UNTIL: utc_iso_micro(until)}
 FAILING_IMAGE = "autoclusters.invalid/command-fails"  # kwok's pod stage fails every container of this image
 
 

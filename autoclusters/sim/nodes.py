@@ -1,8 +1,8 @@
 """Manifests and helpers for simulated (kwok) GPU nodes.
 
-kwok manages every node carrying ``KWOK_NODE_ANNOTATION``. While a node also carries
-``KWOK_STATUS_ANNOTATION`` kwok leaves its status alone, which is how the simulated
-provider shows a reset (NotReady, then Ready with a new boot id).
+kwok manages every node carrying ``KWOK_NODE_ANNOTATION``: with autoclusters' stages
+(``sim/kwok-stages.yaml``) it makes the node Ready, keeps its status fresh and plays its
+host's reboots (``sim/hosts.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from autoclusters.names import Names
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
-KWOK_STATUS_ANNOTATION = "kwok.x-k8s.io/status"
-KWOK_STATUS_VALUE = "custom"
 SIMULATED_LABEL = "autoclusters.io/simulated"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

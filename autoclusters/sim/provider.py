@@ -1,12 +1,16 @@
 """The simulated provider: resets and replaces kwok nodes on the local cluster.
 
-Everything it has done is recorded on the node itself (``sim.autoclusters.io/*``
+It plays a provider, not the hardware: like a real one it asks once and then watches the
+node. Everything it has done is recorded on the node itself (``sim.autoclusters.io/*``
 annotations), so the operation survives a controller restart: ``drive`` reads the record
 first and only moves it forward. In the controller it reads the node from the controller's
 informer cache (no request; its own writes go into the cache at once), elsewhere from the API.
 
-- reset: mark the node ``kwok.x-k8s.io/status=custom`` (kwok leaves its status alone),
-  Ready=False; after ``reset_seconds`` a new ``bootID``, Ready=True, the mark removed.
+- reset: one node patch records the operation and the boot id before it, and asks the
+  simulated host to reboot until ``reset_seconds`` from now (``sim.hosts.reboot_request``);
+  kwok's stages (``sim/kwok-stages.yaml``) play the reboot: NotReady, then at that time Ready
+  with a new ``bootID`` and the request removed, as a VM's kubelet reports after a reset.
+  Done when the request is gone and the boot id changed.
 - replace: after ``replace_seconds`` a node with a name derived from the operation id joins
   the pool with the old node's labels and shape, then the old node is deleted.
 - ``sim.autoclusters.io/fail-reset: "true"`` / ``fail-replace: "true"`` on a node make the
@@ -17,23 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import uuid
 from datetime import timedelta
 from typing import Any
 
 from autoclusters import api
 from autoclusters.api import RepairAction
-from autoclusters.clock import Clock, parse_iso, utc_iso
+from autoclusters.clock import Clock, parse_iso, utc_iso_micro
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup
 from autoclusters.sim import nodes as sim
+from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, reboot_request
 
 PREFIX = "sim.autoclusters.io"
 ANN_OPERATION = f"{PREFIX}/operation"
 ANN_STARTED = f"{PREFIX}/operation-started"
-ANN_DONE = f"{PREFIX}/operation-done"
+ANN_BOOT_BEFORE = f"{PREFIX}/boot-id-before"  # the node's bootID when the reset began
 ANN_FAILED = f"{PREFIX}/operation-failed"
 ANN_FAIL_RESET = f"{PREFIX}/fail-reset"
 ANN_FAIL_REPLACE = f"{PREFIX}/fail-replace"
@@ -41,6 +45,10 @@ ANN_FAIL_REPLACE = f"{PREFIX}/fail-replace"
 
 def _annotations(node: dict[str, Any] | None) -> dict[str, str]:
     return ((node or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def _boot_id(node: dict[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
 
 
 class SimulatedProvider:
@@ -95,11 +103,11 @@ class SimulatedProvider:
         if op.action == RepairAction.RESET:
             if current is None:
                 return ProviderView(ProviderState.FAILED, f"node {node} disappeared during the reset")
-            if ann.get(ANN_DONE) == op.id:
+            if ann.get(ANN_OPERATION) != op.id:
+                return ProviderView(ProviderState.NOT_STARTED)
+            if REBOOT not in ann and _boot_id(current) != ann.get(ANN_BOOT_BEFORE, ""):
                 return ProviderView(ProviderState.SUCCEEDED)
-            if ann.get(ANN_OPERATION) == op.id:
-                return ProviderView(ProviderState.RUNNING, next_check=self._remaining(current, self.reset_seconds))
-            return ProviderView(ProviderState.NOT_STARTED)
+            return ProviderView(ProviderState.RUNNING, next_check=self._until(ann.get(REBOOT_UNTIL)))
         new = self.replacement_name(op, pool)
         if current is None and lookup(new) is not None:
             return ProviderView(ProviderState.SUCCEEDED, new_node=new)
@@ -118,8 +126,14 @@ class SimulatedProvider:
         self._drive_replace(op, node, pool, current)
 
     def _mark_started(self, node: str, op: Operation, extra: dict[str, str | None]) -> None:
-        self._patch(node, {ANN_OPERATION: op.id, ANN_STARTED: self._clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                           ANN_DONE: None, ANN_FAILED: None, **extra})
+        self._patch(node, {ANN_OPERATION: op.id, ANN_STARTED: utc_iso_micro(self._clock.now()), ANN_FAILED: None,
+                           **extra})
+
+    def _until(self, at: str | None) -> float | None:
+        """Seconds until ``at``; None once it passed (the node's change wakes the controller)."""
+        end = parse_iso(at)
+        left = 0.0 if end is None else (end - self._clock.now()).total_seconds()
+        return left if left > 0 else None
 
     def _remaining(self, node: dict[str, Any], seconds: float) -> float:
         started = parse_iso(_annotations(node).get(ANN_STARTED))
@@ -132,33 +146,16 @@ class SimulatedProvider:
         return started is None or self._clock.now() >= started + timedelta(seconds=seconds)
 
     def _drive_reset(self, op: Operation, node: dict[str, Any]) -> None:
+        """One request: the operation, the boot id before it and the reboot, in one node patch.
+        Started (or failed) already: the simulated host does the rest."""
         name = node["metadata"]["name"]
-        ann = _annotations(node)
-        if op.id in (ann.get(ANN_DONE), ann.get(ANN_FAILED)):
+        if _annotations(node).get(ANN_OPERATION) == op.id:
             return
-        if ann.get(ANN_OPERATION) != op.id:
-            if ann.get(ANN_FAIL_RESET) == "true":
-                self._patch(name, {ANN_OPERATION: op.id, ANN_FAILED: op.id})
-                return
-            self._mark_started(name, op, {sim.KWOK_STATUS_ANNOTATION: sim.KWOK_STATUS_VALUE})
-            self._set_ready(name, False, "the simulated VM is resetting")
+        if _annotations(node).get(ANN_FAIL_RESET) == "true":
+            self._patch(name, {ANN_OPERATION: op.id, ANN_FAILED: op.id})
             return
-        if not self._due(node, self.reset_seconds):
-            return
-        now = utc_iso(self._clock.now())
-        self._patch_status(name, {
-            "nodeInfo": {"bootID": str(uuid.uuid4())},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "the simulated VM finished its reset", "lastHeartbeatTime": now,
-                            "lastTransitionTime": now}]})
-        self._patch(name, {sim.KWOK_STATUS_ANNOTATION: None, ANN_DONE: op.id})
-
-    def _set_ready(self, name: str, ready: bool, message: str) -> None:
-        now = utc_iso(self._clock.now())
-        self._patch_status(name, {"conditions": [{
-            "type": "Ready", "status": "True" if ready else "False",
-            "reason": "KubeletReady" if ready else "SimulatedReset", "message": message,
-            "lastHeartbeatTime": now, "lastTransitionTime": now}]})
+        until = self._clock.now() + timedelta(seconds=self.reset_seconds)
+        self._mark_started(name, op, {ANN_BOOT_BEFORE: _boot_id(node), **reboot_request(op.id, until)})
 
     def _drive_replace(self, op: Operation, node: str, pool: str, current: dict[str, Any] | None) -> None:
         new = self.replacement_name(op, pool)

@@ -4,16 +4,19 @@ driven by the test: ``run()`` hands out due keys one at a time and moves the clo
 next requeue when nothing is due, so a whole repair takes milliseconds and never sleeps.
 
 The test plays the detector: ``fault(node)`` writes the GPU condition as the detector does,
-and ``run(detector=True)`` clears it once the node comes back with a new boot id.
+and ``run(detector=True)`` clears it once the node comes back with a new boot id. ``run``
+also plays the simulated hosts' reboots (``KwokReboots``), which kwok's stages play on the
+local cluster.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from autoclusters import api
-from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.clock import FakeClock, parse_iso, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
 from autoclusters.controller.metrics import Metrics
@@ -25,6 +28,7 @@ from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 from autoclusters.sim import nodes as sim
+from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
 from tests.unit.fakeapi import FakeApi
 
 JSON = dict[str, Any]
@@ -40,6 +44,45 @@ class Notes:
 
     def notify(self, subject: str, details: dict[str, Any]) -> None:
         self.sent.append((subject, details))
+
+
+class KwokReboots:
+    """Stands in for the reboot stages of ``autoclusters/sim/kwok-stages.yaml``, which kwok plays
+    on the local cluster: a node annotated ``REBOOT`` goes Ready=False at once and, once the fake
+    clock reaches ``REBOOT_UNTIL`` (3 s when absent), gets a new bootID, Ready=True and loses
+    both annotations. Writes as kwok does: not requests of the controller."""
+
+    DEFAULT_SECONDS = 3.0  # the up stage's durationMilliseconds
+
+    def __init__(self, api: FakeApi, clock: FakeClock) -> None:
+        self.api = api
+        self.clock = clock
+        self.reboots = 0
+        self._seen: dict[str, float] = {}  # when each node's request was first seen (the default's start)
+
+    def _until(self, node: JSON) -> float:
+        """The fake monotonic time the node's reboot ends."""
+        at = parse_iso((node["metadata"].get("annotations") or {}).get(REBOOT_UNTIL))
+        if at is None:
+            return self._seen.setdefault(node["metadata"]["name"], self.clock.monotonic()) + self.DEFAULT_SECONDS
+        return self.clock.monotonic() + (at - self.clock.now()).total_seconds()
+
+    def rebooting(self) -> list[JSON]:
+        return [n for n in self.api.items("/api/v1/nodes") if REBOOT in (n["metadata"].get("annotations") or {})]
+
+    def next_due(self) -> float | None:
+        return min((self._until(n) for n in self.rebooting()), default=None)
+
+    def play(self) -> None:
+        for node in self.rebooting():
+            name = node["metadata"]["name"]
+            if self.clock.monotonic() >= self._until(node):
+                self.reboots += 1
+                self._seen.pop(name, None)
+                self.api.edit(f"/api/v1/nodes/{name}", functools.partial(_boot, boot_id=f"boot-{name}-{self.reboots}"))
+            elif _ready(node):
+                self.api.edit(f"/api/v1/nodes/{name}", functools.partial(_set_condition, cond={
+                    "type": "Ready", "status": "False", "reason": "HostRebooting", "message": "rebooting"}))
 
 
 class Harness:
@@ -59,6 +102,7 @@ class Harness:
         self.reconciler = Reconciler(self.kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(self.policy, sim_reset_seconds=sim_seconds,
                                               sim_replace_seconds=sim_seconds, namespace=NAMESPACE))
+        self.hosts = KwokReboots(self.api, self.clock)
         self.boot_at_fault: dict[str, str] = {}
         self.detector_delay = 1.0  # seconds between a node's new boot id and the detector clearing its fault
         self._rebooted_at: dict[str, float] = {}
@@ -169,13 +213,14 @@ class Harness:
         keys: list[str] = []
         end = self.clock.monotonic() + seconds
         while not until() and self.clock.monotonic() < end:
+            self.hosts.play()
             if detector:
                 self._detector()
             key = self.step()
             if key is not None:
                 keys.append(key)
                 continue
-            due = self._next_due()
+            due = min((t for t in (self._next_due(), self.hosts.next_due()) if t is not None), default=None)
             if detector and self._rebooted_at:
                 clear_at = min(self._rebooted_at.values()) + self.detector_delay
                 due = clear_at if due is None else min(due, clear_at)
@@ -188,6 +233,18 @@ class Harness:
         with self.queue._cond:
             dues = list(self.queue._due.values())
         return min(dues) if dues else None
+
+
+def _ready(node: JSON) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _boot(node: JSON, boot_id: str) -> None:
+    node["status"].setdefault("nodeInfo", {})["bootID"] = boot_id
+    _set_condition(node, {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"})
+    for key in (REBOOT, REBOOT_UNTIL):
+        node["metadata"]["annotations"].pop(key, None)
 
 
 def _set_condition(node: JSON, cond: JSON) -> None:

@@ -1,5 +1,6 @@
 """Providers without a cluster: the host-reboot Job's shape and life, the simulated provider's
-refusal of real nodes, the registry's checks of what only the controller can judge."""
+reset (one request; the simulated host does the rest) and its refusal of real nodes, the
+registry's checks of what only the controller can judge."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from autoclusters.names import Names
 from autoclusters.providers import ProviderError
 from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
 from autoclusters.providers.registry import BuildContext, build_provider
+from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
-from autoclusters.sim.provider import SimulatedProvider
+from autoclusters.sim.provider import ANN_FAIL_RESET, SimulatedProvider
+from tests.unit.controller.harness import KwokReboots
+from tests.unit.fakeapi import FakeApi
 
 NAMES = Names()
 
@@ -151,6 +155,70 @@ def test_simulated_provider_refuses_nodes_the_simulator_does_not_manage() -> Non
     assert provider.refusal(gpu_node("kwok-1", kwok=True)) == ""
     why = provider.refusal(gpu_node("dgx-042"))
     assert "dgx-042" in why and KWOK_NODE_ANNOTATION in why and "simulated provider" in why
+
+
+@pytest.fixture
+def sim_env() -> tuple[FakeClock, FakeApi, SimulatedProvider, Operation]:
+    clock = FakeClock()
+    api = FakeApi(clock=clock.now)
+    api.put("/api/v1/nodes", gpu_node("n1", kwok=True))
+    provider = SimulatedProvider(api.kube(), clock, NAMES, reset_seconds=30)
+    return clock, api, provider, Operation("n1-abc-1", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
+
+
+def test_a_simulated_reset_is_one_request_and_the_simulated_host_finishes_it(sim_env) -> None:
+    clock, api, provider, op = sim_env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
+    host = KwokReboots(api, clock)
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.NOT_STARTED
+    provider.drive(op, "n1", "p")
+    provider.drive(op, "n1", "p")  # a retry, or a restarted controller: nothing more
+    writes = lambda: [(r.verb, r.resource) for r in api.requests if r.verb != "GET"]  # noqa: E731
+    assert writes() == [("PATCH", "nodes")]  # the reads: no informer cache here, the controller has one
+    ann = (api.read("/api/v1/nodes/n1") or {})["metadata"]["annotations"]
+    assert ann[REBOOT] == op.id and ann[REBOOT_UNTIL] == "2026-01-01T00:00:30.000000Z"
+    view = provider.progress(op, "n1", "p", lookup)
+    assert view.state == ProviderState.RUNNING and view.next_check == 30
+    host.play()  # the host goes down at once ...
+    clock.advance(29)
+    host.play()  # ... and stays down until the time asked for
+    view = provider.progress(op, "n1", "p", lookup)
+    assert view.state == ProviderState.RUNNING and view.next_check == pytest.approx(1)
+    clock.advance(1)
+    assert provider.progress(op, "n1", "p", lookup).next_check is None  # past it: the node's change wakes us
+    host.play()
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
+    restarted = SimulatedProvider(api.kube(), clock, NAMES, reset_seconds=30)  # the record is on the node
+    assert restarted.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
+    restarted.drive(op, "n1", "p")  # a late drive does not reset again
+    assert writes() == [("PATCH", "nodes")] and host.reboots == 1
+
+
+def test_a_simulated_reset_is_done_only_with_a_new_boot_id(sim_env) -> None:
+    clock, api, provider, op = sim_env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
+    provider.drive(op, "n1", "p")
+
+    def drop_request(n: dict[str, Any]) -> None:
+        n["metadata"]["annotations"].pop(REBOOT)
+
+    api.edit("/api/v1/nodes/n1", drop_request)  # the request gone, the host never rebooted
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+    later = Operation("n1-abc-2", RepairAction.RESET, clock.now())
+    assert provider.progress(later, "n1", "p", lookup).state == ProviderState.NOT_STARTED  # another operation's
+
+
+def test_a_simulated_reset_fails_on_request_and_when_the_node_goes(sim_env) -> None:
+    _clock, api, provider, op = sim_env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
+    api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["annotations"].update({ANN_FAIL_RESET: "true"}))
+    provider.drive(op, "n1", "p")
+    assert REBOOT not in (api.read("/api/v1/nodes/n1") or {})["metadata"]["annotations"]  # no reboot asked for
+    view = provider.progress(op, "n1", "p", lookup)
+    assert view.state == ProviderState.FAILED and "failure requested" in view.message
+    api.remove("/api/v1/nodes/n1")
+    view = provider.progress(op, "n1", "p", lookup)
+    assert view.state == ProviderState.FAILED and "disappeared" in view.message
 
 
 def test_registry_builds_each_type_and_refuses_what_only_the_controller_can_judge() -> None:
