@@ -64,7 +64,8 @@ def test_the_reboot_stages_read_and_remove_the_request() -> None:
     delay = up["spec"]["delay"]
     assert delay["durationFrom"] == {"jq": {"expression": f'.metadata.annotations["{REBOOT_UNTIL}"]'}}
     assert delay["durationMilliseconds"] == KwokReboots.DEFAULT_SECONDS * 1000  # a pod's reboot names no end
-    meta = next(p for p in up["spec"]["next"]["patches"] if p["root"] == "metadata")
+    meta, status = up["spec"]["next"]["patches"]  # the request removed before the host is Ready again
+    assert meta["root"] == "metadata" and status["root"] == "status"
     assert yaml.safe_load(meta["template"]) == {"annotations": {REBOOT: None, REBOOT_UNTIL: None}}
     assert not any("kwok.x-k8s.io/status" in yaml.safe_dump(s) for s in stages.values())
 
