@@ -95,7 +95,7 @@ def test_one_whole_auto_repair_costs_twelve_requests_of_the_controller(h: Harnes
     assert "per pod" not in shares
     assert not any(r.verb == "GET" for r in h.api.requests)  # the cache answers every read
     # the metric's component label tells the same shares apart at the client
-    assert by_component(h, before) == {"controller": 12 + 2, "provider/simulated": 4}
+    assert by_component(h, before) == {"controller": 12 + 2, "provider/simulated": sum(PROVIDER.values())}
 
 
 def test_each_pod_adds_its_warning_its_event_and_its_eviction(h: Harness) -> None:
