@@ -1,12 +1,15 @@
 """Providers on the local cluster: no provider holds the repair, the simulated provider never
 touches a node the simulator does not manage, invalid settings reach the pool, the host-reboot
-provider resets through a real Job (only the reboot itself is played by the simulator), and
-the cluster default policy covers nodes whose pool label names no GpuNodePool."""
+provider resets through a real Job (only the reboot itself is played by the simulator), two
+replacements whose script names no new node never count one new node, and the cluster
+default policy covers nodes whose pool label names no GpuNodePool."""
 
 from __future__ import annotations
 
 import json
 import secrets
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,8 +21,8 @@ from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE
 from autoclusters.sim.nodes import gpu_node_manifest
-from tests.integration.controller_support import Env
-from tests.integration.helpers import wait_for
+from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.helpers import parse_time, wait_for
 from tests.integration.ops_support import cli
 
 pytestmark = pytest.mark.integration
@@ -169,6 +172,46 @@ def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replaceme
     assert failed["type"] == "Warning" and "VM reset failed" in failed["message"]
     assert f"{ctl.namespace}/host-reboot-" in failed["message"] and "kubectl -n" in failed["message"]
     assert "BackoffLimitExceeded" in failed["message"]
+
+
+def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ctl: Env) -> None:
+    """The command provider's script prints no ``new-node=``: the controller matches each
+    replacement to one new node itself, with a patch guarded by the node's resourceVersion.
+    Two replacements of one pool wait for their new nodes; one comes: one repair claims it
+    and succeeds naming it, the other never counts it (it fails at the verify timeout)."""
+    pool, nodes = ctl.pool("auto", nodes=4, maxConcurrentRepairs=2,
+                           circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80},
+                           provider={"reset": {"type": "simulated"},
+                                     "replace": {"type": "command", "command": {"command": ["/bin/true"]}}})
+    newest = max(parse_time(ctl.node(name)["metadata"]["creationTimestamp"]) for name in nodes)
+    # creationTimestamp has whole seconds: the repairs start in a later second than the pool's nodes
+    wait_for("a second after the pool's nodes were made", lambda: datetime.now(UTC) >= newest + timedelta(seconds=1))
+    a, b = nodes[:2]
+    ctl.raise_fault(a, XID64_MESSAGE)
+    ctl.raise_fault(b, XID64_MESSAGE)
+    repairs = {node: ctl.record_in(node, "Verifying", timeout=30)["metadata"]["name"] for node in (a, b)}
+    for node in (a, b):  # what a replacement script does besides: the old node leaves the cluster
+        ctl.kube.delete(f"/api/v1/nodes/{node}")
+    (new,) = ctl.create_gpu_nodes(pool, 1, prefix=f"{pool}-new")
+
+    def outcome(node: str) -> str:
+        """The repair's outcome once it has one ("" while it runs)."""
+        r = next(r for r in ctl.records(node) if r["metadata"]["name"] == repairs[node])
+        return str((r.get("status") or {}).get("outcome") or "")
+
+    for node in (a, b):
+        wait_for(f"the repair of {node} to end", partial(outcome, node), timeout=40)
+    ends = {node: next(r for r in ctl.records(node) if r["metadata"]["name"] == repairs[node]) for node in (a, b)}
+    assert sorted(r["status"]["outcome"] for r in ends.values()) == ["Failed", "Succeeded"], ends
+    (winner, done), (_, other) = sorted(ends.items(), key=lambda kv: kv[1]["status"]["outcome"] != "Succeeded")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["replacementNode"] == new and new in done["status"]["message"]
+    # the other waited for a node of its own until the verify timeout (then closed: its node is gone)
+    assert not other["status"].get("replacementNode")
+    assert any("did not become Ready" in st["message"] for st in other["status"]["steps"]), other["status"]
+    ann = ctl.node(new)["metadata"].get("annotations") or {}
+    assert ann[ctl.names.operation_annotation] == done["status"]["operation"]["id"]
+    assert ann[f"{ctl.names.api_group}/replaces"] == winner
 
 
 def test_the_cluster_default_policy_covers_nodes_whose_pool_label_names_no_pool(ctl: Env) -> None:
