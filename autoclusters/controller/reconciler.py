@@ -152,7 +152,8 @@ class Reconciler:
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
                                            namespace=settings.namespace, image=settings.image,
-                                           nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted))
+                                           nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted,
+                                                           fleet.node_informer.items))
 
     # --- entry -----------------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:

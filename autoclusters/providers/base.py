@@ -16,11 +16,13 @@ NodeLookup = Callable[[str], dict[str, Any] | None]
 class NodeCache:
     """The controller's informer cache of nodes, for a provider that reads and writes nodes:
     ``get`` answers without a request; ``written`` / ``deleted`` put the provider's own writes
-    into the cache at once, so its next look never sees an older copy than it wrote."""
+    into the cache at once, so its next look never sees an older copy than it wrote; ``items``
+    (when the cache can list) is every node it holds, for a provider that looks for new nodes."""
 
     get: NodeLookup
     written: Callable[[dict[str, Any]], None]
     deleted: Callable[[str], None]
+    items: Callable[[], list[dict[str, Any]]] | None = None
 
 
 class ProviderError(Exception):

@@ -18,6 +18,12 @@ Pending (the drained node ran no pods, or they found room elsewhere), Karpenter 
 nothing, no node can be matched and the operation fails at its timeout with a message that
 says so: Karpenter sizes a NodePool by its pods, and autoclusters does not create demand.
 
+What it reads: nodes from the controller's cache when it is given one (``NodeCache``; the API
+otherwise, for a caller without one); the node's NodeClaim once (the one its ownerReferences
+name, as Karpenter registers a node, else from the list of NodeClaims); after the deletion,
+nothing more of the NodeClaim (a deletion cannot be undone). So the polls while Karpenter
+works ask the API server nothing, and a replacement's requests do not grow with its length.
+
 Everything the provider did is recorded in the cluster (the operation id on the NodeClaim
 before its deletion, on the new node when it is claimed), so a restarted controller finds
 the operation where it left it.
@@ -35,7 +41,7 @@ from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError
 from autoclusters.providers.replacement import ReplacementClaims
 
 KARPENTER_GROUP = "karpenter.sh"
@@ -80,14 +86,16 @@ class KarpenterProvider:
     name = "karpenter"
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *,
-                 timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+                 timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, nodes: NodeCache | None = None) -> None:
         if timeout_seconds <= 0:
             raise ProviderError("provider.timeoutSeconds must be positive")
         self._kube = kube
         self._clock = clock
         self._names = names
         self.timeout_seconds = timeout_seconds
+        self._nodes = nodes  # the controller's cache: nodes are read there, not from the API
         self._targets: dict[str, Target] = {}  # node -> its NodeClaim, remembered before it goes away
+        self._going: set[str] = set()  # NodeClaims seen deleted or being deleted: that cannot be undone
         self._claims = ReplacementClaims(kube, names)
 
     @property
@@ -109,27 +117,68 @@ class KarpenterProvider:
         return ""
 
     # --- lookups ---------------------------------------------------------------------
-    def _target(self, node: str, node_obj: JSON | None) -> Target | None:
-        if node in self._targets:
-            return self._targets[node]
-        provider_id = str(((node_obj or {}).get("spec") or {}).get("providerID", ""))
-        claim = claim_of(node, provider_id, self._kube.list_items(nodeclaims_path()))
-        if claim is None:
+    def _node(self, name: str) -> JSON | None:
+        if self._nodes is not None:
+            return self._nodes.get(name)
+        try:
+            return self._kube.get_node(name)
+        except NotFound:
             return None
+
+    def _target(self, node: str, node_obj: JSON | None) -> tuple[Target | None, JSON | None]:
+        """The node's NodeClaim, remembered; and the claim itself when this call just read it.
+
+        Karpenter names the NodeClaim in the node's ownerReferences when the node registers: that
+        one is read (and checked: its status must name the node); a node without the reference
+        (or whose claim does not name it) costs a list of every NodeClaim."""
+        if node in self._targets:
+            return self._targets[node], None
+        provider_id = str(((node_obj or {}).get("spec") or {}).get("providerID", ""))
+        claim = None
+        owner = next((r.get("name") for r in _meta(node_obj).get("ownerReferences") or []
+                      if r.get("kind") == "NodeClaim"
+                      and str(r.get("apiVersion", "")).startswith(f"{KARPENTER_GROUP}/")), None)
+        if owner:
+            claim = claim_of(node, provider_id, [c] if (c := self._read_claim(str(owner))) is not None else [])
+        if claim is None:
+            claim = claim_of(node, provider_id, self._kube.list_items(nodeclaims_path()))
+        if claim is None:
+            return None, None
         t = Target(_meta(claim)["name"], str((_meta(claim).get("labels") or {}).get(NODEPOOL_LABEL, "")))
         self._targets[node] = t
-        return t
+        return t, claim
 
-    def _get_claim(self, name: str) -> JSON | None:
+    def _read_claim(self, name: str) -> JSON | None:
         try:
             return self._kube.get(nodeclaims_path(name))
         except NotFound:
             return None
 
+    def _live_claim(self, name: str, fresh: JSON | None = None) -> JSON | None:
+        """The NodeClaim while it exists and is not being deleted (``fresh``: a copy just read).
+        Once seen deleted or deleting it is not read again: a deletion cannot be undone, so the
+        polls that wait for Karpenter to finish it ask nothing."""
+        if name in self._going:
+            return None
+        claim = fresh if fresh is not None else self._read_claim(name)
+        if claim is None or _meta(claim).get("deletionTimestamp"):
+            self._going.add(name)
+            return None
+        return claim
+
     def _since(self, op: Operation, node_obj: JSON | None) -> datetime:
         return self._claims.since(op, node_obj)
 
     def _pool_nodes(self, pool: str, nodepool: str) -> list[JSON]:
+        """The NodePool's nodes (or, its name unknown after a restart, the pool's Karpenter nodes):
+        from the controller's cache when there is one, else listed by label."""
+        if self._nodes is not None and self._nodes.items is not None:
+            def wanted(labels: dict[str, str]) -> bool:
+                if nodepool:
+                    return labels.get(NODEPOOL_LABEL) == nodepool
+                return NODEPOOL_LABEL in labels and labels.get(self._names.pool_label) == pool
+
+            return [n for n in self._nodes.items() if wanted(_meta(n).get("labels") or {})]
         selector = f"{NODEPOOL_LABEL}={nodepool}" if nodepool else f"{NODEPOOL_LABEL},{self._names.pool_label}={pool}"
         return self._kube.list_nodes(selector)
 
@@ -144,23 +193,21 @@ class KarpenterProvider:
     def drive(self, op: Operation, node: str, pool: str) -> None:
         if op.action != RepairAction.REPLACE:
             return  # progress reports why
-        try:
-            node_obj: JSON | None = self._kube.get_node(node)
-        except NotFound:
-            node_obj = None
-        target = self._target(node, node_obj) if node_obj is not None or node in self._targets else None
+        node_obj = self._node(node)
+        target, fresh = self._target(node, node_obj) if node_obj is not None or node in self._targets else (None, None)
         if node_obj is not None:
             self._since(op, node_obj)
         if node_obj is not None and target is None:
             return  # not a Karpenter node: progress reports it as the operation's failure
         if target is not None:
-            claim = self._get_claim(target.claim)
-            if claim is not None and not _meta(claim).get("deletionTimestamp"):
+            claim = self._live_claim(target.claim, fresh)
+            if claim is not None:
                 if (_meta(claim).get("annotations") or {}).get(self.operation_annotation) != op.id:
                     self._kube.patch(nodeclaims_path(target.claim),
                                      {"metadata": {"annotations": {self.operation_annotation: op.id}}})
                 with contextlib.suppress(NotFound):
                     self._kube.delete(nodeclaims_path(target.claim))
+                self._going.add(target.claim)
                 return
         self._claim_replacement(op, node, pool, target.nodepool if target else "")
 
@@ -168,7 +215,9 @@ class KarpenterProvider:
         nodes = self._pool_nodes(pool, nodepool)
         if self._claimed_by(op, nodes) is not None:
             return
-        self._claims.claim(op, node, pool, self._candidates(op, node, nodes))
+        got = self._claims.claim(op, node, pool, self._candidates(op, node, nodes))
+        if got is not None and self._nodes is not None:
+            self._nodes.written(got)  # the next poll reads the claim from the cache
 
     # --- progress --------------------------------------------------------------------
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
@@ -179,14 +228,14 @@ class KarpenterProvider:
         current = lookup(node)
         if current is not None:
             self._since(op, current)
-        target = self._targets.get(node)
+        target, fresh = self._targets.get(node), None
         if target is None and current is not None:
-            target = self._target(node, current)
+            target, fresh = self._target(node, current)
             if target is None:
                 return ProviderView(ProviderState.FAILED, f"node {node} has no Karpenter NodeClaim "
                                     "(no NodeClaim's status names it or its providerID)")
-        claim = self._get_claim(target.claim) if target else None
-        if claim is not None and not _meta(claim).get("deletionTimestamp"):
+        claim = self._live_claim(target.claim, fresh) if target else None
+        if claim is not None:
             started = (_meta(claim).get("annotations") or {}).get(self.operation_annotation) == op.id
             return ProviderView(ProviderState.RUNNING if started else ProviderState.NOT_STARTED)
         nodepool = target.nodepool if target else ""

@@ -67,7 +67,7 @@ def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
 def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:
     from autoclusters.providers.karpenter import KarpenterProvider
 
-    return KarpenterProvider(c.kube, c.clock, c.names, timeout_seconds=float(s["timeoutSeconds"]))
+    return KarpenterProvider(c.kube, c.clock, c.names, timeout_seconds=float(s["timeoutSeconds"]), nodes=c.nodes)
 
 
 BUILDERS: dict[ProviderType, Builder] = {

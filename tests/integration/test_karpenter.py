@@ -151,6 +151,8 @@ def test_replacement_through_karpenter_brings_a_new_node_and_the_evicted_worker_
     found = claim_of(old, old_obj["spec"].get("providerID", ""), kpool.claims())
     assert found, f"no NodeClaim names {old} or its providerID"
     old_claim = found["metadata"]["name"]
+    owners = [r["name"] for r in old_obj["metadata"].get("ownerReferences") or [] if r.get("kind") == "NodeClaim"]
+    assert owners == [old_claim]  # Karpenter names it on the node: the provider reads that one, lists none
 
     act = actuator(kpool.h)
     marked = act.ensure_marked(kpool.kube.get_node(old), cordon=True)

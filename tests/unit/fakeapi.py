@@ -10,9 +10,11 @@ merge patch (RFC 7386), JSON patch (RFC 6902, through the ``jsonpatch`` library:
 failing answers 422 as the API server does), strategic merge for the lists the code patches
 (conditions and addresses by ``type``); a stale ``metadata.resourceVersion`` in a PUT or a
 patch answers 409, a missing object 404, a create of an existing name 409; label and field
-selectors on lists; evictions; watches (a stream of the events after a resourceVersion, 410
-once that history is compacted away). Every request is logged as ``(verb, path)`` with its
-query and body, so tests count what a piece of code asked.
+selectors on lists; evictions; finalizers (a DELETE of an object that has some only sets its
+``deletionTimestamp``: the test removes it, with ``remove``, as the finalizer's owner would);
+watches (a stream of the events after a resourceVersion, 410 once that history is compacted
+away). Every request is logged as ``(verb, path)`` with its query and body, so tests count
+what a piece of code asked.
 
 Not here: admission, RBAC, defaulting, validation beyond what the tests need.
 """
@@ -392,6 +394,15 @@ class FakeApi:
                 raise ApiError(404, f"{what} not found")
             if req.verb == "GET":
                 return _Response(200, copy.deepcopy(current))
+            if req.verb == "DELETE" and current["metadata"].get("finalizers"):
+                if current["metadata"].get("deletionTimestamp"):
+                    return _Response(200, copy.deepcopy(current))  # already going
+                going = copy.deepcopy(current)
+                going["metadata"]["deletionTimestamp"] = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+                self._stamp(going, current)
+                store[key] = going
+                self._record(ref.prefix, ref.plural, "MODIFIED", going)
+                return _Response(200, copy.deepcopy(going))
             if req.verb == "DELETE":
                 del store[key]
                 self.rv += 1

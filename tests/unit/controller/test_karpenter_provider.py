@@ -114,6 +114,51 @@ def test_two_replacements_never_count_the_same_new_node() -> None:
     assert prov.progress(o2, "old-2", POOL, kube.nodes.get).new_node == "new-2"
 
 
+def test_with_the_controllers_cache_no_node_is_read_from_the_api() -> None:
+    """In the controller the provider reads nodes (the old one, the NodePool's) from its cache
+    and puts its claim of the new node there; the same replacement, the same answers."""
+    from autoclusters.providers.base import NodeCache
+
+    kube, clock, _ = world("old-1", "other")
+
+    def no_api(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a node read from the API")
+
+    kube.get_node = kube.list_nodes = no_api  # type: ignore[method-assign]
+    def deleted(name: str) -> None:
+        kube.nodes.pop(name, None)
+
+    cache = NodeCache(kube.nodes.get, lambda n: kube.nodes.__setitem__(n["metadata"]["name"], n), deleted,
+                      lambda: list(kube.nodes.values()))
+    prov = KarpenterProvider(kube, clock, NAMES, timeout_seconds=300, nodes=cache)  # type: ignore[arg-type]
+    o = op()
+    prov.drive(o, "old-1", POOL)
+    assert kube.deleted_claims == ["gpu-old-1"]
+    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    kube.karpenter_finishes("gpu-old-1")
+    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    kube.add_karpenter_node("elsewhere", "other-pool", clock.now(), POOL_LABELS)  # another NodePool's
+    prov.drive(o, "old-1", POOL)
+    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
+    assert "annotations" not in kube.nodes["elsewhere"]["metadata"]
+
+
+def test_the_claim_an_owner_reference_names_must_name_the_node() -> None:
+    """Karpenter names a node's NodeClaim in its ownerReferences: that claim is read, and used
+    only when its status names the node; otherwise the NodeClaims are listed."""
+    kube, _, prov = world("old-1", "other")
+    ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "gpu-other", "uid": "u"}
+    kube.nodes["old-1"]["metadata"]["ownerReferences"] = [ref]
+    prov.drive(op(), "old-1", POOL)
+    assert kube.deleted_claims == ["gpu-old-1"]
+    kube2, _, prov2 = world("old-1")
+    kube2.nodes["old-1"]["metadata"]["ownerReferences"] = [{**ref, "name": "gpu-old-1"}]
+    kube2.list_items = lambda *_a, **_k: pytest.fail("listed the NodeClaims")  # type: ignore[method-assign]
+    prov2.drive(op(), "old-1", POOL)
+    assert kube2.deleted_claims == ["gpu-old-1"]
+
+
 def test_new_node_that_is_not_ready_or_under_maintenance_is_not_matched() -> None:
     kube, clock, prov = world("old-1")
     o = op()
