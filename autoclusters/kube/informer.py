@@ -23,6 +23,14 @@ listed object as added or changed, every object that vanished meanwhile as delet
 ``transform`` trims each object before it is stored (client-go's transform function), so a
 reader that needs three fields of a node does not keep thousands of whole nodes in memory;
 it must keep ``metadata.name`` and ``metadata.resourceVersion``.
+
+The store and the handler never go back in time: an event (or a listed object) older than the
+version the store holds (our own write, ``upsert``, got there before the watch told of an
+earlier change) leaves the store as it is, and the handler is handed the store's version as
+the new one, with the older object as the old one, never the older object as the new one. It
+still hears of the change (our write may carry someone else's change it acted without seeing).
+Versions are compared as integers (etcd's); a version that is not one reads as 0, so such an
+object never counts as newer than another.
 """
 
 from __future__ import annotations
@@ -48,6 +56,11 @@ def _rv(obj: JSON | None) -> int:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion", 0))
     except ValueError:
         return 0
+
+
+def _older(obj: JSON, than: JSON | None) -> bool:
+    """``obj`` is an older version than ``than`` (the store's), by resourceVersion."""
+    return than is not None and _rv(than) > _rv(obj)
 
 
 class Informer:
@@ -84,10 +97,8 @@ class Informer:
         """Our own write: keep it unless the store already holds a newer version."""
         name = obj["metadata"]["name"]
         with self._lock:
-            old = self._store.get(name)
-            if old is not None and _rv(old) > _rv(obj):
-                return
-            self._store[name] = obj
+            if not _older(obj, self._store.get(name)):
+                self._store[name] = obj
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -108,9 +119,11 @@ class Informer:
         fresh = {i["metadata"]["name"]: i for i in items}
         with self._lock:
             old = self._store
+            listed = {name: obj for name, obj in fresh.items() if _older(obj, old.get(name))}
+            fresh.update((name, old[name]) for name in listed)  # our own writes made since the list
             self._store = fresh
         for name, obj in fresh.items():
-            self._deliver(name, old.get(name), obj)
+            self._deliver(name, listed.get(name) or old.get(name), obj)
         for name, obj in old.items():
             if name not in fresh:
                 self._deliver(name, obj, None)
@@ -154,13 +167,16 @@ class Informer:
         if self._transform is not None:
             obj = self._transform(obj)
         name = obj["metadata"]["name"]
+        new: JSON | None = None if kind == "DELETED" else obj
         with self._lock:
             old = self._store.get(name)
-            if kind == "DELETED":
+            if new is None:
                 self._store.pop(name, None)
-            elif old is None or _rv(old) <= _rv(obj):
+            elif _older(obj, old):  # our own write got here first: it stays, and the handler sees it
+                old, new = obj, old
+            else:
                 self._store[name] = obj
-        self._deliver(name, old, None if kind == "DELETED" else obj)
+        self._deliver(name, old, new)
         return rv
 
     def _deliver(self, name: str, old: JSON | None, new: JSON | None) -> None:

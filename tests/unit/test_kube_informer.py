@@ -139,3 +139,35 @@ def test_the_transform_trims_what_is_stored_and_handed_over_from_lists_and_watch
     assert inf.get("a") == {"metadata": {"name": "a", "resourceVersion": "1"}}
     assert handed == [{"metadata": {"name": "a", "resourceVersion": "1"}},
                       {"metadata": {"name": "b", "resourceVersion": "11"}}]
+
+
+def test_an_event_or_a_list_older_than_our_own_write_regresses_neither_the_store_nor_the_handler() -> None:
+    """Our own write (upsert) is in the store before the watch tells of an earlier change: the
+    store keeps ours and the handler is handed ours as the new version (the older one as the old),
+    never the older object; the same for a list answered before our write. Before the fix the
+    handler got the older object while the store kept ours."""
+    script: list[tuple[str, Any]] = []
+    inf, _, _, seen = informer(script)
+    ours = obj("a", 12, spec={"ours": True})
+    handed: list[JSON | None] = []
+    record = inf._handler
+
+    def handler(name: str, old: JSON | None, new: JSON | None) -> None:
+        handed.append(new)
+        record(name, old, new)
+
+    inf._handler = handler
+
+    def first_watch() -> Iterator[JSON]:
+        inf.upsert(ours)  # our write's answer, before the watch tells of version 11
+        yield {"type": "MODIFIED", "object": obj("a", 11)}
+        yield {"type": "MODIFIED", "object": obj("a", 12, spec={"ours": True})}  # the echo of our write
+        inf.upsert(obj("a", 21))  # our next write, made after the list below was answered at 20
+
+    script += [("list", ([obj("a", 1)], "10")),
+               ("watch", (first_watch(), KubeError("too old", status=410))),
+               ("list", ([obj("a", 20)], "20"))]
+    inf._run()
+    assert seen == [("a", None, "1"), ("a", "11", "12"), ("a", "12", "12"), ("a", "20", "21")]
+    assert handed[1] is ours
+    assert inf.get("a") == obj("a", 21)

@@ -55,12 +55,8 @@ def test_records_in_progress_are_counted_from_the_version_the_store_keeps() -> N
                 "status": {"phase": phase} if phase else {}}
 
     def watched(old: dict | None, new: dict | None, name: str = "r1") -> None:
-        """What the informer does: store (a newer stored version wins), then call the handler."""
-        if new is None:
-            fleet.record_informer.remove(name)
-        else:
-            fleet.record_informer.upsert(new)
-        fleet._on_record(name, old, new)
+        """The watch event through the informer (its store, then the handler)."""
+        fleet.record_informer._apply({"type": "DELETED" if new is None else "MODIFIED", "object": new or old})
 
     watched(None, record("r1", 1, None))
     assert fleet.in_progress("a") == 0
@@ -299,8 +295,34 @@ def test_a_pool_status_change_keeps_the_parsed_spec_and_a_spec_change_reindexes(
     fleet.pool_written(pool(4, selecting, "Closed"))
     assert parsed == ["a", "a"] and fleet.counts("a") == (1, 0) and POOL_KEY + "a" in queued
     late = pool(3, selecting, "Open")  # the watch event of their change, older than the store
-    fleet._on_pool("a", fleet.pool_informer.get("a"), late)
+    fleet.pool_informer._apply({"type": "MODIFIED", "object": late})
     assert fleet.counts("a") == (1, 0)
+    assert fleet.pool_named("a").obj is fleet.pool_informer.get("a")  # type: ignore[union-attr]
+
+
+def test_a_watch_event_older_than_our_own_pool_write_does_not_regress_the_parsed_pool() -> None:
+    """Our status write is in the store and the parsed pool at once; the watch event of an earlier
+    change (someone's, or our previous write's) arrives after it: the pool stays at our version.
+    Before the fix the informer handed the older object over and the pool's status regressed."""
+    from autoclusters.controller.cache import POOL_KEY, Fleet
+
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+
+    def pool(rv: int, state: str) -> dict:
+        return {"metadata": {"name": "a", "resourceVersion": str(rv)}, "spec": {},
+                "status": {"circuitBreaker": {"state": state}}}
+
+    fleet.pool_informer._apply({"type": "ADDED", "object": pool(1, "Closed")})
+    ours = pool(3, "Open")
+    fleet.pool_written(ours)
+    queued.clear()
+    fleet.pool_informer._apply({"type": "MODIFIED", "object": pool(2, "Closed")})  # from before our write
+    assert fleet.pool_informer.get("a") is ours
+    assert fleet.pool_named("a").obj is ours and fleet.pool_named("a").breaker_state == "Open"  # type: ignore[union-attr]
+    assert queued == [POOL_KEY + "a"]  # still told: our write may carry a change it had not seen
+    fleet.pool_informer._apply({"type": "MODIFIED", "object": pool(3, "Open")})  # the echo of our write
+    assert fleet.pool_named("a").breaker_state == "Open"  # type: ignore[union-attr]
 
 
 def test_a_change_that_keeps_labels_and_conditions_keeps_the_indexes_without_looking_again() -> None:
