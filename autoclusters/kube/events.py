@@ -36,10 +36,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from autoclusters.clock import Clock, utc_iso
+from autoclusters.clock import Clock, utc_iso, utc_iso_micro
 from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import Conflict, KubeError, NotFound
 from autoclusters.names import event_source_error
@@ -54,11 +54,6 @@ def event_name(obj: str, at: datetime) -> str:
     """``<object>.<hex nanoseconds>``: names that list in time order (client-go's scheme)."""
     nanos = int(at.timestamp()) * 1_000_000_000 + at.microsecond * 1000
     return f"{obj}.{nanos:x}"
-
-
-def micro_time(ts: datetime) -> str:
-    """RFC 3339 with microseconds and a Z: the API's MicroTime."""
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)
@@ -191,7 +186,7 @@ class EventRecorder:
                 try:
                     self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}", {
                         "count": count + 1, "lastTimestamp": utc_iso(p.seen),
-                        "series": {"count": count + 1, "lastObservedTime": micro_time(p.at)}})
+                        "series": {"count": count + 1, "lastObservedTime": utc_iso_micro(p.at)}})
                     self._remember(key, name, count + 1, first)
                     return
                 except NotFound:
@@ -213,7 +208,7 @@ class EventRecorder:
             "involvedObject": p.ref.as_dict(),
             "reason": p.reason, "message": p.message[:MAX_MESSAGE],
             "type": "Warning" if p.warning else "Normal",
-            "eventTime": micro_time(p.at),
+            "eventTime": utc_iso_micro(p.at),
             "firstTimestamp": utc_iso(p.seen), "lastTimestamp": utc_iso(p.seen), "count": 1,
             "action": p.reason,
             "source": {"component": self.source},

@@ -26,15 +26,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.clock import Clock
+from autoclusters.clock import Clock, utc_iso_micro
 from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import Conflict, KubeError, NotFound
 
 log = logging.getLogger(__name__)
-
-
-def _micro(clock: Clock) -> str:
-    return clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -91,7 +87,7 @@ class LeaderElector:
         return True
 
     def _spec(self, *, transitions: int, acquire: bool) -> dict[str, Any]:
-        now = _micro(self._clock)
+        now = utc_iso_micro(self._clock.now())
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_seconds),
                 "acquireTime": now, "renewTime": now, "leaseTransitions": transitions}
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from autoclusters.clock import FakeClock
+from autoclusters.clock import FakeClock, utc_iso_micro
 from autoclusters.kube.errors import NotFound
-from autoclusters.kube.events import EventRecorder, ObjectRef, micro_time
+from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import REFERENCE_EVENT_SOURCE, event_source_error
 
 
@@ -127,7 +127,7 @@ def test_repeats_aggregate_into_a_series_and_sort_by_their_last_occurrence() -> 
     blocked = next(e for e in store.events.values() if e["reason"] == "MaintenanceBlocked")
     assert blocked["series"]["count"] == blocked["count"] == 3
     # the two repeats share an instant; the later one is stamped a microsecond (and a second) after
-    assert blocked["series"]["lastObservedTime"] == micro_time(clock.now() + timedelta(microseconds=1))
+    assert blocked["series"]["lastObservedTime"] == utc_iso_micro(clock.now() + timedelta(microseconds=1))
     assert blocked["lastTimestamp"] == "2026-01-01T00:00:03Z"
     assert store.describe_order() == store.events_order() == ["MaintenanceApproved", "MaintenanceBlocked"]
     clock.advance(601)  # past the window: a new event

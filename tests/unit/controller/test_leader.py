@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -41,6 +42,16 @@ def test_the_first_takes_the_lease_the_second_waits_until_it_expires() -> None:
     assert lease is not None and lease["spec"]["holderIdentity"] == "b"
     assert lease["spec"]["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # a's own view: b holds it and renewed just now
+
+
+def test_lease_times_are_written_in_utc_with_microseconds_whatever_the_clocks_zone() -> None:
+    """The Lease's MicroTime fields are UTC with a Z. Before the fix the elector formatted the
+    clock's time itself and wrote a non-UTC time with a Z (two hours off here)."""
+    api = FakeApi()
+    clock = FakeClock(datetime(2026, 1, 1, 14, 0, 0, 250, tzinfo=timezone(timedelta(hours=2))))
+    assert _elector(api, clock, "a").try_acquire_or_renew()
+    spec = (api.read(LEASE) or {})["spec"]
+    assert spec["acquireTime"] == spec["renewTime"] == "2026-01-01T12:00:00.000250Z"
 
 
 def test_of_two_racing_for_an_expired_lease_exactly_one_wins() -> None:
