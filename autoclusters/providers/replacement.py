@@ -49,11 +49,18 @@ class ReplacementClaims:
         return f"{self._names.api_group}/replaces"
 
     def since(self, op: Operation, node_obj: JSON | None) -> datetime:
-        """Nodes created from this moment on may replace the node: when the repair marked it.
+        """The bound, in whole seconds: nodes created in a later second may replace the node.
 
-        The evicted pods' demand (or a MachineSet's) can bring the new node while the drain is
-        still running, before the operation starts. Without the mark (a controller restarted
-        after the old node was gone) the operation's start is the bound.
+        The bound is when the repair marked the node: the evicted pods' demand (or a
+        MachineSet's) can bring the new node while the drain is still running, before the
+        operation starts. Without the mark (a controller restarted after the old node was gone)
+        the operation's start is the bound.
+
+        ``creationTimestamp`` has whole seconds, so a node created in the bound's own second
+        may be older than the bound (a node of the pool made just before the repair began):
+        such a node is never a replacement. A real replacement comes after an eviction, a
+        scheduling pass and a machine's start (Karpenter batches pending pods for a second
+        before it launches one), never within the second of the mark.
         """
         if op.id not in self._baseline:
             marked = parse_iso((_meta(node_obj).get("annotations") or {}).get(self._names.marked_at_annotation))
@@ -62,13 +69,14 @@ class ReplacementClaims:
         return self._baseline.get(op.id, op.started).replace(microsecond=0)  # creationTimestamp: seconds
 
     def candidates(self, op: Operation, node: str, nodes: Iterable[JSON]) -> list[JSON]:
-        """Nodes created since the repair began that may replace ``node``, oldest first."""
+        """Nodes created after the repair began (in a later second than ``since``) that may
+        replace ``node``, oldest first."""
         since = self.since(op, None)
         out = []
         for n in nodes:
             meta = _meta(n)
             created = parse_iso(meta.get("creationTimestamp"))
-            if meta.get("name") == node or meta.get("deletionTimestamp") or created is None or created < since:
+            if meta.get("name") == node or meta.get("deletionTimestamp") or created is None or created <= since:
                 continue
             out.append(n)
         return sorted(out, key=lambda n: (_meta(n).get("creationTimestamp", ""), _meta(n)["name"]))

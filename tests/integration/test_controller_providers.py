@@ -183,15 +183,17 @@ def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ct
                            circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80},
                            provider={"reset": {"type": "simulated"},
                                      "replace": {"type": "command", "command": {"command": ["/bin/true"]}}})
-    newest = max(parse_time(ctl.node(name)["metadata"]["creationTimestamp"]) for name in nodes)
-    # creationTimestamp has whole seconds: the repairs start in a later second than the pool's nodes
-    wait_for("a second after the pool's nodes were made", lambda: datetime.now(UTC) >= newest + timedelta(seconds=1))
     a, b = nodes[:2]
-    ctl.raise_fault(a, XID64_MESSAGE)
+    ctl.raise_fault(a, XID64_MESSAGE)  # at once: the pool's nodes may be of the repairs' start second
     ctl.raise_fault(b, XID64_MESSAGE)
-    repairs = {node: ctl.record_in(node, "Verifying", timeout=30)["metadata"]["name"] for node in (a, b)}
+    verifying = {node: ctl.record_in(node, "Verifying", timeout=30) for node in (a, b)}
+    repairs = {node: r["metadata"]["name"] for node, r in verifying.items()}
     for node in (a, b):  # what a replacement script does besides: the old node leaves the cluster
         ctl.kube.delete(f"/api/v1/nodes/{node}")
+    # creationTimestamp has whole seconds: only a node of a later second than an operation's
+    # start may replace its node (one of the start's own second may be older than the start)
+    started = max(parse_time(r["status"]["operation"]["started"]) for r in verifying.values())
+    wait_for("a second after the operations started", lambda: datetime.now(UTC) >= started + timedelta(seconds=1))
     (new,) = ctl.create_gpu_nodes(pool, 1, prefix=f"{pool}-new")
 
     def outcome(node: str) -> str:

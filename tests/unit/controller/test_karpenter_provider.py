@@ -36,6 +36,12 @@ def op(i: int = 1, action: RepairAction = RepairAction.REPLACE) -> Operation:
     return Operation(f"rec-{i}", action, T0)
 
 
+def launched(clock: FakeClock) -> datetime:
+    """When Karpenter's node for the evicted pods appears: a second later at the soonest (it
+    batches pending pods for a second); a node of the operation's own second never counts."""
+    return clock.now() + timedelta(seconds=1)
+
+
 def test_replace_deletes_the_nodes_claim_then_matches_the_new_node() -> None:
     kube, clock, prov = world("old-1", "other")
     o = op()
@@ -77,7 +83,7 @@ def test_done_only_once_the_old_node_is_gone() -> None:
     kube, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)  # launched while old-1 terminates
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)  # launched while old-1 terminates
     prov.drive(o, "old-1", POOL)
     view = prov.progress(o, "old-1", POOL, kube.nodes.get)
     assert (view.state, view.new_node) == (ProviderState.RUNNING, "new-1")
@@ -89,7 +95,7 @@ def test_an_old_node_that_never_goes_fails_at_the_timeout() -> None:
     kube, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o, "old-1", POOL)
     clock.advance(300)
     view = prov.progress(o, "old-1", POOL, kube.nodes.get)
@@ -104,12 +110,12 @@ def test_two_replacements_never_count_the_same_new_node() -> None:
     kube.karpenter_finishes("gpu-old-1")
     kube.karpenter_finishes("gpu-old-2")
     clock.advance(30)
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o1, "old-1", POOL)
     prov.drive(o2, "old-2", POOL)
     assert prov.progress(o1, "old-1", POOL, kube.nodes.get).new_node == "new-1"
     assert prov.progress(o2, "old-2", POOL, kube.nodes.get).state == ProviderState.RUNNING
-    kube.add_karpenter_node("new-2", "gpu", clock.now(), POOL_LABELS)
+    kube.add_karpenter_node("new-2", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o2, "old-2", POOL)
     assert prov.progress(o2, "old-2", POOL, kube.nodes.get).new_node == "new-2"
 
@@ -136,8 +142,8 @@ def test_with_the_controllers_cache_no_node_is_read_from_the_api() -> None:
     assert kube.deleted_claims == ["gpu-old-1"]
     assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
     kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
-    kube.add_karpenter_node("elsewhere", "other-pool", clock.now(), POOL_LABELS)  # another NodePool's
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    kube.add_karpenter_node("elsewhere", "other-pool", launched(clock), POOL_LABELS)  # another NodePool's
     prov.drive(o, "old-1", POOL)
     view = prov.progress(o, "old-1", POOL, kube.nodes.get)
     assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
@@ -164,8 +170,8 @@ def test_new_node_that_is_not_ready_or_under_maintenance_is_not_matched() -> Non
     o = op()
     prov.drive(o, "old-1", POOL)
     kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("booting", "gpu", clock.now(), POOL_LABELS, ready=False)
-    kube.add_karpenter_node("sick", "gpu", clock.now(), {**POOL_LABELS, NAMES.maintenance_required: "true"})
+    kube.add_karpenter_node("booting", "gpu", launched(clock), POOL_LABELS, ready=False)
+    kube.add_karpenter_node("sick", "gpu", launched(clock), {**POOL_LABELS, NAMES.maintenance_required: "true"})
     prov.drive(o, "old-1", POOL)
     assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
     kube.nodes["booting"]["status"]["conditions"][0]["status"] = "True"
@@ -178,7 +184,7 @@ def test_a_restarted_controller_finds_the_matched_node_by_the_pool_label() -> No
     o = op()
     prov.drive(o, "old-1", POOL)
     kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     fresh = KarpenterProvider(kube, clock, NAMES)  # type: ignore[arg-type]  # knows nothing of old-1's claim
     fresh.drive(o, "old-1", POOL)
     assert fresh.progress(o, "old-1", POOL, kube.nodes.get).new_node == "new-1"
@@ -203,7 +209,7 @@ def test_a_new_node_without_the_pool_label_is_named_in_the_failure() -> None:
     o = op()
     prov.drive(o, "old-1", POOL)
     kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("unlabelled", "gpu", clock.now(), {})
+    kube.add_karpenter_node("unlabelled", "gpu", launched(clock), {})
     prov.drive(o, "old-1", POOL)
     clock.advance(300)
     view = prov.progress(o, "old-1", POOL, kube.nodes.get)
