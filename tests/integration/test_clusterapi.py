@@ -12,6 +12,7 @@ the test plays their part where the provider waits on them: a new boot id after 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -218,6 +219,9 @@ def test_replace_is_done_once_the_machine_and_its_node_are_gone_and_a_new_node_i
     capi.kube.delete(f"/api/v1/nodes/{node}")
     view = prov.progress(op, node, pool, lookup(capi.kube))
     assert view.state == ProviderState.RUNNING and "waiting for a new Ready node" in view.message
+    # The new Machine's node registers in a later second than the repair's start, as a real one
+    # does (a node of the start's own second may predate it and is never a replacement).
+    time.sleep(max(0.0, math.floor(op.started.timestamp()) + 1 - time.time()))
     (new,) = capi.h.create_gpu_nodes(pool, 1, prefix=f"{pool}-new")
     capi.kube.patch_node(new, {"metadata": {"annotations": {MACHINE_ANNOTATION: "gpu-md-x7k2p-new",
                                                             NAMESPACE_ANNOTATION: capi.ns}}})
