@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoclusters.controller.statemachine import Operation, ProviderView
+from autoclusters.kube import Kube, NotFound
 
 # Reads a node from the controller's cache: the object, or None when it does not exist.
 NodeLookup = Callable[[str], dict[str, Any] | None]
@@ -23,6 +24,17 @@ class NodeCache:
     written: Callable[[dict[str, Any]], None]
     deleted: Callable[[str], None]
     items: Callable[[], list[dict[str, Any]]] | None = None
+
+
+def read_node(name: str, nodes: NodeCache | None, kube: Kube) -> dict[str, Any] | None:
+    """A node from the controller's cache when the provider has one, else from the API;
+    None when it is gone."""
+    if nodes is not None:
+        return nodes.get(name)
+    try:
+        return kube.get_node(name)
+    except NotFound:
+        return None
 
 
 class ProviderError(Exception):

@@ -41,7 +41,7 @@ from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError
+from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
 from autoclusters.providers.replacement import ReplacementClaims
 
 KARPENTER_GROUP = "karpenter.sh"
@@ -118,12 +118,7 @@ class KarpenterProvider:
 
     # --- lookups ---------------------------------------------------------------------
     def _node(self, name: str) -> JSON | None:
-        if self._nodes is not None:
-            return self._nodes.get(name)
-        try:
-            return self._kube.get_node(name)
-        except NotFound:
-            return None
+        return read_node(name, self._nodes, self._kube)
 
     def _target(self, node: str, node_obj: JSON | None) -> tuple[Target | None, JSON | None]:
         """The node's NodeClaim, remembered; and the claim itself when this call just read it.

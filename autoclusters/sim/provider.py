@@ -30,7 +30,7 @@ from autoclusters.clock import Clock, parse_iso, utc_iso_micro
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, NodeLookup
+from autoclusters.providers.base import NodeCache, NodeLookup, read_node
 from autoclusters.sim import nodes as sim
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, reboot_request
 
@@ -64,12 +64,7 @@ class SimulatedProvider:
         self._nodes = nodes  # the controller's cache: drive reads the node there, not from the API
 
     def _read(self, node: str) -> dict[str, Any] | None:
-        if self._nodes is not None:
-            return self._nodes.get(node)
-        try:
-            return self._kube.get_node(node)
-        except NotFound:
-            return None
+        return read_node(node, self._nodes, self._kube)
 
     def _wrote(self, obj: dict[str, Any]) -> None:
         if self._nodes is not None and obj.get("metadata", {}).get("name"):
