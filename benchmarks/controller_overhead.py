@@ -54,6 +54,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.controller.config import ControllerConfig
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
@@ -241,7 +242,8 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--faults", type=int, default=50)
     ap.add_argument("--reset-seconds", type=float, default=5.0, help="simulated provider's reset time")
-    ap.add_argument("--workers", type=int, default=8, help="controller workers")
+    ap.add_argument("--workers", type=int, default=ControllerConfig().workers,
+                    help="controller workers (default: the controller's own default)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", action="store_true", help="leave the pool, nodes and records behind")
     ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")

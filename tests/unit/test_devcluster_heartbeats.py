@@ -36,7 +36,9 @@ def test_kwok_config_carries_the_status_interval_and_the_lease(tmp_path: Path) -
     docs = list(yaml.safe_load_all(hb.write_kwok_config(tmp_path / "kwok.yaml").read_text()))
     config = next(d for d in docs if d["kind"] == "KwokConfiguration")
     assert config["options"]["nodeLeaseDurationSeconds"] == 8
+    # more workers than kwok's 4 for the Leases and for the node stages (heartbeats, reboots)
     assert config["options"]["nodeLeaseParallelism"] > 4
+    assert config["options"]["nodePlayStageParallelism"] > 4
     assert _stage(docs, HEARTBEAT_STAGE)["spec"]["delay"] == {"durationMilliseconds": 20000,
                                                              "jitterDurationMilliseconds": 22000}
     assert hb.controller_manager_flags() == ["--node-monitor-grace-period=18s"]
