@@ -209,4 +209,5 @@ class ClusterApiProvider:
             return ProviderView(ProviderState.RUNNING, (
                 f"Machine {ref.namespace}/{ref.name} and node {node} are gone: waiting for a new Ready node of "
                 f"pool {pool} (label {self._names.pool_label}={pool}) from a Machine in {ref.namespace}"))
+        self._claims.forget(op)
         return ProviderView(ProviderState.SUCCEEDED, new_node=new)

@@ -237,18 +237,28 @@ class KarpenterProvider:
         nodes = self._pool_nodes(pool, nodepool)
         mine = self._claimed_by(op, nodes)
         if mine is not None and current is None:
+            self._forget(op, node)
             return ProviderView(ProviderState.SUCCEEDED, new_node=_meta(mine)["name"])
         if self._clock.now() >= op.started + timedelta(seconds=self.timeout_seconds):
             if mine is not None:  # the new node came; the old one never went
-                return ProviderView(ProviderState.FAILED, (
-                    f"{_meta(mine)['name']} replaced {node}, but {node} still exists "
-                    f"{int(self.timeout_seconds)}s after its NodeClaim {target.claim if target else ''} was deleted: "
-                    "check the NodeClaim's finalizers and Karpenter's logs"))
-            return ProviderView(ProviderState.FAILED,
-                                self._timeout_message(node, pool, nodepool, self._candidates(op, node, nodes)))
+                message = (f"{_meta(mine)['name']} replaced {node}, but {node} still exists "
+                           f"{int(self.timeout_seconds)}s after its NodeClaim {target.claim if target else ''} was "
+                           "deleted: check the NodeClaim's finalizers and Karpenter's logs")
+            else:
+                message = self._timeout_message(node, pool, nodepool, self._candidates(op, node, nodes))
+            self._forget(op, node)
+            return ProviderView(ProviderState.FAILED, message)
         # Matched but the old node is still terminating: done only once it is gone, so the pool is
         # back to its size (not one over) and the old node's fault cannot open a new repair.
         return ProviderView(ProviderState.RUNNING, new_node=_meta(mine)["name"] if mine is not None else "")
+
+    def _forget(self, op: Operation, node: str) -> None:
+        """The operation ended: what was remembered for it goes (the controller runs for months;
+        a later look, should one come, reads again what it needs)."""
+        target = self._targets.pop(node, None)
+        if target is not None:
+            self._going.discard(target.claim)
+        self._claims.forget(op)
 
     def _timeout_message(self, node: str, pool: str, nodepool: str, candidates: list[JSON]) -> str:
         where = f"Karpenter NodePool {nodepool}" if nodepool else f"the Karpenter NodePools of pool {pool}"

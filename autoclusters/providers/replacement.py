@@ -68,6 +68,11 @@ class ReplacementClaims:
                 self._baseline[op.id] = min(marked or op.started, op.started)
         return self._baseline.get(op.id, op.started).replace(microsecond=0)  # creationTimestamp: seconds
 
+    def forget(self, op: Operation) -> None:
+        """The operation ended: its bound is not needed again (a controller runs for months, and
+        one bound per replacement would otherwise stay in memory for good)."""
+        self._baseline.pop(op.id, None)
+
     def candidates(self, op: Operation, node: str, nodes: Iterable[JSON]) -> list[JSON]:
         """Nodes created after the repair began (in a later second than ``since``) that may
         replace ``node``, oldest first."""

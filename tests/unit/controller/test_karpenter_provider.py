@@ -314,3 +314,23 @@ def test_it_has_every_method_of_the_provider_interface() -> None:
 
     wanted = {n for n in vars(Provider) if not n.startswith("_")} - {"name"}
     assert wanted and all(callable(getattr(KarpenterProvider, n, None)) for n in wanted)
+
+
+def test_an_ended_replacement_leaves_nothing_remembered() -> None:
+    """The controller runs for months: what the provider remembers of a replacement (the node's
+    NodeClaim, the claim's deletion, the repair's bound) goes when it ends, and a look after
+    the end still answers the same."""
+    kube, clock, prov = world("old-1", "old-2")
+    done, failed = op(1), op(2)
+    for o, node in ((done, "old-1"), (failed, "old-2")):
+        prov.drive(o, node, POOL)
+    kube.karpenter_finishes("gpu-old-1")
+    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    prov.drive(done, "old-1", POOL)
+    assert prov._targets and prov._going and prov._claims._baseline  # remembered while they run
+    assert prov.progress(done, "old-1", POOL, kube.nodes.get).state == ProviderState.SUCCEEDED
+    clock.advance(300)
+    assert prov.progress(failed, "old-2", POOL, kube.nodes.get).state == ProviderState.FAILED
+    assert (prov._targets, prov._going, prov._claims._baseline) == ({}, set(), {})
+    view = prov.progress(done, "old-1", POOL, kube.nodes.get)
+    assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
