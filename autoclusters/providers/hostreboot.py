@@ -36,7 +36,7 @@ from autoclusters.controller.statemachine import Operation, ProviderState, Provi
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
 
 COMPONENT = "autoclusters-host-reboot"
 REBOOT_COMMAND = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
@@ -98,7 +98,7 @@ class HostRebootProvider:
     name = "hostReboot"
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
-                 timeout: float = 600) -> None:
+                 timeout: float = 600, nodes: NodeCache | None = None) -> None:
         if not image:
             raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "
                                 "image (start it with --provider-image)")
@@ -108,6 +108,11 @@ class HostRebootProvider:
         self.namespace = namespace
         self.image = image
         self.timeout = timeout
+        self._nodes = nodes  # the controller's cache: the node is read there, not from the API
+        # Operations whose Job the last look found: each poll looks (progress) and then drives,
+        # and the drive need not read the Job again. Emptied when the look finds none or the
+        # operation ends, so a Job deleted by hand is looked for again as before.
+        self._seen: set[str] = set()
 
     def _path(self, op: Operation | None = None) -> str:
         base = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
@@ -135,12 +140,10 @@ class HostRebootProvider:
     def drive(self, op: Operation, node: str, pool: str) -> None:
         if op.action != RepairAction.RESET:
             raise ProviderError("the hostReboot provider resets nodes only; name another provider for replace")
-        if self._job(op) is not None:
+        if op.id in self._seen or self._job(op) is not None:
             return  # created earlier (maybe by a controller that crashed since): never a second reboot
-        with contextlib.suppress(NotFound):
-            current = self._kube.get_node(node)
-            if boot_id(current) not in ("", op.boot_id_before):
-                return  # the host already rebooted for this operation; its Job was cleaned up
+        if boot_id(read_node(node, self._nodes, self._kube)) not in ("", op.boot_id_before):
+            return  # the host already rebooted for this operation; its Job was cleaned up
         with contextlib.suppress(Conflict):
             self._kube.create(self._path(), reboot_job(op, node, self.namespace, self.image, self.timeout,
                                                        self._names))
@@ -150,15 +153,20 @@ class HostRebootProvider:
             return ProviderView(ProviderState.FAILED, "the hostReboot provider cannot replace a node")
         current = lookup(node)
         if current is None:
+            self._seen.discard(op.id)
             return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its host reboot")
         if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
+            self._seen.discard(op.id)
             self._delete(op)
             return ProviderView(ProviderState.SUCCEEDED)
         job = self._job(op)
         if job is None:
+            self._seen.discard(op.id)
             return ProviderView(ProviderState.NOT_STARTED)
+        self._seen.add(op.id)
         failed = _job_condition(job, "Failed")
         if failed is not None:
+            self._seen.discard(op.id)
             return ProviderView(ProviderState.FAILED, (
                 f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
                 f"{failed.get('message', '').rstrip('.')}); see `kubectl -n {self.namespace} logs job/{job_name(op)}` "
@@ -168,6 +176,7 @@ class HostRebootProvider:
         deadline = started + timedelta(seconds=self.timeout)
         now = self._clock.now()
         if now >= deadline:
+            self._seen.discard(op.id)
             done = _job_condition(job, "Complete") is not None
             self._delete(op)
             what = ("the reboot command ran, but the node did not come back" if done

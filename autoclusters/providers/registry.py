@@ -61,7 +61,8 @@ def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
     from autoclusters.providers.hostreboot import HostRebootProvider
 
     return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
-                              image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]))
+                              image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]),
+                              nodes=c.nodes)
 
 
 def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:

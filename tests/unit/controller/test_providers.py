@@ -37,8 +37,10 @@ class FakeKube:
         self.objects: dict[str, dict[str, Any]] = {}
         self.clock = clock
         self.creates = 0
+        self.gets: list[str] = []
 
     def get(self, path: str, **_: Any) -> dict[str, Any]:
+        self.gets.append(path)
         if path not in self.objects:
             raise NotFound(path)
         return copy.deepcopy(self.objects[path])
@@ -106,6 +108,23 @@ def test_drive_creates_one_job_per_operation(env) -> None:
     provider.drive(op, "n1", "p")  # a retry, or a restarted controller: the same Job
     assert kube.creates == 1 and _job_path(op) in kube.objects
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+
+
+def test_a_poll_reads_the_job_once_and_a_job_deleted_by_hand_is_looked_for_again(env) -> None:
+    """Each poll looks (progress) and then drives: the drive does not read the Job the look
+    just found (nor, then, the node)."""
+    _clock, kube, provider, op = env
+    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    provider.drive(op, "n1", "p")
+    kube.gets.clear()
+    for _ in range(3):
+        assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+        provider.drive(op, "n1", "p")
+    assert kube.gets == [_job_path(op)] * 3
+    del kube.objects[_job_path(op)]  # by hand, before the host rebooted
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.NOT_STARTED
+    provider.drive(op, "n1", "p")
+    assert kube.creates == 2 and _job_path(op) in kube.objects  # the reboot is asked for again, as before
 
 
 def test_new_boot_id_and_ready_succeeds_and_deletes_the_job(env) -> None:
