@@ -19,6 +19,7 @@ Run by the local cluster beside kwok: ``python -m autoclusters.sim.hosts --kubec
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import time
 from datetime import datetime
@@ -38,6 +39,16 @@ KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
 REBOOT = "sim.autoclusters.io/host-reboot"  # set here, removed by the node stage that boots the host again
 REBOOT_UNTIL = "sim.autoclusters.io/host-reboot-until"  # optional: when the reboot ends (RFC 3339)
 REBOOTED_BY = "sim.autoclusters.io/rebooted-by"  # the uid of the pod whose reboot was played
+
+
+def boot_id_after(by: str) -> str:
+    """The bootID a host comes back with from the reboot ``by`` asked for (the first 32 hex
+    digits of the SHA-256 of ``by``; the up stage of ``kwok-stages.yaml`` computes the same).
+
+    Derived from the request, not random: kwok can play a stage twice when an update of the
+    node (the node lifecycle controller's not-ready taint, say) reaches it while the first play
+    is under way, and a random bootID then rebooted the host twice for one request."""
+    return hashlib.sha256(by.encode()).hexdigest()[:32]
 
 
 def reboot_request(by: str, until: datetime) -> dict[str, str]:

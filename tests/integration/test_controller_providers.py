@@ -19,7 +19,7 @@ from autoclusters.deploy import default_pool
 from autoclusters.deploy.pool_config import StackConfig
 from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
-from autoclusters.sim.hosts import FAILING_IMAGE
+from autoclusters.sim.hosts import FAILING_IMAGE, boot_id_after
 from autoclusters.sim.nodes import gpu_node_manifest
 from tests.integration.controller_support import XID64_MESSAGE, Env
 from tests.integration.helpers import parse_time, wait_for
@@ -145,6 +145,9 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
     done = ctl.record_in(node, "Succeeded", timeout=60)
     assert done["status"]["action"] == "reset" and done["status"]["outcome"] == "Succeeded"
     assert boot_id(ctl, node) not in ("", before)
+    # kwok's stage derives the new boot id from the request (the reboot pod's uid) the way
+    # sim.hosts does: a stage played twice cannot reboot the host twice
+    assert boot_id(ctl, node) == boot_id_after(pods[0]["metadata"]["uid"])
     # The record turns Succeeded before the controller clears the node; MaintenanceSucceeded
     # is sent once the node is cleared.
     wait_for("node cleaned", lambda: n.EVENT_SUCCEEDED in ctl.reasons(node))

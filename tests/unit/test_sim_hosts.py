@@ -73,3 +73,13 @@ def test_the_reboot_stages_read_and_remove_the_request() -> None:
 def test_a_reboot_request_names_its_end_as_go_parses_rfc3339() -> None:
     until = datetime(2026, 1, 1, 12, 0, 30, 250000, tzinfo=UTC)
     assert reboot_request("op-1", until) == {REBOOT: "op-1", REBOOT_UNTIL: "2026-01-01T12:00:30.250000Z"}
+
+
+def test_the_boot_id_after_a_reboot_comes_from_the_request() -> None:
+    """One request, one boot: the same request always gives the same new boot id (a stage
+    kwok plays twice boots the host once), two requests give two."""
+    from autoclusters.sim.hosts import boot_id_after
+
+    assert boot_id_after("rec-1-1") == boot_id_after("rec-1-1")
+    assert boot_id_after("rec-1-1") != boot_id_after("rec-1-2")
+    assert len(boot_id_after("x")) == 32 and int(boot_id_after("x"), 16) >= 0

@@ -28,7 +28,7 @@ from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
 from autoclusters.sim import nodes as sim
-from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
+from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, boot_id_after
 from tests.unit.fakeapi import FakeApi
 
 JSON = dict[str, Any]
@@ -49,8 +49,8 @@ class Notes:
 class KwokReboots:
     """Stands in for the reboot stages of ``autoclusters/sim/kwok-stages.yaml``, which kwok plays
     on the local cluster: a node annotated ``REBOOT`` goes Ready=False at once and, once the fake
-    clock reaches ``REBOOT_UNTIL`` (3 s when absent), gets a new bootID, Ready=True and loses
-    both annotations. Writes as kwok does: not requests of the controller."""
+    clock reaches ``REBOOT_UNTIL`` (3 s when absent), gets the new bootID the request makes
+    (``boot_id_after``), Ready=True and loses both annotations. Writes as kwok does: not requests of the controller."""
 
     DEFAULT_SECONDS = 3.0  # the up stage's durationMilliseconds
 
@@ -79,7 +79,8 @@ class KwokReboots:
             if self.clock.monotonic() >= self._until(node):
                 self.reboots += 1
                 self._seen.pop(name, None)
-                self.api.edit(f"/api/v1/nodes/{name}", functools.partial(_boot, boot_id=f"boot-{name}-{self.reboots}"))
+                by = node["metadata"]["annotations"][REBOOT]
+                self.api.edit(f"/api/v1/nodes/{name}", functools.partial(_boot, boot_id=boot_id_after(by)))
             elif _ready(node):
                 self.api.edit(f"/api/v1/nodes/{name}", functools.partial(_set_condition, cond={
                     "type": "Ready", "status": "False", "reason": "HostRebooting", "message": "rebooting"}))
