@@ -456,7 +456,9 @@ def main() -> int:
     records_of: dict[str, set[str]] = {}
     for r, n in node_of.items():
         records_of.setdefault(n, set()).add(r)
-    doubled = sorted(n for n in faulty if len(records_of.get(n, ())) > 1 or reboots.get(n, 0) > 1)
+    doubled_records = sorted(n for n in faulty if len(records_of.get(n, ())) > 1)  # the controller's
+    doubled_reboots = sorted(n for n in faulty if reboots.get(n, 0) > 1)  # the provider's (or the simulator's)
+    doubled = sorted({*doubled_records, *doubled_reboots})
     unfaulted_not_ready = sorted(not_ready - set(faulty))
     mean_latency = {}
     for verb, (total_s, count) in latency_after.items():
@@ -472,7 +474,8 @@ def main() -> int:
             print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} "
                   f"{max(values or [float('nan')]):8.3f}")
     if not args.karpenter:
-        print(f"records per faulty node > 1 or more than one reboot: {len(doubled)} {doubled[:10]}")
+        print(f"faulty nodes with more than one record: {len(doubled_records)} {doubled_records[:10]}; "
+              f"with more than one reboot: {len(doubled_reboots)} {doubled_reboots[:10]}")
         print(f"nodes without a fault seen NotReady during the run: {len(unfaulted_not_ready)} "
               f"{unfaulted_not_ready[:10]}")
     by_component: dict[str, float] = {}
@@ -509,7 +512,8 @@ def main() -> int:
                   "reset_seconds": args.reset_seconds,
                   "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                              for label, v in rows}}
-    result |= {"workers": args.workers, "doubled": doubled, "unfaulted_not_ready": unfaulted_not_ready,
+    result |= {"workers": args.workers, "doubled": doubled, "doubled_records": doubled_records,
+              "doubled_reboots": doubled_reboots, "unfaulted_not_ready": unfaulted_not_ready,
               "heartbeats": heartbeats_of(args.kubeconfig),
               "api_requests_per_repair": requests / repairs,
               "api_requests_per_repair_by_component": {c: n / repairs for c, n in by_component.items()},
