@@ -33,6 +33,9 @@ _FLAGS: dict[str, str] = {
     "retention_days": "keep closed Remediation records this long",
     "metrics_port": "Prometheus metrics port (0: off)",
     "workers": "parallel reconciles",
+    "shards": "number of shards the pools are spread over (each shard is a Deployment with its own Lease; "
+              "docs/controller.md, Scaling out)",
+    "shard": "the shard this process runs (0 <= shard < shards): it owns the pools whose name hashes to it",
     "sim_reset_seconds": "simulated provider: reset duration (pool provider.simulated.resetSeconds overrides)",
     "sim_replace_seconds": "simulated provider: replacement duration (pool provider.simulated.replaceSeconds "
                            "overrides)",
@@ -71,6 +74,7 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from autoclusters.cli.errors import CliError
+    from autoclusters.controller import shards
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.kube import load_kube
@@ -80,6 +84,10 @@ def _run(args: argparse.Namespace) -> int:
     why = event_source_error(config.event_source)
     if why:
         raise CliError(why, 2)
+    try:
+        shards.check(config.shards, config.shard)
+    except shards.ShardConfigError as e:
+        raise CliError(str(e), 2) from None
     kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
     controller = Controller(kube, config, names=Names.from_env())
 

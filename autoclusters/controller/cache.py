@@ -3,6 +3,12 @@ indexes a reconcile needs (pool of a node, faulty nodes per pool, records per no
 
 Indexes are updated by the informers' callbacks, so a reconcile answers "how many nodes of
 this pool are faulty" or "which records does this node have" without a scan or a request.
+
+Sharded (``controller.shards``), the callbacks drop the nodes and records of other shards'
+pools at their first step, before any index: only the pools' own objects and, for every
+record, which node has a repair of which pool in progress (a node with one belongs to that
+pool's shard, whatever its labels say now) are kept of the others. Every pool is parsed, since
+the membership rule needs them all to place a node, but only the shard's own are queued.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from autoclusters import api
 from autoclusters.api import IN_PROGRESS, ConsentMode, Phase
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
+from autoclusters.controller.shards import Shard
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
@@ -62,11 +69,17 @@ class MemberChanges:
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
                  namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
-                 on_handler_error: Callable[[str], None] | None = None) -> None:
+                 on_handler_error: Callable[[str], None] | None = None, shard: Shard | None = None) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
         to write one status for a burst of changes); ``enqueue`` by default. ``on_handler_error``
-        is told the informer's name each time one of its callbacks raised on an object (a metric)."""
+        is told the informer's name each time one of its callbacks raised on an object (a metric).
+        ``shard``: the pools this process owns (all by default)."""
         self.names = names
+        self.shard = shard or Shard()
+        self._sharded = self.shard.sharded
+        # node -> {record: pool} of every shard's records in progress or not yet started
+        # (kept only when sharded): the node belongs to the shard of its repair's pool
+        self._repairs: dict[str, dict[str, str]] = {}
         self.catalog = catalog
         self._enqueue = enqueue
         self._enqueue_pool = enqueue_pool or enqueue
@@ -258,7 +271,8 @@ class Fleet:
             self._reindex_all()
             for node in self.members(name):
                 self._enqueue(node)
-        self._enqueue(POOL_KEY + name)
+        if self.shard.owns(name):
+            self._enqueue(POOL_KEY + name)
 
     def pool_written(self, obj: JSON) -> None:
         """Our own status write: keep the store and the parsed pool in step before the watch says so."""
@@ -286,7 +300,80 @@ class Fleet:
 
     def _reindex_all(self) -> None:
         for node in self.node_informer.items():
-            self._index_node(node["metadata"]["name"], node)
+            name = node["metadata"]["name"]
+            if self._sharded:
+                ours, owned = self._is_indexed(name), self._owns_node(name, node)
+                if not owned:
+                    if ours:
+                        self._forget_node(name)
+                    continue
+                if not ours:
+                    self._index_node(name, node)
+                    self._enqueue(name)  # came to this shard (a pool's spec or the default policy changed)
+                    continue
+            self._index_node(name, node)
+
+    # --- shards ------------------------------------------------------------------------------
+    def owns_pool(self, pool: str) -> bool:
+        return self.shard.owns(pool)
+
+    def _owns_node(self, name: str, node: JSON) -> bool:
+        """The node's repair in progress is of one of this shard's pools, or it has none and the
+        membership rule puts it in one of them."""
+        repairs = self._repairs.get(name)
+        if repairs:
+            return any(self.shard.owns(pool) for pool in repairs.values())
+        pool = self._membership.pool_of(node)
+        return pool is not None and self.shard.owns(pool)
+
+    def owns(self, key: str) -> bool:
+        """Whether a work-queue key (a node's name or ``pool:<name>``) is this shard's to reconcile."""
+        if not self._sharded:
+            return True
+        if key.startswith(POOL_KEY):
+            return self.shard.owns(key[len(POOL_KEY):])
+        node = self.node_informer.get(key)
+        if node is not None:
+            return self._owns_node(key, node)
+        return any(self.shard.owns(pool) for pool in self._repairs.get(key, {}).values())
+
+    def _is_indexed(self, name: str) -> bool:
+        with self._lock:
+            return name in self._prints or name in self._node_pool
+
+    def _forget_node(self, name: str) -> None:
+        """A node that went to another shard: out of the indexes, as if deleted."""
+        self._index_node(name, None)
+        with self._lock:
+            self._prints.pop(name, None)
+            self._faults.pop(name, None)
+
+    def _track_repairs(self, name: str, node: str, pool: str, new: JSON | None) -> bool:
+        """Keeps ``_repairs`` in step with one record of any shard; True when the node's set of
+        pools with a repair in progress changed (its shard may have)."""
+        with self._lock:
+            repairs = self._repairs.get(node, {})
+            before = set(repairs.values())
+            if new is not None and rec.is_active(new):
+                repairs = {**repairs, name: pool}
+            elif name in repairs:
+                repairs = {k: v for k, v in repairs.items() if k != name}
+            if repairs:
+                self._repairs[node] = repairs
+            else:
+                self._repairs.pop(node, None)
+            return set(repairs.values()) != before
+
+    def _refilter(self, name: str) -> None:
+        """The node's shard may have changed (a repair of it began or ended): taken in, or let go."""
+        node = self.node_informer.get(name)
+        if node is None:
+            return
+        owned, ours = self._owns_node(name, node), self._is_indexed(name)
+        if owned and not ours:
+            self._on_node(name, None, node)
+        elif ours and not owned:
+            self._on_node(name, node, None)
 
     # --- nodes -------------------------------------------------------------------------------
     def _index_node(self, name: str, node: JSON | None) -> tuple[str, str]:
@@ -322,6 +409,10 @@ class Fleet:
                 (status.get("nodeInfo") or {}).get("bootID"), meta.get("deletionTimestamp"))
 
     def _on_node(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        if self._sharded and (new is None or not self._owns_node(name, new)):
+            if not self._is_indexed(name):
+                return  # another shard's node (or never indexed): nothing here
+            new = None  # left this shard (or deleted): out of the indexes, as if deleted
         # The previous version's fingerprint is kept, so a heartbeat costs one fingerprint, not two.
         fingerprint = self._fingerprint(new)
         with self._lock:
@@ -392,6 +483,11 @@ class Fleet:
         obj = new or old or {}
         node = (obj.get("spec") or {}).get("node", "")
         pool = (obj.get("spec") or {}).get("pool", "")
+        if self._sharded:
+            if self._track_repairs(name, node, pool, new) and node:
+                self._refilter(node)
+            if not self.shard.owns(pool):
+                return  # another shard's record
         with self._lock:
             if new is None:
                 self._records_by_node[node].discard(name)

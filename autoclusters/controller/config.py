@@ -15,7 +15,7 @@ from autoclusters.deploy.workloads import CONTROLLER
 @dataclass(frozen=True)
 class ControllerConfig:
     namespace: str = DEFAULT_NAMESPACE  # where the leader-election Lease lives
-    lease_name: str = LEASE_NAME
+    lease_name: str = LEASE_NAME  # with shards > 1 each shard's Lease is named after it (controller.shards)
     identity: str = ""
     lease_seconds: float = 15
     renew_deadline_seconds: float = 10
@@ -33,6 +33,10 @@ class ControllerConfig:
     retention_days: float = api.RETENTION_DAYS
     metrics_port: int = 9102  # 0: no metrics server
     workers: int = 16
+    # Sharding by pool (controller.shards): this process owns the pools whose name hashes to
+    # ``shard`` among ``shards``; 1 shard owns every pool, as an unsharded controller.
+    shards: int = 1
+    shard: int = 0
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     provider_image: str = ""  # image of provider Jobs (host reboot) when the pool names none: the controller's own

@@ -22,6 +22,7 @@ from autoclusters.controller.config import ControllerConfig
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
 from autoclusters.controller.reconciler import Reconciler, Settings
+from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
@@ -54,7 +55,9 @@ class Controller:
         self.config = config.with_identity()
         self.names = names or Names()
         self.clock = clock or SystemClock()
+        self.shard = Shard(self.config.shards, self.config.shard)
         self.metrics = Metrics()
+        self.metrics.shard.labels(str(self.shard.shard), str(self.shard.shards)).set(1)
         self.metrics.count_requests(kube.requests.snapshot)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
@@ -62,7 +65,8 @@ class Controller:
         delay = self.config.pool_status_delay_seconds
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
                            enqueue_pool=lambda key: self.queue.add(key, delay),
-                           on_handler_error=lambda informer: self.metrics.informer_errors.labels(informer).inc())
+                           on_handler_error=lambda informer: self.metrics.informer_errors.labels(informer).inc(),
+                           shard=self.shard)
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:
@@ -77,9 +81,12 @@ class Controller:
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
                                               image=c.provider_image))
-        self.elector = LeaderElector(kube.for_component(LEADER_ELECTION), self.clock, namespace=c.namespace,
-                                     name=c.lease_name, identity=c.identity, lease_seconds=c.lease_seconds,
-                                     renew_deadline=c.renew_deadline_seconds, retry_period=c.retry_period_seconds)
+        election = kube.for_component(LEADER_ELECTION)
+        self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
+        self.elector = LeaderElector(election, self.clock, namespace=c.namespace,
+                                     name=lease_name(c.lease_name, c.shards, c.shard), identity=c.identity,
+                                     lease_seconds=c.lease_seconds, renew_deadline=c.renew_deadline_seconds,
+                                     retry_period=c.retry_period_seconds, may_acquire=self.layouts.may_lead)
         self._threads: list[threading.Thread] = []
         self.lost_leadership = False
 
@@ -156,14 +163,17 @@ class Controller:
         """Level-triggered safety net: every key is looked at again now and then, and each pool's
         provider condition asks about every member again (between resyncs, only about the
         members that changed)."""
+        owns = self.fleet.owns
         for node in self.fleet.node_informer.items():
-            self.queue.add(node["metadata"]["name"])
+            if owns(name := node["metadata"]["name"]):
+                self.queue.add(name)
         for r in self.fleet.record_informer.items():
-            if rec.is_active(r):
+            if rec.is_active(r) and self.fleet.owns_pool(r["spec"].get("pool", "")):
                 self.queue.add(r["spec"]["node"])
         self.reconciler.recheck_providers()
         for pool in list(self.fleet.pools):
-            self.queue.add(POOL_KEY + pool)
+            if self.fleet.owns_pool(pool):
+                self.queue.add(POOL_KEY + pool)
 
     def _gc_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -172,9 +182,11 @@ class Controller:
                 return
 
     def collect_garbage(self) -> int:
-        """Deletes closed records older than the retention; returns how many."""
+        """Deletes closed records of this shard's pools older than the retention; returns how many."""
         deleted = 0
-        for name in expired(self.fleet.record_informer.items(), self.clock.now(), self.config.retention_days):
+        records = [r for r in self.fleet.record_informer.items()
+                   if self.fleet.owns_pool((r.get("spec") or {}).get("pool", ""))]
+        for name in expired(records, self.clock.now(), self.config.retention_days):
             try:
                 self.kube.delete(Kube.custom_path(self.names.api_group, api.VERSION, api.REMEDIATIONS.plural, name))
                 deleted += 1

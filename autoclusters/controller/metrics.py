@@ -34,6 +34,8 @@ class Metrics:
                                        "taken again at its next change or list; the log names it)",
                                        ["informer"], registry=r)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
+        self.shard = Gauge("autoclusters_controller_shard", "1, labelled with this process's shard and the number "
+                           "of shards (sharding by pool; 0 of 1 when not sharded)", ["shard", "shards"], registry=r)
 
     def count_requests(self, counts: RequestCounts) -> None:
         """Exports ``autoclusters_controller_api_requests_total{component, verb, resource}``,

@@ -158,6 +158,8 @@ class Reconciler:
     # --- entry -----------------------------------------------------------------------------
     def reconcile(self, key: str) -> float | None:
         """Returns seconds until this key wants to be looked at again (None: only on change)."""
+        if not self._fleet.owns(key):
+            return None  # another shard's pool or node (sharded: it moved there since it was queued)
         if key.startswith(POOL_KEY):
             return self.reconcile_pool(key[len(POOL_KEY):])
         return self.reconcile_node(key)

@@ -76,7 +76,7 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
-        "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),
+        "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
                                   # the cluster default policy's ConfigMap (deploy.default_pool)
                                   _rule([""], ["configmaps"], ["get", "list", "watch"])],
                                  namespaced=True),

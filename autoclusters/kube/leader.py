@@ -35,7 +35,10 @@ log = logging.getLogger(__name__)
 
 class LeaderElector:
     def __init__(self, kube: Kube, clock: Clock, *, namespace: str, name: str, identity: str,
-                 lease_seconds: float = 15, renew_deadline: float = 10, retry_period: float = 2) -> None:
+                 lease_seconds: float = 15, renew_deadline: float = 10, retry_period: float = 2,
+                 may_acquire: Callable[[], bool] | None = None) -> None:
+        """``may_acquire``: asked before each attempt to take the lease (not to renew it); while
+        it answers False this replica does not campaign (the controller's shard layout guard)."""
         if not renew_deadline < lease_seconds:
             raise ValueError("renew_deadline must be shorter than the lease duration")
         self._kube = kube
@@ -49,6 +52,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self._observed: tuple[str, float] = ("", 0.0)  # (holder+renewTime, when we saw it change)
         self._leader = threading.Event()
+        self._may_acquire = may_acquire
 
     @property
     def is_leader(self) -> bool:
@@ -94,7 +98,7 @@ class LeaderElector:
     def run(self, stop: threading.Event, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
         """Blocks: campaigns until leader, renews, and calls ``on_stopped`` if leadership is lost."""
         while not stop.is_set():
-            if self._attempt():
+            if (self._may_acquire is None or self._may_acquire()) and self._attempt():
                 break
             stop.wait(self.retry_period)
         if stop.is_set():

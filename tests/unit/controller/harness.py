@@ -21,6 +21,7 @@ from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.reconciler import Reconciler, Settings
+from autoclusters.controller.shards import Shard
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube
@@ -87,13 +88,16 @@ class KwokReboots:
 
 
 class Harness:
-    def __init__(self, *, poll_seconds: float = 2.0, sim_seconds: float = 5.0, workers_race: bool = False) -> None:
-        self.clock = FakeClock()
-        self.api = FakeApi(clock=self.clock.now)
+    def __init__(self, *, poll_seconds: float = 2.0, sim_seconds: float = 5.0, workers_race: bool = False,
+                 shard: Shard | None = None, world: Harness | None = None) -> None:
+        """``shard``: the pools this controller owns (all by default); ``world``: another harness
+        whose fake API and clock this one shares (a second controller of the same cluster)."""
+        self.clock: FakeClock = world.clock if world else FakeClock()
+        self.api: FakeApi = world.api if world else FakeApi(clock=self.clock.now)
         self.kube: Kube = self.api.kube()
         self.names = NAMES
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
-        self.fleet = Fleet(self.kube, NAMES, load_catalog(), self.queue.add, namespace=NAMESPACE)
+        self.fleet = Fleet(self.kube, NAMES, load_catalog(), self.queue.add, namespace=NAMESPACE, shard=shard)
         self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-controller", instance="test")
         self.notes = Notes()
         self.actuator = Actuator(self.kube, NAMES, self.recorder, self.notes, clock=self.clock)
@@ -103,10 +107,10 @@ class Harness:
         self.reconciler = Reconciler(self.kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(self.policy, sim_reset_seconds=sim_seconds,
                                               sim_replace_seconds=sim_seconds, namespace=NAMESPACE))
-        self.hosts = KwokReboots(self.api, self.clock)
-        self.boot_at_fault: dict[str, str] = {}
+        self.hosts: KwokReboots = world.hosts if world else KwokReboots(self.api, self.clock)
+        self.boot_at_fault: dict[str, str] = world.boot_at_fault if world else {}
         self.detector_delay = 1.0  # seconds between a node's new boot id and the detector clearing its fault
-        self._rebooted_at: dict[str, float] = {}
+        self._rebooted_at: dict[str, float] = world._rebooted_at if world else {}
         self.started = False
 
     # --- the world --------------------------------------------------------------------------

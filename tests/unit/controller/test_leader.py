@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ NS = "autoclusters-system"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/ctl"
 
 
-def _elector(api: FakeApi, clock: FakeClock | SystemClock, identity: str, **kw: float) -> LeaderElector:
+def _elector(api: FakeApi, clock: FakeClock | SystemClock, identity: str, **kw: Any) -> LeaderElector:
     return LeaderElector(api.kube(), clock, namespace=NS, name="ctl", identity=identity, **kw)
 
 
