@@ -1,0 +1,75 @@
+"""Sharding by pool against the real API server: two controllers with ``--shards 2`` each lead
+their own Lease, each repairs only its own pool's node, and neither leads while the unsharded
+layout does (a change of N waits for the old layout)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from autoclusters.controller.shards import lease_name, shard_of
+from autoclusters.deploy.controller import LEASE_NAME
+from autoclusters.kube import NotFound
+from tests.integration.controller_support import ControllerProcess, Env
+from tests.integration.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def holder(ctl: Env, lease: str) -> str:
+    with contextlib.suppress(NotFound):
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{ctl.namespace}/leases/{lease}"
+        return str((ctl.kube.get(path).get("spec") or {}).get("holderIdentity") or "")
+    return ""
+
+
+@pytest.fixture()
+def shards(ctl: Env) -> Iterator[list[ControllerProcess]]:
+    """Two shard controllers beside the session's unsharded one (which the test stops); the
+    session's single controller is back afterwards."""
+    started = [ctl.start_controller(f"shard-{i}", shards="2", shard=str(i)) for i in range(2)]
+    try:
+        yield started
+    finally:
+        for c in started:
+            c.terminate()
+        ctl.ensure_one_controller()
+
+
+def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: Env,
+                                                                         shards: list[ControllerProcess]) -> None:
+    leases = [lease_name(LEASE_NAME, 2, i) for i in range(2)]
+    # the unsharded layout leads: the shards wait for it to be gone
+    for c in shards:
+        wait_for(f"{c.identity} waits for the other layout",
+                 lambda c=c: "not leading while another shard layout leads" in c.log(), timeout=30)
+    assert [holder(ctl, lease) for lease in leases] == ["", ""]
+    assert ctl.leader()  # the unsharded lease is held
+    for c in ctl.running():
+        if c not in shards:
+            c.terminate()  # a clean stop releases the unsharded lease
+    for i, lease in enumerate(leases):
+        wait_for(f"shard {i} leads {lease}", lambda i=i, lease=lease: holder(ctl, lease) == f"shard-{i}",
+                 timeout=30)
+    # one pool of each shard, with one node each
+    pools: dict[int, str] = {}
+    while len(pools) < 2:
+        name, _ = ctl.pool("auto", nodes=0)
+        pools.setdefault(shard_of(name, 2), name)
+    nodes = {i: ctl.create_gpu_nodes(pool, 1, prefix=pool)[0] for i, pool in pools.items()}
+    for node in nodes.values():
+        ctl.raise_fault(node)
+    for i, node in nodes.items():
+        record = ctl.record_in(node, "Succeeded", timeout=60)
+        assert record["status"]["action"] == "reset" and record["status"]["attempts"] == 1
+        assert ctl.watcher.boot_changes.get(node) == 1
+        # every event of the repair came from the pool's own shard
+        instances = {e.get("reportingInstance") for e in ctl.events(node)}
+        assert instances == {f"shard-{i}"}, (node, instances)
+        # and its pool's status too: written by its shard only (the other never reconciles it)
+        wait_for(f"pool {pools[i]} status", lambda i=i: (ctl.get_pool(pools[i]).get("status") or {}).get("nodes") == 1)
+    for i, c in enumerate(shards):
+        other = nodes[1 - i]
+        assert f"node {other} record" not in c.log(), f"shard {i} acted on the other shard's node {other}"
