@@ -53,7 +53,7 @@ class AutoClusters(pulumi.ComponentResource):
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
-                                                      event_source=cfg.event_source),
+                                                      event_source=cfg.event_source, shards=cfg.controller_shards),
                    after(rbac, crds))
         pools = [
             GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, names=names, kubeconfig=args.kubeconfig,

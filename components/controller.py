@@ -19,11 +19,13 @@ class ControllerArgs:
     namespace: str = DEFAULT_NAMESPACE
     replicas: int = stack.CONTROLLER_REPLICAS
     event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
+    shards: int = 1  # one Deployment (and PDB) per shard, each owning the pools hashed to it
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
         require_image(self.image, "Controller")
         require_positive(self.replicas, "Controller", "replicas")
+        require_positive(self.shards, "Controller", "shards")
         if self.replicas < 2:
             # One replica plus a PDB of minAvailable 1 would block every drain of its node.
             raise ComponentArgsError("Controller: replicas must be >= 2 (leader election and the PodDisruptionBudget "
@@ -34,15 +36,22 @@ class ControllerArgs:
 
 
 class Controller(pulumi.ComponentResource):
-    """Leader-elected replicas (the Lease role is in ``Rbac``) kept available through drains by a PDB."""
+    """Leader-elected replicas (the Lease role is in ``Rbac``) kept available through drains by a
+    PDB; with ``shards`` > 1, one such Deployment and PDB per shard."""
 
-    deployment_name: pulumi.Output[str]
+    deployment_name: pulumi.Output[str]  # shard 0's when sharded
+    deployment_names: pulumi.Output[list[str]]
 
     def __init__(self, name: str, args: ControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        dep, pdb = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source)
-        created = k8s_resource(dep, child)
-        k8s_resource(pdb, child)
-        self.deployment_name = created.metadata.apply(lambda m: m["name"])
-        self.register_outputs({"deployment_name": self.deployment_name})
+        objs = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source,
+                                        shards=args.shards)
+        names = []
+        for obj in objs:
+            created = k8s_resource(obj, child)
+            if obj["kind"] == "Deployment":
+                names.append(created.metadata.apply(lambda m: m["name"]))
+        self.deployment_name = names[0]
+        self.deployment_names = pulumi.Output.all(*names)
+        self.register_outputs({"deployment_name": self.deployment_name, "deployment_names": self.deployment_names})

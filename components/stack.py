@@ -40,6 +40,8 @@ def _read(config: pulumi.Config, key: str, kind: str) -> Any:
             return config.get_object(key)
         if kind == "bool":
             return config.get_bool(key)
+        if kind == "int":
+            return config.get_int(key)
         return config.get(key)
     except (pulumi.ConfigTypeError, ValueError) as e:  # get_object raises the JSON error as is
         raise PoolConfigError(f"{NAMESPACE}:{key}: {e}") from None

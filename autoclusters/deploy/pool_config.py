@@ -396,6 +396,7 @@ class StackConfig:
     local: bool = False
     webhook_url: str | None = None
     event_source: str = CONTROLLER  # the controller's events' source.component ("nodepool-service": the reference)
+    controller_shards: int = 1  # controller Deployments, each owning the pools hashed to it (controller.shards)
     # the cluster default policy (deploy.default_pool): a pool spec for nodes whose pool label names no pool
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
 
@@ -424,6 +425,9 @@ class StackConfig:
         why = event_source_error(self.event_source)
         if why:
             raise PoolConfigError(f"eventSource: {why}")
+        if isinstance(self.controller_shards, bool) or not isinstance(self.controller_shards, int) \
+                or self.controller_shards < 1:
+            raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
 
     @property
     def names(self) -> Names:
@@ -438,7 +442,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object",
+    "defaultPool": "object", "controllerShards": "int",
 }
 
 
@@ -460,7 +464,17 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         webhook_url=raw.get("webhookUrl"),
         event_source=raw.get("eventSource", defaults.event_source),
         default_pool=raw.get("defaultPool", defaults.default_pool),
+        controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
     )
+
+
+def _int(value: Any, where: str) -> int:
+    """An integer setting; stack config values set with ``pulumi config set`` may arrive as strings."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise PoolConfigError(f"{where} must be an integer, got {value!r}")
 
 
 def _bool(value: Any, where: str) -> bool:

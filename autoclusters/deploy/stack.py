@@ -65,10 +65,15 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
 
 
 def controller_objects(names: Names, namespace: str, image: str, replicas: int = CONTROLLER_REPLICAS,
-                       event_source: str = workloads.CONTROLLER) -> list[dict[str, Any]]:
-    """The controller Deployment and its PodDisruptionBudget."""
-    return [workloads.controller_deployment(names, namespace, image, replicas, event_source),
-            workloads.pod_disruption_budget(workloads.CONTROLLER, namespace)]
+                       event_source: str = workloads.CONTROLLER, shards: int = 1) -> list[dict[str, Any]]:
+    """The controller Deployment and its PodDisruptionBudget; with ``shards`` > 1, one of each
+    per shard (docs/controller.md, "Scaling out")."""
+    out = []
+    for shard in range(shards):
+        out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
+                                                shard=shard),
+                workloads.controller_pdb(namespace, shards=shards, shard=shard)]
+    return out
 
 
 def webhook_tls_secret(namespace: str, *, cert_pem: str = "", key_pem: str = "", ca_pem: str = "") -> dict[str, Any]:
@@ -117,7 +122,8 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         *rbac_objects(names, ns),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local),
         default_pool.configmap(config.default_pool, ns),
-        *controller_objects(names, ns, config.image, event_source=config.event_source),
+        *controller_objects(names, ns, config.image, event_source=config.event_source,
+                            shards=config.controller_shards),
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
                          ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),

@@ -26,6 +26,7 @@ WEBHOOK_PORT = 8443
 OPA_PORT = 8181
 OPA_DIAGNOSTIC_PORT = 8282
 CONTROLLER_METRICS_PORT = 9102
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # which controller shard a pod runs (sharded only)
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
 POLICY_CONFIGMAP = "autoclusters-policies"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -148,31 +149,51 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
     }
 
 
+def controller_name(shards: int = 1, shard: int = 0) -> str:
+    """The controller Deployment of one shard: the unsharded name with one shard, else
+    ``<name>-shard-<i>`` (without N: a change of N updates the Deployments of the shards both
+    layouts have in place, adds or removes the rest)."""
+    return CONTROLLER if shards == 1 else f"{CONTROLLER}-shard-{shard}"
+
+
+def _controller_selector(shards: int, shard: int) -> dict[str, Any]:
+    """One shard's pods (with one shard: every controller pod, as before sharding)."""
+    if shards == 1:
+        return _selector(CONTROLLER)
+    return {"matchLabels": {"app.kubernetes.io/name": CONTROLLER, INSTANCE_LABEL: controller_name(shards, shard)}}
+
+
 def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
-                          event_source: str = CONTROLLER) -> dict[str, Any]:
+                          event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
     the other takes over when the leader is lost. ``event_source`` is what its events carry
-    as ``source.component`` / ``reportingComponent``."""
+    as ``source.component`` / ``reportingComponent``. With ``shards`` > 1, the Deployment of
+    shard ``shard``: its own replicas, Lease and pods (``--shards``/``--shard``; the pools it
+    owns: controller.shards)."""
+    name = controller_name(shards, shard)
+    selector = _controller_selector(shards, shard)
+    sharding = ["--shards", str(shards), "--shard", str(shard)] if shards > 1 else []
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": CONTROLLER, "namespace": ns, "labels": labels(CONTROLLER)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(CONTROLLER)},
         "spec": {
             "replicas": replicas,
-            "selector": _selector(CONTROLLER),
+            "selector": selector,
             "template": {
-                "metadata": {"labels": labels(CONTROLLER)},
+                "metadata": {"labels": {**labels(CONTROLLER), **selector["matchLabels"]}},
                 "spec": {
                     "serviceAccountName": CONTROLLER_SERVICE_ACCOUNT,
                     "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
                         "weight": 100,
-                        "podAffinityTerm": {"labelSelector": _selector(CONTROLLER),
+                        "podAffinityTerm": {"labelSelector": selector,
                                             "topologyKey": "kubernetes.io/hostname"}}]}},
                     "containers": [{
                         "name": "controller",
                         "image": image,
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
-                                 "--metrics-port", str(CONTROLLER_METRICS_PORT), "--provider-image", image],
+                                 "--metrics-port", str(CONTROLLER_METRICS_PORT), "--provider-image", image,
+                                 *sharding],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
                                 {"name": EVENT_SOURCE_ENV, "value": event_source}],
@@ -194,6 +215,19 @@ def pod_disruption_budget(component: str, ns: str) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": {"name": component, "namespace": ns, "labels": labels(component)},
         "spec": {"minAvailable": 1, "selector": _selector(component)},
+    }
+
+
+def controller_pdb(ns: str, *, shards: int = 1, shard: int = 0) -> dict[str, Any]:
+    """Keeps one replica of each controller shard through drains (one PDB per shard: one over
+    them all would let a drain take a whole shard while another shard's replicas count)."""
+    if shards == 1:
+        return pod_disruption_budget(CONTROLLER, ns)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": controller_name(shards, shard), "namespace": ns, "labels": labels(CONTROLLER)},
+        "spec": {"minAvailable": 1, "selector": _controller_selector(shards, shard)},
     }
 
 

@@ -5,6 +5,7 @@ layout does (a change of N waits for the old layout)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +24,18 @@ def holder(ctl: Env, lease: str) -> str:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{ctl.namespace}/leases/{lease}"
         return str((ctl.kube.get(path).get("spec") or {}).get("holderIdentity") or "")
     return ""
+
+
+def holds(ctl: Env, lease: str, identity: str) -> bool:
+    return holder(ctl, lease) == identity
+
+
+def waiting(c: ControllerProcess) -> bool:
+    return "not leading while another shard layout leads" in c.log()
+
+
+def pool_nodes_counted(ctl: Env, pool: str) -> bool:
+    return (ctl.get_pool(pool).get("status") or {}).get("nodes") == 1
 
 
 @pytest.fixture()
@@ -44,15 +57,14 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
     # the unsharded layout leads: the shards wait for it to be gone
     for c in shards:
         wait_for(f"{c.identity} waits for the other layout",
-                 lambda c=c: "not leading while another shard layout leads" in c.log(), timeout=30)
+                 functools.partial(waiting, c), timeout=30)
     assert [holder(ctl, lease) for lease in leases] == ["", ""]
     assert ctl.leader()  # the unsharded lease is held
     for c in ctl.running():
         if c not in shards:
             c.terminate()  # a clean stop releases the unsharded lease
     for i, lease in enumerate(leases):
-        wait_for(f"shard {i} leads {lease}", lambda i=i, lease=lease: holder(ctl, lease) == f"shard-{i}",
-                 timeout=30)
+        wait_for(f"shard {i} leads {lease}", functools.partial(holds, ctl, lease, f"shard-{i}"), timeout=30)
     # one pool of each shard, with one node each
     pools: dict[int, str] = {}
     while len(pools) < 2:
@@ -69,7 +81,7 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
         instances = {e.get("reportingInstance") for e in ctl.events(node)}
         assert instances == {f"shard-{i}"}, (node, instances)
         # and its pool's status too: written by its shard only (the other never reconciles it)
-        wait_for(f"pool {pools[i]} status", lambda i=i: (ctl.get_pool(pools[i]).get("status") or {}).get("nodes") == 1)
+        wait_for(f"pool {pools[i]} status", functools.partial(pool_nodes_counted, ctl, pools[i]))
     for i, c in enumerate(shards):
         other = nodes[1 - i]
         assert f"node {other} record" not in c.log(), f"shard {i} acted on the other shard's node {other}"

@@ -70,6 +70,19 @@ def test_controller_creates_two_replicas_and_a_pdb():
         "app.kubernetes.io/name": "autoclusters-controller"}}}
 
 
+def test_a_sharded_controller_creates_a_deployment_and_a_pdb_per_shard():
+    mocks = record(lambda: Controller("ctl", ControllerArgs(image=IMAGE, shards=2)))
+    deps, pdbs = _objects(mocks, "Deployment"), _objects(mocks, "PodDisruptionBudget")
+    assert sorted(d["metadata"]["name"] for d in deps) == ["autoclusters-controller-shard-0",
+                                                           "autoclusters-controller-shard-1"]
+    assert len(pdbs) == 2
+    for dep in deps:
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--shards") + 1] == "2"
+    with pytest.raises(ComponentArgsError, match="shards must be an integer >= 1"):
+        ControllerArgs(image=IMAGE, shards=0)
+
+
 @pytest.mark.parametrize(("replicas", "message"), [(1, "replicas must be >= 2"), (0, "replicas must be an integer")])
 def test_controller_refuses_a_replica_count_that_blocks_drains(replicas, message):
     with pytest.raises(ComponentArgsError, match=message):

@@ -152,3 +152,44 @@ def test_an_invalid_event_source_is_a_clear_usage_error(capsys):
 
     assert main(["controller", "run", "--event-source", "node pool"]) == 2
     assert "must be a Kubernetes qualified name" in capsys.readouterr().err
+
+
+def test_a_sharded_controller_is_one_deployment_and_pdb_per_shard():
+    from autoclusters.deploy import stack
+    from autoclusters.deploy.pool_config import stack_config_from_dict
+
+    objs = stack.controller_objects(NAMES, "ns1", "img:1", shards=3)
+    deps = [o for o in objs if o["kind"] == "Deployment"]
+    pdbs = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    assert [d["metadata"]["name"] for d in deps] == [f"autoclusters-controller-shard-{i}" for i in range(3)]
+    for i, (dep, pdb) in enumerate(zip(deps, pdbs, strict=True)):
+        args = _container(dep, "controller")["args"]
+        assert args[args.index("--shards") + 1] == "3" and args[args.index("--shard") + 1] == str(i)
+        assert dep["spec"]["replicas"] == 2  # each shard keeps a standby
+        pods = dep["spec"]["template"]["metadata"]["labels"]
+        # the shard's PDB and anti-affinity select its own pods and no other shard's
+        assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= pods.items()
+        for other in deps[:i] + deps[i + 1:]:
+            assert not pdb["spec"]["selector"]["matchLabels"].items() <= \
+                other["spec"]["template"]["metadata"]["labels"].items()
+        anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["labelSelector"] == \
+            dep["spec"]["selector"]
+    # one shard: exactly the unsharded objects (an upgrade changes nothing)
+    assert stack.controller_objects(NAMES, "ns1", "img:1", shards=1) == [
+        workloads.controller_deployment(NAMES, "ns1", "img:1"), workloads.pod_disruption_budget(
+            workloads.CONTROLLER, "ns1")]
+    assert "--shards" not in _container(workloads.controller_deployment(NAMES, "ns1", "img:1"), "controller")["args"]
+    # the stack setting reaches the objects
+    cfg = stack_config_from_dict({"controllerShards": "2"})
+    names = [o["metadata"]["name"] for o in stack.stack_objects(cfg) if o["kind"] == "Deployment"]
+    assert "autoclusters-controller-shard-1" in names and "autoclusters-controller" not in names
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", True, 1.5])
+def test_controller_shards_must_be_a_positive_integer(value):
+    from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
+
+    with pytest.raises(PoolConfigError, match="controllerShards must be an integer"):
+        stack_config_from_dict({"controllerShards": value})
