@@ -48,6 +48,9 @@ class Kube:
         self.requests = RequestCounter()
         self.component = CONTROLLER
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
+        # the lean transport's own path (kube.light): no URL built and taken apart again, no
+        # header dicts merged, errors raised by name below it
+        self._send: Callable[..., Any] | None = getattr(api_client, "send", None)
 
     def for_component(self, component: str) -> Kube:
         """The same client (connections, request counter, discovery) whose requests are counted
@@ -72,12 +75,17 @@ class Kube:
         timeout: float | tuple[float, float] = 30,
         stream: bool = False,
     ) -> Any:
+        q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in query.items()
+             if v is not None] if query else None
+        self.requests.add(method, path, query, component=self.component)
+        if self._send is not None:
+            resp = self._send(method, path, q, body, content_type, timeout, stream)
+            if stream:
+                return resp.body
+            return orjson.loads(resp.data) if resp.data else {}
         headers = {"Accept": "application/json"}
         if content_type or body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in (query or {}).items()
-             if v is not None]
-        self.requests.add(method, path, query, component=self.component)
         with translated():
             m, url, hdrs, payload, _ = self._api.param_serialize(
                 method=method.upper(), resource_path=path, query_params=q or None,

@@ -20,8 +20,8 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -79,9 +79,21 @@ class _Conn:
 class Response:
     status: int
     reason: str
-    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+    head: bytes = b""  # the answer's status line and header lines, as received (CRLF line ends)
     data: bytes = b""
     body: Body | None = None  # a streamed response's body (``stream=True``)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The header lines by name in lower case (repeated ones joined with ", "); parsed only
+        when asked: the client itself reads only the three fields that frame the body."""
+        headers: dict[str, str] = {}
+        for line in self.head.decode("latin-1").split("\r\n")[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                key, value = name.strip().lower(), value.strip()
+                headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return headers
 
 
 class _ServerClosed(Exception):
@@ -95,6 +107,7 @@ class _ServerClosed(Exception):
 
 
 _REPLAYABLE = frozenset({"GET", "HEAD"})
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 class Server:
@@ -109,6 +122,7 @@ class Server:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")  # a proxy's path in front of the API's paths
         self.host_header = parts.netloc.rpartition("@")[2]
+        self._host_line = f"Host: {self.host_header}\r\n".encode("latin-1")
         self.tls = tls or TLS()
         self._ctx: ssl.SSLContext | None = None  # made on the first connection (reads the CA bundle)
         self._idle: list[_Conn] = []
@@ -153,13 +167,16 @@ class Server:
             conn.close()
 
     # --- requests ---------------------------------------------------------------------
-    def request(self, method: str, path: str, *, headers: dict[str, str], body: bytes | None = None,
+    def request(self, method: str, path: str, *, headers: Mapping[str, str] | bytes, body: bytes | None = None,
                 connect_timeout: float = 30, read_timeout: float = 30, stream: bool = False) -> Response:
-        head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}"]
-        head += [f"{k}: {v}" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head.append(f"Content-Length: {len(body or b'')}")
-        wire = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        """``headers``: a mapping, or header lines already encoded (``b"Name: value\\r\\n"`` each,
+        :func:`header_lines`) for a caller that sends the same ones on every request."""
+        lines = headers if isinstance(headers, bytes) else header_lines(headers)
+        if body is not None or method in _WITH_BODY:
+            lines += b"Content-Length: %d\r\n" % len(body or b"")
+        # one buffer, one sendall: the request line, the headers and the body leave in one write
+        wire = b"".join((f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._host_line, lines,
+                         b"\r\n", body or b""))
         try:
             conn = self._take()
             if conn is not None:
@@ -185,22 +202,32 @@ class Server:
             except (BrokenPipeError, ConnectionResetError) as e:
                 raise _ServerClosed(sent=False) from e
             try:
-                first = conn.file.readline(_MAX_LINE)
+                head = _read_head(conn.file)
             except ConnectionResetError as e:
                 raise _ServerClosed(sent=True) from e
-            if not first:
+            if not head:
                 raise _ServerClosed(sent=True)
-            status, reason, version = _status_line(first)
-            headers = _headers(conn.file)
+            status, reason, version, fields = _parse_head(head)
             while 100 <= status < 200:  # informational answers come before the real one
-                first = conn.file.readline(_MAX_LINE)
-                status, reason, version = _status_line(first)
-                headers = _headers(conn.file)
-            keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-            body = Body(conn, headers, self, keep, no_body=method == "HEAD" or status in (204, 304))
+                head = _read_head(conn.file)
+                status, reason, version, fields = _parse_head(head)
+            keep = version == "HTTP/1.1" and b"close" not in _field(fields, b"connection")
+            chunked = b"chunked" in _field(fields, b"transfer-encoding")
+            length: int | None = None
+            if method == "HEAD" or status in (204, 304):
+                length = 0
+            elif not chunked and (value := _field(fields, b"content-length")):
+                length = int(value)
+            if not stream and keep and length is not None:  # the common answer: read it here, in one call
+                data = conn.file.read(length) if length else b""
+                if len(data) < length:
+                    raise Unavailable("the server ended an answer before its Content-Length")
+                self._give_back(conn)
+                return Response(status, reason, head, data=data)
+            body = Body(conn, self, keep=keep, chunked=chunked, length=length)
             if stream:
-                return Response(status, reason, headers, body=body)
-            return Response(status, reason, headers, data=body.read_all())
+                return Response(status, reason, head, body=body)
+            return Response(status, reason, head, data=body.read_all())
         except BaseException:
             conn.close()
             raise
@@ -210,13 +237,14 @@ class Body:
     """A response body read from its connection; the connection goes back to the pool once the
     body has been read whole (and the server keeps it open), else it is closed."""
 
-    def __init__(self, conn: _Conn, headers: dict[str, str], server: Server, keep: bool, *, no_body: bool) -> None:
+    def __init__(self, conn: _Conn, server: Server, *, keep: bool, chunked: bool, length: int | None) -> None:
+        """``length``: the body's Content-Length (0: no body); None with ``chunked``, else the body
+        is read to the end of the connection."""
         self._conn: _Conn | None = conn
         self._server = server
         self._keep = keep
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
-        self._length = 0 if no_body else (int(length) if length is not None and not self._chunked else None)
+        self._chunked = chunked and length is None
+        self._length = length
         if self._length is None and not self._chunked:
             self._keep = False  # read to the end of the connection
 
@@ -272,6 +300,56 @@ class Body:
             self._conn = None
 
 
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    """Header lines as sent: ``b"Name: value\\r\\n"`` each."""
+    return "".join([f"{k}: {v}\r\n" for k, v in headers.items()]).encode("latin-1")
+
+
+def _read_head(f: BinaryIO) -> bytes:
+    """The answer's status line and header lines (each ending in CRLF, without the empty line
+    after them); b"" when the server closed the connection. An answer's head usually arrives in
+    one piece: it is then taken from the read buffer in one call, else line by line."""
+    buf = f.peek(_MAX_LINE)  # type: ignore[attr-defined]  # BufferedReader: at most one read, nothing consumed
+    end = buf.find(b"\r\n\r\n")
+    if end >= 0 and buf.count(b"\n", 0, end) == buf.count(b"\r\n", 0, end):
+        head = f.read(end + 4)
+        return head[:-2]
+    lines: list[bytes] = []
+    for _ in range(_MAX_HEADERS + 1):
+        line = f.readline(_MAX_LINE)
+        if not line:
+            if not lines:
+                return b""
+            raise Unavailable("the server ended an answer within its headers")
+        if line in (b"\r\n", b"\n"):
+            if not lines:
+                raise Unavailable(f"not an HTTP answer: {line!r}")
+            return b"".join(lines)
+        lines.append(line.rstrip(b"\r\n") + b"\r\n")
+    raise Unavailable(f"more than {_MAX_HEADERS} header lines in an answer")
+
+
+def _parse_head(head: bytes) -> tuple[int, str, str, bytes]:
+    """(status, reason, version, the header lines in lower case after a leading CRLF)."""
+    eol = head.find(b"\r\n")
+    if eol < 0:
+        raise Unavailable(f"not an HTTP answer: {head[:80]!r}")
+    status, reason, version = _status_line(head[:eol])
+    return status, reason, version, head[eol:].lower()
+
+
+def _field(fields: bytes, name: bytes) -> bytes:
+    """A header's value from ``_parse_head``'s lower-case lines (repeats joined with ", "); b"" when absent."""
+    values = []
+    at = fields.find(b"\r\n" + name + b":")
+    while at >= 0:
+        start = at + len(name) + 3
+        end = fields.find(b"\r\n", start)
+        values.append(fields[start:end].strip())
+        at = fields.find(b"\r\n" + name + b":", end)
+    return b", ".join(values)
+
+
 def _status_line(line: bytes) -> tuple[int, str, str]:
     parts = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/"):
@@ -281,17 +359,3 @@ def _status_line(line: bytes) -> tuple[int, str, str]:
     except ValueError as e:
         raise Unavailable(f"not an HTTP status: {line[:80]!r}") from e
     return status, parts[2] if len(parts) > 2 else "", parts[0]
-
-
-def _headers(f: BinaryIO) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for _ in range(_MAX_HEADERS):
-        line = f.readline(_MAX_LINE)
-        if line in (b"\r\n", b"\n", b""):
-            return headers
-        name, sep, value = line.decode("latin-1").partition(":")
-        if not sep:
-            continue
-        key, value = name.strip().lower(), value.strip()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    raise Unavailable(f"more than {_MAX_HEADERS} header lines in an answer")

@@ -30,7 +30,7 @@ import orjson
 import yaml
 
 from autoclusters.kube.client import Kube
-from autoclusters.kube.connection import TLS, Response, Server
+from autoclusters.kube.connection import TLS, Response, Server, header_lines
 from autoclusters.kube.errors import _BY_STATUS, KubeError, Unavailable, _message
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -76,6 +76,20 @@ class LightApiClient:
         self._origin = f"{self._server.scheme}://{self._server.host_header}{self._server.prefix}"
         self._token = cfg.token
         self._token_read = 0.0
+        self._lines: tuple[tuple[str, str | None], bytes, bytes] | None = None  # (user agent, token), encoded
+
+    def _header_lines(self, with_body: bool) -> bytes:
+        """Accept, User-Agent, Authorization (and Content-Type: JSON): encoded once per user agent
+        and token, not on every request."""
+        token = self._bearer()
+        lines = self._lines
+        if lines is None or lines[0] != (self.user_agent, token):
+            fixed = {"Accept": "application/json", "User-Agent": self.user_agent}
+            if token:
+                fixed["Authorization"] = f"Bearer {token}"
+            plain = header_lines(fixed)
+            lines = self._lines = ((self.user_agent, token), plain, plain + b"Content-Type: application/json\r\n")
+        return lines[2] if with_body else lines[1]
 
     def _bearer(self) -> str | None:
         cfg = self.configuration
@@ -102,6 +116,24 @@ class LightApiClient:
 
     takes_stream = True  # Kube.request says when it wants the body as a stream
 
+    def send(self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, content_type: str | None,
+             timeout: float | tuple[float, float], stream: bool) -> Response:
+        """``Kube.request``'s own path: the API path and query as given, the fixed headers encoded
+        once; an answer of 300 or more raises its named error (the body read whole)."""
+        if query:
+            path += "?" + urlencode(query)
+        payload = None if body is None else orjson.dumps(body)
+        if not content_type or content_type == "application/json":
+            lines = self._header_lines(payload is not None or bool(content_type))
+        else:
+            lines = self._header_lines(False) + f"Content-Type: {content_type}\r\n".encode("latin-1")
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        resp = self._server.request(method.upper(), path, headers=lines, body=payload, connect_timeout=connect,
+                                    read_timeout=read, stream=stream)
+        if resp.status >= 300:
+            _raise_for(resp)
+        return resp
+
     def call_api(self, method: str, url: str, *, header_params: dict[str, str], body: bytes | None,
                  _request_timeout: float | tuple[float, float] = 30, stream: bool | None = None) -> _Response:
         """``stream``: the body is read by the caller (``response.stream()``); by default only a watch's."""
@@ -112,11 +144,16 @@ class LightApiClient:
         resp = self._server.request(method, path, headers=header_params, body=body, connect_timeout=connect,
                                     read_timeout=read, stream=stream)
         if resp.status >= 300:
-            data = resp.body.read_all() if resp.body is not None else resp.data
-            status = resp.status
-            cls = _BY_STATUS.get(status, Unavailable if status >= 500 else KubeError)
-            raise cls(_message(data, resp.reason or f"HTTP {status}"), status=status, reason=resp.reason or "")
+            _raise_for(resp)
         return _Response(resp)
+
+
+def _raise_for(resp: Response) -> None:
+    """The named error of an answer with a status of 300 or more, its body read whole."""
+    data = resp.body.read_all() if resp.body is not None else resp.data
+    status = resp.status
+    cls = _BY_STATUS.get(status, Unavailable if status >= 500 else KubeError)
+    raise cls(_message(data, resp.reason or f"HTTP {status}"), status=status, reason=resp.reason or "")
 
 
 def _materialise(data: str | None, path: str | None, base: Path, tmp: Path, name: str) -> str | None:

@@ -8,6 +8,7 @@ import datetime as dt
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -232,3 +233,57 @@ def test_kube_streams_any_get_it_is_asked_to_not_only_a_watch(tmp_path: Path) ->
         body = kube.request("GET", "/metrics", stream=True)
         assert b"".join(body.stream()) == b"# HELP a\na 1\n"
         assert srv.connections[0][0].startswith(b"GET /metrics HTTP/1.1\r\n")
+
+
+def test_an_answer_head_split_across_reads_or_with_bare_newlines_is_read_line_by_line() -> None:
+    """The head is taken from the read buffer in one call when it arrived whole; a head that
+    arrives in pieces, or ends its lines in a bare LF, is read line by line, to the same answer."""
+    def split(req: bytes) -> Iterator[bytes]:
+        for piece in (b"HTTP/1.1 200 OK\r\nContent-Ty", b"pe: application/json\r\nContent-Len", b"gth: 8\r\n",
+                      b"\r\n", b'{"a": 1}'):
+            yield piece
+            time.sleep(0.05)  # each piece its own read on the client's side
+
+    def bare(req: bytes) -> list[bytes]:
+        return [b"HTTP/1.1 201 Created\nContent-Length: 2\nX-Multi: a\nX-Multi: b\n\n{}"]
+
+    for answer, status, data in ((split, 200, b'{"a": 1}'), (bare, 201, b"{}")):
+        with serving(answer) as srv:  # type: ignore[arg-type]
+            api = Server(f"http://127.0.0.1:{srv.port}")
+            for _ in range(2):
+                resp = api.request("GET", "/", headers={})
+                assert (resp.status, resp.data) == (status, data)
+            assert len(srv.connections) == 1  # each body read to its end: the connection was kept
+    assert resp.headers == {"content-length": "2", "x-multi": "a, b"}
+
+
+def test_answers_without_a_body_keep_the_connection_and_a_body_is_read_off_the_socket() -> None:
+    """204, HEAD (with the Content-Length a GET would have) and an empty 200: nothing is read
+    past the head, so the next answer on the kept-alive connection is read intact."""
+    answers = {b"DELETE": [b"HTTP/1.1 204 No Content\r\n\r\n"],
+               b"HEAD": [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"],
+               b"PATCH": [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"],
+               b"GET": ok(b'{"after": true}')}
+    with serving(lambda req: answers[req.split(b" ", 1)[0]]) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        for method in ("DELETE", "GET", "HEAD", "GET", "PATCH", "GET"):
+            resp = api.request(method, "/x", headers={})
+            assert resp.data == (b'{"after": true}' if method == "GET" else b"")
+        assert len(srv.connections) == 1 and len(srv.connections[0]) == 6
+
+
+def test_encoded_header_lines_are_sent_as_given_with_the_length_of_the_body() -> None:
+    with serving(lambda req: ok(b"{}")) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        api.request("POST", "/e", headers=b"Accept: application/json\r\nAuthorization: Bearer t\r\n", body=b"{}")
+        api.request("POST", "/e", headers={"Accept": "application/json"})
+        first, second = srv.connections[0]
+        assert first == (f"POST /e HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nAccept: application/json\r\n"
+                         "Authorization: Bearer t\r\nContent-Length: 2\r\n\r\n{}").encode()
+        assert second.endswith(b"Accept: application/json\r\nContent-Length: 0\r\n\r\n")
+
+
+def test_a_server_that_ends_within_the_head_or_sends_no_status_is_unavailable() -> None:
+    for answer in ([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"], [b"\r\n\r\n"], [b"SSH-2.0-x\r\n\r\n"]):
+        with serving(lambda req, a=answer: a, close_after=1) as srv, pytest.raises(Unavailable):  # type: ignore[misc]
+            Server(f"http://127.0.0.1:{srv.port}").request("POST", "/", headers={}, body=b"{}", read_timeout=5)
