@@ -46,6 +46,7 @@ def request_kind(method: str, path: str, query: Mapping[str, Any] | None = None)
     return _VERBS.get(method, method.lower()), resource
 
 
+_KINDS_MAX = 4096
 CONTROLLER = "controller"
 LEADER_ELECTION = "leader-election"
 
@@ -60,10 +61,20 @@ class RequestCounter:
 
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # (component, method, path, a watch) -> the counted key: a repair sends to the same few paths
+    # again and again (its record's status, its node, the events collection)
+    _kinds: dict[tuple[str, str, str, bool], tuple[str, str, str]] = field(default_factory=dict, repr=False)
 
     def add(self, method: str, path: str = "", query: Mapping[str, Any] | None = None, *,
             component: str = CONTROLLER) -> None:
-        key = (component, *request_kind(method, path, query))
+        watch = bool(query) and str(query.get("watch", "")).lower() in ("true", "1")  # type: ignore[union-attr]
+        seen = (component, method, path, watch)
+        key = self._kinds.get(seen)
+        if key is None:
+            key = (component, *request_kind(method, path, query))
+            if len(self._kinds) >= _KINDS_MAX:
+                self._kinds.clear()
+            self._kinds[seen] = key
         with self._lock:
             self.counts[key] = self.counts.get(key, 0) + 1
 

@@ -70,3 +70,14 @@ def test_a_component_view_shares_the_client_and_its_counter() -> None:
     provider.get_node("n1")
     assert kube.component == "controller" and provider.requests is kube.requests
     assert kube.requests.snapshot() == {("controller", "get", "nodes"): 1, ("provider/simulated", "get", "nodes"): 2}
+
+
+def test_repeated_paths_count_under_their_kind_and_a_watch_of_a_listed_path_apart() -> None:
+    counter = RequestCounter()
+    for _ in range(3):
+        counter.add("GET", "/api/v1/nodes", {"watch": True}, component="controller")
+        counter.add("GET", "/api/v1/nodes", {"limit": 500}, component="controller")
+        counter.add("PATCH", "/api/v1/nodes/n1/status", component="provider/simulated")
+    counter.add("GET", "/api/v1/nodes", None, component="controller")
+    assert counter.snapshot() == {("controller", "watch", "nodes"): 3, ("controller", "list", "nodes"): 4,
+                                  ("provider/simulated", "patch", "nodes/status"): 3}
