@@ -71,6 +71,7 @@ from autoclusters.providers.replacement import ReplacementClaims
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+_PER_POOL_OBJECT_MAX = 1024  # answers kept per pool object (_provider, _policy): a few per pool in use
 
 
 class RecordDeleted(Exception):
@@ -143,6 +144,9 @@ class Reconciler:
         self._settings = settings
         self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._providers: dict[tuple[str, str], Provider | str] = {}  # str: why it could not be built
+        self._provider_of: dict[tuple[int, RepairAction], tuple[Pool, tuple[str, str] | None, Provider | str | None,
+                                                                Provider | None, ProviderBlock | None]] = {}
+        self._policy_of: dict[int, tuple[Pool, RepairPolicy]] = {}
         # pool -> its members' refusals, kept between passes (_provider_condition): each pass asks
         # only about the members changed since the last (fleet.track_members)
         self._refusals: dict[str, PoolRefusals] = {}
@@ -165,17 +169,47 @@ class Reconciler:
         return self.reconcile_node(key)
 
     def _provider(self, pool: Pool | None, action: RepairAction) -> tuple[Provider | None, ProviderBlock | None]:
-        """The pool's provider for ``action``, or why there is none (never a default guessed)."""
+        """The pool's provider for ``action``, or why there is none (never a default guessed).
+        A reconcile asks several times; a pool object's answer is kept with the provider it found
+        (a changed spec is a new object), and holds while that provider is still the one kept for
+        the spec's settings."""
         if pool is None:
             return None, None
+        hit = self._provider_of.get((id(pool), action))
+        if hit is not None and hit[0] is pool and (hit[1] is None or self._providers.get(hit[1]) is hit[2]):
+            return hit[3], hit[4]
+        cache_key, cached, provider, block = self._find_provider(pool, action)
+        if len(self._provider_of) >= _PER_POOL_OBJECT_MAX:
+            self._provider_of.clear()
+        # the pool object is held with its answer, so its id is not reused while the entry is kept
+        self._provider_of[(id(pool), action)] = (pool, cache_key, cached, provider, block)
+        return provider, block
+
+    def _policy(self, pool: Pool | None) -> RepairPolicy:
+        """The pool's repair policy over the controller's defaults, kept per pool object."""
+        if pool is None:
+            return self._settings.policy
+        hit = self._policy_of.get(id(pool))
+        if hit is not None and hit[0] is pool:
+            return hit[1]
+        policy = pool.policy(self._settings.policy)
+        if len(self._policy_of) >= _PER_POOL_OBJECT_MAX:
+            self._policy_of.clear()
+        self._policy_of[id(pool)] = (pool, policy)
+        return policy
+
+    def _find_provider(self, pool: Pool, action: RepairAction) -> tuple[
+            tuple[str, str] | None, Provider | str | None, Provider | None, ProviderBlock | None]:
+        """(the key of the provider kept for the spec, what is kept under it, the provider, the block)."""
         if pool.provider_error:
-            return None, ProviderBlock(action, HOLD_PROVIDER_INVALID,
-                                       f"the provider settings of pool {pool.name} are invalid: {pool.provider_error}")
+            return None, None, None, ProviderBlock(
+                action, HOLD_PROVIDER_INVALID, f"the provider settings of pool {pool.name} are invalid: "
+                f"{pool.provider_error}")
         spec = pool.provider_for(action)
         if spec is None:
-            return None, ProviderBlock(action, HOLD_NO_PROVIDER,
-                                       f"no repair provider configured for {action} in pool {pool.name} "
-                                       f"(spec.provider)")
+            return None, None, None, ProviderBlock(
+                action, HOLD_NO_PROVIDER, f"no repair provider configured for {action} in pool {pool.name} "
+                f"(spec.provider)")
         cache_key = (pool.name, spec.key())
         with self._plock:
             cached = self._providers.get(cache_key)
@@ -186,9 +220,9 @@ class Reconciler:
                     cached = str(e)
                 self._providers[cache_key] = cached
         if isinstance(cached, str):
-            return None, ProviderBlock(action, HOLD_PROVIDER_INVALID,
-                                       f"the provider settings of pool {pool.name} are invalid: {cached}")
-        return cached, None
+            return cache_key, cached, None, ProviderBlock(
+                action, HOLD_PROVIDER_INVALID, f"the provider settings of pool {pool.name} are invalid: {cached}")
+        return cache_key, cached, cached, None
 
     def _provider_blocks(self, pool: Pool, node: JSON | None) -> tuple[ProviderBlock, ...]:
         blocks = []
@@ -312,7 +346,7 @@ class Reconciler:
     def _snapshot(self, f: Facts, pods: list[JSON] | None) -> Snapshot:
         """The observation the state machine decides on, from the facts and the pods."""
         name, node, records, active, state, pool = f.name, f.node, f.records, f.active, f.state, f.pool
-        policy = pool.policy(self._settings.policy) if pool else self._settings.policy
+        policy = self._policy(pool)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
         prefix = self._names.drain_ack_prefix

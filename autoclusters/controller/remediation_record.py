@@ -38,12 +38,13 @@ def record_name(node: str, condition_type: str, transition_time: str, seq: int) 
     return f"{node[:200]}-{digest}"
 
 
+_PHASES = {p.value: p for p in Phase}
+
+
 def phase_of(obj: JSON) -> Phase | None:
+    """The record's phase; None for none or one this controller does not know."""
     value = (obj.get("status") or {}).get("phase")
-    try:
-        return Phase(value) if value else None
-    except ValueError:
-        return None
+    return _PHASES.get(value) if isinstance(value, str) else None
 
 
 def is_active(obj: JSON) -> bool:
@@ -69,13 +70,29 @@ def _ts(value: Any) -> str | None:
     return utc_iso(value) if value is not None else None
 
 
+_STEPS: dict[int, tuple[TimelineStep, JSON]] = {}  # id(step) -> (the step, its status form)
+_STEPS_MAX = 4096
+
+
+def _step(st: TimelineStep) -> JSON:
+    """A timeline step as the status holds it. A repair's steps are kept from state to state and
+    written with every status: each is formatted once (a copy handed out, the kept one unshared)."""
+    hit = _STEPS.get(id(st))
+    if hit is None or hit[0] is not st:
+        hit = (st, {"phase": st.phase, "time": utc_iso(st.time), "message": st.message})
+        if len(_STEPS) >= _STEPS_MAX:
+            _STEPS.clear()
+        _STEPS[id(st)] = hit
+    return dict(hit[1])
+
+
 def status_of(s: RepairState) -> JSON:
     status: JSON = {
         "phase": s.phase.value, "action": s.action.value, "approved": s.approved, "escalated": s.escalated,
         "escalatedFrom": s.escalated_from, "optOut": s.opt_out, "attempts": s.attempts,
         "nodeWasCordoned": s.node_was_cordoned, "hold": s.hold, "outcome": s.outcome, "message": s.message,
         "replacementNode": s.replacement_node,
-        "steps": [{"phase": st.phase, "time": utc_iso(st.time), "message": st.message} for st in s.steps],
+        "steps": [_step(st) for st in s.steps],
     }
     for key, value in (("drainStarted", s.drain_started), ("preDrainDeadline", s.pre_drain_deadline),
                        ("evictionStarted", s.eviction_started), ("verifyStarted", s.verify_started),

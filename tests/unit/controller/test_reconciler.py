@@ -476,3 +476,29 @@ def test_two_replacements_no_provider_names_never_count_one_new_node(h: Harness)
     h.run(lambda: h.phase(other) == "Succeeded", seconds=30, detector=False)
     [second] = h.records(other)
     assert second["status"]["phase"] == "Succeeded" and second["status"]["replacementNode"] == "new-b"
+
+
+def test_a_pools_provider_and_policy_are_kept_per_pool_object_and_follow_its_spec(h: Harness) -> None:
+    """A reconcile asks for the pool's provider and policy several times: each pool object's
+    answer is kept, and a changed spec (a new object) is answered anew."""
+    from autoclusters.api import RepairAction
+
+    h.pool()
+    h.start()
+    h.run()
+    first = h.fleet.pool_named("p")
+    assert first is not None
+    provider, block = h.reconciler._provider(first, RepairAction.RESET)
+    assert provider is not None and block is None
+    assert h.reconciler._provider(first, RepairAction.RESET)[0] is provider
+    assert h.reconciler._policy(first) is h.reconciler._policy(first)
+    assert h.reconciler._policy(first).reset_drain_seconds == 300
+
+    h.pool(drain={"resetDeadlineSeconds": 120, "replaceDeadlineSeconds": 600}, provider={"type": "nonsense"})
+    h.run(seconds=5)
+    second = h.fleet.pool_named("p")
+    assert second is not None and second is not first
+    assert h.reconciler._policy(second).reset_drain_seconds == 120
+    provider, block = h.reconciler._provider(second, RepairAction.RESET)
+    assert provider is None and block is not None and "invalid" in block.message
+    assert h.reconciler._provider(first, RepairAction.RESET)[0] is not None  # the old object's answer stands

@@ -65,3 +65,21 @@ def test_a_record_object_is_parsed_once_and_a_new_version_anew() -> None:
     second = {**first, "status": {"phase": "Acting"}}
     later = rec.state_of(second)
     assert later is not None and later.phase.value == "Acting" and rec.state_of(first) is state
+
+
+def test_each_status_holds_its_own_steps_and_an_unknown_phase_is_none() -> None:
+    """The steps' status form is kept per step; every status gets copies, so a caller that
+    changes one status does not change the next, and a later state's steps read the same."""
+    from autoclusters.controller.remediation_record import phase_of
+
+    first = TimelineStep("Scheduled", T, "x")
+    s = RepairState(name="n1-abc", node="n1", pool="a", consent_mode=ConsentMode.AUTO,
+                    fault=Fault("gpu", "79", "NvidiaXIDError", "m"), phase=Phase.ACTING, action=RepairAction.RESET,
+                    steps=(first,))
+    one = status_of(s)
+    one["steps"][0]["message"] = "changed by a caller"
+    later = status_of(s.__class__(**{**s.__dict__, "steps": (first, TimelineStep("Acting", T, "y"))}))
+    assert later["steps"] == [{"phase": "Scheduled", "time": "2026-03-01T12:00:00Z", "message": "x"},
+                              {"phase": "Acting", "time": "2026-03-01T12:00:00Z", "message": "y"}]
+    assert [phase_of({"status": {"phase": p}}) for p in ("Acting", "Nonsense", "", None, 3)] == \
+        [Phase.ACTING, None, None, None, None]
