@@ -37,9 +37,11 @@ pool replaces through the karpenter provider. Per repair, from the same watch st
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -62,7 +64,8 @@ from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.sim import nodes as sim
 
-IDLE_WINDOW_S = 10.0
+IDLE_WINDOW_S = 10.0  # the default of --idle-seconds
+SETTLE_QUIET_S = 10.0  # the nodes changed nothing but their status this long: initialised
 MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 REPLACE_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
 
@@ -207,6 +210,77 @@ class Sampler(threading.Thread):
             self.stop.wait(max(0.0, self.every - (time.monotonic() - t)))
 
 
+class CpuSeries(threading.Thread):
+    """A process's CPU rate (CPU-seconds per second) over each second until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.stop = threading.Event()
+        self.rates: list[float] = []
+
+    def run(self) -> None:
+        cpu, t = cpu_seconds(self.pid), time.monotonic()
+        while not self.stop.wait(1.0):
+            with contextlib.suppress(OSError):
+                now_cpu, now = cpu_seconds(self.pid), time.monotonic()
+                self.rates.append((now_cpu - cpu) / (now - t))
+                cpu, t = now_cpu, now
+
+
+def changed_paths(old: Any, new: Any, path: str = "") -> list[str]:
+    """The leaf paths where two versions of an object differ; list items by position, conditions
+    by their type (``status.conditions[Ready].lastHeartbeatTime``)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in old.keys() | new.keys():
+            out += changed_paths(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            tag = a.get("type", i) if isinstance(a, dict) else i
+            out += changed_paths(a, b, f"{path}[{tag}]")
+        return out
+    return [] if old == new else [path]
+
+
+class NodeChanges:
+    """Counts node watch events while ``counting`` and what each changed against the version seen
+    before it: the load the controller's node informer carries while nothing is repaired."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.events = 0
+        self.changed: collections.Counter[str] = collections.Counter()
+        self.settling = 0  # changes of a node's labels or spec (its initialisation), counted always
+        self._last: dict[str, dict[str, Any]] = {}
+        self._last_change = time.monotonic()
+        self._lock = threading.Lock()
+
+    def last_change(self) -> float:
+        with self._lock:
+            return self._last_change
+
+    def see(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        before = self._last.pop(name, None) if kind == "DELETED" else self._last.get(name)
+        if kind != "DELETED":
+            self._last[name] = obj
+        if before is None or kind != "MODIFIED":
+            paths = {kind}
+        else:
+            paths = {re.sub(r"\[\d+\]", "[]", p) for p in changed_paths(before, obj)} - {
+                "metadata.resourceVersion", "kind", "apiVersion"}  # a listed item has no kind, a watched one has
+        if any(p.startswith(("metadata.labels", "spec")) for p in paths):
+            self.settling += 1
+            with self._lock:
+                self._last_change = time.monotonic()
+        if self.counting:
+            self.events += 1
+            self.changed.update(paths)
+
+
 class Watcher(threading.Thread):
     """Watches a collection and calls ``on`` with (monotonic time, event type, object)."""
 
@@ -253,7 +327,18 @@ def main() -> int:
                     help="run the controller under benchmarks/profiled.py (cProfile in every thread, CPU time) and "
                          "write the profile of the repairs (first fault to last success) here; read it with "
                          "benchmarks/profile_summary.py. Slows the controller: its latencies are not comparable")
+    ap.add_argument("--profile-idle", default="",
+                    help="as --profile, but the profiled window is the idle one before the faults (--idle-seconds): "
+                         "where the controller's CPU goes while nothing is repaired")
+    ap.add_argument("--idle-seconds", type=float, default=IDLE_WINDOW_S,
+                    help="length of the idle window before the faults, over which the controller's idle CPU rate "
+                         "and the node watch's events are measured")
+    ap.add_argument("--settle-timeout", type=float, default=300,
+                    help="at most this long after the nodes are Ready, wait for their labels and spec to settle")
     args = ap.parse_args()
+    if args.profile and args.profile_idle:
+        ap.error("--profile and --profile-idle profile one window each: give one of them")
+    idle_s = args.idle_seconds
 
     handle = ClusterHandle(args.kubeconfig, local=True)
     kube, names = handle.kube, handle.names
@@ -298,27 +383,6 @@ def main() -> int:
         time.sleep(1)
     print(f"{args.nodes} nodes Ready in {time.monotonic() - t0:.1f}s", flush=True)
 
-    port = free_port()
-    profiler = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiled.py"), args.profile] \
-        if args.profile else []
-    argv = [sys.executable, *profiler, "-m", "autoclusters.cli.main", "controller", "run",
-            "--kubeconfig", sa_kubeconfig, "--namespace", namespace, "--metrics-port", str(port),
-            "--workers", str(args.workers)]
-    log = open(f"/tmp/controller-bench-{run_id}.log", "wb")  # noqa: SIM115 - closed at the end
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def scrape() -> dict[str, float]:
-        return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if scrape().get("autoclusters_controller_leader") == 1:
-                break
-        time.sleep(0.3)
-    time.sleep(3)  # the informers' initial lists
-    base = requests_by_kind(scrape())
-
     # --- measurement -------------------------------------------------------------------------
     lock = threading.Lock()
     fault_at: dict[str, float] = {}
@@ -345,7 +409,10 @@ def main() -> int:
             if new:
                 replacement_of[name] = new
 
+    idle_events = NodeChanges()
+
     def on_node(t: float, kind: str, obj: dict[str, Any]) -> None:
+        idle_events.see(kind, obj)
         if kind == "DELETED":
             return
         name = obj["metadata"]["name"]
@@ -372,7 +439,44 @@ def main() -> int:
     node_watch = Watcher(kube, "/api/v1/nodes", f"{names.pool_label}={pool}", on_node)
     rec_watch.start()
     node_watch.start()
-    time.sleep(2)
+    # Fresh nodes are still being initialised (kube-controller-manager adds the beta os/arch labels and
+    # takes the not-ready taint off, a few nodes a second): the idle window and the faults wait until
+    # the pool's nodes have changed nothing but their status for SETTLE_QUIET_S.
+    t_settle = time.monotonic()
+    deadline = t_settle + args.settle_timeout
+    while time.monotonic() < deadline and time.monotonic() - idle_events.last_change() < SETTLE_QUIET_S:
+        time.sleep(0.5)
+    print(f"the nodes' labels and spec settled {time.monotonic() - t_settle:.0f} s after Ready "
+          f"({idle_events.settling} changes of them seen meanwhile)", flush=True)
+
+    port = free_port()
+    profile_out = args.profile or args.profile_idle
+    profiler = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiled.py"), profile_out] \
+        if profile_out else []
+    argv = [sys.executable, *profiler, "-m", "autoclusters.cli.main", "controller", "run",
+            "--kubeconfig", sa_kubeconfig, "--namespace", namespace, "--metrics-port", str(port),
+            "--workers", str(args.workers)]
+    log = open(f"/tmp/controller-bench-{run_id}.log", "wb")  # noqa: SIM115 - closed at the end
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def scrape() -> dict[str, float]:
+        return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if scrape().get("autoclusters_controller_leader") == 1:
+                break
+        time.sleep(0.3)
+    led_at, led_cpu = time.monotonic(), cpu_seconds(proc.pid)
+    cpu_series = CpuSeries(proc.pid)  # its CPU each second from here to the faults
+    cpu_series.start()
+    time.sleep(3)  # the informers' initial lists
+    deadline = time.monotonic() + 60
+    while scrape().get("autoclusters_workqueue_depth", 0) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the start-up's reconciles of every node
+    base = requests_by_kind(scrape())
+
 
     faulty = node_names[:: max(1, args.nodes // args.faults)][: args.faults]
 
@@ -391,11 +495,19 @@ def main() -> int:
         rtt.append(time.monotonic() - t)
     plane = control_plane_pids(args.kubeconfig)
     idle_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
+    if args.profile_idle:
+        profile_window(proc.pid, args.profile_idle, signal.SIGUSR1)
     ctl_idle_before, idle_start = cpu_seconds(proc.pid), time.monotonic()
-    time.sleep(IDLE_WINDOW_S)  # the load before the faults: heartbeats, informers, the leader's lease
+    idle_events.counting = True
+    time.sleep(idle_s)  # the load before the faults: heartbeats, informers, the leader's lease
+    idle_events.counting = False
     plane_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
-    plane_idle = {name: (plane_before[name] - idle_before[name]) / IDLE_WINDOW_S for name in plane}
+    plane_idle = {name: (plane_before[name] - idle_before[name]) / idle_s for name in plane}
     ctl_idle = (cpu_seconds(proc.pid) - ctl_idle_before) / (time.monotonic() - idle_start)  # CPU-seconds per second
+    idle_elapsed = time.monotonic() - idle_start
+    cpu_series.stop.set()
+    if args.profile_idle:
+        profile_window(proc.pid, args.profile_idle, signal.SIGUSR2)
     latency_before = apiserver_latency(args.kubeconfig)
     sampler = Sampler(kube, node_names[-1])
     sampler.start()
@@ -491,11 +603,17 @@ def main() -> int:
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
     net = max(0.0, cpu_used - ctl_idle * elapsed)
-    print(f"controller CPU in the {IDLE_WINDOW_S:.0f} s before the faults: {ctl_idle * 1000:.1f} ms per second "
+    print(f"controller CPU in the {idle_s:.0f} s before the faults: {ctl_idle * 1000:.1f} ms per second "
           f"(the fleet's heartbeats, the lease); during the repairs above that rate: {net:.2f} s "
           f"({net / repairs * 1000:.1f} ms per repair)")
+    print(f"controller CPU from leading to the faults ({idle_start - led_at:.0f} s of start-up before the idle "
+          f"window), ms per second: " + " ".join(f"{r * 1000:.0f}" for r in cpu_series.rates)
+          + f" (start-up total {(ctl_idle_before - led_cpu) * 1000:.0f} ms)")
+    print(f"node watch events in the idle window: {idle_events.events} ({idle_events.events / idle_elapsed:.2f} "
+          f"per second), what they changed (fields, the resourceVersion left out): " + (", ".join(
+              f"{path} {n}" for path, n in idle_events.changed.most_common(12)) or "nothing"))
     if plane_cpu:
-        print(f"control plane CPU in the {IDLE_WINDOW_S:.0f} s before the faults (% of one CPU): " + ", ".join(
+        print(f"control plane CPU in the {idle_s:.0f} s before the faults (% of one CPU): " + ", ".join(
             f"{name} {share * 100:.0f}%" for name, share in sorted(plane_idle.items())))
         print("control plane CPU during the repairs (s; % of one CPU over the run): " + ", ".join(
             f"{name} {sec:.1f} ({sec / elapsed * 100:.0f}%)" for name, sec in sorted(plane_cpu.items())))
@@ -523,7 +641,10 @@ def main() -> int:
                                                                                     key=lambda kv: -kv[1])],
               "peak_rss_mib": hwm_kb / 1024,
               "controller_cpu_s": cpu_used, "controller_cpu_per_repair_ms": cpu_used / repairs * 1000,
-              "controller_idle_cpu_per_s": ctl_idle,
+              "controller_idle_cpu_per_s": ctl_idle, "idle_seconds": idle_elapsed,
+              "controller_cpu_per_s_after_leading": cpu_series.rates,
+              "idle_node_events": idle_events.events, "idle_node_events_per_s": idle_events.events / idle_elapsed,
+              "idle_node_event_changes": dict(idle_events.changed),
               "controller_cpu_per_repair_above_idle_ms": net / repairs * 1000,
               "control_plane_cpu_s": plane_cpu, "control_plane_cpu_share_before_faults": plane_idle,
               "apiserver_cpu_s": plane_cpu.get("kube-apiserver"),
