@@ -132,11 +132,12 @@ class Controller:
 
     # --- workers ----------------------------------------------------------------------------------
     def _worker(self) -> None:
+        # Blocks in the queue until a key is due; stopping closes the queue, which wakes every worker.
         while not self.stop_event.is_set():
-            key = self.queue.get(timeout=1.0)
-            self.metrics.queue_depth.set(self.queue.depth())
+            key = self.queue.get()
             if key is None:
-                continue
+                return  # the queue was closed
+            self.metrics.queue_depth.set(self.queue.depth())
             try:
                 if not self.elector.is_leader:
                     continue

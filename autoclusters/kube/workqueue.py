@@ -3,6 +3,15 @@
 A key is never handed to two workers at once; a key added while it is being processed
 is handed out again once the worker is done (so no change is lost). A failing key backs
 off alone: its delay doubles up to ``max_delay`` while every other key keeps flowing.
+
+Waiting costs nothing while nothing is due: a worker in ``get`` sleeps on the queue's condition
+until a key is added or ``close`` is called, never waking to look (a controller's workers are
+idle most of the time, and sixteen polling threads cost CPU and the GIL every second). Of the
+waiting workers only one, the timer, sleeps until the earliest delayed key is due; the others
+sleep until they are woken. An add wakes one worker, and only when the key is due sooner than
+the timer would wake (a key due later needs nobody woken); a worker that takes a key while more
+keys are waiting wakes another to be the timer. The timeouts are on the real clock: with a fake
+``monotonic`` (tests), ``get(timeout=0)`` hands out what is due by that clock.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ class WorkQueue:
         self._dirty: dict[str, float] = {}  # added while processing: due time after done()
         self._failures: dict[str, int] = {}
         self._closed = False
+        self._timer_at: float | None = None  # when the worker waiting for the earliest delayed key wakes
 
     def add(self, key: str, after: float = 0.0) -> None:
         when = self._now() + max(0.0, after)
@@ -39,7 +49,8 @@ class WorkQueue:
                 return
             self._due[key] = when
             heapq.heappush(self._heap, (when, key))
-            self._cond.notify()
+            if self._timer_at is None or when < self._timer_at:
+                self._cond.notify()  # due sooner than the timer wakes (or no timer): one worker looks
 
     def backoff(self, key: str) -> float:
         """Schedules ``key`` again after its next backoff delay; returns that delay."""
@@ -59,7 +70,8 @@ class WorkQueue:
             return self._failures.get(key, 0)
 
     def get(self, timeout: float | None = None) -> str | None:
-        """The next due key (now processing), or None on timeout or close."""
+        """The next due key (now processing), or None on timeout or close. Blocks without waking
+        until a key is due (``timeout`` None: for as long as that takes)."""
         deadline = None if timeout is None else self._now() + timeout
         with self._cond:
             while not self._closed:
@@ -74,15 +86,22 @@ class WorkQueue:
                     heapq.heappop(self._heap)
                     del self._due[key]
                     self._processing.add(key)
+                    if self._heap and self._timer_at is None:
+                        self._cond.notify()  # more keys wait: another worker becomes the timer
                     return key
-                wait = 0.5
-                if self._heap:
-                    wait = min(wait, self._heap[0][0] - now)
-                if deadline is not None:
-                    if now >= deadline:
-                        return None
-                    wait = min(wait, deadline - now)
-                self._cond.wait(max(wait, 0.001))
+                if deadline is not None and now >= deadline:
+                    return None
+                wake = self._heap[0][0] if self._heap else None
+                if wake is not None and (self._timer_at is None or wake < self._timer_at):
+                    self._timer_at = wake  # this worker is the timer until the earliest key is due
+                    wait = wake - now if deadline is None else min(wake, deadline) - now
+                    self._cond.wait(wait)
+                    if self._timer_at == wake:
+                        self._timer_at = None
+                        if deadline is not None and self._now() >= deadline:
+                            self._cond.notify()  # leaving: another worker takes the timer over
+                else:
+                    self._cond.wait(None if deadline is None else deadline - now)
             return None
 
     def done(self, key: str) -> None:
