@@ -5,7 +5,9 @@ replicas racing for an expired lease exactly one update succeeds, the other gets
 Conflict. Expiry is judged on this replica's own monotonic clock from the moment it last
 saw the lease change (as client-go does), never by comparing two machines' wall clocks.
 A leader that cannot renew within ``renew_deadline`` gives up before the lease expires,
-so the next leader never overlaps with it.
+so the next leader never overlaps with it. A leader renews with one request: the PUT of the
+Lease its own last write returned (client-go's fast path); only when that PUT finds the Lease
+changed by someone else (a Conflict) or gone does it read the Lease and decide as a candidate.
 
 Why not the pinned ``kubernetes`` library's ``leaderelection`` with its ``LeaseLock`` (read
 in its source, version 37): an API server it cannot reach makes ``LeaseLock.get`` raise
@@ -51,6 +53,7 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self._observed: tuple[str, float] = ("", 0.0)  # (holder+renewTime, when we saw it change)
+        self._written: dict[str, Any] | None = None  # the Lease as our last write left it, while we hold it
         self._leader = threading.Event()
         self._may_acquire = may_acquire
 
@@ -59,13 +62,15 @@ class LeaderElector:
         return self._leader.is_set()
 
     def try_acquire_or_renew(self) -> bool:
+        if self._written is not None and self._renew(self._written):
+            return True  # renewed on the Lease our last write returned: no read
         try:
             lease = self._kube.get(self._path)
         except NotFound:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self._name},
                     "spec": self._spec(transitions=0, acquire=True)}
             try:
-                self._kube.create(self._ns_path, body)
+                self._wrote(self._kube.create(self._ns_path, body))
                 return True
             except Conflict:
                 return False
@@ -85,10 +90,28 @@ class LeaderElector:
             new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
         lease["spec"] = new_spec
         try:
-            self._kube.replace(self._path, lease)  # carries metadata.resourceVersion: a precondition
+            self._wrote(self._kube.replace(self._path, lease))  # carries metadata.resourceVersion: a precondition
         except Conflict:
             return False
         return True
+
+    def _renew(self, written: dict[str, Any]) -> bool:
+        """The leader's renewal on its own last write; False (and forgotten) when the Lease changed
+        since or is gone: the caller then reads it."""
+        spec = dict(written.get("spec") or {})
+        spec["renewTime"] = utc_iso_micro(self._clock.now())
+        try:
+            self._wrote(self._kube.replace(self._path, {**written, "spec": spec}))
+            return True
+        except (Conflict, NotFound):
+            self._written = None
+            return False
+
+    def _wrote(self, lease: dict[str, Any]) -> None:
+        """Keeps the Lease our write returned (and what it says, as seen now) for the next renewal."""
+        spec = lease.get("spec") or {}
+        self._written = lease if spec.get("holderIdentity") == self.identity else None
+        self._observed = (f"{spec.get('holderIdentity') or ''}|{spec.get('renewTime')}", self._clock.monotonic())
 
     def _spec(self, *, transitions: int, acquire: bool) -> dict[str, Any]:
         now = utc_iso_micro(self._clock.now())
@@ -132,6 +155,7 @@ class LeaderElector:
                 return
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
+            self._written = None
             self._kube.replace(self._path, lease)
         except KubeError as e:
             log.info("lease %s not released: %s", self._name, e)

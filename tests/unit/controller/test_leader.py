@@ -45,6 +45,36 @@ def test_the_first_takes_the_lease_the_second_waits_until_it_expires() -> None:
     assert not a.try_acquire_or_renew()  # a's own view: b holds it and renewed just now
 
 
+def test_a_leader_renews_with_one_put_and_reads_the_lease_only_when_someone_else_changed_it() -> None:
+    api, clock = FakeApi(), FakeClock()
+    a = _elector(api, clock, "a")
+    assert a.try_acquire_or_renew()  # a GET (none there) and the create
+    created = api.read(LEASE)
+    mark = len(api.requests)
+    for _ in range(3):
+        clock.advance(2)
+        assert a.try_acquire_or_renew()
+    assert [r.verb for r in api.requests[mark:]] == ["PUT"] * 3  # no GET while it holds the lease
+    lease = api.read(LEASE)
+    assert lease is not None and created is not None
+    assert lease["spec"]["renewTime"] > created["spec"]["renewTime"]
+    assert {k: lease["spec"][k] for k in ("holderIdentity", "acquireTime", "leaseTransitions",
+                                          "leaseDurationSeconds")} == \
+        {k: created["spec"][k] for k in ("holderIdentity", "acquireTime", "leaseTransitions", "leaseDurationSeconds")}
+    # someone else writes the Lease (an admin's annotation): the renewal's PUT conflicts, the
+    # leader reads the Lease, finds it still its own and renews on what it read
+    api.edit(LEASE, lambda obj: obj["metadata"].setdefault("annotations", {}).update(note="x"))
+    mark = len(api.requests)
+    clock.advance(2)
+    assert a.try_acquire_or_renew()
+    assert [r.verb for r in api.requests[mark:]] == ["PUT", "GET", "PUT"]
+    assert (api.read(LEASE) or {})["metadata"]["annotations"] == {"note": "x"}
+    mark = len(api.requests)
+    clock.advance(2)
+    assert a.try_acquire_or_renew()
+    assert [r.verb for r in api.requests[mark:]] == ["PUT"]
+
+
 def test_lease_times_are_written_in_utc_with_microseconds_whatever_the_clocks_zone() -> None:
     """The Lease's MicroTime fields are UTC with a Z. Before the fix the elector formatted the
     clock's time itself and wrote a non-UTC time with a Z (two hours off here)."""
