@@ -57,6 +57,7 @@ class TLS:
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.timeout = sock.gettimeout()
         self.file: BinaryIO = sock.makefile("rb", buffering=_MAX_LINE)  # type: ignore[assignment]
 
     def close(self) -> None:
@@ -196,7 +197,9 @@ class Server:
 
     def _exchange(self, conn: _Conn, wire: bytes, method: str, read_timeout: float, stream: bool) -> Response:
         try:
-            conn.sock.settimeout(read_timeout)
+            if conn.timeout != read_timeout:  # settimeout is a system call (the socket's blocking mode)
+                conn.sock.settimeout(read_timeout)
+                conn.timeout = read_timeout
             try:
                 conn.sock.sendall(wire)
             except (BrokenPipeError, ConnectionResetError) as e:

@@ -287,3 +287,18 @@ def test_a_server_that_ends_within_the_head_or_sends_no_status_is_unavailable() 
     for answer in ([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"], [b"\r\n\r\n"], [b"SSH-2.0-x\r\n\r\n"]):
         with serving(lambda req, a=answer: a, close_after=1) as srv, pytest.raises(Unavailable):  # type: ignore[misc]
             Server(f"http://127.0.0.1:{srv.port}").request("POST", "/", headers={}, body=b"{}", read_timeout=5)
+
+
+def test_each_request_on_a_kept_alive_connection_reads_under_its_own_timeout() -> None:
+    """The socket's timeout is set only when it changes (a system call); a request with a
+    shorter read timeout than the one before still gives up after its own."""
+    with serving(lambda req: ok(b"{}") if req.startswith(b"GET /fast") else []) as srv:
+        api = Server(f"http://127.0.0.1:{srv.port}")
+        assert api.request("GET", "/fast", headers={}, read_timeout=30).status == 200
+        assert api.request("GET", "/fast", headers={}, read_timeout=30).status == 200
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            api.request("POST", "/silent", headers={}, body=b"{}", read_timeout=0.3)
+        assert time.monotonic() - started < 5
+        assert len(srv.connections) == 1  # the first connection, kept alive, carried all three
+
