@@ -202,6 +202,7 @@ class EventRecorder:
             log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
 
     def body(self, name: str, p: _Pending) -> dict[str, Any]:
+        seen = utc_iso(p.seen)  # first and last: formatted once
         return {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": p.ref.event_namespace},
@@ -209,7 +210,7 @@ class EventRecorder:
             "reason": p.reason, "message": p.message[:MAX_MESSAGE],
             "type": "Warning" if p.warning else "Normal",
             "eventTime": utc_iso_micro(p.at),
-            "firstTimestamp": utc_iso(p.seen), "lastTimestamp": utc_iso(p.seen), "count": 1,
+            "firstTimestamp": seen, "lastTimestamp": seen, "count": 1,
             "action": p.reason,
             "source": {"component": self.source},
             "reportingComponent": self.source,
