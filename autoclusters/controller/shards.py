@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from autoclusters.clock import Clock
-from autoclusters.kube import Kube, KubeError
+from autoclusters.kube import Forbidden, Kube, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,19 @@ class LayoutGuard:
         """False while another layout leads (said once in the log per change of the answer)."""
         try:
             held = self.foreign_holders()
+        except Forbidden as e:
+            if self._shards == 1:
+                # A Role from before sharding (no "list" on leases): no sharded layout can have
+                # led under it either (it would be refused here), so the unsharded controller
+                # keeps working as before the upgrade, and says what to re-apply.
+                if self._said != "forbidden":
+                    self._said = "forbidden"
+                    log.error("cannot list leases (%s): re-apply the controller's RBAC (deploy/controller.py); "
+                              "leading without the shard layout guard", e)
+                return True
+            log.error("cannot list leases (%s): a sharded controller does not lead without the shard layout "
+                      "guard; re-apply the controller's RBAC (deploy/controller.py)", e)
+            return False
         except KubeError as e:
             log.warning("leases of other shard layouts not readable: %s; not leading yet", e)
             return False

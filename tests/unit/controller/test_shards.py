@@ -125,6 +125,25 @@ def test_a_replica_does_not_lead_while_another_layout_leads() -> None:
     assert guard.may_lead()
 
 
+def test_a_role_without_lease_list_keeps_an_unsharded_controller_working_and_stops_a_sharded_one() -> None:
+    """An upgrade that has not re-applied the RBAC yet: the unsharded controller leads as before
+    (no sharded layout can lead under that Role either); a sharded one does not lead blind."""
+    from autoclusters.clock import FakeClock
+    from tests.unit.fakeapi import ApiError, Request
+
+    clock = FakeClock()
+    api = FakeApi(clock=clock.now)
+
+    def forbidden(req: Request) -> None:
+        if req.verb == "LIST" and req.path.endswith("/leases"):
+            raise ApiError(403, 'leases is forbidden: cannot list resource "leases"', "Forbidden")
+
+    api.before.append(forbidden)
+    base = "autoclusters-controller"
+    assert LayoutGuard(api.kube(), clock, namespace=NS, base=base, shards=1).may_lead()
+    assert not LayoutGuard(api.kube(), clock, namespace=NS, base=base, shards=2).may_lead()
+
+
 def test_the_elector_does_not_campaign_while_told_not_to() -> None:
     import threading
 
