@@ -23,6 +23,11 @@ up``), a node GET's round trip sampled every half second during the repairs, and
 server's mean latency by verb from its own ``apiserver_request_duration_seconds``. Not a
 timed test.
 
+With ``--shards N --pools P`` (P >= N) the nodes are spread round-robin over P pools (named
+so that the pools spread evenly over the shards), the faults evenly over the pools, and N
+controller processes run ``--shards N --shard I``; CPU, requests and memory are summed over the
+processes, and each shard's CPU is printed too.
+
 With ``--karpenter`` (a cluster started with ``autoclusters dev up --karpenter``) the pool's
 nodes are Karpenter's: a NodePool and a training-like Deployment (one 8-GPU worker per node)
 make Karpenter launch ``--nodes`` nodes; the faults are Xid 64 (a replace fault) and the
@@ -57,6 +62,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.shards import shard_of
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
@@ -323,6 +329,10 @@ def main() -> int:
     ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")
     ap.add_argument("--karpenter", action="store_true",
                     help="nodes launched by Karpenter (dev up --karpenter); replace faults through its provider")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="controller processes, each --shards N --shard I (sharding by pool; default 1)")
+    ap.add_argument("--pools", type=int, default=1,
+                    help="pools the nodes and the faults are spread over (at least --shards; default 1)")
     ap.add_argument("--profile", default="",
                     help="run the controller under benchmarks/profiled.py (cProfile in every thread, CPU time) and "
                          "write the profile of the repairs (first fault to last success) here; read it with "
@@ -338,12 +348,19 @@ def main() -> int:
     args = ap.parse_args()
     if args.profile and args.profile_idle:
         ap.error("--profile and --profile-idle profile one window each: give one of them")
+    if args.shards < 1 or args.pools < args.shards:
+        ap.error("--pools must be at least --shards, and --shards at least 1")
+    if args.karpenter and args.pools > 1:
+        ap.error("--karpenter runs one pool")
+    if (args.profile or args.profile_idle) and args.shards > 1:
+        ap.error("--profile and --profile-idle profile one controller process (--shards 1)")
     idle_s = args.idle_seconds
 
     handle = ClusterHandle(args.kubeconfig, local=True)
     kube, names = handle.kube, handle.names
     run_id = secrets.token_hex(3)
     pool, namespace = f"bench-{run_id}", f"bench-{run_id}"
+    pools = [pool] if args.pools == 1 else [spread_name(pool, j, args.shards) for j in range(args.pools)]
     if args.karpenter:
         print(f"pool {pool}: {args.nodes} Karpenter nodes, {args.faults} replace faults", flush=True)
     else:
@@ -363,21 +380,26 @@ def main() -> int:
     provider: dict[str, Any] = {"type": "simulated", "simulated": {"resetSeconds": args.reset_seconds}}
     if args.karpenter:
         provider["replace"] = {"type": "karpenter"}
-    kube.create(pool_path, {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
-                            "metadata": {"name": pool},
-                            "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
-                                     "provider": provider}})
+    for name in pools:
+        kube.create(pool_path, {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
+                                "metadata": {"name": name},
+                                "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.faults,
+                                         "provider": provider}})
+    if args.pools > 1:
+        print("pools (shard): " + ", ".join(f"{p} ({shard_of(p, args.shards)})" for p in pools), flush=True)
+    in_pools = f"in ({','.join(pools)})"
 
     t0 = time.monotonic()
     if args.karpenter:
         node_names = karpenter_nodes(handle, pool, namespace, args.nodes)
     else:
         node_names = [f"{pool}-{i}" for i in range(args.nodes)]
+        pool_of = {n: pools[i % len(pools)] for i, n in enumerate(node_names)}
         with ThreadPoolExecutor(16) as ex:
-            list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool, names), node_names))
+            list(ex.map(lambda n: sim.create_gpu_node(kube, n, pool_of[n], names), node_names))
     deadline = time.monotonic() + max(300.0, args.nodes * 0.15)
     while time.monotonic() < deadline:
-        ready = sum(node_ready(n) for n in kube.list_nodes(f"{names.pool_label}={pool}"))
+        ready = sum(node_ready(n) for n in kube.list_nodes(f"{names.pool_label} {in_pools}"))
         if ready == args.nodes:
             break
         time.sleep(1)
@@ -435,8 +457,8 @@ def main() -> int:
             cleared_at[name] = time.monotonic()
 
     rec_watch = Watcher(kube, Kube.custom_path(names.api_group, api.VERSION, "remediations"),
-                        f"{names.api_group}/pool={pool}", on_record)
-    node_watch = Watcher(kube, "/api/v1/nodes", f"{names.pool_label}={pool}", on_node)
+                        f"{names.api_group}/pool {in_pools}", on_record)
+    node_watch = Watcher(kube, "/api/v1/nodes", f"{names.pool_label} {in_pools}", on_node)
     rec_watch.start()
     node_watch.start()
     # Fresh nodes are still being initialised (kube-controller-manager adds the beta os/arch labels and
@@ -449,26 +471,45 @@ def main() -> int:
     print(f"the nodes' labels and spec settled {time.monotonic() - t_settle:.0f} s after Ready "
           f"({idle_events.settling} changes of them seen meanwhile)", flush=True)
 
-    port = free_port()
     profile_out = args.profile or args.profile_idle
     profiler = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiled.py"), profile_out] \
         if profile_out else []
-    argv = [sys.executable, *profiler, "-m", "autoclusters.cli.main", "controller", "run",
-            "--kubeconfig", sa_kubeconfig, "--namespace", namespace, "--metrics-port", str(port),
-            "--workers", str(args.workers)]
-    log = open(f"/tmp/controller-bench-{run_id}.log", "wb")  # noqa: SIM115 - closed at the end
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ports, procs, logs = [], [], []
+    for shard in range(args.shards):
+        port = free_port()
+        argv = [sys.executable, *profiler, "-m", "autoclusters.cli.main", "controller", "run",
+                "--kubeconfig", sa_kubeconfig, "--namespace", namespace, "--metrics-port", str(port),
+                "--workers", str(args.workers)]
+        if args.shards > 1:
+            argv += ["--shards", str(args.shards), "--shard", str(shard)]
+        suffix = f"-shard-{shard}" if args.shards > 1 else ""
+        log = open(f"/tmp/controller-bench-{run_id}{suffix}.log", "wb")  # noqa: SIM115 - closed at the end
+        ports.append(port)
+        logs.append(log)
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    proc = procs[0]  # the one profiled, and the one whose CPU is followed second by second
+
+    def scrape_one(port: int) -> dict[str, float]:
+        return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
     def scrape() -> dict[str, float]:
-        return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+        """Every process's metrics, summed (the leader gauge too: N when every shard leads)."""
+        total: dict[str, float] = {}
+        for port in ports:
+            for key, value in scrape_one(port).items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    def cpu_of_all() -> list[float]:
+        return [cpu_seconds(p.pid) for p in procs]
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            if scrape().get("autoclusters_controller_leader") == 1:
+            if scrape().get("autoclusters_controller_leader") == args.shards:
                 break
         time.sleep(0.3)
-    led_at, led_cpu = time.monotonic(), cpu_seconds(proc.pid)
+    led_at, led_cpu = time.monotonic(), sum(cpu_of_all())
     cpu_series = CpuSeries(proc.pid)  # its CPU each second from here to the faults
     cpu_series.start()
     time.sleep(3)  # the informers' initial lists
@@ -478,7 +519,7 @@ def main() -> int:
     base = requests_by_kind(scrape())
 
 
-    faulty = node_names[:: max(1, args.nodes // args.faults)][: args.faults]
+    faulty = spread_faults(node_names, args.faults, len(pools))
 
     def raise_fault(node: str) -> None:
         now = utc_iso(SystemClock().now())
@@ -497,13 +538,16 @@ def main() -> int:
     idle_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
     if args.profile_idle:
         profile_window(proc.pid, args.profile_idle, signal.SIGUSR1)
-    ctl_idle_before, idle_start = cpu_seconds(proc.pid), time.monotonic()
+    ctl_idles_before, idle_start = cpu_of_all(), time.monotonic()
+    ctl_idle_before = sum(ctl_idles_before)
     idle_events.counting = True
     time.sleep(idle_s)  # the load before the faults: heartbeats, informers, the leader's lease
     idle_events.counting = False
     plane_before = {name: cpu_seconds(pid) for name, pid in plane.items()}
     plane_idle = {name: (plane_before[name] - idle_before[name]) / idle_s for name in plane}
-    ctl_idle = (cpu_seconds(proc.pid) - ctl_idle_before) / (time.monotonic() - idle_start)  # CPU-seconds per second
+    idle_span = time.monotonic() - idle_start
+    ctl_idles = [(now - then) / idle_span for now, then in zip(cpu_of_all(), ctl_idles_before, strict=True)]
+    ctl_idle = sum(ctl_idles)  # CPU-seconds per second, all processes
     idle_elapsed = time.monotonic() - idle_start
     cpu_series.stop.set()
     if args.profile_idle:
@@ -513,7 +557,7 @@ def main() -> int:
     sampler.start()
     if args.profile:
         profile_window(proc.pid, args.profile, signal.SIGUSR1)
-    cpu_before = cpu_seconds(proc.pid)
+    cpus_before = cpu_of_all()
     start = time.monotonic()
     with ThreadPoolExecutor(min(32, args.faults)) as ex:
         list(ex.map(raise_fault, faulty))
@@ -528,7 +572,8 @@ def main() -> int:
             break
         time.sleep(0.5)
     elapsed = time.monotonic() - start
-    cpu_used = cpu_seconds(proc.pid) - cpu_before
+    cpus_used = [now - then for now, then in zip(cpu_of_all(), cpus_before, strict=True)]
+    cpu_used = sum(cpus_used)
     plane_cpu = {}
     for name, pid in plane.items():
         with contextlib.suppress(OSError):
@@ -539,8 +584,11 @@ def main() -> int:
         profile_window(proc.pid, args.profile, signal.SIGUSR2)
     load = os.getloadavg()[0]
     after = requests_by_kind(scrape())
-    with open(f"/proc/{proc.pid}/status") as f:
-        hwm_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    hwms_kb = []
+    for p in procs:
+        with open(f"/proc/{p.pid}/status") as f:
+            hwms_kb.append(next(int(line.split()[1]) for line in f if line.startswith("VmHWM")))
+    hwm_kb = sum(hwms_kb)
 
     if args.karpenter:
         result = karpenter_report(args, faulty, done, fault_at, record_first, phase_first, replacement_of,
@@ -599,15 +647,22 @@ def main() -> int:
     print("by part, verb and resource:")
     for (component, verb, resource), count in sorted(by_kind.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0])):
         print(f"  {count / repairs:6.2f}  {component:<20} {verb:<8} {resource}")
-    print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB")
+    print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB" + (
+        f" (sum of {args.shards} processes: {', '.join(f'{k / 1024:.1f}' for k in hwms_kb)})" if args.shards > 1
+        else ""))
     print(f"controller CPU during the repairs: {cpu_used:.2f} s ({cpu_used / repairs * 1000:.1f} ms per "
           f"repair); machine load average {load:.1f} on {os.cpu_count()} CPUs")
     net = max(0.0, cpu_used - ctl_idle * elapsed)
     print(f"controller CPU in the {idle_s:.0f} s before the faults: {ctl_idle * 1000:.1f} ms per second "
           f"(the fleet's heartbeats, the lease); during the repairs above that rate: {net:.2f} s "
           f"({net / repairs * 1000:.1f} ms per repair)")
+    if args.shards > 1:
+        for shard, (used, idle) in enumerate(zip(cpus_used, ctl_idles, strict=True)):
+            print(f"  shard {shard}: CPU during the repairs {used:.2f} s, before the faults {idle * 1000:.1f} ms "
+                  f"per second, above that rate {max(0.0, used - idle * elapsed):.2f} s")
+    which = " (shard 0's per second; the start-up total is every shard's)" if args.shards > 1 else ""
     print(f"controller CPU from leading to the faults ({idle_start - led_at:.0f} s of start-up before the idle "
-          f"window), ms per second: " + " ".join(f"{r * 1000:.0f}" for r in cpu_series.rates)
+          f"window){which}, ms per second: " + " ".join(f"{r * 1000:.0f}" for r in cpu_series.rates)
           + f" (start-up total {(ctl_idle_before - led_cpu) * 1000:.0f} ms)")
     print(f"node watch events in the idle window: {idle_events.events} ({idle_events.events / idle_elapsed:.2f} "
           f"per second), what they changed (fields, the resourceVersion left out): " + (", ".join(
@@ -630,7 +685,10 @@ def main() -> int:
                   "reset_seconds": args.reset_seconds,
                   "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                              for label, v in rows}}
-    result |= {"workers": args.workers, "doubled": doubled, "doubled_records": doubled_records,
+    result |= {"workers": args.workers, "shards": args.shards, "pools": args.pools,
+              "controller_cpu_s_by_shard": cpus_used, "controller_idle_cpu_per_s_by_shard": ctl_idles,
+              "peak_rss_mib_by_shard": [k / 1024 for k in hwms_kb],
+              "doubled": doubled, "doubled_records": doubled_records,
               "doubled_reboots": doubled_reboots, "unfaulted_not_ready": unfaulted_not_ready,
               "heartbeats": heartbeats_of(args.kubeconfig),
               "api_requests_per_repair": requests / repairs,
@@ -659,16 +717,20 @@ def main() -> int:
 
     rec_watch.stop.set()
     node_watch.stop.set()
-    os.kill(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(15)
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    log.close()
+    for p in procs:
+        os.kill(p.pid, signal.SIGTERM)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(15)
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+    for log in logs:
+        log.close()
     if not args.keep:
         if args.karpenter:
             _quiet(kube.delete, f"/apis/karpenter.sh/v1/nodepools/{pool}")  # Karpenter removes its nodes
-        cleanup(kube, names, pool, namespace, rbac)
+        for name in pools:
+            cleanup(kube, names, name, namespace, rbac)
     return 0 if len(done) == len(faulty) else 1
 
 
@@ -737,6 +799,25 @@ def karpenter_report(args: argparse.Namespace, faulty: list[str], done: dict[str
             "karpenter": True,
             "parts": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                       for label, v in rows.items()}}
+
+
+def spread_name(base: str, j: int, shards: int) -> str:
+    """Pool ``j``'s name: ``<base>-<j>-<k>`` with the first ``k`` that puts it on shard ``j mod shards``,
+    so P pools spread over the shards as evenly as P allows (random names might all land on one)."""
+    k = 0
+    while shard_of(name := f"{base}-{j}-{k}", shards) != j % shards:
+        k += 1
+    return name
+
+
+def spread_faults(node_names: list[str], faults: int, pools: int) -> list[str]:
+    """``faults`` nodes spread evenly over the fleet and over the pools (node i is in pool i mod pools)."""
+    per_pool = [node_names[j::pools] for j in range(pools)]
+    out = []
+    for j, members in enumerate(per_pool):
+        count = faults // pools + (1 if j < faults % pools else 0)
+        out += members[:: max(1, len(members) // max(1, count))][:count]
+    return out
 
 
 def cleanup(kube: Kube, names: Any, pool: str, namespace: str, rbac: list[dict[str, Any]]) -> None:
