@@ -13,6 +13,7 @@ import pytest
 from autoclusters.controller.shards import lease_name, shard_of
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.kube import NotFound
+from autoclusters.names import EVENT_SUCCEEDED
 from tests.integration.controller_support import ControllerProcess, Env
 from tests.integration.helpers import wait_for
 
@@ -85,3 +86,25 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
     for i, c in enumerate(shards):
         other = nodes[1 - i]
         assert f"node {other} record" not in c.log(), f"shard {i} acted on the other shard's node {other}"
+
+
+def test_a_change_of_layout_resumes_the_repair_in_progress_on_the_pools_new_shard(
+        ctl: Env, shards: list[ControllerProcess]) -> None:
+    """The unsharded controller is replaced by two shards mid-repair (a change of N, rolled as
+    stop-old/start-new): the shard that owns the pool now carries the repair on from its record,
+    without a second reset, and the other shard never touches it."""
+    pool, (node,) = ctl.pool("auto", provider={"type": "simulated", "simulated": {"resetSeconds": 6}})
+    owner = shard_of(pool, 2)
+    ctl.raise_fault(node)
+    ctl.record_in(node, "Acting", timeout=30)  # the unsharded controller started the reset
+    for c in ctl.running():
+        if c not in shards:
+            c.terminate()
+    wait_for(f"shard {owner} leads", functools.partial(holds, ctl, lease_name(LEASE_NAME, 2, owner),
+                                                       f"shard-{owner}"), timeout=30)
+    record = ctl.record_in(node, "Succeeded", timeout=60)
+    assert record["status"]["attempts"] == 1 and [s["phase"] for s in record["status"]["steps"]].count("Acting") == 1
+    assert ctl.watcher.boot_changes.get(node) == 1  # resumed, not reset again
+    finishers = {e.get("reportingInstance") for e in ctl.events(node) if e.get("reason") == EVENT_SUCCEEDED}
+    assert finishers == {f"shard-{owner}"}, finishers
+    assert record["metadata"]["name"] not in shards[1 - owner].log()
