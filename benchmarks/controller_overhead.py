@@ -326,6 +326,9 @@ def main() -> int:
                     help="controller workers (default: the controller's own default)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", action="store_true", help="leave the pool, nodes and records behind")
+    ap.add_argument("--controller-source", default="",
+                    help="run the controller from this checkout (e.g. a git worktree of an older commit), so two "
+                         "controllers are compared with the same benchmark and cluster")
     ap.add_argument("-o", "--output", default="", help="also write the results as JSON here")
     ap.add_argument("--karpenter", action="store_true",
                     help="nodes launched by Karpenter (dev up --karpenter); replace faults through its provider")
@@ -486,7 +489,10 @@ def main() -> int:
         log = open(f"/tmp/controller-bench-{run_id}{suffix}.log", "wb")  # noqa: SIM115 - closed at the end
         ports.append(port)
         logs.append(log)
-        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        env = None
+        if args.controller_source:  # another checkout's controller, this benchmark and cluster
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.controller_source)}
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env))
     proc = procs[0]  # the one profiled, and the one whose CPU is followed second by second
 
     def scrape_one(port: int) -> dict[str, float]:
