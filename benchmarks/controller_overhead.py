@@ -474,7 +474,7 @@ def main() -> int:
     print(f"the nodes' labels and spec settled {time.monotonic() - t_settle:.0f} s after Ready "
           f"({idle_events.settling} changes of them seen meanwhile)", flush=True)
 
-    profile_out = args.profile or args.profile_idle
+    profile_out = os.path.abspath(args.profile or args.profile_idle) if (args.profile or args.profile_idle) else ""
     profiler = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiled.py"), profile_out] \
         if profile_out else []
     ports, procs, logs = [], [], []
@@ -489,10 +489,13 @@ def main() -> int:
         log = open(f"/tmp/controller-bench-{run_id}{suffix}.log", "wb")  # noqa: SIM115 - closed at the end
         ports.append(port)
         logs.append(log)
-        env = None
+        env, cwd = None, None
         if args.controller_source:  # another checkout's controller, this benchmark and cluster
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.controller_source)}
-        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env))
+            # `python -m` puts the working directory first on sys.path: the checkout's own too
+            cwd = os.path.abspath(args.controller_source)
+            env = {**os.environ, "PYTHONPATH": cwd}
+        procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      env=env, cwd=cwd))
     proc = procs[0]  # the one profiled, and the one whose CPU is followed second by second
 
     def scrape_one(port: int) -> dict[str, float]:
