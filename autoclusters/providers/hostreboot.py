@@ -109,9 +109,9 @@ class HostRebootProvider:
         self.image = image
         self.timeout = timeout
         self._nodes = nodes  # the controller's cache: the node is read there, not from the API
-        # Operations whose Job the last look found: each poll looks (progress) and then drives,
-        # and the drive need not read the Job again. Emptied when the look finds none or the
-        # operation ends, so a Job deleted by hand is looked for again as before.
+        # Operations whose last look (progress) found their Job running: each poll looks and then
+        # drives, and the drive need not read the Job again. Every look starts by forgetting it,
+        # so a Job deleted by hand, or an operation that ended, is looked for again as before.
         self._seen: set[str] = set()
 
     def _path(self, op: Operation | None = None) -> str:
@@ -151,22 +151,18 @@ class HostRebootProvider:
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
         if op.action != RepairAction.RESET:
             return ProviderView(ProviderState.FAILED, "the hostReboot provider cannot replace a node")
+        self._seen.discard(op.id)
         current = lookup(node)
         if current is None:
-            self._seen.discard(op.id)
             return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its host reboot")
         if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
-            self._seen.discard(op.id)
             self._delete(op)
             return ProviderView(ProviderState.SUCCEEDED)
         job = self._job(op)
         if job is None:
-            self._seen.discard(op.id)
             return ProviderView(ProviderState.NOT_STARTED)
-        self._seen.add(op.id)
         failed = _job_condition(job, "Failed")
         if failed is not None:
-            self._seen.discard(op.id)
             return ProviderView(ProviderState.FAILED, (
                 f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
                 f"{failed.get('message', '').rstrip('.')}); see `kubectl -n {self.namespace} logs job/{job_name(op)}` "
@@ -176,7 +172,6 @@ class HostRebootProvider:
         deadline = started + timedelta(seconds=self.timeout)
         now = self._clock.now()
         if now >= deadline:
-            self._seen.discard(op.id)
             done = _job_condition(job, "Complete") is not None
             self._delete(op)
             what = ("the reboot command ran, but the node did not come back" if done
@@ -185,4 +180,5 @@ class HostRebootProvider:
                 f"{what}: node {node} was not Ready with a new boot id {int(self.timeout)}s after {self._where(op)} "
                 "started; the Job was deleted; look at the host's console (BMC) and `kubectl describe node "
                 f"{node}`"))
+        self._seen.add(op.id)
         return ProviderView(ProviderState.RUNNING, next_check=min(2.0, (deadline - now).total_seconds()))
