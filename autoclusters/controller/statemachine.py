@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 import autoclusters.controller.messages as words
@@ -29,6 +29,7 @@ from autoclusters import names as n
 # The enums of the API are written once in autoclusters/api.py; import them from there (mypy's
 # implicit_reexport = false for this module, pyproject.toml, rejects importing them from here).
 from autoclusters.api import IN_PROGRESS, TERMINAL, ConsentMode, Phase, RepairAction
+from autoclusters.clock import utc_iso
 
 
 class Outcome(StrEnum):
@@ -486,14 +487,10 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
     started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
                   node_was_cordoned=o.node.unschedulable, pre_drain_deadline=evict_by, eviction_started=None)
     reason = drain_reason(s.fault, s.name)
-    warning = words.drain_warning(s.action, _rfc3339(evict_by), wait, reason)
+    warning = words.drain_warning(s.action, utc_iso(evict_by), wait, reason)
     warn = Warn(evict_by, reason, slinky=p.slinky, call_hook=True)
     return Decision(started, (EnsureMarked(cordon=True, warning=warn), warn,
                               Emit(n.EVENT_STARTED, msg), Emit(n.EVENT_DRAIN_WARNING, warning)), 0)
-
-
-def _rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _draining(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
@@ -516,7 +513,7 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: RepairPoli
             # arrived since): written again, without calling the hook a second time
             warn = Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky)
             actions = (EnsureMarked(cordon=True, warning=warn), warn)
-        waiting = words.drain_waiting(_rfc3339(evict_by), pending)  # the record shows who holds the drain
+        waiting = words.drain_waiting(utc_iso(evict_by), pending)  # the record shows who holds the drain
         return Decision(s if s.message == waiting else replace(s, message=waiting), actions,
                         min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
     waited = bool(p.acknowledgers) or bool(o.pods.wait_acks)
