@@ -6,11 +6,13 @@ annotations), so the operation survives a controller restart: ``drive`` reads th
 first and only moves it forward. In the controller it reads the node from the controller's
 informer cache (no request; its own writes go into the cache at once), elsewhere from the API.
 
-- reset: one node patch records the operation and the boot id before it, and asks the
-  simulated host to reboot until ``reset_seconds`` from now (``sim.hosts.reboot_request``);
+- reset: one node patch records the operation and asks the simulated host to reboot until
+  ``reset_seconds`` from now (``sim.hosts.reboot_request``);
   kwok's stages (``sim/kwok-stages.yaml``) play the reboot: NotReady, then at that time Ready
   with a new ``bootID`` and the request removed, as a VM's kubelet reports after a reset.
-  Done when the request is gone and the boot id changed.
+  Done when the request is gone and the boot id differs from ``Operation.boot_id_before``
+  (the boot id the controller saw when it began the operation, kept in the repair record, as
+  every provider reads it; nothing else needs it, so the node does not carry a copy).
 - replace: after ``replace_seconds`` a node with a name derived from the operation id joins
   the pool with the old node's labels and shape, then the old node is deleted.
 - ``sim.autoclusters.io/fail-reset: "true"`` / ``fail-replace: "true"`` on a node make the
@@ -37,7 +39,6 @@ from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, reboot_request
 PREFIX = "sim.autoclusters.io"
 ANN_OPERATION = f"{PREFIX}/operation"
 ANN_STARTED = f"{PREFIX}/operation-started"
-ANN_BOOT_BEFORE = f"{PREFIX}/boot-id-before"  # the node's bootID when the reset began
 ANN_FAILED = f"{PREFIX}/operation-failed"
 ANN_FAIL_RESET = f"{PREFIX}/fail-reset"
 ANN_FAIL_REPLACE = f"{PREFIX}/fail-replace"
@@ -100,7 +101,7 @@ class SimulatedProvider:
                 return ProviderView(ProviderState.FAILED, f"node {node} disappeared during the reset")
             if ann.get(ANN_OPERATION) != op.id:
                 return ProviderView(ProviderState.NOT_STARTED)
-            if REBOOT not in ann and _boot_id(current) != ann.get(ANN_BOOT_BEFORE, ""):
+            if REBOOT not in ann and _boot_id(current) != op.boot_id_before:
                 return ProviderView(ProviderState.SUCCEEDED)
             return ProviderView(ProviderState.RUNNING, next_check=self._until(ann.get(REBOOT_UNTIL)))
         new = self.replacement_name(op, pool)
@@ -141,7 +142,7 @@ class SimulatedProvider:
         return started is None or self._clock.now() >= started + timedelta(seconds=seconds)
 
     def _drive_reset(self, op: Operation, node: dict[str, Any]) -> None:
-        """One request: the operation, the boot id before it and the reboot, in one node patch.
+        """One request: the operation and the reboot, in one node patch.
         Started (or failed) already: the simulated host does the rest."""
         name = node["metadata"]["name"]
         if _annotations(node).get(ANN_OPERATION) == op.id:
@@ -150,7 +151,7 @@ class SimulatedProvider:
             self._patch(name, {ANN_OPERATION: op.id, ANN_FAILED: op.id})
             return
         until = self._clock.now() + timedelta(seconds=self.reset_seconds)
-        self._mark_started(name, op, {ANN_BOOT_BEFORE: _boot_id(node), **reboot_request(op.id, until)})
+        self._mark_started(name, op, {**reboot_request(op.id, until)})
 
     def _drive_replace(self, op: Operation, node: str, pool: str, current: dict[str, Any] | None) -> None:
         new = self.replacement_name(op, pool)

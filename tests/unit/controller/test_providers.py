@@ -20,7 +20,7 @@ from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
-from autoclusters.sim.provider import ANN_FAIL_RESET, SimulatedProvider
+from autoclusters.sim.provider import ANN_FAIL_RESET, ANN_OPERATION, ANN_STARTED, SimulatedProvider
 from tests.unit.controller.harness import KwokReboots
 from tests.unit.fakeapi import FakeApi
 
@@ -225,6 +225,19 @@ def test_a_simulated_reset_is_done_only_with_a_new_boot_id(sim_env) -> None:
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
     later = Operation("n1-abc-2", RepairAction.RESET, clock.now())
     assert provider.progress(later, "n1", "p", lookup).state == ProviderState.NOT_STARTED  # another operation's
+
+
+def test_a_simulated_reset_judges_the_boot_id_by_the_operation_the_node_keeps_no_copy(sim_env) -> None:
+    _clock, api, provider, op = sim_env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
+    provider.drive(op, "n1", "p")
+    ann = (api.read("/api/v1/nodes/n1") or {})["metadata"]["annotations"]
+    sim_keys = {k for k in ann if k.startswith("sim.autoclusters.io/")}
+    assert sim_keys == {ANN_OPERATION, ANN_STARTED, REBOOT, REBOOT_UNTIL}  # no boot id of its own
+    api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["annotations"].pop(REBOOT))  # bootID still boot-1
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+    recorded = Operation(op.id, op.action, op.started, boot_id_before="boot-0")  # the record saw another boot
+    assert provider.progress(recorded, "n1", "p", lookup).state == ProviderState.SUCCEEDED
 
 
 def test_a_simulated_reset_fails_on_request_and_when_the_node_goes(sim_env) -> None:

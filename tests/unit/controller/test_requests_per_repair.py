@@ -66,7 +66,7 @@ CONTROLLER = Counter({
     ("PATCH", "nodes"): 2,  # marked + cordoned + warned in one patch; unmarked + uncordoned in one
     ("POST", "events"): 5,  # Required, Scheduled, Started, DrainWarning, Succeeded: the contract's events
 })
-PROVIDER = Counter({("PATCH", "nodes"): 1})  # the reset asked for: operation, boot id before, reboot
+PROVIDER = Counter({("PATCH", "nodes"): 1})  # the reset asked for: operation, reboot
 POOL = Counter({("PATCH", "gpunodepools/status"): 2})  # one faulty node more, one less
 
 
