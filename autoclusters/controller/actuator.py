@@ -73,8 +73,17 @@ class Actuator:
             pods: list[JSON] | None = None) -> JSON | None:
         """Carries out ``actions`` in order, one write per effect (the state machine's plan is
         normalised: no effect depends on the next); returns the node as last written (or the
-        one given). ``pods``: the node's pods as this reconcile listed them (None: list them)."""
+        one given). ``pods``: the node's pods as this reconcile listed them (None: list them).
+
+        A write that fails (an API error, a conflict lost five times, a timeout) stops the
+        writes after it, and the error is raised once the plan's announcements (its events and
+        notifications) have gone out: the state that asked for the plan is stored already, so
+        the next reconcile derives the writes again from it (a closed record's leftover marks
+        are removed by the cleanup), but nothing announces a step a second time, and an event
+        that waited for the write would be lost (a repair's ``MaintenanceSucceeded`` after a
+        failed unmark). The announcements never raise."""
         current = node_obj
+        failed: Exception | None = None
         for action in actions:
             if isinstance(action, Emit):
                 uid = ((current or {}).get("metadata") or {}).get("uid", "")
@@ -84,31 +93,44 @@ class Actuator:
                 self._notifier.notify(f"autoclusters: repair of node {node} needs a human", {
                     "node": node, "pool": state.pool if state else "", "record": state.name if state else "",
                     "fault": state.fault.key if state else "", "message": action.message})
-            elif isinstance(action, DriveProvider):
-                if provider is None:  # the next observation reports why (the pool's provider went away)
-                    log.warning("node %s: no provider to drive operation %s", node, action.operation.id)
-                    continue
+            elif failed is None:
                 try:
-                    provider.drive(action.operation, node, state.pool if state else "")
-                except ProviderError as e:  # a setting the provider refuses: its progress reports the failure
-                    log.warning("node %s: provider %s refused operation %s: %s", node, provider.name,
-                                action.operation.id, e)
-            elif current is None:
-                continue  # the node is gone: nothing to mark, cordon or drain
-            elif isinstance(action, EnsureMarked):
-                current = self.ensure_marked(current, cordon=action.cordon, warning=action.warning, state=state,
-                                             clear_warning=action.clear_warning)
-            elif isinstance(action, Warn):
-                if state is not None:
-                    self.warn(current, state, action, hook, pods)
-            elif isinstance(action, ClearWarning):
-                current = self.clear_warning(current)
-            elif isinstance(action, Unmark):
-                current = self.unmark(current, uncordon=action.uncordon)
-            elif isinstance(action, Cordon):
-                current = self.cordon(current)
-            elif isinstance(action, Drain):
-                self.drain(node, force=action.force, pods=pods)
+                    current = self._write(action, node, current, state, provider, hook, pods)
+                except Exception as e:  # noqa: BLE001 - raised below, after the announcements
+                    failed = e
+        if failed is not None:
+            raise failed
+        return current
+
+    def _write(self, action: Effect, node: str, current: JSON | None, state: RepairState | None,
+               provider: Provider | None, hook: PreDrainHook | None, pods: list[JSON] | None) -> JSON | None:
+        """One effect that writes (to the node, its pods or the provider); returns the node as
+        last written."""
+        if isinstance(action, DriveProvider):
+            if provider is None:  # the next observation reports why (the pool's provider went away)
+                log.warning("node %s: no provider to drive operation %s", node, action.operation.id)
+                return current
+            try:
+                provider.drive(action.operation, node, state.pool if state else "")
+            except ProviderError as e:  # a setting the provider refuses: its progress reports the failure
+                log.warning("node %s: provider %s refused operation %s: %s", node, provider.name,
+                            action.operation.id, e)
+        elif current is None:
+            pass  # the node is gone: nothing to mark, cordon or drain
+        elif isinstance(action, EnsureMarked):
+            current = self.ensure_marked(current, cordon=action.cordon, warning=action.warning, state=state,
+                                         clear_warning=action.clear_warning)
+        elif isinstance(action, Warn):
+            if state is not None:
+                self.warn(current, state, action, hook, pods)
+        elif isinstance(action, ClearWarning):
+            current = self.clear_warning(current)
+        elif isinstance(action, Unmark):
+            current = self.unmark(current, uncordon=action.uncordon)
+        elif isinstance(action, Cordon):
+            current = self.cordon(current)
+        elif isinstance(action, Drain):
+            self.drain(node, force=action.force, pods=pods)
         return current
 
     # --- labels, taint, cordon ---------------------------------------------------------------

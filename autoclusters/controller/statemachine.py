@@ -597,7 +597,9 @@ def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
 
 
 def _holding(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
-    """Failed / HumanNeeded: keep the node marked until its fault clears (or it is gone)."""
+    """Failed / HumanNeeded: keep the node marked, and without the warning, until its fault clears
+    (or it is gone). Marked and cleared as ``_failed`` left it, so a write of that step that
+    failed is made again here (nothing is written when the node already is)."""
     if not o.node.exists or o.fault is None:
         why = "the node is gone" if not o.node.exists else f"{s.fault.key} cleared"
         msg = f"{why}; closing the record (outcome {s.outcome})"
@@ -605,4 +607,4 @@ def _holding(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> 
         if o.node.exists:
             actions = (Unmark(uncordon=s.started and not s.node_was_cordoned), Emit(n.EVENT_FAULT_CLEARED, msg))
         return Decision(_to(s, Phase.CLOSED, now, msg, completed=s.completed or now), actions)
-    return Decision(s, (EnsureMarked(),))
+    return Decision(s, (EnsureMarked(clear_warning=True),))

@@ -24,7 +24,7 @@ from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import Shard
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.faults.catalog import load_catalog
-from autoclusters.kube import Kube
+from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
@@ -89,9 +89,12 @@ class KwokReboots:
 
 class Harness:
     def __init__(self, *, poll_seconds: float = 2.0, sim_seconds: float = 5.0, workers_race: bool = False,
-                 shard: Shard | None = None, world: Harness | None = None) -> None:
+                 shard: Shard | None = None, world: Harness | None = None, retry_errors: bool = False) -> None:
         """``shard``: the pools this controller owns (all by default); ``world``: another harness
-        whose fake API and clock this one shares (a second controller of the same cluster)."""
+        whose fake API and clock this one shares (a second controller of the same cluster);
+        ``retry_errors``: a reconcile that raises a ``KubeError`` is retried after the work queue's
+        backoff, as the manager's workers do (the errors are kept in ``errors``), instead of failing
+        the test."""
         self.clock: FakeClock = world.clock if world else FakeClock()
         self.api: FakeApi = world.api if world else FakeApi(clock=self.clock.now)
         self.kube: Kube = self.api.kube()
@@ -112,6 +115,8 @@ class Harness:
         self.detector_delay = 1.0  # seconds between a node's new boot id and the detector clearing its fault
         self._rebooted_at: dict[str, float] = world._rebooted_at if world else {}
         self.started = False
+        self.retry_errors = retry_errors
+        self.errors: list[tuple[str, KubeError]] = []
 
     # --- the world --------------------------------------------------------------------------
     def pool(self, name: str = "p", mode: str = "auto", **spec: Any) -> JSON:
@@ -204,8 +209,14 @@ class Harness:
             return None
         try:
             after = self.reconciler.reconcile(key)
+            self.queue.forget(key)
             if after is not None:
                 self.queue.add(key, after)
+        except KubeError as e:
+            if not self.retry_errors:
+                raise
+            self.errors.append((key, e))
+            self.queue.backoff(key)
         finally:
             self.queue.done(key)
         self.api.settle()

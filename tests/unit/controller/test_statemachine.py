@@ -256,7 +256,7 @@ def test_replace_failed_holds_labels_and_notifies() -> None:
     assert reasons(d) == [n.EVENT_FAILED] and any(isinstance(a, Notify) for a in d.actions)
     assert not any(isinstance(a, Unmark) for a in d.actions)
     held = run(d.state, obs())
-    assert held.state == d.state and held.actions == (EnsureMarked(),)
+    assert held.state == d.state and held.actions == (EnsureMarked(clear_warning=True),)
     closed = run(d.state, obs(fault=None))
     assert closed.state and closed.state.phase == Phase.CLOSED and closed.state.outcome == Outcome.FAILED
 
