@@ -133,7 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         os.makedirs(spool, exist_ok=True)
         log.info("serving simulated nodes %s from %s (window %.1fs)", args.node_selector, spool, args.window)
         fleet = SimulatedFleet(kube, clock, catalog, names, spool, args.node_selector, config)
-        _metrics(args, lambda render: render(fleet.agent_list(), fleet.writer, clock.monotonic()))
+        _metrics(args, lambda render: render(fleet.agent_list(), fleet.writer, clock.monotonic(),
+                                             informers=(fleet.nodes,), poll_errors=fleet.poll_errors))
         fleet.run(stop)
         return 0
     if not args.node:

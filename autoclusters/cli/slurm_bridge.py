@@ -7,6 +7,8 @@ import os
 import signal
 from typing import Any
 
+from autoclusters.cli.errors import CliError
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("slurm-bridge", help="drain, signal, requeue and resume Slurm nodes in step with repairs")
@@ -19,6 +21,9 @@ def register(sub: Any) -> None:
                      help="how often nodes and Slurm are looked at (default 2; env AUTOCLUSTERS_SLURM_POLL)")
     run.add_argument("--command-timeout", type=float, default=15.0,
                      help="seconds a Slurm command may take before it counts as failed (default 15)")
+    run.add_argument("--metrics-port", type=int, default=0,
+                     help="serve Prometheus metrics on this port (default: 0, off)")
+    run.add_argument("--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: 0.0.0.0)")
     run.set_defaults(func=_run)
 
 
@@ -32,6 +37,13 @@ def _run(args: argparse.Namespace) -> int:
     kube = load_kube(args.kubeconfig, user_agent="autoclusters-slurm-bridge")
     bridge = SlurmBridge(kube, Slurm(SubprocessRunner(env), timeout=args.command_timeout), names=Names.from_env(),
                          poll_seconds=args.poll_seconds)
+    if args.metrics_port:
+        from autoclusters.slurm.metrics import serve
+
+        try:
+            serve(bridge, args.metrics_port, args.metrics_address)
+        except OSError as e:
+            raise CliError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}") from e
 
     def stop(_sig: int, _frame: Any) -> None:
         bridge.stop()

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from autoclusters.kube import informer_metrics
+
 RequestCounts = Callable[[], dict[tuple[str, str, str], int]]
 
 
@@ -29,10 +31,8 @@ class Metrics:
         self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)
         self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
                                         registry=r)
-        self.informer_errors = Counter("autoclusters_informer_handler_errors_total",
-                                       "Changes of one object an informer's callback raised on (the object is "
-                                       "taken again at its next change or list; the log names it)",
-                                       ["informer"], registry=r)
+        self.informer_errors = Counter(informer_metrics.NAME, informer_metrics.HELP, [informer_metrics.LABEL],
+                                       registry=r)  # the name every process with informers exports
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
         self.shard = Gauge("autoclusters_controller_shard", "1, labelled with this process's shard and the number "
                            "of shards (sharding by pool; 0 of 1 when not sharded)", ["shard", "shards"], registry=r)

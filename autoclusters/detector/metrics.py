@@ -10,17 +10,20 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from autoclusters.detector.agent import NodeAgent
 from autoclusters.detector.writer import ConditionWriter
+from autoclusters.kube.informer_metrics import escape_label, text_lines
+
+if TYPE_CHECKING:
+    from autoclusters.kube.informer import Informer
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float) -> str:
-    """The exposition text for the agents' current state."""
+def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
+           informers: Iterable[Informer] = (), poll_errors: int | None = None) -> str:
+    """The exposition text for the agents' current state. A process that runs informers (the
+    simulated fleet) adds their handler errors, and one that polls many nodes its failed polls."""
     faults: Counter[tuple[str, str]] = Counter()
     unreadable: Counter[str] = Counter()
     nodes = 0
@@ -40,17 +43,25 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float) -> 
         "# TYPE autoclusters_detector_active_faults gauge",
     ]
     for (fc, state), n in sorted(faults.items()):
-        lines.append(f'autoclusters_detector_active_faults{{class="{_label(fc)}",state="{state}"}} {n}')
+        lines.append(f'autoclusters_detector_active_faults{{class="{escape_label(fc)}",state="{state}"}} {n}')
     lines += ["# HELP autoclusters_detector_unreadable_sources Nodes on which a fault source cannot be read.",
               "# TYPE autoclusters_detector_unreadable_sources gauge"]
     for source, n in sorted(unreadable.items()):
-        lines.append(f'autoclusters_detector_unreadable_sources{{source="{_label(source)}"}} {n}')
+        lines.append(f'autoclusters_detector_unreadable_sources{{source="{escape_label(source)}"}} {n}')
     lines += ["# HELP autoclusters_detector_condition_writes_total Condition patches written.",
               "# TYPE autoclusters_detector_condition_writes_total counter",
               f"autoclusters_detector_condition_writes_total {writer.writes}",
               "# HELP autoclusters_detector_condition_write_failures_total Condition patches that failed.",
               "# TYPE autoclusters_detector_condition_write_failures_total counter",
               f"autoclusters_detector_condition_write_failures_total {writer.failures}"]
+    if poll_errors is not None:
+        lines += ["# HELP autoclusters_detector_poll_errors_total Polls of one node that raised (the log names "
+                  "the node; it is polled again at the next round).",
+                  "# TYPE autoclusters_detector_poll_errors_total counter",
+                  f"autoclusters_detector_poll_errors_total {poll_errors}"]
+    informers = list(informers)
+    if informers:
+        lines += text_lines(informers)
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,11 @@ list-watch and its error policy) supplies the reboot signal: when a node's
 ``status.nodeInfo.bootID`` changes, its simulated hardware starts a new boot and its agent
 drops the faults of the old one. Nodes that disappear are dropped. The informer keeps
 only each node's name, resourceVersion and boot id, so thousands of nodes cost little.
+
+A node whose handling raises (the informer's handler, or its poll) is that node's error
+alone: logged with its name and counted, in the informer's ``handler_errors`` and the fleet's
+``poll_errors``, which the metrics endpoint exports (``autoclusters_informer_handler_errors_total``,
+``autoclusters_detector_poll_errors_total``).
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class SimulatedFleet:
         self._gone: set[str] = set()
         self._lock = threading.Lock()
         self._gpus = GpuIndex.simulated()
+        self.poll_errors = 0  # polls of one node that raised (logged with the node's name; polled again next round)
         self.nodes = Informer(kube, "/api/v1/nodes", self.on_node, label_selector=selector, watch_timeout=120,
                               name="simulated-nodes", transform=_boot_only)
 
@@ -140,7 +146,8 @@ class SimulatedFleet:
                     SimulatedHardware(self.spool, name).reboot(self.catalog)
                     agent.reboot()
                 agent.poll()
-            except Exception:
+            except Exception:  # this node's error alone: the others are polled, it is polled again next round
+                self.poll_errors += 1
                 log.exception("polling simulated node %s failed", name)
 
     def run(self, stop: threading.Event) -> None:

@@ -8,7 +8,8 @@ carries out its actions: ``scontrol``/``scancel`` on the Slurm
 side, one merge patch of our own annotation keys (the ack, the cordon marker) on the
 Kubernetes side, and events on the node. A failing node (a Slurm command that times out,
 a patch that is refused) is reported on that node and retried at the next poll; it never
-stops the others. A node it patched goes back into the informer's store at once, so the
+stops the others, and neither does an unexpected error on one node (logged with the node's
+name, counted in ``stats.node_errors``). A node it patched goes back into the informer's store at once, so the
 next poll never acts on an older copy than the one it wrote.
 
 What it did during a repair (which jobs it signalled, when, which it requeued) is kept in
@@ -47,10 +48,17 @@ ACKNOWLEDGER = "slurm"  # the name a pool lists in preDrain.acknowledgers
 
 @dataclass
 class BridgeStats:
+    """What the bridge did, for its log, its tests and its metrics (``slurm/metrics.py``)."""
+
     polls: int = 0
     actions: int = 0
-    errors: int = 0
+    poll_errors: int = 0  # whole polls that failed (the API server or sinfo)
+    node_errors: int = 0  # one node's sync that failed (the log names the node); the others went on
     last_error: str = ""
+
+    @property
+    def errors(self) -> int:
+        return self.poll_errors + self.node_errors
 
 
 @dataclass
@@ -68,6 +76,7 @@ class SlurmBridge:
         if self.recorder is None:
             self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
         self._stop = threading.Event()
+        self._bugs: dict[str, str] = {}  # node -> the unexpected error its last sync raised
         self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION, api.POOLS.plural),
                               _ignore, name=api.POOLS.plural)
         self.nodes = Informer(self.kube, "/api/v1/nodes", _ignore, name="nodes")
@@ -88,7 +97,7 @@ class SlurmBridge:
             try:
                 self.sync_once()
             except (KubeError, SlurmError) as e:  # the whole poll failed (API server or sinfo): retry
-                self.stats.errors += 1
+                self.stats.poll_errors += 1
                 self.stats.last_error = str(e)
                 log.warning("slurm bridge poll failed: %s", e)
             self._stop.wait(self.poll_seconds)
@@ -124,12 +133,25 @@ class SlurmBridge:
             try:
                 self._sync_node(node, pool, slurm_name, slurm_nodes.get(slurm_name))
             except (KubeError, SlurmError) as e:
-                self.stats.errors += 1
+                self.stats.node_errors += 1
                 self.stats.last_error = f"{name}: {e}"
                 log.warning("slurm bridge: node %s: %s", name, e)
                 self._event(node, d.Report(f"error:{e}", d.EVENT_FAILED, str(e), warning=True))
+            except Exception as e:  # a bug on this node is this node's alone: the others go on
+                self.stats.node_errors += 1
+                self.stats.last_error = f"{name}: {e!r}"
+                if self._bugs.get(name) != repr(e):  # the traceback once, not at every poll
+                    log.exception("slurm bridge: node %s: unexpected error; the other nodes go on, this one "
+                                  "is looked at again at the next poll", name)
+                else:
+                    log.warning("slurm bridge: node %s: the same unexpected error again: %r", name, e)
+                self._bugs[name] = repr(e)
+            else:
+                self._bugs.pop(name, None)
         for gone in set(self.memory) - seen:
             del self.memory[gone]
+        for gone in set(self._bugs) - seen:
+            del self._bugs[gone]
 
     # --- one node ------------------------------------------------------------------------------
     def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:

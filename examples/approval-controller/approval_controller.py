@@ -25,6 +25,10 @@ How it works:
   admission layer answering "no longer needs a repair") counts as done.
 - What it did is recorded three ways: an event on the node, an annotation on the node
   (``<domain>/approval-controller``), and a log line.
+- A node the watch's handler raises on is that node's error alone (the informer's policy):
+  logged with its name and counted; ``--metrics-port`` serves the count as
+  ``autoclusters_informer_handler_errors_total{informer="nodes-needing-repair"}``, the name
+  the controller uses too.
 
 Run ``python approval_controller.py --help`` (or ``python -m approval_controller`` from
 this directory); see README.md.
@@ -44,11 +48,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry, start_http_server
+
 from autoclusters.api import ConsentMode
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.kube import Kube, KubeError, NotFound, Unavailable, load_kube
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
+from autoclusters.kube.informer_metrics import HandlerErrors
 from autoclusters.names import Names
 from autoclusters.ops.approval import ApprovalStatus, approve_node
 from autoclusters.ops.resources import get_pool, labels_of
@@ -329,7 +336,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="try a failed preparation again after this long (default 60)")
     p.add_argument("--watch-timeout", type=int, default=300, metavar="SECONDS", help=argparse.SUPPRESS)
     p.add_argument("--domain", default=None, help="label domain (default: $AUTOCLUSTERS_DOMAIN or autoclusters.io)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics (the watch's handler errors) on this port (default: 0, off)")
+    p.add_argument("--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: 0.0.0.0)")
     return p.parse_args(argv)
+
+
+def metrics_registry(controller: ApprovalController) -> CollectorRegistry:
+    """The watch's handler errors, under the name every autoclusters process with informers exports."""
+    registry = CollectorRegistry()
+    registry.register(HandlerErrors(lambda: (controller.nodes,)))
+    return registry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         return 3
     controller = ApprovalController(kube, config, SystemClock())
+    if args.metrics_port:
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics_registry(controller))
+        except OSError as e:
+            log.error("cannot serve metrics on %s:%d: %s", args.metrics_address, args.metrics_port, e)
+            return 2
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping", signum)
@@ -363,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     controller.join(timeout=5)
     for ledger in controller.ledgers.values():
         log.info("%s", ledger.summary())
+    if controller.nodes.handler_errors:
+        log.warning("the watch's handler failed %d times (each logged above with its node)",
+                    controller.nodes.handler_errors)
     return 0
 
 

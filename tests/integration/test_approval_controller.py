@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.processes import free_port
 from autoclusters.kube import Kube
 from tests.integration.helpers import wait_for
 from tests.integration.ops_support import (
@@ -45,11 +47,11 @@ def approver_kubeconfig(cluster: ClusterHandle) -> Iterator[str]:
         cluster.kube.delete_object(obj)
 
 
-def start(kubeconfig: str, pool: str, prepare: str, log: Path) -> subprocess.Popen[bytes]:
+def start(kubeconfig: str, pool: str, prepare: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     out = log.open("wb")
     return subprocess.Popen(
         [sys.executable, str(EXAMPLE / "approval_controller.py"), "--kubeconfig", kubeconfig, "--pool", pool,
-         "--prepare", prepare, "--retry-after", "1", "--watch-timeout", "20"],
+         "--prepare", prepare, "--retry-after", "1", "--watch-timeout", "20", *extra],
         stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -83,7 +85,8 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
     prepare = (f'echo "$AUTOCLUSTERS_NODE $AUTOCLUSTERS_POOL $AUTOCLUSTERS_FAULT_REASON" >> {prepared}; '
                f'if [ "$AUTOCLUSTERS_NODE" = "{clears}" ]; then while [ ! -e {gate} ]; do sleep 0.1; done; fi')
     log = tmp_path / "controller.log"
-    proc = start(approver_kubeconfig, pool, prepare, log)
+    port = free_port()
+    proc = start(approver_kubeconfig, pool, prepare, log, "--metrics-port", str(port), "--metrics-address", "127.0.0.1")
     try:
         wait_for(f"the preparation step for {clears}",
                  lambda: prepared.exists() and clears in prepared.read_text(), timeout=30)
@@ -114,6 +117,8 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
                  lambda: labels(kube, newcomer).get(names.maintenance_approved) == "true", timeout=30)
         wait_for("the replaced node to leave the pool's ledger",
                  lambda: "repaired or replaced" in log.read_text(), timeout=10)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'autoclusters_informer_handler_errors_total{informer="nodes-needing-repair"} 0.0' in metrics
     finally:
         stop(proc)
         for obj in cluster.kube.list_nodes(label_selector=f"{names.pool_label} in ({pool},{other})"):

@@ -163,18 +163,24 @@ def test_a_warning_xid_is_an_event_not_a_condition(fleet: Fleet) -> None:
 
 def test_the_cli_serves_simulated_nodes_and_stops_cleanly(cluster: ClusterHandle, unique: str,
                                                           tmp_path: Path) -> None:
-    """``detector run --simulate`` and ``inject-fault`` as an operator runs them, spool found by env."""
+    """``detector run --simulate`` and ``inject-fault`` as an operator runs them, spool found by env;
+    its metrics endpoint serves the fleet's node watch and failed polls."""
     import os
     import subprocess
     import sys
+    import urllib.request
+
+    from autoclusters.devcluster.processes import free_port
 
     pool = f"detcli-{unique}"
     (node,) = cluster.create_gpu_nodes(pool, 1, prefix=pool)
     env = {**os.environ, "AUTOCLUSTERS_DETECTOR_SPOOL": str(tmp_path / "spool")}
     cmd = [sys.executable, "-m", "autoclusters.cli.main"]
+    port = free_port()
     agent = subprocess.Popen([*cmd, "detector", "run", "--simulate", "--kubeconfig", cluster.kubeconfig,
                               "--node-selector", f"{cluster.names.pool_label}={pool}", "--window", "1",
-                              "--poll-interval", "0.2"], env=env, stderr=subprocess.PIPE, text=True)
+                              "--poll-interval", "0.2", "--metrics-port", str(port), "--metrics-address",
+                              "127.0.0.1"], env=env, stderr=subprocess.PIPE, text=True)
     fleet = Fleet(cluster, pool, tmp_path / "spool", [node])
     try:
         fleet.wait_status(node, cluster.names.gpu_condition, "False", timeout=30)
@@ -183,6 +189,10 @@ def test_the_cli_serves_simulated_nodes_and_stops_cleanly(cluster: ClusterHandle
         assert '"node": "' + node in out.stdout
         cond = fleet.wait_status(node, cluster.names.gpu_condition, "True")
         assert cond["message"] == "GPU 6 reported Xid 79 (GPU has fallen off the bus)."
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "autoclusters_detector_nodes 1" in metrics
+        assert 'autoclusters_informer_handler_errors_total{informer="simulated-nodes"} 0' in metrics
+        assert "autoclusters_detector_poll_errors_total 0" in metrics
     finally:
         agent.terminate()
         rc = agent.wait(timeout=15)

@@ -7,6 +7,7 @@ from typing import Any
 
 from autoclusters.clock import FakeClock
 from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.metrics import render
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
@@ -79,6 +80,34 @@ def test_one_broken_node_does_not_stop_the_others(tmp_path: Path) -> None:
     seen(f, "b", "1")
     cycle(f, clock)
     assert list(f.agents) == ["a"] and gpu(kube, "a") == "False"
+    assert f.poll_errors == 1  # counted, and tried again at the next round
+    cycle(f, clock)
+    assert f.poll_errors == 2 and list(f.agents) == ["a"]
+    f.writer.close()
+
+
+def test_the_metrics_count_a_node_the_handler_or_the_poll_failed_on(tmp_path: Path, caplog) -> None:
+    """What ``detector run --simulate --metrics-port`` serves: the informer's handler errors
+    (the name every process with informers exports) and the failed polls, each logged with the node."""
+    _, clock, f = fleet(tmp_path)
+    handler = f.nodes._handler
+
+    def buggy(name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if name == "poison":  # a handler bug on one node stands in
+            raise ValueError("cannot take this node")
+        handler(name, old, new)
+
+    f.nodes._handler = buggy
+    (tmp_path / "b").write_text("a file where the node's directory should be")
+    for name in ("a", "poison", "b"):
+        seen(f, name, "1")
+    cycle(f, clock)
+    text = render(f.agent_list(), f.writer, clock.monotonic(), informers=(f.nodes,), poll_errors=f.poll_errors)
+    assert 'autoclusters_informer_handler_errors_total{informer="simulated-nodes"} 1' in text
+    assert "autoclusters_detector_poll_errors_total 1" in text  # b's poll; the poison node is polled fine
+    assert any("poison" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert any("node b failed" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert "autoclusters_informer_handler_errors_total" not in render(f.agent_list(), f.writer, clock.monotonic())
     f.writer.close()
 
 

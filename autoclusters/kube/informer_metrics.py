@@ -1,0 +1,53 @@
+"""The informers' handler errors as one Prometheus counter, in every process that runs informers.
+
+``autoclusters_informer_handler_errors_total{informer}`` counts the changes of one object an
+informer's handler raised on (``Informer.handler_errors``; the informer's log line names the
+object, and the object is handed over again at its next change or list). The controller, the
+Slurm bridge, the simulated detector fleet and the approval example export it under this one
+name and meaning, so one dashboard panel and one alert cover them all; any increase is a bug.
+
+Two forms of it: ``text_lines`` for an endpoint written with the standard library (the
+detector's: ``prometheus_client`` is a third of its memory budget), and ``HandlerErrors``, a
+collector for a ``prometheus_client`` registry (the library is imported only when it collects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autoclusters.kube.informer import Informer
+
+NAME = "autoclusters_informer_handler_errors"  # a counter: exported as NAME_total
+HELP = ("Changes of one object an informer's callback raised on (the object is taken again at its next "
+        "change or list; the log names it)")
+LABEL = "informer"  # the informer's name
+
+
+def escape_label(value: str) -> str:
+    """A label value as Prometheus' text format writes it."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def text_lines(informers: Iterable[Informer]) -> list[str]:
+    """The counter in Prometheus' text format, one sample per informer."""
+    lines = [f"# HELP {NAME}_total {HELP}", f"# TYPE {NAME}_total counter"]
+    for informer in informers:
+        lines.append(f'{NAME}_total{{{LABEL}="{escape_label(informer.name)}"}} {informer.handler_errors}')
+    return lines
+
+
+class HandlerErrors:
+    """A ``prometheus_client`` collector reading each informer's ``handler_errors`` at scrape time."""
+
+    def __init__(self, informers: Callable[[], Iterable[Informer]]) -> None:
+        self.informers = informers
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(NAME, HELP, labels=[LABEL])
+        for informer in self.informers():
+            family.add_metric([informer.name], informer.handler_errors)
+        yield family
