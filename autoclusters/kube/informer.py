@@ -16,7 +16,12 @@ fleet, the Slurm bridge, the approval example) is this class, with one error pol
   informer's name, for a metric), and the other objects of the list, the later events and
   the watch go on. The store keeps the object as the API server sent it, and the handler
   gets it again at its next event or list, so one object the handler cannot take (a
-  poison object) never stalls the others under the backoff.
+  poison object) never stalls the others under the backoff;
+- a ``transform`` that raises on one object is that object's error alone too, logged and
+  counted the same way: that version is not taken in (the store keeps what it held of the
+  object, the last version that transformed or nothing, and the handler hears nothing), the
+  watch goes on without a list, and the object is taken in at its next event or list that
+  transforms. Its deletion is never lost: a deletion event needs only the name.
 
 A fresh list replaces the store and reports the difference through the handler: every
 listed object as added or changed, every object that vanished meanwhile as deleted.
@@ -24,13 +29,24 @@ listed object as added or changed, every object that vanished meanwhile as delet
 reader that needs three fields of a node does not keep thousands of whole nodes in memory;
 it must keep ``metadata.name`` and ``metadata.resourceVersion``.
 
-The store and the handler never go back in time: an event (or a listed object) older than the
-version the store holds (our own write, ``upsert``, got there before the watch told of an
-earlier change) leaves the store as it is, and the handler is handed the store's version as
-the new one, with the older object as the old one, never the older object as the new one. It
-still hears of the change (our write may carry someone else's change it acted without seeing).
-Versions are compared as integers (etcd's); a version that is not one reads as 0, so such an
-object never counts as newer than another.
+The store and the handler never go back in time:
+
+- an event (or a listed object) older than the version the store holds (our own write,
+  ``upsert``, got there before the watch told of an earlier change) leaves the store as it
+  is, and the handler is handed the store's version as the new one, with the older object as
+  the old one, never the older object as the new one. It still hears of the change (our
+  write may carry someone else's change it acted without seeing);
+- an object the store holds that a list does not is gone only when the store's version is
+  not newer than the list's: one we wrote (created) after the list was answered stays, is
+  handed over unchanged (old and new the same), never as deleted; the watch, which starts at
+  the list's version, tells of anything that happens to it later, its deletion included;
+- an object we removed ourselves (``remove``) does not come back through a list answered
+  before the deletion or a watch event that lags behind it (a copy as old as the one removed
+  or older); a newer one (the name created again) is taken in.
+
+Versions are compared as integers (etcd's revisions), in one place (``_newer``); a version
+that is not an integer is newer and older than none, so then the latest word wins, the API
+server's or our own write's, as in an informer that compares nothing.
 """
 
 from __future__ import annotations
@@ -48,19 +64,42 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
 Transform = Callable[[JSON], JSON]
-ErrorHook = Callable[[str], None]  # called with the informer's name after its handler raised
+ErrorHook = Callable[[str], None]  # called with the informer's name after its transform or handler raised
 
 
-def _rv(obj: JSON | None) -> int:
+def _as_version(value: object) -> int | None:
+    """A resourceVersion as etcd's revision; None when it is not an integer."""
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion", 0))
+        return int(str(value)) if value is not None else None
     except ValueError:
-        return 0
+        return None
+
+
+def _version(obj: JSON | None) -> int | None:
+    return _as_version(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+
+
+def _newer(a: int | None, b: int | None) -> bool:
+    """Version ``a`` is newer than version ``b``: the module's one comparison of versions. A
+    version that is not an integer is newer and older than none, so the latest word wins."""
+    return a is not None and b is not None and a > b
 
 
 def _older(obj: JSON, than: JSON | None) -> bool:
     """``obj`` is an older version than ``than`` (the store's), by resourceVersion."""
-    return than is not None and _rv(than) > _rv(obj)
+    return than is not None and _newer(_version(than), _version(obj))
+
+
+def _before_removal(obj: JSON, removed: int | None) -> bool:
+    """``obj`` is the version we removed or an older one: a copy of the object as it was before
+    our removal, never a later one (an object created again under the name is newer)."""
+    version = _version(obj)
+    return removed is not None and version is not None and not _newer(version, removed)
+
+
+def _name(obj: JSON) -> str:
+    """The object's name as the API server sent it, for a log line about an object we cannot take."""
+    return str(((obj or {}).get("metadata") or {}).get("name") or "an object without a name")
 
 
 class Informer:
@@ -76,9 +115,13 @@ class Informer:
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._on_handler_error = on_handler_error
-        self.handler_errors = 0  # changes of one object the handler raised on (the informer's thread writes it)
+        # changes of one object the transform or the handler raised on (the informer's thread writes it)
+        self.handler_errors = 0
         self.name = name or path
         self._store: dict[str, JSON] = {}
+        # name -> version of the copy we removed (``remove``), until the API server's word on
+        # the name is newer than our removal (its deletion event, a list without it, a newer object)
+        self._removed: dict[str, int] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self._stop = threading.Event()
@@ -94,15 +137,24 @@ class Informer:
             return list(self._store.values())
 
     def upsert(self, obj: JSON) -> None:
-        """Our own write: keep it unless the store already holds a newer version."""
+        """Our own write: keep it unless the store already holds a newer version (or we removed
+        this version or a newer one)."""
         name = obj["metadata"]["name"]
         with self._lock:
+            if _before_removal(obj, self._removed.get(name)):
+                return
+            self._removed.pop(name, None)
             if not _older(obj, self._store.get(name)):
                 self._store[name] = obj
 
     def remove(self, name: str) -> None:
+        """Our own deletion: out of the store, and no copy as old as the one removed comes back
+        (a list answered before the deletion, a watch event that lags behind it)."""
         with self._lock:
-            self._store.pop(name, None)
+            gone = self._store.pop(name, None)
+            version = _version(gone)
+            if version is not None:
+                self._removed[name] = version
 
     # --- the loop --------------------------------------------------------------------
     def start(self) -> None:
@@ -114,19 +166,45 @@ class Informer:
 
     def _relist(self) -> str:
         items, rv = self._kube.list_with_version(self._path, label_selector=self._selector)
-        if self._transform is not None:
-            items = [self._transform(i) for i in items]
-        fresh = {i["metadata"]["name"]: i for i in items}
+        listed_at = _as_version(rv)
+        fresh: dict[str, JSON] = {}
+        untaken: set[str] = set()  # listed, but the transform raised on them
+        for item in items:
+            obj = self._take(item)
+            if obj is None:
+                untaken.add(_name(item))
+            else:
+                fresh[obj["metadata"]["name"]] = obj
+        changes: list[tuple[str, JSON | None, JSON | None]] = []
+        store: dict[str, JSON] = {}
         with self._lock:
-            old = self._store
-            listed = {name: obj for name, obj in fresh.items() if _older(obj, old.get(name))}
-            fresh.update((name, old[name]) for name in listed)  # our own writes made since the list
-            self._store = fresh
-        for name, obj in fresh.items():
-            self._deliver(name, listed.get(name) or old.get(name), obj)
-        for name, obj in old.items():
-            if name not in fresh:
-                self._deliver(name, obj, None)
+            old, removed = self._store, self._removed
+            # the removals the list cannot settle: it predates them (their deletion events are to
+            # come) or it holds a copy the transform could not take
+            self._removed = {name: removed[name] for name in untaken if name in removed}
+            for name, obj in fresh.items():
+                held = old.get(name)
+                if _before_removal(obj, removed.get(name)):
+                    self._removed[name] = removed[name]
+                elif held is not None and _older(obj, held):  # our own write made since the list: it stays
+                    store[name] = held
+                    changes.append((name, obj, held))
+                else:
+                    store[name] = obj
+                    changes.append((name, held, obj))
+            for name, held in old.items():
+                if name in fresh:
+                    continue
+                if name in untaken:  # not taken in this time: the store keeps what it held of it
+                    store[name] = held
+                elif _newer(_version(held), listed_at):  # our own write made after the list was answered
+                    store[name] = held
+                    changes.append((name, held, held))
+                else:
+                    changes.append((name, held, None))
+            self._store = store
+        for change in changes:
+            self._deliver(*change)
         self.synced.set()
         return rv
 
@@ -151,7 +229,7 @@ class Informer:
                 log.warning("%s: list or watch failed (%s); listing again in %.1fs", self.name, e, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._max_backoff)
-            except Exception:  # a bug (a transform that raised) must not kill the informer
+            except Exception:  # a bug of the informer's own must not kill it (one object's are caught per object)
                 rv = ""
                 log.exception("%s: unexpected error; listing again in %.1fs", self.name, delay)
                 self._stop.wait(delay)
@@ -159,33 +237,62 @@ class Informer:
 
     def _apply(self, event: JSON) -> str:
         """One watch event into the store and the handler; returns the resourceVersion it carries."""
-        obj = event.get("object") or {}
+        raw = event.get("object") or {}
         kind = event.get("type")
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
         if kind == "BOOKMARK":
             return rv
-        if self._transform is not None:
-            obj = self._transform(obj)
+        if kind == "DELETED":  # only the name is used: no transform, so no deletion is lost to one
+            name = raw["metadata"]["name"]
+            with self._lock:
+                old = self._store.pop(name, None)
+                self._removed.pop(name, None)
+            self._deliver(name, old, None)
+            return rv
+        obj = self._take(raw)
+        if obj is None:
+            return rv
         name = obj["metadata"]["name"]
-        new: JSON | None = None if kind == "DELETED" else obj
+        new: JSON | None = obj
         with self._lock:
+            if _before_removal(obj, self._removed.get(name)):
+                return rv  # a copy from before our own deletion: its deletion event is to come
+            self._removed.pop(name, None)
             old = self._store.get(name)
-            if new is None:
-                self._store.pop(name, None)
-            elif _older(obj, old):  # our own write got here first: it stays, and the handler sees it
+            if _older(obj, old):  # our own write got here first: it stays, and the handler sees it
                 old, new = obj, old
             else:
                 self._store[name] = obj
         self._deliver(name, old, new)
         return rv
 
+    def _take(self, obj: JSON) -> JSON | None:
+        """``obj`` as the store keeps it (the transform's); None when the transform raised on it:
+        that version is not taken in (see the module's policy)."""
+        if self._transform is None:
+            return obj
+        try:
+            out = self._transform(obj)
+            out["metadata"]["name"]  # the transform must keep the name
+            return out
+        except Exception:  # any transform bug: the other objects must still be taken in
+            name = _name(obj)
+            log.exception("%s: the transform failed on %s; the store keeps what it held of %s and takes it "
+                          "in at its next change or list", self.name, name, name)
+            self._count_error()
+            return None
+
     def _deliver(self, name: str, old: JSON | None, new: JSON | None) -> None:
         """One change to the handler; its error is this object's alone (see the module's policy)."""
         try:
             self._handler(name, old, new)
         except Exception:  # any handler bug: the other objects must still be delivered
-            self.handler_errors += 1
             log.exception("%s: the handler failed on %s; it gets %s again at its next change or list",
                           self.name, name, name)
-            if self._on_handler_error is not None:
-                self._on_handler_error(self.name)
+            self._count_error()
+
+    def _count_error(self) -> None:
+        """One object's error, its transform's or its handler's (logged by the caller with its name)."""
+        self.handler_errors += 1
+        if self._on_handler_error is not None:
+            self._on_handler_error(self.name)

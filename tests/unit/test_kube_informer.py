@@ -171,3 +171,73 @@ def test_an_event_or_a_list_older_than_our_own_write_regresses_neither_the_store
     assert seen == [("a", None, "1"), ("a", "11", "12"), ("a", "12", "12"), ("a", "20", "21")]
     assert handed[1] is ours
     assert inf.get("a") == obj("a", 21)
+
+
+def test_what_a_list_or_an_event_may_not_undo_of_our_own_writes_and_removals() -> None:
+    """Versions decide, one rule: an object the list lacks stays when the store's version is
+    newer than the list's (created after it was answered) and is deleted otherwise; an object we
+    removed does not come back with a copy as old as the one removed (a lagging event, an older
+    list), a newer one (created again) is taken in; a list whose version is not an integer
+    settles nothing by versions: what it lacks is gone."""
+    script: list[tuple[str, Any]] = []
+    inf, _, _, seen = informer(script)
+
+    def first_watch() -> Iterator[JSON]:
+        inf.upsert(obj("new", 25))  # created (at 25) after the next list (at 20) was answered
+        inf.remove("a")  # we deleted a (at version 1 in the store)
+        yield {"type": "MODIFIED", "object": obj("a", 1)}  # a lagging event of what we removed: ignored
+        inf.upsert(obj("a", 1))  # a late answer of a write made before the removal: refused
+        assert inf.get("a") is None
+        yield {"type": "ADDED", "object": obj("b", 12)}
+
+    def second_watch() -> Iterator[JSON]:
+        inf.remove("b")
+        inf.upsert(obj("later", 35))
+        inf.upsert(obj("gone", 25))
+        yield from ()
+
+    def third_watch() -> Iterator[JSON]:
+        assert inf.get("b") is None  # the list at 30 predates our removal of b
+        yield {"type": "DELETED", "object": obj("b", 31)}
+        yield {"type": "ADDED", "object": obj("b", 40)}  # b created again: taken in
+
+    script += [("list", ([obj("a", 1), obj("old", 2)], "10")),
+               ("watch", (first_watch(), KubeError("too old", status=410))),
+               ("list", ([obj("b", 12)], "20")),  # old was deleted before it, new was created after it
+               ("watch", (second_watch(), KubeError("too old", status=410))),
+               ("list", ([obj("b", 12), obj("new", 25)], "30")),  # later (35) is after it, gone (25) before
+               ("watch", (third_watch(), KubeError("too old", status=410))),
+               ("list", ([obj("b", 40)], "not-a-number"))]
+    inf._run()
+    assert ("a", None, "1") in seen and not [s for s in seen[1:] if s[0] == "a" and s[2] is not None]
+    assert [s for s in seen if s[0] in ("new", "old")] == [
+        ("old", None, "2"), ("old", "2", None), ("new", "25", "25"), ("new", "25", "25"), ("new", "25", None)]
+    assert [s for s in seen if s[0] in ("later", "gone")] == [
+        ("later", "35", "35"), ("gone", "25", None), ("later", "35", None)]
+    assert [s for s in seen if s[0] == "b"] == [
+        ("b", None, "12"), ("b", "12", "12"), ("b", None, None), ("b", None, "40"), ("b", "40", "40")]
+    assert [o["metadata"]["name"] for o in inf.items()] == ["b"]
+
+
+def test_a_transform_that_raises_keeps_the_stored_version_loses_no_deletion_and_never_relists() -> None:
+    def picky(o: JSON) -> JSON:
+        if o.get("bad"):
+            raise KeyError("status")
+        return o
+
+    inf, kube, stop, seen = informer([
+        ("list", ([obj("a", 1), obj("b", 2, bad=True), obj("c", 3)], "10")),
+        ("watch", ([{"type": "MODIFIED", "object": obj("a", 11, bad=True)},
+                    {"type": "MODIFIED", "object": obj("c", 12, bad=True)},
+                    {"type": "DELETED", "object": obj("c", 13, bad=True)}], KubeError("too old", status=410))),
+        ("list", ([obj("a", 11, bad=True), obj("b", 14)], "20")),
+        ("watch", ([{"type": "MODIFIED", "object": obj("a", 21)}], None)),
+    ], transform=picky)
+    inf._run()
+    assert kube.calls == ["list", "watch@10", "list", "watch@20", "watch@21"] and stop.waits == []
+    assert seen == [("a", None, "1"), ("c", None, "3"),
+                    ("c", "3", None),  # its deletion, whatever its last version was
+                    ("b", None, "14"),  # taken in once it transforms; a kept as it was (1), not deleted
+                    ("a", "1", "21")]
+    assert inf.handler_errors == 4  # b and a in the first list and events, c's event, a in the second list
+    assert inf.get("a") == obj("a", 21)

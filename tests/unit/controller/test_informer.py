@@ -181,3 +181,211 @@ def test_a_poison_object_is_tried_again_at_the_next_list() -> None:
     assert inf.handler_errors == 1
     inf.stop()
     api.close()
+
+
+def _expire_the_watch(api: FakeApi, plural: str) -> None:
+    """Ends the open watches and answers the next watch of ``plural`` 410 Gone (its history was
+    compacted away): that informer lists again at once, the others resume their watches."""
+    def gone(req: Request) -> None:
+        if req.verb == "WATCH" and req.resource == plural and gone in api.before:
+            api.before.remove(gone)
+            raise ApiError(410, "too old resource version")
+
+    api.min_watchers = 0
+    api.before.append(gone)
+    api.close()
+    _wait("the watches to end", lambda: api.watching(plural) == 0)
+    api.closed = False
+
+
+def _on_list(kube: Any, path: str, then: Callable[[int], None]) -> list[int]:
+    """Calls ``then(n)`` once the n-th list of ``path`` is answered, before the informer applies
+    it: what the controller does meanwhile (a create, a delete) is after the list's snapshot."""
+    answered: list[int] = []
+    listed = kube.list_with_version
+
+    def list_with_version(listed_path: str, **kw: Any) -> tuple[list[JSON], str]:
+        answer = listed(listed_path, **kw)
+        if listed_path == path:
+            answered.append(len(answered) + 1)
+            then(len(answered))
+        return answer
+
+    kube.list_with_version = list_with_version
+    return answered
+
+
+def _changes(seen: list[tuple[str, JSON | None, JSON | None]], name: str) -> list[tuple[str | None, str | None]]:
+    rv = lambda o: None if o is None else o["metadata"]["resourceVersion"]  # noqa: E731
+    return [(rv(old), rv(new)) for n, old, new in seen if n == name]
+
+
+def test_an_object_created_after_the_list_was_answered_survives_the_relist_never_seen_deleted() -> None:
+    """The controller creates b (and puts its answer into the store) after the relist's list
+    was answered: the list cannot hold it. b stays in the store, is handed over unchanged, and
+    never as deleted; the watch, from the list's version, then brings b's own event. a, deleted
+    while the watch was down, is deleted; c, which we wrote before the list and someone deleted
+    before it too, is deleted as well (its version is not newer than the list's)."""
+    api = FakeApi()
+    for name in ("a", "c"):
+        api.put("/api/v1/nodes", _node(name))
+    kube = api.kube()
+    seen: list[tuple[str, JSON | None, JSON | None]] = []
+    inf = Informer(kube, "/api/v1/nodes", lambda n, o, w: seen.append((n, o, w)), name="nodes")
+
+    def meanwhile(n: int) -> None:
+        if n == 2:
+            created = kube.create("/api/v1/nodes", _node("b"))
+            inf.upsert(created)
+            assert inf.get("b") == created
+
+    answered = _on_list(kube, "/api/v1/nodes", meanwhile)
+    inf.start()
+    assert inf.synced.wait(5)
+    api.min_watchers = 1
+    api.settle()
+    inf.upsert(api.edit("/api/v1/nodes/c", lambda n: n["metadata"]["labels"].update(ours="1")))
+    api.settle()
+    _expire_the_watch(api, "nodes")
+    api.remove("/api/v1/nodes/a")
+    api.remove("/api/v1/nodes/c")
+    _wait("the relist", lambda: len(answered) == 2)
+    api.min_watchers = 1
+    api.settle()
+    b = api.read("/api/v1/nodes/b")
+    assert b is not None and inf.get("b") == b
+    rv_b = b["metadata"]["resourceVersion"]
+    assert _changes(seen, "b") == [(rv_b, rv_b), (rv_b, rv_b)]  # the relist's, then the watch's ADDED
+    assert _changes(seen, "a")[-1][1] is None and inf.get("a") is None
+    assert _changes(seen, "c")[-1][1] is None and inf.get("c") is None
+    assert [r.verb for r in api.requests].count("LIST") == 2
+    inf.stop()
+    api.close()
+
+
+def test_an_object_we_deleted_after_the_list_was_answered_is_not_brought_back() -> None:
+    """The controller deletes c (``remove``) after the relist's list, which still holds c, was
+    answered: c stays out of the store and is never handed over as added again; the watch then
+    tells of its deletion. An object created again under the name is taken in."""
+    api = FakeApi()
+    for name in ("a", "c"):
+        api.put("/api/v1/nodes", _node(name))
+    kube = api.kube()
+    seen: list[tuple[str, JSON | None, JSON | None]] = []
+    inf = Informer(kube, "/api/v1/nodes", lambda n, o, w: seen.append((n, o, w)), name="nodes")
+
+    def meanwhile(n: int) -> None:
+        if n == 2:
+            kube.delete("/api/v1/nodes/c")
+            inf.remove("c")
+
+    answered = _on_list(kube, "/api/v1/nodes", meanwhile)
+    inf.start()
+    assert inf.synced.wait(5)
+    api.min_watchers = 1
+    api.settle()
+    rv_c = inf.get("c")["metadata"]["resourceVersion"]  # type: ignore[index]
+    _expire_the_watch(api, "nodes")
+    _wait("the relist", lambda: len(answered) == 2)
+    api.min_watchers = 1
+    api.settle()
+    assert inf.get("c") is None
+    assert _changes(seen, "c") == [(None, rv_c), (None, None)]  # the first list's, then the watch's DELETED
+    again = kube.create("/api/v1/nodes", _node("c"))
+    api.settle()
+    assert inf.get("c") == again and _changes(seen, "c")[-1] == (None, again["metadata"]["resourceVersion"])
+    inf.stop()
+    api.close()
+
+
+def test_a_transform_that_raises_on_one_object_skips_it_without_a_relist_and_the_others_flow(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A transform that cannot take one object (a malformed node): the list still ends, the
+    others are stored and handed over, the watch opens and later changes flow, all without a
+    second list; the object is logged by name and counted, and taken in once it transforms. An
+    object already stored keeps its last good version while a newer one does not transform."""
+    api = FakeApi()
+    for name in ("a", "bad", "b"):
+        api.put("/api/v1/nodes", _node(name, **({"broken": "1"} if name == "bad" else {})))
+    seen: list[tuple[str, JSON | None, JSON | None]] = []
+    counted: list[str] = []
+
+    def strict(node: JSON) -> JSON:
+        if "broken" in node["metadata"]["labels"]:
+            raise ValueError("a node this reader cannot take")
+        return node
+
+    inf = Informer(api.kube(), "/api/v1/nodes", lambda n, o, w: seen.append((n, o, w)), name="nodes",
+                   transform=strict, backoff=0.01, on_handler_error=counted.append)
+    with caplog.at_level(logging.ERROR, logger="autoclusters.kube.informer"):
+        inf.start()
+        assert inf.synced.wait(5), "the list never ended: one object's transform error stalled the informer"
+        api.min_watchers = 1
+        api.settle()
+        assert sorted(o["metadata"]["name"] for o in inf.items()) == ["a", "b"]
+        assert [n for n, _, _ in seen] == ["a", "b"]
+        assert inf.handler_errors == 1 and counted == ["nodes"]
+        assert [r.getMessage() for r in caplog.records if "bad" in r.getMessage()]
+
+        good_a = inf.get("a")
+        api.edit("/api/v1/nodes/a", lambda n: n["metadata"]["labels"].update(broken="1"))
+        api.put("/api/v1/nodes", _node("c"))
+        api.edit("/api/v1/nodes/bad", lambda n: n["metadata"]["labels"].update(gen="2"))  # still broken
+        api.settle()
+    assert [n for n, _, _ in seen[2:]] == ["c"]
+    assert inf.get("a") is good_a and inf.get("bad") is None  # the last good version; nothing for bad
+    assert inf.handler_errors == 3 and counted == ["nodes"] * 3
+    healed = api.edit("/api/v1/nodes/bad", lambda n: n["metadata"]["labels"].pop("broken"))
+    api.edit("/api/v1/nodes/a", lambda n: n["metadata"]["labels"].pop("broken"))
+    api.remove("/api/v1/nodes/b")
+    api.settle()
+    assert inf.get("bad") == healed and _changes(seen, "bad") == [(None, healed["metadata"]["resourceVersion"])]
+    assert _changes(seen, "a")[-1][0] == good_a["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert inf.get("b") is None and inf.handler_errors == 3
+    assert [r.verb for r in api.requests] == ["LIST", "WATCH"]  # no relist, no backoff
+    inf.stop()
+    api.close()
+
+
+def test_a_record_started_after_the_list_keeps_its_pools_slot_across_the_relist() -> None:
+    """What the relist gap cost the controller: a repair record created (and moved to Draining)
+    after the relist's list was answered was handed to the cache as deleted, so its pool's
+    repair looked finished, its slot free, and the pool's held repairs were woken to start past
+    maxConcurrentRepairs. Now the record keeps its slot and nothing is woken."""
+    from autoclusters import api as crd
+    from autoclusters.controller.cache import Fleet
+    from autoclusters.faults.catalog import load_catalog
+    from autoclusters.kube import Kube
+    from autoclusters.names import Names
+
+    names = Names()
+    records = Kube.custom_path(names.api_group, crd.VERSION, crd.REMEDIATIONS.plural)
+    api = FakeApi()
+    kube = api.kube()
+    queued: list[str] = []
+    fleet = Fleet(kube, names, load_catalog(), queued.append)
+
+    def record(name: str, node: str, phase: str) -> JSON:
+        kube.create(records, {"metadata": {"name": name}, "spec": {"node": node, "pool": "a"}})
+        return kube.patch(f"{records}/{name}/status", {"status": {"phase": phase}})
+
+    record("held", "n-held", "Scheduled")  # waits for a slot
+
+    def meanwhile(n: int) -> None:
+        if n == 2:  # the controller starts a repair; its writes go into the store at once
+            fleet.record_written(record("started", "n-started", "Draining"))
+
+    answered = _on_list(kube, records, meanwhile)
+    fleet.start(timeout=5)
+    api.min_watchers = 4
+    api.settle()
+    assert fleet.in_progress("a") == 0
+    queued.clear()
+    _expire_the_watch(api, crd.REMEDIATIONS.plural)
+    _wait("the relist", lambda: len(answered) == 2)
+    api.min_watchers = 4
+    api.settle()
+    assert fleet.in_progress("a") == 1
+    assert "n-held" not in queued, "the held repair was woken: the started one looked finished"
+    fleet.stop()
+    api.close()
