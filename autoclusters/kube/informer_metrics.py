@@ -1,8 +1,8 @@
 """The informers' handler errors as one Prometheus counter, in every process that runs informers.
 
 ``autoclusters_informer_handler_errors_total{informer}`` counts the changes of one object an
-informer's handler raised on (``Informer.handler_errors``; the informer's log line names the
-object, and the object is handed over again at its next change or list). The controller, the
+informer's transform or handler raised on (``Informer.handler_errors``; the informer's log line
+names the object, and the object is taken again at its next change or list). The controller, the
 Slurm bridge, the simulated detector fleet and the approval example export it under this one
 name and meaning, so one dashboard panel and one alert cover them all; any increase is a bug.
 
