@@ -8,7 +8,9 @@ renamed metric cannot silently blank a panel.
 Metrics (``autoclusters.controller.metrics.Metrics``): ``autoclusters_faults_total{fault_class}``,
 ``autoclusters_repairs_phase_total{phase}``, ``autoclusters_repairs_outcome_total{action,outcome}``,
 ``autoclusters_repair_phase_seconds{phase}`` (histogram), ``autoclusters_circuit_breaker_open{pool}``,
-``autoclusters_workqueue_depth``, ``autoclusters_reconcile_errors_total``, ``autoclusters_controller_leader``.
+``autoclusters_workqueue_depth``, ``autoclusters_reconcile_errors_total``, ``autoclusters_controller_leader``,
+``autoclusters_controller_shard{shard,shards}``, ``autoclusters_informer_handler_errors_total{informer}``
+(which the Slurm bridge, the simulated fleet and the approval example export too).
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ JSON = dict[str, Any]
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 UID = "autoclusters-overview"
+
+# Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
+# joined by its scrape target (``job``, ``instance``: every Prometheus puts both on every
+# series it scrapes) to its shard gauge. ``max`` over all replicas
+# would hide a shard without a leader behind another shard's; docs/operations.md gives the
+# alert as this expression ``== 0`` (a unit test keeps the two equal).
+LEADERS_PER_SHARD = ("sum by (shard, shards) (autoclusters_controller_leader * on(job, instance) "
+                     "group_left(shard, shards) autoclusters_controller_shard)")
 
 
 def _target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> JSON:
@@ -102,21 +112,35 @@ def dashboard() -> JSON:
     lay.add(_stat("Open circuit breakers", "sum(autoclusters_circuit_breaker_open) or vector(0)",
                   "Pools whose automatic repairs are paused because too large a share of their nodes is faulty "
                   "(a fleet-wide cause such as a driver, firmware or fabric problem).",
-                  thresholds=[(None, "green"), (1, "red")]), 5, 4)
+                  thresholds=[(None, "green"), (1, "red")]), 4, 4)
     lay.add(_stat("Work queue depth", "sum(autoclusters_workqueue_depth) or vector(0)",
                   "Nodes and pools waiting for the controller to reconcile them. It should return to zero.",
-                  thresholds=[(None, "green"), (50, "orange"), (500, "red")]), 5, 4)
+                  thresholds=[(None, "green"), (50, "orange"), (500, "red")]), 4, 4)
     lay.add(_stat("Failed repairs (24h)",
                   'sum(increase(autoclusters_repairs_outcome_total{outcome="Failed"}[24h])) or vector(0)',
                   "Replacements that failed: each left its node marked for a human (MaintenanceActionFailed).",
-                  thresholds=[(None, "green"), (1, "red")]), 5, 4)
+                  thresholds=[(None, "green"), (1, "red")]), 4, 4)
     lay.add(_stat("Reconcile errors (1h)", "sum(increase(autoclusters_reconcile_errors_total[1h])) or vector(0)",
                   "Reconciles that failed and backed off (API errors, provider errors).",
-                  thresholds=[(None, "green"), (1, "orange"), (20, "red")]), 5, 4)
-    lay.add(_stat("Leader", "max(autoclusters_controller_leader) or vector(0)",
-                  "Whether one controller replica holds the leader lease. No leader: no repairs happen.",
-                  thresholds=[(None, "red"), (1, "green")],
-                  mappings=[{"type": "value", "options": {"0": {"text": "none"}, "1": {"text": "held"}}}]), 4, 4)
+                  thresholds=[(None, "green"), (1, "orange"), (20, "red")]), 4, 4)
+    lay.add(_stat("Informer handler errors (1h)",
+                  "sum(increase(autoclusters_informer_handler_errors_total[1h])) or vector(0)",
+                  "Changes of one object a watch's handler raised on, in every process scraped (the controller, "
+                  "and the Slurm bridge, the simulated fleet, the approval example where they serve metrics). "
+                  "Any is a bug: the process's log names the object.",
+                  thresholds=[(None, "green"), (1, "red")]), 4, 4)
+    leader = _stat("Leader per shard", LEADERS_PER_SHARD,
+                   "One value per shard: whether a replica of that shard holds its leader lease (one box "
+                   "unsharded). A shard without a leader repairs nothing in its pools. 'split': two replicas "
+                   "report the lease (a handover between two scrapes; a bug if it lasts). A shard none of whose "
+                   "replicas is scraped shows no box: count the boxes against 'of N'.",
+                   thresholds=[(None, "red"), (1, "green"), (2, "orange")],
+                   mappings=[{"type": "value", "options": {"0": {"text": "none"}, "1": {"text": "held"}}},
+                             {"type": "range", "options": {"from": 2, "to": None, "result": {"text": "split"}}}])
+    leader["targets"][0]["legendFormat"] = "shard {{shard}} of {{shards}}"
+    leader["options"]["textMode"] = "value_and_name"
+    leader["fieldConfig"]["defaults"]["noValue"] = "no controller scraped"
+    lay.add(leader, 4, 4)
 
     lay.row("Faults")
     lay.add(_timeseries("Faults by class", [_target(
@@ -158,7 +182,7 @@ def dashboard() -> JSON:
                   "{{phase}}", "Average seconds per phase over the selected range."), 24, 7)
     lay.panels[-1]["fieldConfig"]["defaults"].update({"unit": "s", "decimals": 1})
 
-    lay.row("Circuit breaker and work queue")
+    lay.row("Circuit breaker, work queue and informers")
     breaker = _timeseries("Circuit breaker by pool (1 = open)", [_target(
         'max by (pool) (autoclusters_circuit_breaker_open{pool=~"$pool"})', "{{pool}}")],
         "1 while a pool's breaker is open (RepairCircuitBreakerOpen event); it closes by itself when the faulty "
@@ -176,6 +200,11 @@ def dashboard() -> JSON:
         _target("sum(autoclusters_workqueue_depth)", "queue depth", "A"),
         _target("sum(increase(autoclusters_reconcile_errors_total[$__rate_interval]))", "reconcile errors", "B")],
         "Keys waiting for a reconcile, and reconciles that failed."), 12, 8)
+    lay.add(_timeseries("Informer handler errors by process and informer", [_target(
+        "sum by (job, informer) (increase(autoclusters_informer_handler_errors_total[$__rate_interval]))",
+        "{{job}} {{informer}}")],
+        "Changes of one object a watch's handler raised on; the object is handed over again at its next change. "
+        "Any is a bug to report: the process's log names the object, with a traceback.", bars=True), 24, 8)
 
     return {
         "uid": UID, "title": "autoclusters: GPU node repairs", "tags": ["autoclusters", "gpu", "kubernetes"],

@@ -5,9 +5,10 @@ import re
 from pathlib import Path
 
 from autoclusters.controller.metrics import Metrics
-from autoclusters.ops.dashboard import dashboard, render
+from autoclusters.ops.dashboard import LEADERS_PER_SHARD, dashboard, render
 
-SHIPPED = Path(__file__).resolve().parents[3] / "dashboards" / "autoclusters-grafana.json"
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "dashboards" / "autoclusters-grafana.json"
 
 
 def exported_names() -> set[str]:
@@ -41,8 +42,25 @@ def test_the_issue_asks_for_these_views() -> None:
     joined = " ".join(exprs())
     for metric in ("autoclusters_faults_total", "autoclusters_repairs_phase_total",
                    "autoclusters_repairs_outcome_total", "autoclusters_repair_phase_seconds_bucket",
-                   "autoclusters_circuit_breaker_open", "autoclusters_workqueue_depth"):
+                   "autoclusters_circuit_breaker_open", "autoclusters_workqueue_depth",
+                   "autoclusters_informer_handler_errors_total"):
         assert metric in joined
+
+
+def panel(title: str) -> dict:
+    (found,) = [p for p in dashboard()["panels"] if p["title"] == title]
+    return found
+
+
+def test_the_leader_is_shown_per_shard_as_the_documented_alert_counts_it() -> None:
+    """``max`` over all replicas hid a shard without a leader behind another shard's leader: the
+    panel has one value per shard, and the alert in docs/operations.md is the same expression."""
+    (target,) = panel("Leader per shard")["targets"]
+    assert target["expr"] == LEADERS_PER_SHARD and "by (shard, shards)" in LEADERS_PER_SHARD
+    assert "{{shard}}" in target["legendFormat"]
+    assert not any(re.search(r"max\(autoclusters_controller_leader\)", e) for e in exprs())
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{LEADERS_PER_SHARD} == 0`" in operations
 
 
 def test_panels_do_not_overlap_and_ids_are_unique() -> None:
