@@ -9,6 +9,9 @@ pools at their first step, before any index: only the pools' own objects and, fo
 record, which node has a repair of which pool in progress (a node with one belongs to that
 pool's shard, whatever its labels say now) are kept of the others. Every pool is parsed, since
 the membership rule needs them all to place a node, but only the shard's own are queued.
+A node in no pool and without a repair in progress is the shard's whose name it hashes to
+(``Shard.owns_unpooled``): that shard removes the marks a repair left on it, and for it alone
+also knows the node's closed records of other shards' pools (whether the repair cordoned it).
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class Fleet:
         # node -> {record: pool} of every shard's records in progress or not yet started
         # (kept only when sharded): the node belongs to the shard of its repair's pool
         self._repairs: dict[str, dict[str, str]] = {}
+        # node -> other shards' records of it (kept only when sharded; names only): read only for
+        # a node in no pool, whose leftovers this shard cleans (records_of)
+        self._foreign_records: dict[str, set[str]] = defaultdict(set)
         self.catalog = catalog
         self._enqueue = enqueue
         self._enqueue_pool = enqueue_pool or enqueue
@@ -319,12 +325,12 @@ class Fleet:
 
     def _owns_node(self, name: str, node: JSON) -> bool:
         """The node's repair in progress is of one of this shard's pools, or it has none and the
-        membership rule puts it in one of them."""
+        membership rule puts it in one of them, or in no pool and its name hashes to this shard."""
         repairs = self._repairs.get(name)
         if repairs:
             return any(self.shard.owns(pool) for pool in repairs.values())
         pool = self._membership.pool_of(node)
-        return pool is not None and self.shard.owns(pool)
+        return self.shard.owns_unpooled(name) if pool is None else self.shard.owns(pool)
 
     def owns(self, key: str) -> bool:
         """Whether a work-queue key (a node's name or ``pool:<name>``) is this shard's to reconcile."""
@@ -484,9 +490,18 @@ class Fleet:
         node = (obj.get("spec") or {}).get("node", "")
         pool = (obj.get("spec") or {}).get("pool", "")
         if self._sharded:
+            mine = self.shard.owns(pool)
+            if not mine and node:
+                with self._lock:
+                    if new is None:
+                        self._foreign_records[node].discard(name)
+                        if not self._foreign_records[node]:
+                            del self._foreign_records[node]
+                    else:
+                        self._foreign_records[node].add(name)
             if self._track_repairs(name, node, pool, new) and node:
                 self._refilter(node)
-            if not self.shard.owns(pool):
+            if not mine:
                 return  # another shard's record
         with self._lock:
             if new is None:
@@ -542,9 +557,17 @@ class Fleet:
             self._index_record(obj["metadata"]["name"], pool)
 
     def records_of(self, node: str) -> list[JSON]:
+        """The node's records of this shard's pools; sharded, for a node in no pool and without
+        a repair in progress (whose leftovers this shard cleans), also its closed records of
+        other shards' pools, as an unsharded controller sees them."""
+        foreign: list[str] = []
         with self._lock:
             names = list(self._records_by_node.get(node, ()))
+            if self._sharded and node in self._foreign_records and node in self._prints \
+                    and node not in self._node_pool and not self._repairs.get(node):  # indexed here, in no pool
+                foreign = list(self._foreign_records[node])
         out = [r for r in (self.record_informer.get(n) for n in names) if r is not None]
+        out += [r for r in (self.record_informer.get(n) for n in foreign) if r is not None and not rec.is_active(r)]
         return sorted(out, key=lambda r: r["metadata"].get("creationTimestamp", ""))
 
     def in_progress(self, pool: str, exclude: str = "") -> int:

@@ -7,7 +7,9 @@ whole pools and no shard needs to ask another anything. A pool belongs to shard
 every process and every Python (never the built-in ``hash``, which is randomized per process).
 A node belongs to the shard of the pool the membership rule puts it in (``deploy.membership``),
 or, while it has a repair in progress, to the shard of that repair's pool; a node in no pool
-and without a repair in progress is nobody's.
+and without a repair in progress belongs to the shard its own name hashes to
+(``shard_of_node``), which removes the marks a repair may have left on it (its pool deleted,
+or its pool label removed, while it was marked), as the unsharded controller does.
 
 Each shard elects its own leader on a Lease of its own (``lease_name``): with one shard the
 name is the unsharded one, so an upgrade keeps its lease; with N shards it names the shard and
@@ -45,6 +47,12 @@ def stable_hash(name: str) -> int:
 def shard_of(pool: str, shards: int) -> int:
     """The shard that owns ``pool`` in a layout of ``shards`` shards."""
     return stable_hash(pool) % shards if shards > 1 else 0
+
+
+def shard_of_node(node: str, shards: int) -> int:
+    """The shard that owns ``node`` while it is in no pool and has no repair in progress: the
+    one its name hashes to, as a pool's does (exactly one shard looks at it)."""
+    return stable_hash(node) % shards if shards > 1 else 0
 
 
 def check(shards: int, shard: int) -> None:
@@ -96,6 +104,11 @@ class Shard:
         if mine is None:
             mine = self._owned[pool] = shard_of(pool, self.shards) == self.shard
         return mine
+
+    def owns_unpooled(self, node: str) -> bool:
+        """Whether this shard owns ``node`` while it is in no pool and has no repair in progress
+        (not kept: node names come and go, pools stay)."""
+        return self.shards == 1 or shard_of_node(node, self.shards) == self.shard
 
 
 class LayoutGuard:

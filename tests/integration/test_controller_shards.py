@@ -1,16 +1,18 @@
 """Sharding by pool against the real API server: two controllers with ``--shards 2`` each lead
 their own Lease, each repairs only its own pool's node, and neither leads while the unsharded
-layout does (a change of N waits for the old layout)."""
+layout does (a change of N waits for the old layout); the marks a repair left on a node that
+then left every pool are removed by the shard the node's name hashes to."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Iterator
 
 import pytest
 
-from autoclusters.controller.shards import lease_name, shard_of
+from autoclusters.controller.shards import lease_name, shard_of, shard_of_node
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.kube import NotFound
 from autoclusters.names import EVENT_SUCCEEDED
@@ -37,6 +39,21 @@ def waiting(c: ControllerProcess) -> bool:
 
 def pool_nodes_counted(ctl: Env, pool: str) -> bool:
     return (ctl.get_pool(pool).get("status") or {}).get("nodes") == 1
+
+
+def leave_marked_in_no_pool(ctl: Env, node: str) -> None:
+    """What a crash right after the repair closed leaves (our label and taint, the cordon), with
+    the node's pool label removed in the same write."""
+    taints = (ctl.node(node).get("spec") or {}).get("taints") or []
+    labels = {ctl.names.maintenance_required: "true", ctl.names.pool_label: None}
+    ctl.kube.patch_node(node, {"metadata": {"labels": labels}, "spec": {"unschedulable": True, "taints": [
+        *taints, {"key": ctl.names.taint_key, "value": "true", "effect": "PreferNoSchedule"}]}})
+
+
+def clean(ctl: Env, node: str) -> bool:
+    obj = ctl.node(node)
+    return ctl.names.maintenance_required not in obj["metadata"].get("labels", {}) \
+        and not ctl.has_taint(node) and not (obj.get("spec") or {}).get("unschedulable")
 
 
 @pytest.fixture()
@@ -71,7 +88,10 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
     while len(pools) < 2:
         name, _ = ctl.pool("auto", nodes=0)
         pools.setdefault(shard_of(name, 2), name)
-    nodes = {i: ctl.create_gpu_nodes(pool, 1, prefix=pool)[0] for i, pool in pools.items()}
+    # each node named so that, once in no pool, it is the other shard's (shard_of_node)
+    prefixes = {i: next(p for j in itertools.count() if shard_of_node(f"{(p := f'{pool}-{j}')}-0", 2) != i)
+                for i, pool in pools.items()}
+    nodes = {i: ctl.create_gpu_nodes(pool, 1, prefix=prefixes[i])[0] for i, pool in pools.items()}
     for node in nodes.values():
         ctl.raise_fault(node)
     for i, node in nodes.items():
@@ -86,6 +106,13 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
     for i, c in enumerate(shards):
         other = nodes[1 - i]
         assert f"node {other} record" not in c.log(), f"shard {i} acted on the other shard's node {other}"
+    # Each node left marked as a crash right after its repair closed would leave it, and put in
+    # no pool: the other shard, which its name hashes to, removes the marks and the cordon (the
+    # closed record, of the pool's shard, says the repair cordoned it).
+    for node in nodes.values():
+        leave_marked_in_no_pool(ctl, node)
+    for node in nodes.values():
+        wait_for(f"{node} unmarked and uncordoned", functools.partial(clean, ctl, node), timeout=30)
 
 
 def test_a_change_of_layout_resumes_the_repair_in_progress_on_the_pools_new_shard(

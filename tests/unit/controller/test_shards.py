@@ -19,7 +19,9 @@ from autoclusters.controller.shards import (
     layout_of,
     lease_name,
     shard_of,
+    shard_of_node,
 )
+from autoclusters.deploy import default_pool
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 from tests.unit.controller.harness import XID79, Harness
@@ -65,6 +67,20 @@ def test_each_pool_has_exactly_one_owner() -> None:
     shards = [Shard(3, i) for i in range(3)]
     for i in range(300):
         assert sum(s.owns(f"p{i}") for s in shards) == 1
+
+
+def test_each_node_in_no_pool_has_exactly_one_owner_by_its_name() -> None:
+    shards = [Shard(3, i) for i in range(3)]
+    for i in range(300):
+        owners = [s.shard for s in shards if s.owns_unpooled(f"node-{i}")]
+        assert owners == [shard_of_node(f"node-{i}", 3)]
+    assert Counter(shard_of_node(f"node-{i}", 3) for i in range(3000)).keys() == {0, 1, 2}
+    assert all(Shard().owns_unpooled(f"node-{i}") for i in range(100))
+    script = ("from autoclusters.controller.shards import shard_of_node; "
+              "print([shard_of_node(f'node-{i}', 5) for i in range(50)])")
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": "random"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([shard_of_node(f"node-{i}", 5) for i in range(50)])
 
 
 @pytest.mark.parametrize(("shards", "shard", "message"), [
@@ -268,6 +284,56 @@ def test_a_node_with_a_repair_in_progress_belongs_to_the_repairs_shard() -> None
     assert fleets[1].counts(theirs) == (1, 1) and "a" not in fleets[0]._prints
 
 
+def node_in(shard: int, shards: int, prefix: str = "node") -> str:
+    """The first name ``<prefix>-<i>`` of a node in no pool that ``shard`` owns."""
+    return next(name for i in itertools.count() if shard_of_node(name := f"{prefix}-{i}", shards) == shard)
+
+
+def test_a_node_in_no_pool_belongs_to_the_shard_of_its_name_which_also_sees_its_closed_records() -> None:
+    """Its pool label removed (or its pool deleted) after a repair of another shard's pool: the
+    node's own shard takes it, with the closed record that says whether the repair cordoned it;
+    the pool's shard lets it go. A repair in progress keeps it on the repair's shard."""
+    from autoclusters.controller.cache import Fleet
+
+    pool = pool_in(0, 2)
+    name = node_in(1, 2)
+    queued: list[list[str]] = [[], []]
+    fleets = [Fleet(object(), NAMES, load_catalog(), queued[i].append, shard=Shard(2, i))  # type: ignore[arg-type]
+              for i in range(2)]
+    pooled = _node(name, pool)
+    unpooled = {**pooled, "metadata": {**pooled["metadata"], "resourceVersion": "2", "labels": {}}}
+    done = _record("r1", name, pool, "Succeeded")
+    for fleet in fleets:
+        fleet._on_pool(pool, None, {"metadata": {"name": pool}, "spec": {}})
+        fleet.record_informer.upsert(done)
+        fleet._on_record("r1", None, done)
+        fleet.node_informer.upsert(pooled)
+        fleet._on_node(name, None, pooled)
+    assert [f.owns(name) for f in fleets] == [True, False]
+    assert [f.records_of(name) for f in fleets] == [[done], []]
+    for q in queued:
+        q.clear()
+    for fleet in fleets:
+        fleet.node_informer.upsert(unpooled)
+        fleet._on_node(name, pooled, unpooled)
+    assert [f.owns(name) for f in fleets] == [False, True]
+    assert [f._is_indexed(name) for f in fleets] == [False, True]
+    assert name in queued[1]  # looked at by its new shard (shard 0 queues it too, and skips it: not its own)
+    assert fleets[1].records_of(name) == [done]  # another shard's record, closed: history
+    # a new repair of the node, in progress in shard 0's pool: the node is shard 0's again, and
+    # shard 1 never reads that record as its own
+    active = _record("r2", name, pool, "Draining")
+    for fleet in fleets:
+        fleet.record_informer.upsert(active)
+        fleet._on_record("r2", None, active)
+    assert [f.owns(name) for f in fleets] == [True, False]
+    assert fleets[1].records_of(name) == []
+    # one shard: every node in no pool is its own
+    single = Fleet(object(), NAMES, load_catalog(), lambda _k: None)  # type: ignore[arg-type]
+    single.node_informer.upsert(unpooled)
+    assert single.owns(name)
+
+
 # --- two shards against one (fake) API server ---------------------------------------------------
 def test_two_shards_each_repair_only_their_own_pools() -> None:
     world = Harness(shard=Shard(2, 0))
@@ -322,6 +388,62 @@ def test_a_repair_in_progress_is_resumed_by_the_shard_its_pool_moved_to() -> Non
         h.fleet.stop()
         h.queue.close()
     first.api.close()
+
+
+def _leave_marked(h: Harness, node: str, *, unlabel: bool = True, cordon: bool = True) -> None:
+    """What a crash right after a repair closed leaves: our label and taint (and the cordon);
+    with ``unlabel`` the node's pool label removed in the same write."""
+    h.api.edit(f"/api/v1/nodes/{node}", lambda n: (
+        n["metadata"]["labels"].pop(NAMES.pool_label) if unlabel else None,
+        n["metadata"]["labels"].update({NAMES.maintenance_required: "true"}),
+        n["spec"].update({"unschedulable": cordon,
+                          "taints": [{"key": NAMES.taint_key, "value": "true", "effect": "PreferNoSchedule"}]})))
+
+
+def _marked(h: Harness, node: str) -> bool:
+    obj = h.node_obj(node) or {}
+    return NAMES.maintenance_required in obj["metadata"]["labels"] or any(
+        t["key"] == NAMES.taint_key for t in obj["spec"].get("taints") or [])
+
+
+def test_leftover_marks_on_a_node_in_no_pool_are_removed_by_exactly_one_shard() -> None:
+    """With one shard the controller removes them; with two, the shard the node's name hashes to
+    does, and uncordons it as the repair's record (another shard's) says. A node's pool label
+    removed, or its pool deleted (under a cluster default policy that is off)."""
+    world = Harness(shard=Shard(2, 0))
+    other = Harness(shard=Shard(2, 1), world=world)
+    world.api.put(f"/api/v1/namespaces/{NS}/configmaps", default_pool.configmap({"consentMode": "off"}, NS))
+    pool, deleted = pool_in(0, 2), pool_in(0, 2, "deleted")
+    repaired, stray, orphan = node_in(1, 2, "repaired"), node_in(1, 2, "stray"), node_in(1, 2, "orphan")
+    world.pool(pool)
+    world.pool(deleted)
+    world.node(repaired, pool)
+    world.node(stray, pool)
+    world.node(orphan, deleted)
+    world.start()
+    other.start()
+    world.api.min_watchers = 8
+    world.fault(repaired)
+    world.run(lambda: world.phase(repaired) == "Succeeded")
+    other.run(seconds=5)
+    assert world.phase(repaired) == "Succeeded" and not _marked(world, repaired)
+    _leave_marked(world, repaired)
+    _leave_marked(world, stray)  # never repaired: no record says the cordon is ours
+    world.api.remove(world.pool_path(deleted))
+    world.api.settle()
+    _leave_marked(world, orphan, unlabel=False)
+    world.run(seconds=30)
+    assert all(_marked(world, n) for n in (repaired, stray, orphan))  # shard 0 leaves them: not its own now
+    assert not any(world.fleet.owns(n) for n in (repaired, stray, orphan))
+    keys1 = other.run(seconds=30)
+    assert {repaired, stray, orphan} <= set(keys1)
+    assert not _marked(world, repaired) and not (world.node_obj(repaired) or {})["spec"].get("unschedulable")
+    for node in (stray, orphan):
+        assert not _marked(world, node) and (world.node_obj(node) or {})["spec"].get("unschedulable") is True
+    assert len(world.records()) == 1
+    world.stop()
+    other.fleet.stop()
+    other.queue.close()
 
 
 def test_a_key_queued_for_another_shards_node_is_not_reconciled() -> None:
