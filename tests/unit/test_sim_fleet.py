@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from autoclusters.clock import FakeClock
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.metrics import render
@@ -105,6 +107,9 @@ def test_the_metrics_count_a_node_the_handler_or_the_poll_failed_on(tmp_path: Pa
     text = render(f.agent_list(), f.writer, clock.monotonic(), informers=(f.nodes,), poll_errors=f.poll_errors)
     assert 'autoclusters_informer_handler_errors_total{informer="simulated-nodes"} 1' in text
     assert "autoclusters_detector_poll_errors_total 1" in text  # b's poll; the poison node is polled fine
+    parsed = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}  # valid text
+    assert parsed["autoclusters_informer_handler_errors_total"] == 1
+    assert parsed["autoclusters_detector_poll_errors_total"] == 1
     assert any("poison" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     assert any("node b failed" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     assert "autoclusters_informer_handler_errors_total" not in render(f.agent_list(), f.writer, clock.monotonic())
