@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from autoclusters.clock import FakeClock, utc_iso
 from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_slurm import SlurmPolicy
@@ -211,3 +213,25 @@ def test_a_node_it_patched_is_read_back_from_its_own_write_not_an_older_copy() -
     b.sync_once()  # before any watch event: the store holds the acknowledged node already
     assert kube.patches == [("a-0", {"metadata": {"annotations": {NAMES.drain_ack("slurm"): "a-0-r"}}})]
     assert b.nodes.get("a-0")["metadata"]["annotations"][NAMES.drain_ack("slurm")] == "a-0-r"  # type: ignore[index]
+
+
+@pytest.mark.timeout(60)  # were the flag ignored, the bridge would start and run until killed
+def test_the_cli_serves_the_bridges_metrics_where_it_is_told(tmp_path, capsys) -> None:
+    """``slurm-bridge run --metrics-port``: a port already taken is a clear error before the
+    bridge starts (the endpoint is built from the flags, not left to a default)."""
+    import socket
+
+    from autoclusters.cli import main as cli
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = cli.main(["slurm-bridge", "run", "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),
+                       "--metrics-address", "127.0.0.1"])
+    assert rc != 0 and f"cannot serve metrics on 127.0.0.1:{port}" in capsys.readouterr().err
