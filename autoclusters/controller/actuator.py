@@ -5,8 +5,8 @@ write, dispatched in order without looking ahead. Marking (label, taint; when a 
 starts also the cordon and the warning's node annotations) and unmarking are each one JSON
 patch that first ``test``s the node's resourceVersion (and, for a removal, the taint at its
 index), so a concurrent writer of ``spec.taints`` is never overwritten: on a failed test the
-node is read again and the patch rebuilt. A lone cordon is a merge patch of
-``spec.unschedulable``. Each action is idempotent: it checks the node first.
+node is read again and the patch rebuilt. Each action is idempotent: it checks the node
+first, and a node that already is as asked costs no request.
 
 The warning before a drain goes on the node in the marking's patch (only the keys it
 names, so it is there the moment the node is cordoned), then one merge patch and one event
@@ -24,6 +24,7 @@ It also gets the time of its marking, from which the Karpenter provider counts n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from autoclusters import names as n
@@ -34,7 +35,6 @@ from autoclusters.controller import messages as words
 from autoclusters.controller.notifier import Notifier
 from autoclusters.controller.statemachine import (
     ClearWarning,
-    Cordon,
     Drain,
     DriveProvider,
     Effect,
@@ -70,10 +70,13 @@ class Actuator:
 
     def run(self, actions: tuple[Effect, ...], node: str, node_obj: JSON | None, state: RepairState | None,
             provider: Provider | None, hook: PreDrainHook | None = None,
-            pods: list[JSON] | None = None) -> JSON | None:
+            pods: list[JSON] | None = None, node_written: Callable[[JSON], None] | None = None) -> JSON | None:
         """Carries out ``actions`` in order, one write per effect (the state machine's plan is
         normalised: no effect depends on the next); returns the node as last written (or the
         one given). ``pods``: the node's pods as this reconcile listed them (None: list them).
+        ``node_written`` gets the node as last written when a write changed it, also when a
+        later write fails: the next reconcile reads what was written (the warning on the node
+        is what says the pre-drain hook was called).
 
         A write that fails (an API error, a conflict lost five times, a timeout) stops the
         writes after it, and the error is raised once the plan's announcements (its events and
@@ -98,6 +101,8 @@ class Actuator:
                     current = self._write(action, node, current, state, provider, hook, pods)
                 except Exception as e:  # noqa: BLE001 - raised below, after the announcements
                     failed = e
+        if node_written is not None and current is not None and current is not node_obj:
+            node_written(current)
         if failed is not None:
             raise failed
         return current
@@ -127,8 +132,6 @@ class Actuator:
             current = self.clear_warning(current)
         elif isinstance(action, Unmark):
             current = self.unmark(current, uncordon=action.uncordon)
-        elif isinstance(action, Cordon):
-            current = self.cordon(current)
         elif isinstance(action, Drain):
             self.drain(node, force=action.force, pods=pods)
         return current
@@ -290,11 +293,6 @@ class Actuator:
             log.info("pre-drain hook for %s (%s): %s", state.node, state.name, answer)
         except hooks.HookFailed as e:
             self._recorder.emit(ref, n.EVENT_HOOK_FAILED, words.hook_failed(str(e)), warning=True)
-
-    def cordon(self, node: JSON) -> JSON:
-        if (node.get("spec") or {}).get("unschedulable"):
-            return node
-        return self._kube.patch_node(node["metadata"]["name"], {"spec": {"unschedulable": True}})
 
     # --- drain ---------------------------------------------------------------------------------
     def drain(self, node: str, *, force: bool, pods: list[JSON] | None = None) -> drainrules.DrainPass:

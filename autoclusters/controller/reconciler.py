@@ -326,10 +326,9 @@ class Reconciler:
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
         provider, _ = self._provider(pool, decision.state.action)
-        written = self._act.run(decision.actions, name, f.node, decision.state, provider,
-                                hook=pool.config.pre_drain.hook if pool else None, pods=plan.snapshot.pods)
-        if written is not None and written is not f.node:
-            self._fleet.node_written(written)
+        self._act.run(decision.actions, name, f.node, decision.state, provider,
+                      hook=pool.config.pre_drain.hook if pool else None, pods=plan.snapshot.pods,
+                      node_written=self._fleet.node_written)  # also when a later write of the plan fails
         if decision.state.phase in TERMINAL and (state is None or state.phase not in TERMINAL) and pool:
             self._fleet.wake_held(pool.name)
         return decision.requeue_after

@@ -220,10 +220,10 @@ class RepairPolicy:
 class Warn:
     """The warning before the drain, to the pods: each pod not yet warned for this record gets
     the warning's annotations (deadline, reason, record) and an event; ``call_hook``: the pool's
-    pre-drain hook is called (once, when the warning first goes out). The node's own copy of
-    the annotations (and Slinky's cordon reason when asked) is written by the plan's one
-    ``EnsureMarked``, in the same patch as the cordon. Idempotent: what already names this
-    record is left alone."""
+    pre-drain hook is called (once per repair: asked while the node does not carry this
+    record's warning, see ``_marking``). The node's own copy of the annotations (and Slinky's
+    cordon reason when asked) is written by the plan's one ``EnsureMarked``, in the same patch
+    as the cordon, before this. Idempotent: what already names this record is left alone."""
 
     deadline: datetime
     reason: str
@@ -248,12 +248,6 @@ class Unmark:
     """Remove both labels and the taint; uncordon unless someone else had cordoned the node."""
 
     uncordon: bool = True
-
-
-@dataclass(frozen=True)
-class Cordon:
-    """A lone cordon (a node being drained that someone uncordoned); with a marking it is the
-    marking's ``cordon``."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +277,7 @@ class Notify:
     message: str
 
 
-Effect = EnsureMarked | Unmark | Cordon | Drain | Warn | ClearWarning | DriveProvider | Emit | Notify
+Effect = EnsureMarked | Unmark | Drain | Warn | ClearWarning | DriveProvider | Emit | Notify
 
 
 @dataclass(frozen=True)
@@ -319,21 +313,22 @@ def normalise(actions: list[Effect] | tuple[Effect, ...]) -> tuple[Effect, ...]:
     """The plan as the actuator carries it out, one effect per thing written: every node write of
     the chained steps (marking, cordon, the warning's node annotations, a warning cleared) becomes
     one ``EnsureMarked`` where the first of them stood; the pods' warning goes out once (calling
-    the hook if any step asked); nothing else appears twice. A lone cordon stays a ``Cordon``, a
-    lone clearing a ``ClearWarning``."""
+    the hook if any step asked); nothing else appears twice. A lone clearing stays a
+    ``ClearWarning``."""
     marks = [a for a in actions if isinstance(a, EnsureMarked)]
     warns = [a for a in actions if isinstance(a, Warn)]
     warn = replace(warns[-1], call_hook=any(w.call_hook for w in warns)) if warns else None
+    # the node's warning: the pods' one, else one a marking asks for alone (the node keeps it)
+    on_node = warn or next((m.warning for m in marks if m.warning is not None), None)
     mark: EnsureMarked | None = None
     if marks or warns:
-        mark = EnsureMarked(cordon=any(isinstance(a, Cordon) or (isinstance(a, EnsureMarked) and a.cordon)
-                                       for a in actions),
-                            warning=warn,
-                            clear_warning=warn is None and any(isinstance(a, ClearWarning) or (
+        mark = EnsureMarked(cordon=any(isinstance(a, EnsureMarked) and a.cordon for a in actions),
+                            warning=on_node,
+                            clear_warning=on_node is None and any(isinstance(a, ClearWarning) or (
                                 isinstance(a, EnsureMarked) and a.clear_warning) for a in actions))
     out: list[Effect] = []
     for a in actions:
-        if mark is not None and isinstance(a, EnsureMarked | Cordon | ClearWarning):
+        if mark is not None and isinstance(a, EnsureMarked | ClearWarning):
             a = mark
         elif isinstance(a, Warn):
             a = warn  # type: ignore[assignment]
@@ -506,13 +501,9 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: RepairPoli
     evict_by = s.pre_drain_deadline or s.drain_started or now
     pending = pending_acks(s, o, p)
     if pending and now < evict_by:
-        actions: tuple[Effect, ...] = (Cordon(),)
         written_now = s.drain_started == now  # this reconcile's own Warn: the observation predates it
-        if not written_now and (o.node.warned_for != s.name or any(w != s.name for w in o.pods.warned_for)):
-            # a warning the node or a pod lacks (a crash before it was written, a pod that
-            # arrived since): written again, without calling the hook a second time
-            warn = Warn(evict_by, drain_reason(s.fault, s.name), slinky=p.slinky)
-            actions = (EnsureMarked(cordon=True, warning=warn), warn)
+        # a pod without the warning (one that arrived since) is warned too
+        actions = _marking(s, o, p, warn_pods=not written_now and any(w != s.name for w in o.pods.warned_for))
         waiting = words.drain_waiting(utc_iso(evict_by), pending)  # the record shows who holds the drain
         return Decision(s if s.message == waiting else replace(s, message=waiting), actions,
                         min(p.poll_seconds, max((evict_by - now).total_seconds(), 0.0)))
@@ -527,16 +518,41 @@ def _pre_drain_wait(s: RepairState, o: Observation, now: datetime, p: RepairPoli
     return replace(decision, actions=(Emit(n.EVENT_DRAIN_WAIT_ENDED, msg), *decision.actions))
 
 
+def _marking(s: RepairState, o: Observation, p: RepairPolicy, *, warn_pods: bool = False) -> tuple[Effect, ...]:
+    """What a started repair keeps on the node, asked on every look while it drains and acts:
+    the label, the taint, the cordon and, in the attempt the warning went out for, the warning's
+    node annotations. Only what is missing is written, so a node that has it all costs no
+    request; one whose first patch was refused (or lost to a crash) gets it all again.
+
+    The hook goes with the warning, once: the plan that first asks for them calls it right after
+    the patch that puts the warning on the node, so while the node does not carry this record's
+    warning (``remediation`` naming it) that plan never got past its write, and the warning goes
+    out again (to the pods too) with the hook call it did not make. A node that carries it had
+    the call; a restarted controller reads that from the node. Once the provider has the
+    operation (Acting, the provider's progress started), the plan that asked it got past the
+    marking and the hook: the warning is written again if it went missing, without the call.
+    An escalation after a failed reset drains and acts again under the first warning: marking
+    and cordon only."""
+    first = s.attempts <= (1 if s.phase == Phase.ACTING else 0)
+    if s.pre_drain_deadline is None or not first:
+        return (EnsureMarked(cordon=True),)
+    hook = o.node.warned_for != s.name and (s.phase != Phase.ACTING or o.provider.state == ProviderState.NOT_STARTED)
+    warn = Warn(s.pre_drain_deadline, drain_reason(s.fault, s.name), slinky=p.slinky, call_hook=hook)
+    return (EnsureMarked(cordon=True, warning=warn), warn) if hook or warn_pods \
+        else (EnsureMarked(cordon=True, warning=warn),)
+
+
 def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
+    marking = _marking(s, o, p)
     if o.pods.evictable == 0:
         op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
         return Decision(_to(s, Phase.ACTING, now, msg, operation=op, attempts=s.attempts + 1),
-                        (DriveProvider(op),), p.poll_seconds)
+                        (*marking, DriveProvider(op)), p.poll_seconds)
     deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
     assert s.drain_started is not None
     force = now >= s.drain_started + timedelta(seconds=deadline)
-    return Decision(s, (Cordon(), Drain(force=force)), p.poll_seconds)
+    return Decision(s, (*marking, Drain(force=force)), p.poll_seconds)
 
 
 def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
@@ -555,7 +571,7 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> D
     if now >= op.started + timedelta(seconds=p.operation_timeout_seconds):
         return _action_failed(s, o, now, p, f"the provider did not finish within {int(p.operation_timeout_seconds)}s")
     wait = p.poll_seconds if o.provider.next_check is None else min(p.poll_seconds, max(o.provider.next_check, 0.0))
-    return Decision(s, (DriveProvider(op),), wait)
+    return Decision(s, (*_marking(s, o, p), DriveProvider(op)), wait)  # marked first: never acts on an unmarked node
 
 
 def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:

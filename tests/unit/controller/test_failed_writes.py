@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters.controller.statemachine import ClearWarning, Cordon, Emit, EnsureMarked, Notify, Unmark
+from autoclusters.controller.statemachine import ClearWarning, Emit, EnsureMarked, Notify, Unmark
 from autoclusters.kube import Conflict, KubeError, Unavailable
 from autoclusters.kube.json_patch import pointer
 from autoclusters.names import (
@@ -183,7 +183,7 @@ def test_the_actuator_sends_a_plans_announcements_and_then_raises_the_failed_wri
     node = h.node_obj("n1")
     h.api.before.append(lambda req: (_ for _ in ()).throw(ApiError(503, "unavailable"))
                         if req.resource == "nodes" and req.verb == "PATCH" else None)
-    plan = (write, Emit("One", "first"), Cordon(), Notify("told"), Emit("Two", "second"))
+    plan = (write, Emit("One", "first"), EnsureMarked(cordon=True), Notify("told"), Emit("Two", "second"))
     with pytest.raises(Unavailable):
         h.actuator.run(plan, "n1", node, None, None)
     assert [e["reason"] for e in h.events()] == ["One", "Two"]

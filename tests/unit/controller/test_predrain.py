@@ -147,14 +147,53 @@ def test_the_wait_never_outlasts_the_drain_deadline() -> None:
     assert d.state is not None and d.state.pre_drain_deadline == T0 + timedelta(seconds=300)
 
 
-def test_a_missing_warning_is_written_again_without_a_second_hook_call() -> None:
+def test_a_pod_without_the_warning_is_warned_without_a_second_hook_call() -> None:
+    """The node carries the warning, so the plan that wrote it called the hook: a pod that
+    arrived since is warned, the hook is not called again."""
     waiting = _state()
-    lost = run(waiting, obs(PodsView(evictable=1, warned_for=("",))), T0 + timedelta(seconds=1), SLURM)
-    warns = [a for a in lost.actions if isinstance(a, Warn)]
+    arrived = run(waiting, obs(PodsView(evictable=1, warned_for=("",)), warned_for=REC), T0 + timedelta(seconds=1),
+                  SLURM)
+    warns = [a for a in arrived.actions if isinstance(a, Warn)]
     assert len(warns) == 1 and not warns[0].call_hook and warns[0].deadline == waiting.pre_drain_deadline
     done = run(waiting, obs(PodsView(evictable=1, warned_for=(REC,)), warned_for=REC), T0 + timedelta(seconds=2),
                SLURM)
     assert not any(isinstance(a, Warn) for a in done.actions) and emitted(done) == []
+    assert done.actions == (EnsureMarked(cordon=True, warning=warns[0]),)  # the node has it all: no request
+
+
+@pytest.mark.parametrize("p", [P, SLURM], ids=["evicting", "waiting"])
+def test_a_node_without_the_warning_gets_it_again_with_the_hook_call(p: RepairPolicy) -> None:
+    """The patch that marks, cordons and warns the node as the repair starts was refused (or a
+    crash came before it): the plan that asked for the hook stopped there. The next look asks
+    for the whole marking again and for the hook, once; then nothing more."""
+    started = run(None, obs(), p=p).state
+    assert started is not None and started.phase == Phase.DRAINING
+    again = run(started, obs(), T0 + timedelta(seconds=1), p)
+    warn = Warn(deadline_of(started), drain_reason(XID79, REC), call_hook=True)
+    assert [a for a in again.actions if not isinstance(a, Emit | Drain)] == [
+        EnsureMarked(cordon=True, warning=warn), warn]
+    later = run(started, obs(warned_for=REC), T0 + timedelta(seconds=2), p)
+    assert not any(isinstance(a, Warn) for a in later.actions)
+
+
+def test_a_repair_acting_on_a_node_without_the_warning_marks_it_and_calls_the_hook_before_the_provider() -> None:
+    """Nothing to drain: the refused patch was in the plan that went on to Acting, and the
+    provider was not asked either (it comes after the write)."""
+    acting = run(None, obs(PodsView())).state
+    assert acting is not None and acting.phase == Phase.ACTING
+    d = run(acting, obs(PodsView()), T0 + timedelta(seconds=1))
+    kinds = [type(a).__name__ for a in d.actions]
+    assert kinds == ["EnsureMarked", "Warn", "DriveProvider"]
+    warn = d.actions[1]
+    assert isinstance(warn, Warn) and warn.call_hook and d.actions[0] == EnsureMarked(cordon=True, warning=warn)
+    marked = run(acting, obs(PodsView(), warned_for=REC), T0 + timedelta(seconds=1))
+    assert [type(a).__name__ for a in marked.actions] == ["EnsureMarked", "DriveProvider"]
+    # the provider has the operation: the plan that asked it called the hook; a warning gone
+    # missing since is written again, without a second call
+    running = run(acting, replace(obs(PodsView()), provider=ProviderView(ProviderState.RUNNING)),
+                  T0 + timedelta(seconds=2))
+    assert running.actions == (EnsureMarked(cordon=True, warning=replace(warn, call_hook=False)),
+                               next(a for a in d.actions if isinstance(a, DriveProvider)))
 
 
 def test_a_restart_resumes_the_same_wait_and_never_waits_again_once_evicting() -> None:

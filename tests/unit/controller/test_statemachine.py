@@ -13,7 +13,6 @@ from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,
     HOLD_OPT_OUT,
     HOLD_PROVIDER_REFUSED,
-    Cordon,
     Decision,
     Drain,
     DriveProvider,
@@ -76,7 +75,7 @@ def test_auto_schedules_at_once_and_starts_draining_through_the_chain() -> None:
     assert "2026-03-01T12:00:00Z" in next(a.message for a in d.actions if isinstance(a, Emit)
                                           and a.reason == n.EVENT_SCHEDULED)
     # one node write for the whole chain: marked, cordoned and warned in one EnsureMarked, nothing repeated
-    marks = [a for a in d.actions if isinstance(a, EnsureMarked | Cordon)]
+    marks = [a for a in d.actions if isinstance(a, EnsureMarked)]
     assert len(marks) == 1 and isinstance(marks[0], EnsureMarked) and marks[0].cordon and marks[0].warning
     assert len(d.actions) == len(set(d.actions))
     assert [s.phase for s in d.state.steps] == ["Scheduled", "Draining"]
@@ -209,14 +208,15 @@ NO_PROVIDER = ProviderBlock(RepairAction.RESET, HOLD_NO_PROVIDER,
 def test_no_provider_reports_the_fault_but_holds_the_repair() -> None:
     d = run(None, obs(provider_blocks=(NO_PROVIDER,)))
     assert d.state and d.state.phase == Phase.SCHEDULED and d.state.hold == HOLD_NO_PROVIDER
-    assert EnsureMarked() in d.actions and not any(isinstance(a, Cordon | Drain | DriveProvider) for a in d.actions)
+    assert EnsureMarked() in d.actions and not any(isinstance(a, Drain | DriveProvider) for a in d.actions)
+    assert not any(isinstance(a, EnsureMarked) and a.cordon for a in d.actions)
     blocked = [a for a in d.actions if isinstance(a, Emit) and a.reason == n.EVENT_BLOCKED]
     assert len(blocked) == 1 and blocked[0].warning and "no repair provider configured" in blocked[0].message
     again = run(d.state, obs(provider_blocks=(NO_PROVIDER,)))
     assert again.state == d.state and not any(isinstance(a, Emit) for a in again.actions)  # announced once
     started = run(d.state, obs())  # a provider was named: the repair starts
     assert started.state and started.state.phase == Phase.ACTING
-    assert [a for a in started.actions if isinstance(a, EnsureMarked | Cordon)] == [
+    assert [a for a in started.actions if isinstance(a, EnsureMarked)] == [
         EnsureMarked(cordon=True, warning=next(a for a in started.actions if isinstance(a, Warn)))]
 
 
