@@ -4,6 +4,7 @@ acknowledges, a restart in the middle of the wait, Slinky's slurmd pods, and the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from autoclusters import names as n
-from autoclusters.kube import NotFound
+from autoclusters.kube import Forbidden, NotFound
 from tests.integration.controller_support import Env
 from tests.integration.helpers import parse_time, wait_for
 
@@ -174,6 +175,88 @@ def test_a_restart_during_the_wait_neither_warns_again_nor_moves_the_deadline(ct
     assert len(warnings) == 1 and not warnings[0].get("series")  # warned once, across the restart
     assert len(calls.read_text().strip().splitlines()) == 1
     assert_warning_gone(ctl, node)
+
+
+REFUSE_MARKING = "test.autoclusters.io/refuse-marking"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def _refuse_marking(ctl: Env, node: str) -> tuple[str, str]:
+    """An admission policy that refuses every write giving ``node`` the maintenance label while
+    the node carries ``REFUSE_MARKING``: the controller's patch that starts a repair is refused
+    by the API server as an outage or an admission webhook would refuse it. Returns the paths
+    of the policy and its binding."""
+    name = f"refuse-marking-{node}"[:63]
+    label = ctl.names.maintenance_required
+    ctl.kube.create(f"{ADMISSION}/validatingadmissionpolicies", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                 "matchConditions": [{"name": "this-node", "expression": f"object.metadata.name == '{node}'"}],
+                 "validations": [{"expression": f"!(has(object.metadata.annotations) && '{REFUSE_MARKING}' in "
+                                                f"object.metadata.annotations && has(object.metadata.labels) && "
+                                                f"'{label}' in object.metadata.labels)",
+                                  "message": "marking refused by the test", "reason": "Forbidden"}]}})
+    ctl.kube.create(f"{ADMISSION}/validatingadmissionpolicybindings", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})
+    return f"{ADMISSION}/validatingadmissionpolicies/{name}", f"{ADMISSION}/validatingadmissionpolicybindings/{name}"
+
+
+def _marking_refused(ctl: Env, node: str) -> bool:
+    """A dry-run marking (admission runs, nothing is stored) is refused."""
+    try:
+        ctl.kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {ctl.names.maintenance_required: "true"}}},
+                       dryRun="All")
+    except Forbidden:
+        return True
+    return False
+
+
+def test_a_refused_first_marking_is_written_again_with_the_hook_called_once(ctl: Env, ns: str,
+                                                                             tmp_path: Path) -> None:
+    """The patch that marks, cordons and warns the node as the repair starts is refused. The
+    record goes on (Draining, evicting: nobody to wait for) but nothing is evicted and the hook
+    is not called while the node cannot be marked; once the API server takes the patch, the
+    node gets the whole marking, the pod its warning, the hook its one call, then the drain."""
+    calls = tmp_path / "hook-calls.jsonl"
+    hook = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')"]
+    _, (node,) = ctl.pool("auto", drain=LONG_DRAIN, preDrain={"waitSeconds": 60, "hook": {"command": hook}})
+    make_pod(ctl, ns, node, "trainer")
+    ctl.kube.patch_node(node, {"metadata": {"annotations": {REFUSE_MARKING: "true"}}})
+    paths = _refuse_marking(ctl, node)
+    try:
+        # the policy takes a moment to reach the API server's admission plugin
+        wait_for("the marking refused", lambda: _marking_refused(ctl, node), timeout=30)
+        ctl.raise_fault(node)
+        record = ctl.record_in(node, "Draining", "Acting", "Verifying", "Succeeded")["metadata"]["name"]
+        ctl.wait_reason(node, n.EVENT_DRAIN_WARNING)  # the step's events go out with the refused write
+        time.sleep(3)  # retries after the backoff, each refused
+        rec = ctl.records(node)[-1]
+        assert rec["status"]["phase"] == "Draining" and "evictionStarted" in rec["status"]  # nothing evicted
+        node_obj = ctl.node(node)
+        assert ctl.names.maintenance_required not in node_obj["metadata"].get("labels", {})
+        assert not node_obj["spec"].get("unschedulable") and not calls.exists()
+        assert pod(ctl, ns, "trainer") is not None and not pod_events(ctl, ns, "trainer", n.EVENT_DRAIN_WARNING)
+        ctl.kube.patch_node(node, {"metadata": {"annotations": {REFUSE_MARKING: None}}})
+        wait_warned(ctl, node)
+        marked = ctl.node(node)
+        assert marked["metadata"]["labels"][ctl.names.maintenance_required] == "true"
+        assert marked["spec"]["unschedulable"] is True
+        assert any(t["key"] == ctl.names.taint_key for t in marked["spec"].get("taints") or [])
+        ann = annotations_of(marked)
+        assert ann[ctl.names.drain_deadline] == rec["status"]["preDrainDeadline"] and ann[ctl.names.drain_reason]
+        ctl.record_in(node, "Succeeded", timeout=60)
+        got = [json.loads(line) for line in calls.read_text().strip().splitlines()]
+        assert len(got) == 1 and got[0]["record"] == record
+        assert len(pod_events(ctl, ns, "trainer", n.EVENT_DRAIN_WARNING)) == 1 and pod(ctl, ns, "trainer") is None
+        assert_warning_gone(ctl, node)
+    finally:
+        for path in paths[::-1]:
+            with contextlib.suppress(NotFound):
+                ctl.kube.delete(path)
 
 
 def _slurm_state(ctl: Env, ns: str, name: str, **states: bool) -> None:
