@@ -78,6 +78,7 @@ class Fleet:
         is told the informer's name each time one of its callbacks raised on an object (a metric).
         ``shard``: the pools this process owns (all by default)."""
         self.names = names
+        self._taint_key = names.taint_key
         self.shard = shard or Shard()
         self._sharded = self.shard.sharded
         # node -> {record: pool} of every shard's records in progress or not yet started
@@ -399,19 +400,29 @@ class Fleet:
                     tracker.mark(changed, name)
         return before, pool.name if pool else ""
 
-    @staticmethod
-    def _fingerprint(node: JSON | None) -> tuple[Any, ...] | None:
-        """What a reconcile can react to; kubelet/kwok heartbeats (condition times) are not in it.
-        Compared by equality only (the dicts in it are the node's own, not copies)."""
+    def _fingerprint(self, node: JSON | None) -> tuple[Any, ...] | None:
+        """What a reconcile can react to; kubelet/kwok heartbeats (condition times) are not in it,
+        nor the taints others set (the node lifecycle controller's ``not-ready``, ``unreachable``
+        and ``unschedulable`` taints come and go with every reset and cordon): of the taints a
+        reconcile reads only the maintenance taint, and a patch of the taints tests the stored
+        node, which is always the latest version whatever its fingerprint. Compared by equality
+        only (the dicts in it are the node's own, not copies, except a spec with taints)."""
         if node is None:
             return None
         meta, status = node.get("metadata") or {}, node.get("status") or {}
+        spec: Any = node.get("spec") or {}
+        if "taints" in spec:
+            key = self._taint_key
+            spec = ({k: v for k, v in spec.items() if k != "taints"},
+                    [t for t in spec["taints"] or () if t.get("key") == key])
+        else:
+            spec = (spec, [])
         try:
             conds = sorted(map(_CONDITION_FIELDS, status.get("conditions") or []))
         except KeyError:  # a condition without a reason or a message: the missing ones read as ""
             conds = sorted((c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("message", ""))
                            for c in status.get("conditions") or [])
-        return (meta.get("labels"), meta.get("annotations"), node.get("spec"), conds,
+        return (meta.get("labels"), meta.get("annotations"), spec, conds,
                 (status.get("nodeInfo") or {}).get("bootID"), meta.get("deletionTimestamp"))
 
     def _on_node(self, name: str, old: JSON | None, new: JSON | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -222,7 +223,7 @@ def test_a_condition_without_a_reason_fingerprints_as_one_with_an_empty_reason()
     bare = _gpu_node("n1", xid, ready_reason=False)
     empty = _gpu_node("n1", xid, beat="t1")
     empty["status"]["conditions"][1].update(reason="", message="")
-    assert Fleet._fingerprint(bare) == Fleet._fingerprint(empty)
+    assert fleet._fingerprint(bare) == fleet._fingerprint(empty)
     fleet._on_node("n1", None, bare)
     queued.clear()
     fleet._on_node("n1", bare, empty)
@@ -385,3 +386,41 @@ def test_a_node_whose_indexing_raised_is_indexed_at_its_next_event_even_a_heartb
         fleet._on_node("n1", None, _gpu_node("n1", xid))
     fleet._on_node("n1", _gpu_node("n1", xid), _gpu_node("n1", xid, beat="t1"))  # only a heartbeat
     assert fleet.counts("a") == (1, 1)
+
+
+def test_taints_others_set_wake_no_reconcile_but_the_maintenance_taint_does() -> None:
+    """The node lifecycle controller taints a node not-ready and unschedulable through every
+    reset and cordon: four node changes a repair need not look at. The maintenance taint is
+    the one a reconcile reads (a leftover to clean, a mark to keep)."""
+    import copy
+
+    from autoclusters.controller.cache import Fleet
+
+    queued: list[str] = []
+    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
+    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
+    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    before = _gpu_node("n1", xid)
+    before["spec"] = {"providerID": "kwok://n1", "taints": [gpu]}
+    fleet._on_node("n1", None, before)
+    queued.clear()
+
+    def changed(edit: Any) -> dict:
+        node = copy.deepcopy(before)
+        edit(node["spec"])
+        return node
+
+    not_ready = changed(lambda s: s["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}))
+    fleet._on_node("n1", before, not_ready)
+    untainted = changed(lambda s: s.pop("taints"))
+    fleet._on_node("n1", not_ready, untainted)
+    fleet._on_node("n1", untainted, before)
+    assert queued == []
+    marked = changed(lambda s: s["taints"].append({"key": NAMES.taint_key, "effect": "NoSchedule"}))
+    fleet._on_node("n1", before, marked)
+    assert queued == ["n1"]
+    cordoned = copy.deepcopy(marked)
+    cordoned["spec"]["unschedulable"] = True  # the rest of the spec still counts
+    fleet._on_node("n1", marked, cordoned)
+    assert queued == ["n1", "n1"]
