@@ -8,6 +8,7 @@ it as a follower, the way client-go controllers behave.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from datetime import datetime, timedelta
@@ -105,6 +106,10 @@ class Controller:
     def _start_leading(self) -> None:
         self.metrics.is_leader.set(1)
         self.fleet.start()
+        # The caches just listed (every node, pool and record) live as long as the controller:
+        # out of the cyclic collector's generations, so its full collections do not walk them
+        # again and again; objects that replace them later are collected as usual.
+        gc.freeze()
         for i in range(max(1, self.config.workers)):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
