@@ -20,7 +20,8 @@ import logging
 import operator
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -79,6 +80,8 @@ class Fleet:
         ``shard``: the pools this process owns (all by default)."""
         self.names = names
         self._taint_key = names.taint_key
+        self._written_rv: dict[str, str | None] = {}  # record -> the version of our last write of it
+        self._own = threading.local()  # the node the calling thread reconciles (reconciling)
         self.shard = shard or Shard()
         self._sharded = self.shard.sharded
         # node -> {record: pool} of every shard's records in progress or not yet started
@@ -451,7 +454,7 @@ class Fleet:
                     if pool:
                         for tracker in self._trackers:
                             tracker.mark(pool, name)
-                self._enqueue(name)
+                self._wake(name)
                 return
         with self._lock:  # as indexed from the version seen last (the pools' changes re-index every node)
             was = self._node_pool.get(name, "")
@@ -462,7 +465,7 @@ class Fleet:
             with self._lock:  # not indexed: the node's next event, even a heartbeat, indexes it again
                 self._prints.pop(name, None)
             raise
-        self._enqueue(name)
+        self._wake(name)
         now_faulty = self.is_faulty(after, name) if after else False
         if before != after or was_faulty != now_faulty or new is None:
             for pool in {before, after} - {""}:
@@ -470,6 +473,23 @@ class Fleet:
 
     def node(self, name: str) -> JSON | None:
         return self.node_informer.get(name)
+
+    @contextmanager
+    def reconciling(self, name: str) -> Iterator[None]:
+        """While the calling thread reconciles ``name``: its own writes of that node (the
+        actuator's, a provider's: ``node_written``) are indexed but do not queue the node
+        again. The reconcile decided knowing them and returns when it wants to look next;
+        a change by anyone else, which comes through the watch on the informer's thread,
+        still queues it."""
+        self._own.key = name
+        try:
+            yield
+        finally:
+            self._own.key = None
+
+    def _wake(self, name: str) -> None:
+        if getattr(self._own, "key", None) != name:
+            self._enqueue(name)
 
     def node_written(self, obj: JSON) -> None:
         """Our own write of a node (the actuator's, a provider's): into the store at once, and
@@ -520,9 +540,13 @@ class Fleet:
             else:
                 self._records_by_node[node].add(name)
             self._index_record(name, pool)
-        if old is not None and new is not None and \
-                old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
-            return  # the watch echoing our own write, already in the store: nothing new to look at
+        if new is None:
+            self._written_rv.pop(name, None)
+        elif new["metadata"].get("resourceVersion") in (self._written_rv.get(name),
+                                                        (old or {}).get("metadata", {}).get("resourceVersion")):
+            # Our own write (its echo, or an older event that came after it: the store keeps
+            # ours), or a version already seen: nothing new to look at.
+            return
         if node:
             self._enqueue(node)
         was_active = old is not None and rec.is_active(old)
@@ -561,6 +585,7 @@ class Fleet:
 
     def record_written(self, obj: JSON) -> None:
         self.record_informer.upsert(obj)
+        self._written_rv[obj["metadata"]["name"]] = obj["metadata"].get("resourceVersion")
         node = (obj.get("spec") or {}).get("node", "")
         pool = (obj.get("spec") or {}).get("pool", "")
         with self._lock:
