@@ -62,6 +62,7 @@ from autoclusters.controller.statemachine import (
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
+from autoclusters.memo import ObjectMemo
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
 from autoclusters.providers import Provider, ProviderError, build_provider
 from autoclusters.providers.base import NodeCache
@@ -144,9 +145,10 @@ class Reconciler:
         self._settings = settings
         self._pool_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._providers: dict[tuple[str, str], Provider | str] = {}  # str: why it could not be built
-        self._provider_of: dict[tuple[int, RepairAction], tuple[Pool, tuple[str, str] | None, Provider | str | None,
-                                                                Provider | None, ProviderBlock | None]] = {}
-        self._policy_of: dict[int, tuple[Pool, RepairPolicy]] = {}
+        # per pool object (a changed spec is a new object): its provider for each action, its policy
+        self._provider_of: ObjectMemo[tuple[tuple[str, str] | None, Provider | str | None, Provider | None,
+                                            ProviderBlock | None]] = ObjectMemo(_PER_POOL_OBJECT_MAX)
+        self._policy_of: ObjectMemo[RepairPolicy] = ObjectMemo(_PER_POOL_OBJECT_MAX)
         # pool -> its members' refusals, kept between passes (_provider_condition): each pass asks
         # only about the members changed since the last (fleet.track_members)
         self._refusals: dict[str, PoolRefusals] = {}
@@ -175,28 +177,16 @@ class Reconciler:
         the spec's settings."""
         if pool is None:
             return None, None
-        hit = self._provider_of.get((id(pool), action))
-        if hit is not None and hit[0] is pool and (hit[1] is None or self._providers.get(hit[1]) is hit[2]):
-            return hit[3], hit[4]
-        cache_key, cached, provider, block = self._find_provider(pool, action)
-        if len(self._provider_of) >= _PER_POOL_OBJECT_MAX:
-            self._provider_of.clear()
-        # the pool object is held with its answer, so its id is not reused while the entry is kept
-        self._provider_of[(id(pool), action)] = (pool, cache_key, cached, provider, block)
+        _, _, provider, block = self._provider_of.get(
+            pool, lambda: self._find_provider(pool, action), action,
+            still=lambda kept: kept[0] is None or self._providers.get(kept[0]) is kept[1])
         return provider, block
 
     def _policy(self, pool: Pool | None) -> RepairPolicy:
         """The pool's repair policy over the controller's defaults, kept per pool object."""
         if pool is None:
             return self._settings.policy
-        hit = self._policy_of.get(id(pool))
-        if hit is not None and hit[0] is pool:
-            return hit[1]
-        policy = pool.policy(self._settings.policy)
-        if len(self._policy_of) >= _PER_POOL_OBJECT_MAX:
-            self._policy_of.clear()
-        self._policy_of[id(pool)] = (pool, policy)
-        return policy
+        return self._policy_of.get(pool, lambda: pool.policy(self._settings.policy))
 
     def _find_provider(self, pool: Pool, action: RepairAction) -> tuple[
             tuple[str, str] | None, Provider | str | None, Provider | None, ProviderBlock | None]:

@@ -15,6 +15,7 @@ from autoclusters import api
 from autoclusters.api import TERMINAL, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.clock import parse_iso, utc_iso
 from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
+from autoclusters.memo import ObjectMemo
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -70,20 +71,13 @@ def _ts(value: Any) -> str | None:
     return utc_iso(value) if value is not None else None
 
 
-_STEPS: dict[int, tuple[TimelineStep, JSON]] = {}  # id(step) -> (the step, its status form)
-_STEPS_MAX = 4096
+_STEPS: ObjectMemo[JSON] = ObjectMemo(4096)  # a step -> its status form
 
 
 def _step(st: TimelineStep) -> JSON:
     """A timeline step as the status holds it. A repair's steps are kept from state to state and
     written with every status: each is formatted once (a copy handed out, the kept one unshared)."""
-    hit = _STEPS.get(id(st))
-    if hit is None or hit[0] is not st:
-        hit = (st, {"phase": st.phase, "time": utc_iso(st.time), "message": st.message})
-        if len(_STEPS) >= _STEPS_MAX:
-            _STEPS.clear()
-        _STEPS[id(st)] = hit
-    return dict(hit[1])
+    return dict(_STEPS.get(st, lambda: {"phase": st.phase, "time": utc_iso(st.time), "message": st.message}))
 
 
 def status_of(s: RepairState) -> JSON:
@@ -113,24 +107,15 @@ def _time(value: Any, field: str) -> datetime:
     return t
 
 
-_PARSED: dict[int, tuple[JSON, RepairState | None]] = {}  # id(record) -> (the record, its state)
-_PARSED_MAX = 1024
+_PARSED: ObjectMemo[RepairState | None] = ObjectMemo(1024)  # a record -> its state
 
 
 def state_of(obj: JSON) -> RepairState | None:
     """The state a record holds; None for a record created but not yet given a phase.
 
     Records in the controller's store are replaced, never changed in place, and a reconcile
-    reads the same ones again and again: the state parsed from a record object is kept
-    (the object itself is held, so its id cannot be reused while it is kept)."""
-    hit = _PARSED.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    state = _parse(obj)
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[id(obj)] = (obj, state)
-    return state
+    reads the same ones again and again: the state parsed from a record object is kept."""
+    return _PARSED.get(obj, lambda: _parse(obj))
 
 
 def _parse(obj: JSON) -> RepairState | None:
