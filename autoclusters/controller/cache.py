@@ -20,8 +20,7 @@ import logging
 import operator
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -81,7 +80,6 @@ class Fleet:
         self.names = names
         self._taint_key = names.taint_key
         self._written_rv: dict[str, str | None] = {}  # record -> the version of our last write of it
-        self._own = threading.local()  # the node the calling thread reconciles (reconciling)
         self.shard = shard or Shard()
         self._sharded = self.shard.sharded
         # node -> {record: pool} of every shard's records in progress or not yet started
@@ -454,7 +452,7 @@ class Fleet:
                     if pool:
                         for tracker in self._trackers:
                             tracker.mark(pool, name)
-                self._wake(name)
+                self._enqueue(name)
                 return
         with self._lock:  # as indexed from the version seen last (the pools' changes re-index every node)
             was = self._node_pool.get(name, "")
@@ -465,7 +463,7 @@ class Fleet:
             with self._lock:  # not indexed: the node's next event, even a heartbeat, indexes it again
                 self._prints.pop(name, None)
             raise
-        self._wake(name)
+        self._enqueue(name)
         now_faulty = self.is_faulty(after, name) if after else False
         if before != after or was_faulty != now_faulty or new is None:
             for pool in {before, after} - {""}:
@@ -473,23 +471,6 @@ class Fleet:
 
     def node(self, name: str) -> JSON | None:
         return self.node_informer.get(name)
-
-    @contextmanager
-    def reconciling(self, name: str) -> Iterator[None]:
-        """While the calling thread reconciles ``name``: its own writes of that node (the
-        actuator's, a provider's: ``node_written``) are indexed but do not queue the node
-        again. The reconcile decided knowing them and returns when it wants to look next;
-        a change by anyone else, which comes through the watch on the informer's thread,
-        still queues it."""
-        self._own.key = name
-        try:
-            yield
-        finally:
-            self._own.key = None
-
-    def _wake(self, name: str) -> None:
-        if getattr(self._own, "key", None) != name:
-            self._enqueue(name)
 
     def node_written(self, obj: JSON) -> None:
         """Our own write of a node (the actuator's, a provider's): into the store at once, and

@@ -226,10 +226,6 @@ class Reconciler:
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
-        with self._fleet.reconciling(name):
-            return self._reconcile_node(name)
-
-    def _reconcile_node(self, name: str) -> float | None:
         facts = self._facts(name)
         if facts is None:
             return None

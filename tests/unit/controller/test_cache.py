@@ -426,48 +426,6 @@ def test_taints_others_set_wake_no_reconcile_but_the_maintenance_taint_does() ->
     assert queued == ["n1", "n1"]
 
 
-def test_a_reconciles_own_node_writes_do_not_queue_its_node_again() -> None:
-    """The reconcile that wrote the node decided knowing the write and returns when it wants
-    to look next; the same write by anyone else (or of another node) queues as before."""
-    import copy
-
-    from autoclusters.controller.cache import Fleet
-
-    queued: list[str] = []
-    fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
-    fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
-    xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
-    for name in ("n1", "n2"):
-        node = _gpu_node(name, xid)
-        node["metadata"]["resourceVersion"] = "1"
-        fleet.node_informer.upsert(node)
-        fleet._on_node(name, None, node)
-    queued.clear()
-
-    def stored(name: str) -> dict:
-        node = fleet.node(name)
-        assert node is not None
-        return node
-
-    def marked(name: str, rv: str) -> dict:
-        node = copy.deepcopy(stored(name))
-        node["metadata"]["resourceVersion"] = rv
-        node["metadata"]["labels"][NAMES.maintenance_required] = "true"
-        return node
-
-    with fleet.reconciling("n1"):
-        fleet.node_written(marked("n1", "2"))
-        assert queued == []  # its own node: indexed, not queued
-        fleet.node_written(marked("n2", "2"))
-        assert queued == ["n2"]  # another node (a provider's new node, a claim): queued
-    assert stored("n1")["metadata"]["resourceVersion"] == "2"  # in the store all the same
-    unmarked = copy.deepcopy(stored("n1"))
-    unmarked["metadata"]["resourceVersion"] = "3"
-    del unmarked["metadata"]["labels"][NAMES.maintenance_required]
-    fleet.node_written(unmarked)  # outside the node's reconcile: queued as before
-    assert queued == ["n2", "n1"]
-
-
 def test_a_record_event_of_a_version_we_wrote_queues_nothing() -> None:
     from autoclusters.controller.cache import Fleet
 
