@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autoclusters.kube import Kube
 from autoclusters.kube.informer import Informer
 from tests.unit.fakeapi import ApiError, FakeApi, Request
 
@@ -220,18 +221,24 @@ def _changes(seen: list[tuple[str, JSON | None, JSON | None]], name: str) -> lis
     return [(rv(old), rv(new)) for n, old, new in seen if n == name]
 
 
-def test_an_object_created_after_the_list_was_answered_survives_the_relist_never_seen_deleted() -> None:
-    """The controller creates b (and puts its answer into the store) after the relist's list
-    was answered: the list cannot hold it. b stays in the store, is handed over unchanged, and
-    never as deleted; the watch, from the list's version, then brings b's own event. a, deleted
-    while the watch was down, is deleted; c, which we wrote before the list and someone deleted
-    before it too, is deleted as well (its version is not newer than the list's)."""
+def _nodes_a_and_c() -> tuple[FakeApi, Kube, Informer, list[tuple[str, JSON | None, JSON | None]]]:
+    """Nodes a and c on a fake API, and an informer of nodes that records what it hands over."""
     api = FakeApi()
     for name in ("a", "c"):
         api.put("/api/v1/nodes", _node(name))
     kube = api.kube()
     seen: list[tuple[str, JSON | None, JSON | None]] = []
     inf = Informer(kube, "/api/v1/nodes", lambda n, o, w: seen.append((n, o, w)), name="nodes")
+    return api, kube, inf, seen
+
+
+def test_an_object_created_after_the_list_was_answered_survives_the_relist_never_seen_deleted() -> None:
+    """The controller creates b (and puts its answer into the store) after the relist's list
+    was answered: the list cannot hold it. b stays in the store, is handed over unchanged, and
+    never as deleted; the watch, from the list's version, then brings b's own event. a, deleted
+    while the watch was down, is deleted; c, which we wrote before the list and someone deleted
+    before it too, is deleted as well (its version is not newer than the list's)."""
+    api, kube, inf, seen = _nodes_a_and_c()
 
     def meanwhile(n: int) -> None:
         if n == 2:
@@ -267,12 +274,7 @@ def test_an_object_we_deleted_after_the_list_was_answered_is_not_brought_back() 
     """The controller deletes c (``remove``) after the relist's list, which still holds c, was
     answered: c stays out of the store and is never handed over as added again; the watch then
     tells of its deletion. An object created again under the name is taken in."""
-    api = FakeApi()
-    for name in ("a", "c"):
-        api.put("/api/v1/nodes", _node(name))
-    kube = api.kube()
-    seen: list[tuple[str, JSON | None, JSON | None]] = []
-    inf = Informer(kube, "/api/v1/nodes", lambda n, o, w: seen.append((n, o, w)), name="nodes")
+    api, kube, inf, seen = _nodes_a_and_c()
 
     def meanwhile(n: int) -> None:
         if n == 2:
@@ -355,7 +357,6 @@ def test_a_record_started_after_the_list_keeps_its_pools_slot_across_the_relist(
     from autoclusters import api as crd
     from autoclusters.controller.cache import Fleet
     from autoclusters.faults.catalog import load_catalog
-    from autoclusters.kube import Kube
     from autoclusters.names import Names
 
     names = Names()
