@@ -135,6 +135,12 @@ def requests_by_kind(metrics: dict[str, float]) -> dict[tuple[str, str, str], fl
     return out
 
 
+def reconciles_by_kind(metrics: dict[str, float]) -> dict[str, float]:
+    """kind (node, pool) -> reconciles so far, from the controller's metric (absent before it existed)."""
+    return {labels_of(k).get("kind", ""): v for k, v in metrics.items()
+            if k.startswith("autoclusters_reconciles_total{")}
+
+
 def control_plane_pids(kubeconfig: str) -> dict[str, int]:
     """Component name -> pid of the local cluster (``autoclusters dev up``) this kubeconfig is
     the admin kubeconfig of; empty for any other cluster."""
@@ -525,7 +531,8 @@ def main() -> int:
     deadline = time.monotonic() + 60
     while scrape().get("autoclusters_workqueue_depth", 0) > 0 and time.monotonic() < deadline:
         time.sleep(0.5)  # the start-up's reconciles of every node
-    base = requests_by_kind(scrape())
+    before_faults = scrape()
+    base, reconciles_base = requests_by_kind(before_faults), reconciles_by_kind(before_faults)
 
 
     faulty = spread_faults(node_names, args.faults, len(pools))
@@ -592,7 +599,8 @@ def main() -> int:
     if args.profile:
         profile_window(proc.pid, args.profile, signal.SIGUSR2)
     load = os.getloadavg()[0]
-    after = requests_by_kind(scrape())
+    at_end = scrape()
+    after, reconciles_after = requests_by_kind(at_end), reconciles_by_kind(at_end)
     hwms_kb = []
     for p in procs:
         with open(f"/proc/{p.pid}/status") as f:
@@ -656,6 +664,12 @@ def main() -> int:
     print("by part, verb and resource:")
     for (component, verb, resource), count in sorted(by_kind.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0])):
         print(f"  {count / repairs:6.2f}  {component:<20} {verb:<8} {resource}")
+    if reconciles_after:
+        print("reconciles per repair (node keys, pool keys): " + ", ".join(
+            f"{kind} {(n - reconciles_base.get(kind, 0.0)) / repairs:.2f}"
+            for kind, n in sorted(reconciles_after.items())))
+    else:
+        print("reconciles per repair: not exported by this controller (autoclusters_reconciles_total)")
     print(f"controller peak RSS: {hwm_kb / 1024:.1f} MiB" + (
         f" (sum of {args.shards} processes: {', '.join(f'{k / 1024:.1f}' for k in hwms_kb)})" if args.shards > 1
         else ""))

@@ -90,6 +90,8 @@ class Controller:
                                      retry_period=c.retry_period_seconds, may_acquire=self.layouts.may_lead)
         self._threads: list[threading.Thread] = []
         self.lost_leadership = False
+        self._node_reconciles = self.metrics.reconciles.labels("node")
+        self._pool_reconciles = self.metrics.reconciles.labels("pool")
 
     # --- lifecycle ------------------------------------------------------------------------------
     def run(self) -> bool:
@@ -146,6 +148,7 @@ class Controller:
             try:
                 if not self.elector.is_leader:
                     continue
+                (self._pool_reconciles if key.startswith(POOL_KEY) else self._node_reconciles).inc()
                 after = self.reconciler.reconcile(key)
                 self.queue.forget(key)
                 if after is not None:

@@ -31,6 +31,8 @@ class Metrics:
         self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)
         self.reconcile_errors = Counter("autoclusters_reconcile_errors_total", "Reconciles that failed and backed off",
                                         registry=r)
+        self.reconciles = Counter("autoclusters_reconciles_total", "Reconciles run, by the kind of key (node, pool)",
+                                  ["kind"], registry=r)
         self.informer_errors = Counter(informer_metrics.NAME, informer_metrics.HELP, [informer_metrics.LABEL],
                                        registry=r)  # the name every process with informers exports
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)

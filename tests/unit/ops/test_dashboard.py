@@ -81,3 +81,13 @@ def test_every_panel_uses_the_datasource_variable() -> None:
         if p["type"] != "row":
             assert p["datasource"]["uid"] == "${datasource}"
             assert all(t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
+
+
+def test_the_operations_guide_documents_every_metric_the_controller_exports() -> None:
+    """docs/operations.md's metric table, against the registry: one source, the docs kept equal."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(autoclusters_[a-z_]+)` \|", text, flags=re.M))
+    families = set()
+    for family in Metrics().registry.collect():
+        families.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    assert families <= documented, f"undocumented: {sorted(families - documented)}"
