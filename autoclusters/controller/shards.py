@@ -51,8 +51,8 @@ def shard_of(pool: str, shards: int) -> int:
 
 def shard_of_node(node: str, shards: int) -> int:
     """The shard that owns ``node`` while it is in no pool and has no repair in progress: the
-    one its name hashes to, as a pool's does (exactly one shard looks at it)."""
-    return stable_hash(node) % shards if shards > 1 else 0
+    one its name hashes to, by the pools' rule (exactly one shard looks at it)."""
+    return shard_of(node, shards)
 
 
 def check(shards: int, shard: int) -> None:
