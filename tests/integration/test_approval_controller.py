@@ -104,9 +104,10 @@ def test_prepares_then_approves_only_nodes_that_need_it(cluster: ClusterHandle, 
         assert names.maintenance_approved not in labels(kube, clears)
         assert names.maintenance_approved not in labels(kube, healthy)
         assert names.maintenance_approved not in labels(kube, elsewhere)  # its pool is not handled
+        # the annotation and then the event follow the label, in that order
+        wait_for(f"{due}'s approval event", lambda: "MaintenancePreparedAndApproved" in reasons(kube, due), timeout=30)
         approved = kube.get_node(due)
         assert approved["metadata"]["annotations"][f"{names.domain}/approval-controller"].startswith("approved ")
-        assert "MaintenancePreparedAndApproved" in reasons(kube, due)
 
         # A replacement: the approved node goes away, a new node of the pool needs a repair.
         kube.delete(f"/api/v1/nodes/{due}")

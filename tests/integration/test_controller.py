@@ -46,6 +46,7 @@ def test_propose_waits_then_proceeds_on_approval(ctl: Env) -> None:
     ctl.approve(node)
     done = ctl.record_in(node, "Succeeded", timeout=40)
     assert done["status"]["approved"] is True
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
     assert n.EVENT_APPROVED in ctl.reasons(node)
     wait_for("labels gone", lambda: not ({ctl.names.maintenance_required, ctl.names.maintenance_approved}
                                          & set(ctl.labels(node))))

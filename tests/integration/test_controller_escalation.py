@@ -26,6 +26,7 @@ def test_reset_fails_then_escalated_replace_under_the_same_approval(ctl: Env) ->
     assert done["spec"]["action"] == "reset"
     new = status["replacementNode"]
     assert ctl.pool_nodes(pool) == [new] and ctl.find_node(node) is None
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
     reasons = ctl.reasons(node)
     assert reasons.count(n.EVENT_AWAITING_APPROVAL) == 1 and n.EVENT_ESCALATED in reasons
     assert len(ctl.records(node)) == 1

@@ -119,6 +119,8 @@ def test_max_concurrent_repairs_holds(ctl: Env) -> None:
         time.sleep(0.1)
     assert [r["status"]["phase"] for r in ctl.records(pool=pool)] == ["Succeeded"] * 3
     assert peak == 1
+    for node in nodes:  # events trail the records (background sender, in order per node)
+        ctl.wait_reason(node, n.EVENT_SUCCEEDED)
     held = [r for node in nodes for r in ctl.events(node) if r["reason"] == n.EVENT_BLOCKED]
     assert held and all("maxConcurrentRepairs 1" in e["message"] for e in held)
 

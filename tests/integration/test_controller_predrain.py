@@ -120,6 +120,7 @@ def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Pat
     started = parse_time(done["status"]["evictionStarted"])
     assert started < deadline
     assert any("arrived (slurm, pod " in s["message"] for s in done["status"]["steps"])
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
     assert n.EVENT_DRAIN_WAIT_ENDED in ctl.reasons(node)
     assert pod(ctl, ns, "trainer") is None and pod(ctl, ns, "web") is None
     assert_warning_gone(ctl, node)

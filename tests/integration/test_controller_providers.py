@@ -168,6 +168,7 @@ def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replaceme
     assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
     new = done["status"]["replacementNode"]
     assert new and ctl.pool_nodes(pool) == [new]
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
     events = sorted(ctl.events(node), key=lambda e: e.get("eventTime") or e.get("firstTimestamp") or "")
     reasons = [e["reason"] for e in events]
     failed = next(e for e in events if e["reason"] == n.EVENT_FAILED)

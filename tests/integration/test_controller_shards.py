@@ -98,7 +98,9 @@ def test_two_shards_lead_their_own_leases_and_repair_only_their_own_pools(ctl: E
         record = ctl.record_in(node, "Succeeded", timeout=60)
         assert record["status"]["action"] == "reset" and record["status"]["attempts"] == 1
         assert ctl.watcher.boot_changes.get(node) == 1
-        # every event of the repair came from the pool's own shard
+        # every event of the repair came from the pool's own shard (events are written by a
+        # background sender, one queue per object in emit order: once the last is there, all are)
+        ctl.wait_reason(node, EVENT_SUCCEEDED)
         instances = {e.get("reportingInstance") for e in ctl.events(node)}
         assert instances == {f"shard-{i}"}, (node, instances)
         # and its pool's status too: written by its shard only (the other never reconciles it)
@@ -132,6 +134,7 @@ def test_a_change_of_layout_resumes_the_repair_in_progress_on_the_pools_new_shar
     record = ctl.record_in(node, "Succeeded", timeout=60)
     assert record["status"]["attempts"] == 1 and [s["phase"] for s in record["status"]["steps"]].count("Acting") == 1
     assert ctl.watcher.boot_changes.get(node) == 1  # resumed, not reset again
+    ctl.wait_reason(node, EVENT_SUCCEEDED)  # written by a background sender, after the record
     finishers = {e.get("reportingInstance") for e in ctl.events(node) if e.get("reason") == EVENT_SUCCEEDED}
     assert finishers == {f"shard-{owner}"}, finishers
     assert record["metadata"]["name"] not in shards[1 - owner].log()
