@@ -42,7 +42,15 @@ The store and the handler never go back in time:
   the list's version, tells of anything that happens to it later, its deletion included;
 - an object we removed ourselves (``remove``) does not come back through a list answered
   before the deletion or a watch event that lags behind it (a copy as old as the one removed
-  or older); a newer one (the name created again) is taken in.
+  or older); a newer one (the name created again) is taken in;
+- a deletion event older than the version the store holds (the name was created again and our
+  write of the new object, ``upsert``, got there before the watch told of the old one's
+  deletion) leaves the store's object where it is: the handler is handed it unchanged (old and
+  new the same), never as deleted, and the watch tells of the new object's own changes later.
+  A deletion event carries the version of the deletion, newer than every version of the object
+  it deleted and older than any object created under the name after it, so the version alone
+  decides; the uid is not needed (and a ``transform`` may drop it). Nor does such an event
+  undo our own removal of the newer object (its lagging copies stay out).
 
 Versions are compared as integers (etcd's revisions), in one place (``_newer``); a version
 that is not an integer is newer and older than none, so then the latest word wins, the API
@@ -242,18 +250,25 @@ class Informer:
         rv = str((raw.get("metadata") or {}).get("resourceVersion", ""))
         if kind == "BOOKMARK":
             return rv
-        if kind == "DELETED":  # only the name is used: no transform, so no deletion is lost to one
+        if kind == "DELETED":  # only the name and version are used: no transform, so no deletion is lost to one
             name = raw["metadata"]["name"]
+            gone = _version(raw)  # the version of the deletion itself (etcd's revision of it)
             with self._lock:
-                old = self._store.pop(name, None)
-                self._removed.pop(name, None)
-            self._deliver(name, old, None)
+                if not _newer(self._removed.get(name), gone):  # the deletion of what we removed, or later
+                    self._removed.pop(name, None)
+                old = self._store.get(name)
+                new: JSON | None = None
+                if _older(raw, old):  # an older object's: the name was created again, our write got here first
+                    new = old
+                else:
+                    self._store.pop(name, None)
+            self._deliver(name, old, new)
             return rv
         obj = self._take(raw)
         if obj is None:
             return rv
         name = obj["metadata"]["name"]
-        new: JSON | None = obj
+        new = obj
         with self._lock:
             if _before_removal(obj, self._removed.get(name)):
                 return rv  # a copy from before our own deletion: its deletion event is to come

@@ -8,6 +8,7 @@ ConfigMaps in a namespace of the test's own: runs on any cluster a kubeconfig na
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -37,6 +38,21 @@ class _ActsAfterList:
 
     def watch(self, path: str, **kw: Any) -> Iterator[JSON]:
         return self._kube.watch(path, **kw)
+
+
+class _HeldWatch(_ActsAfterList):
+    """``kube`` for an informer whose watch events are held back while ``flowing`` is clear
+    (a watch that lags behind our own writes); the events are the API server's."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(kube, lambda n: None)
+        self.flowing = threading.Event()
+        self.flowing.set()
+
+    def watch(self, path: str, **kw: Any) -> Iterator[JSON]:
+        for event in self._kube.watch(path, **kw):
+            assert self.flowing.wait(30), "the test never let the watch go on"
+            yield event
 
 
 @pytest.fixture()
@@ -118,5 +134,42 @@ def test_a_transform_that_raises_on_one_object_keeps_the_watch(kube: Kube, confi
         kube.replace(f"{path}/poison", _cm("poison", healed="1"))
         wait_for("the healed object taken in", lambda: inf.get("poison"))
         assert client.lists == 1 and counted == ["configmaps"]
+    finally:
+        inf.stop()
+
+
+def test_a_late_deletion_event_leaves_the_object_created_again_under_the_name(kube: Kube, configmaps: str) -> None:
+    """a is deleted and created again by us, our create's answer put into the store, while the
+    watch lags: the deletion event of the old a, told afterwards, carries the real server's
+    version of the deletion, older than the new a's, so the new a stays in the store and is never
+    handed over as deleted; the new a's own deletion later removes it."""
+    path = configmaps
+    kube.create(path, _cm("a"))
+    seen: list[tuple[str, bool, bool]] = []  # (name, handed over as deleted, in the store then)
+    inf: Informer
+
+    def handler(name: str, old: JSON | None, new: JSON | None) -> None:
+        seen.append((name, new is None, inf.get(name) is not None))
+
+    client = _HeldWatch(kube)
+    inf = Informer(cast(Kube, client), path, handler, label_selector=LABEL, name="configmaps")
+    inf.start()
+    try:
+        assert inf.synced.wait(30)
+        first_uid = inf.get("a")["metadata"]["uid"]  # type: ignore[index]
+        client.flowing.clear()
+        kube.delete(f"{path}/a")
+        again = kube.create(path, _cm("a", generation="2"))
+        inf.upsert(again)
+        assert again["metadata"]["uid"] != first_uid
+        seen.clear()
+        client.flowing.set()
+        kube.create(path, _cm("z"))  # after a's re-creation: once z is here, the watch has told of it
+        wait_for("z through the watch", lambda: inf.get("z"))
+        assert [s for s in seen if s[0] == "a"] and not [s for s in seen if s[0] == "a" and (s[1] or not s[2])]
+        assert inf.get("a")["metadata"]["uid"] == again["metadata"]["uid"]  # type: ignore[index]
+        kube.delete(f"{path}/a")
+        wait_for("the new a's own deletion", lambda: inf.get("a") is None)
+        assert seen[-1] == ("a", True, False) and client.lists == 1
     finally:
         inf.stop()

@@ -241,3 +241,48 @@ def test_a_transform_that_raises_keeps_the_stored_version_loses_no_deletion_and_
                     ("a", "1", "21")]
     assert inf.handler_errors == 4  # b and a in the first list and events, c's event, a in the second list
     assert inf.get("a") == obj("a", 21)
+
+
+def test_a_late_deletion_of_an_older_object_leaves_the_name_created_again_in_the_store() -> None:
+    """a is deleted (at 11) and created again (at 12) by us, our create's answer put into the store
+    before the watch tells of the deletion: the deletion of the older a neither removes the newer a
+    from the store nor is handed over as a deletion (the handler gets the newer a unchanged), and
+    the newer a's own deletion later removes it. The same late deletion does not undo our removal
+    of an object: a lagging copy of what we removed stays out. Before the fix the late deletion
+    emptied the store until the watch's ADDED of the new a."""
+    script: list[tuple[str, Any]] = []
+    inf, _, _, seen = informer(script)
+    present: list[bool] = []
+    record = inf._handler
+
+    def handler(name: str, old: JSON | None, new: JSON | None) -> None:
+        record(name, old, new)
+        present.append(inf.get(name) is not None)
+
+    inf._handler = handler
+    again = {"metadata": {"name": "a", "resourceVersion": "12", "uid": "second"}}
+
+    def watch() -> Iterator[JSON]:
+        inf.upsert(again)  # our create of a, answered before the watch tells of the old a's deletion
+        yield {"type": "DELETED", "object": obj("a", 11)}
+        assert inf.get("a") is again
+        yield {"type": "ADDED", "object": obj("a", 12)}  # the echo of our create
+        yield {"type": "DELETED", "object": obj("a", 13)}  # the new a's own deletion
+        assert inf.get("a") is None
+        # b: we delete the b at 21, created after b's earlier deletion (20) that the watch tells late
+        inf.upsert(obj("b", 21))
+        inf.remove("b")
+        yield {"type": "DELETED", "object": obj("b", 20)}  # the deletion of an older b
+        yield {"type": "ADDED", "object": obj("b", 21)}  # a lagging copy of the b we removed: stays out
+        assert inf.get("b") is None
+        yield {"type": "DELETED", "object": obj("b", 22)}  # our deletion's own event
+        yield {"type": "ADDED", "object": obj("b", 23)}  # b created again after it: taken in
+
+    script += [("list", ([obj("a", 1), obj("b", 2)], "10")), ("watch", (watch(), None))]
+    inf._run()
+    assert [s for s in seen if s[0] == "a"] == [("a", None, "1"), ("a", "12", "12"), ("a", "12", "12"),
+                                                ("a", "12", None)]
+    assert present[:3] == [True, True, True]  # a was in the store at every change handed over
+    assert [s for s in seen if s[0] == "b"] == [("b", None, "2"), ("b", None, None), ("b", None, None),
+                                                ("b", None, "23")]
+    assert [o["metadata"]["name"] for o in inf.items()] == ["b"] and inf.get("b") == obj("b", 23)
