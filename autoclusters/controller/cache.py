@@ -72,10 +72,9 @@ class MemberChanges:
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
                  namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
-                 on_handler_error: Callable[[str], None] | None = None, shard: Shard | None = None) -> None:
+                 shard: Shard | None = None) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
-        to write one status for a burst of changes); ``enqueue`` by default. ``on_handler_error``
-        is told the informer's name each time one of its callbacks raised on an object (a metric).
+        to write one status for a burst of changes); ``enqueue`` by default.
         ``shard``: the pools this process owns (all by default)."""
         self.names = names
         self._taint_key = names.taint_key
@@ -112,14 +111,13 @@ class Fleet:
         self._fault_types = names.fault_conditions  # (GPU, interconnect): the order fault_of looks in
         self._trackers: list[MemberChanges] = []
         g = names.api_group
-        hook = on_handler_error
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", on_handler_error=hook)
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
         self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
-                                      name=api.POOLS.plural, on_handler_error=hook)
+                                      name=api.POOLS.plural)
         self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
-                                        self._on_record, name=api.REMEDIATIONS.plural, on_handler_error=hook)
+                                        self._on_record, name=api.REMEDIATIONS.plural)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
-                                         label_selector=defaults.SELECTOR, name="default-pool", on_handler_error=hook)
+                                         label_selector=defaults.SELECTOR, name="default-pool")
 
     def start(self, timeout: float = 60) -> None:
         # Pools (and the default policy) first, so node membership is known when the nodes arrive.
@@ -133,8 +131,12 @@ class Fleet:
             if not inf.synced.wait(timeout):
                 raise TimeoutError(f"{inf.name} not listed within {timeout}s")
 
+    def informers(self) -> tuple[Informer, ...]:
+        """The cache's informers (its metric reads their handler errors)."""
+        return self.node_informer, self.pool_informer, self.record_informer, self.default_informer
+
     def stop(self) -> None:
-        for inf in (self.node_informer, self.pool_informer, self.record_informer, self.default_informer):
+        for inf in self.informers():
             inf.stop()
 
     # --- faults ------------------------------------------------------------------------------

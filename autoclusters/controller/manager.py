@@ -66,8 +66,8 @@ class Controller:
         delay = self.config.pool_status_delay_seconds
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
                            enqueue_pool=lambda key: self.queue.add(key, delay),
-                           on_handler_error=lambda informer: self.metrics.informer_errors.labels(informer).inc(),
                            shard=self.shard)
+        self.metrics.informer_errors.informers = self.fleet.informers
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:

@@ -33,8 +33,10 @@ class Metrics:
                                         registry=r)
         self.reconciles = Counter("autoclusters_reconciles_total", "Reconciles run, by the kind of key (node, pool)",
                                   ["kind"], registry=r)
-        self.informer_errors = Counter(informer_metrics.NAME, informer_metrics.HELP, [informer_metrics.LABEL],
-                                       registry=r)  # the name every process with informers exports
+        # the name every process with informers exports, read from the informers at each scrape
+        # (the manager names them: ``informer_errors.informers``)
+        self.informer_errors = informer_metrics.HandlerErrors(lambda: ())
+        r.register(self.informer_errors)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
         self.shard = Gauge("autoclusters_controller_shard", "1, labelled with this process's shard and the number "
                            "of shards (sharding by pool; 0 of 1 when not sharded)", ["shard", "shards"], registry=r)

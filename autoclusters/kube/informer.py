@@ -12,9 +12,9 @@ fleet, the Slurm bridge, the approval example) is this class, with one error pol
   backoff that doubles from ``backoff`` to ``max_backoff`` and starts again after a list
   succeeds;
 - a handler that raises on one object is that object's error alone: it is logged with the
-  object's name and counted (``handler_errors``, and ``on_handler_error`` with the
-  informer's name, for a metric), and the other objects of the list, the later events and
-  the watch go on. The store keeps the object as the API server sent it, and the handler
+  object's name and counted (``handler_errors``, which every process that runs informers
+  exports through ``kube/informer_metrics``), and the other objects of the list, the later
+  events and the watch go on. The store keeps the object as the API server sent it, and the handler
   gets it again at its next event or list, so one object the handler cannot take (a
   poison object) never stalls the others under the backoff;
 - a ``transform`` that raises on one object is that object's error alone too, logged and
@@ -72,7 +72,6 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
 Transform = Callable[[JSON], JSON]
-ErrorHook = Callable[[str], None]  # called with the informer's name after its transform or handler raised
 
 
 def _as_version(value: object) -> int | None:
@@ -113,7 +112,7 @@ def _name(obj: JSON) -> str:
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
                  watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
-                 backoff: float = 1.0, max_backoff: float = 30.0, on_handler_error: ErrorHook | None = None) -> None:
+                 backoff: float = 1.0, max_backoff: float = 30.0) -> None:
         self._kube = kube
         self._path = path
         self._handler = handler
@@ -122,8 +121,8 @@ class Informer:
         self._transform = transform
         self._backoff = backoff
         self._max_backoff = max_backoff
-        self._on_handler_error = on_handler_error
-        # changes of one object the transform or the handler raised on (the informer's thread writes it)
+        # changes of one object the transform or the handler raised on (the informer's thread writes
+        # it; kube/informer_metrics reads it for the metric)
         self.handler_errors = 0
         self.name = name or path
         self._store: dict[str, JSON] = {}
@@ -309,5 +308,3 @@ class Informer:
     def _count_error(self) -> None:
         """One object's error, its transform's or its handler's (logged by the caller with its name)."""
         self.handler_errors += 1
-        if self._on_handler_error is not None:
-            self._on_handler_error(self.name)

@@ -9,6 +9,9 @@ name and meaning, so one dashboard panel and one alert cover them all; any incre
 Two forms of it: ``text_lines`` for an endpoint written with the standard library (the
 detector's: ``prometheus_client`` is a third of its memory budget), and ``HandlerErrors``, a
 collector for a ``prometheus_client`` registry (the library is imported only when it collects).
+Both read ``Informer.handler_errors`` at scrape time: the informer's count is the one source,
+so no process keeps a second counter beside it, and every informer is exported from its start,
+at 0 until its first error.
 """
 
 from __future__ import annotations

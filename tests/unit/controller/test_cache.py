@@ -123,7 +123,10 @@ def test_a_change_of_a_pools_nodes_queues_the_pool_through_its_own_callback() ->
 def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_others_are_indexed() -> None:
     """The controller's wiring: a node whose condition the cache's callback raises on (here a
     catalog that fails on its message) is counted in autoclusters_informer_handler_errors_total;
-    the nodes listed with it are indexed all the same, and its next change is taken again."""
+    the nodes listed with it are indexed all the same, and its next change is taken again. The
+    metric is each informer's own count (``Informer.handler_errors``, read by the collector every
+    process with informers uses): every informer of the cache is exported, at 0 before its first
+    error, so an alert on its increase sees the first one."""
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.sim import nodes as sim
@@ -152,10 +155,11 @@ def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_ot
     ctl.fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
     inf = ctl.fleet.node_informer
 
-    def errors() -> float | None:
+    def errors(informer: str = "nodes") -> float | None:
         return ctl.metrics.registry.get_sample_value("autoclusters_informer_handler_errors_total",
-                                                     {"informer": "nodes"})
+                                                     {"informer": informer})
 
+    assert [errors(i.name) for i in ctl.fleet.informers()] == [0, 0, 0, 0]
     inf.start()
     try:
         assert inf.synced.wait(5)
@@ -165,7 +169,8 @@ def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_ot
         api.settle()
         api.edit("/api/v1/nodes/bad", lambda n: n["metadata"]["labels"].update(gen="2"))
         api.settle()
-        assert errors() == 2
+        assert errors() == 2 == inf.handler_errors
+        assert [errors(i.name) for i in ctl.fleet.informers()[1:]] == [0, 0, 0]
     finally:
         inf.stop()
         api.close()
