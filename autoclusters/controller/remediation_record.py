@@ -84,7 +84,8 @@ def status_of(s: RepairState) -> JSON:
     status: JSON = {
         "phase": s.phase.value, "action": s.action.value, "approved": s.approved, "escalated": s.escalated,
         "escalatedFrom": s.escalated_from, "optOut": s.opt_out, "attempts": s.attempts,
-        "nodeWasCordoned": s.node_was_cordoned, "hold": s.hold, "outcome": s.outcome, "message": s.message,
+        "nodeWasCordoned": s.node_was_cordoned, "warningAttempt": s.warning_attempt,
+        "hold": s.hold, "outcome": s.outcome, "message": s.message,
         "replacementNode": s.replacement_node,
         "steps": [_step(st) for st in s.steps],
     }
@@ -141,6 +142,7 @@ def _parse(obj: JSON) -> RepairState | None:
         attempts=int(status.get("attempts", 0)), node_was_cordoned=bool(status.get("nodeWasCordoned")),
         drain_started=parse_iso(status.get("drainStarted")),
         pre_drain_deadline=parse_iso(status.get("preDrainDeadline")),
+        warning_attempt=int(status.get("warningAttempt", 1)),
         eviction_started=parse_iso(status.get("evictionStarted")), operation=operation,
         verify_started=parse_iso(status.get("verifyStarted")), hold=status.get("hold", ""),
         outcome=status.get("outcome", ""), message=status.get("message", ""),

@@ -107,6 +107,7 @@ class RepairState:
     node_was_cordoned: bool = False  # someone else cordoned it: leave it cordoned at the end
     drain_started: datetime | None = None  # the warning went out and the node was cordoned
     pre_drain_deadline: datetime | None = None  # eviction starts at the latest then (the warning's deadline)
+    warning_attempt: int = 1  # the provider operation (1: the first) whose drain the warning went out for
     eviction_started: datetime | None = None  # the pre-drain wait ended: evicting (never waits again)
     operation: Operation | None = None
     verify_started: datetime | None = None
@@ -293,15 +294,22 @@ def transition(state: RepairState | None, obs: Observation, now: datetime, polic
     """Chains single steps while the phase keeps changing on the same observation.
 
     The chain stops on entering Acting: the provider view observed belongs to the previous
-    operation (if any), so the new one is judged on the next reconcile.
+    operation (if any), so the new one is judged on the next reconcile. An escalation (from
+    Acting or Verifying) also stops on entering Draining: the node's pods are not observed
+    while the provider acts (the reconciler lists them only to decide, hold or drain; the
+    ``PodsView`` is empty), so what the replacement's drain must evict is judged on the next
+    reconcile, which lists them. (It still passes through Scheduled's guards at once: a
+    replacement that goes ahead keeps its pool slot without a gap.)
     """
     actions: list[Effect] = []
+    escalating = state is not None and state.phase in (Phase.ACTING, Phase.VERIFYING)
     decision = _step(state, obs, now, policy, record_name)
     actions.extend(decision.actions)
     for _ in range(6):
         prev, cur = state, decision.state
         if cur is None or cur.phase in TERMINAL or cur.phase == Phase.ACTING \
-                or (prev is not None and prev.phase == cur.phase):
+                or (prev is not None and prev.phase == cur.phase) \
+                or (escalating and cur.phase == Phase.DRAINING):
             break
         state = cur
         decision = _step(state, obs, now, policy, record_name)
@@ -472,15 +480,20 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
         return Decision(replace(s, hold=hold, message=why), actions, p.hold_recheck_seconds)
     deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
     msg = words.started(s.action, deadline, after_failed_reset=s.escalated and s.started)
-    if s.started:
+    if s.started and s.pre_drain_deadline is not None:
         # an escalation: the workload was warned and evicted for this record already; no second wait
         started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
                       eviction_started=now)
         return Decision(started, (EnsureMarked(cordon=True), Emit(n.EVENT_STARTED, msg)), 0)
+    # The first drain of the repair, or an escalation whose reset never got its marking (and so
+    # its warning) onto the node (``_action_failed``): the warning goes out now, for this attempt,
+    # with the wait and the hook. Whether the node was cordoned before the repair was judged when
+    # the repair first started (a cordon seen since may be this repair's own).
     wait = min(p.pre_drain_wait_seconds, deadline)
     evict_by = now + timedelta(seconds=wait)
     started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
-                  node_was_cordoned=o.node.unschedulable, pre_drain_deadline=evict_by, eviction_started=None)
+                  node_was_cordoned=s.node_was_cordoned if s.started else o.node.unschedulable,
+                  pre_drain_deadline=evict_by, eviction_started=None, warning_attempt=s.attempts + 1)
     reason = drain_reason(s.fault, s.name)
     warning = words.drain_warning(s.action, utc_iso(evict_by), wait, reason)
     warn = Warn(evict_by, reason, slinky=p.slinky, call_hook=True)
@@ -532,14 +545,28 @@ def _marking(s: RepairState, o: Observation, p: RepairPolicy, *, warn_pods: bool
     operation (Acting, the provider's progress started), the plan that asked it got past the
     marking and the hook: the warning is written again if it went missing, without the call.
     An escalation after a failed reset drains and acts again under the first warning: marking
-    and cordon only."""
-    first = s.attempts <= (1 if s.phase == Phase.ACTING else 0)
-    if s.pre_drain_deadline is None or not first:
+    and cordon only; unless that warning never went out (``_action_failed``), then the
+    escalation's own drain is the one the warning goes with (``warning_attempt``)."""
+    if not _warning_due(s):
         return (EnsureMarked(cordon=True),)
-    hook = o.node.warned_for != s.name and (s.phase != Phase.ACTING or o.provider.state == ProviderState.NOT_STARTED)
+    hook = _hook_owed(s, o)
+    assert s.pre_drain_deadline is not None
     warn = Warn(s.pre_drain_deadline, drain_reason(s.fault, s.name), slinky=p.slinky, call_hook=hook)
     return (EnsureMarked(cordon=True, warning=warn), warn) if hook or warn_pods \
         else (EnsureMarked(cordon=True, warning=warn),)
+
+
+def _warning_due(s: RepairState) -> bool:
+    """Whether the drain (or operation) in progress is the one the warning went out for."""
+    attempt = s.attempts if s.phase == Phase.ACTING else s.attempts + 1
+    return s.pre_drain_deadline is not None and attempt == s.warning_attempt
+
+
+def _hook_owed(s: RepairState, o: Observation) -> bool:
+    """Whether the plan that calls the hook has not been carried out yet (``_marking``): the node
+    lacks this record's warning, and the provider has not started the operation."""
+    return _warning_due(s) and o.node.warned_for != s.name \
+        and (s.phase != Phase.ACTING or o.provider.state == ProviderState.NOT_STARTED)
 
 
 def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
@@ -595,12 +622,21 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
 
 
 def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolicy, why: str) -> Decision:
-    """A failed reset escalates to a replacement under the same approval; a failed replacement holds."""
+    """A failed reset escalates to a replacement under the same approval; a failed replacement holds.
+
+    A reset whose operation timed out while the hook was still owed (``_hook_owed``: its marking,
+    and with it the warning, never reached the node, so the provider was never asked) warned
+    nobody: the replacement drains as a first drain does, with the warning, the wait and the
+    hook (``_scheduled``; the record's ``preDrainDeadline`` is cleared until then)."""
     if s.action == RepairAction.RESET:
         failed = f"reset failed: {why}"
         msg = f"{failed}; escalating to a replacement under the same approval"
+        unwarned = s.phase == Phase.ACTING and _hook_owed(s, o)
+        if unwarned:
+            msg += "; the node never got the warning, so the replacement warns its workloads first"
         esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
-                  verify_started=None, approved=s.approved)
+                  verify_started=None, approved=s.approved,
+                  pre_drain_deadline=None if unwarned else s.pre_drain_deadline)
         return Decision(esc, (Emit(n.EVENT_FAILED, words.reset_failed(why), warning=True),
                               Emit(n.EVENT_ESCALATED, words.escalated_after_failed_reset(why))), 0)
     return _failed(s, now, f"{s.action} failed: {why}")

@@ -130,6 +130,7 @@ def remediation_schema() -> dict[str, Any]:
         "nodeWasCordoned": {"type": "boolean"},
         "drainStarted": {"type": "string", "format": "date-time"},
         "preDrainDeadline": {"type": "string", "format": "date-time"},
+        "warningAttempt": {"type": "integer"},
         "evictionStarted": {"type": "string", "format": "date-time"},
         "operation": _obj({"id": {"type": "string"}, "action": {"type": "string"},
                            "started": {"type": "string", "format": "date-time"},

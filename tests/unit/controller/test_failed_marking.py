@@ -28,6 +28,7 @@ from autoclusters.controller.statemachine import Drain, EnsureMarked
 from autoclusters.kube import Unavailable
 from autoclusters.names import EVENT_DRAIN_WARNING, EVENT_SUCCEEDED
 from autoclusters.sim.hosts import REBOOT
+from autoclusters.sim.provider import ANN_OPERATION
 from tests.unit.controller.harness import NAMES, Harness
 from tests.unit.controller.test_failed_writes import _clean, adds_label, fail
 from tests.unit.fakeapi import ApiError, Request
@@ -210,3 +211,61 @@ def test_the_actuator_hands_over_the_node_it_wrote_before_a_later_write_failed(h
     kept.clear()
     h.actuator.run((EnsureMarked(cordon=True),), "n1", h.node_obj("n1"), None, None, node_written=kept.append)
     assert kept == []  # nothing written: nothing handed over
+
+
+# an admission policy's refusal of the marking (what a ValidatingAdmissionPolicy answers)
+POLICY_REFUSAL = ApiError(422, 'nodes "n1" is forbidden: ValidatingAdmissionPolicy \'freeze\' denied request')
+
+
+def starts_operation(req: Request) -> bool:
+    """The simulated provider starting an operation (a reset or a replacement): its node patch."""
+    return req.verb == "PATCH" and req.resource == "nodes" and isinstance(req.body, dict) \
+        and ANN_OPERATION in ((req.body.get("metadata") or {}).get("annotations") or {})
+
+
+@pytest.mark.parametrize("pod_lands", [False, True], ids=["no-pods", "a-pod-lands-meanwhile"])
+def test_a_replacement_after_a_marking_refused_past_the_operation_timeout_warns_and_calls_the_hook_once(
+        h: Harness, tmp_path: Path, pod_lands: bool) -> None:
+    """The marking is refused from the start until the reset's operation times out (the provider
+    was never asked: the marking comes first). The replacement the reset escalates to is the
+    first drain of the repair that gets through: it warns the node and its pods and calls the
+    hook, once, before any eviction and before the provider is asked. Before, an escalation
+    always drained "under the first warning", which had never gone out: the node was replaced
+    without any warning and without the hook."""
+    calls = hooked(h, tmp_path)
+    h.start()
+    h.run()
+    refusing = [True]
+
+    def refuse(req: Request) -> None:
+        if refusing[0] and adds_label(req):
+            raise POLICY_REFUSAL
+
+    h.api.before.append(refuse)
+    seen: list[tuple[str, JSON | None, int]] = []
+    h.api.before.append(lambda req: seen.append(("evict" if is_eviction(req) else "provider", h.node_obj("n1"),
+                                                 len(hook_calls(calls))))
+                        if is_eviction(req) or starts_operation(req) else None)
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Acting", seconds=300)
+    record = h_record(h)
+    if pod_lands:
+        h.pod("n1", "train-0")  # the node was never cordoned: work lands on it
+    h.run(lambda: bool(h.records("n1")[0]["status"].get("escalated")), seconds=2400)
+    assert h.records("n1")[0]["status"]["action"] == "replace" and seen == [] and hook_calls(calls) == []
+    assert not fully_marked(h.node_obj("n1"), record)
+
+    refusing[0] = False  # the policy is lifted
+    h.run(lambda: h.phase("n1") == "Verifying", seconds=1200)
+    new = h.records("n1")[0]["status"]["replacementNode"]
+    h.api.edit(f"/api/v1/nodes/{new}", lambda n: n["status"].update(conditions=[  # kwok's part on a cluster
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]))
+    h.run(lambda: h.phase("n1") == "Succeeded", seconds=60)
+    assert h.phase("n1") == "Succeeded" and h.node_obj("n1") is None
+    got = hook_calls(calls)
+    assert len(got) == 1 and got[0]["record"] == record and got[0]["action"] == "replace"
+    assert got[0]["deadline"] == h.records("n1")[0]["status"]["preDrainDeadline"]
+    assert [what for what, _, _ in seen] == ["evict"] * pod_lands + ["provider"]
+    assert all(fully_marked(node, record) and called == 1 for _, node, called in seen)
+    pod_warnings = [e for e in h.events(EVENT_DRAIN_WARNING) if e["involvedObject"]["kind"] == "Pod"]
+    assert len(pod_warnings) == int(pod_lands)

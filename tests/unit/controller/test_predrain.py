@@ -232,9 +232,70 @@ def test_an_escalation_neither_warns_nor_waits_again() -> None:
     failed = run(acting, replace(obs(PodsView(), warned_for=REC), provider=ProviderView(ProviderState.FAILED)),
                  T0 + timedelta(seconds=2), SLURM)
     assert failed.state is not None and failed.state.action == RepairAction.REPLACE
-    assert failed.state.phase == Phase.ACTING  # no pods, no second wait: straight to the replacement
+    assert failed.state.phase == Phase.DRAINING and failed.state.eviction_started is not None  # no second wait
     assert not any(isinstance(a, Warn) for a in failed.actions)
-    assert any(isinstance(a, DriveProvider) for a in failed.actions)
+    # the next look lists the pods: none, so straight to the replacement, still without a warning
+    replacing = run(failed.state, obs(PodsView(), warned_for=REC), T0 + timedelta(seconds=2), SLURM)
+    assert replacing.state is not None and replacing.state.phase == Phase.ACTING
+    assert not any(isinstance(a, Warn) for a in replacing.actions)
+    assert any(isinstance(a, DriveProvider) for a in replacing.actions)
+
+
+def test_an_escalation_whose_reset_never_warned_warns_waits_and_calls_the_hook() -> None:
+    """The reset's marking (and with it the warning) never reached the node: refused on every
+    look until the operation timed out, so the provider was never asked either. The replacement
+    is the repair's first drain that gets through: it warns, waits and calls the hook, once, and
+    a restart in between keeps which attempt the warning belongs to."""
+    waiting = run(None, obs(PodsView()), p=SLURM).state
+    assert waiting is not None and waiting.warning_attempt == 1
+    acting = run(waiting, obs(PodsView()), T0 + timedelta(seconds=120), SLURM).state  # the wait ran out
+    assert acting is not None and acting.phase == Phase.ACTING and acting.attempts == 1
+    timeout = acting.operation.started + timedelta(seconds=P.operation_timeout_seconds)  # type: ignore[union-attr]
+    esc = run(acting, obs(PodsView()), timeout, SLURM)
+    s = esc.state
+    assert s is not None and s.action == RepairAction.REPLACE and s.phase == Phase.DRAINING
+    assert s.eviction_started is None and s.warning_attempt == 2 and s.attempts == 1
+    assert s.pre_drain_deadline == timeout + timedelta(seconds=120) and s.drain_started == timeout
+    warn = Warn(s.pre_drain_deadline, drain_reason(XID79, REC), call_hook=True)
+    assert [a for a in esc.actions if isinstance(a, Warn | EnsureMarked)] == [EnsureMarked(cordon=True, warning=warn),
+                                                                             warn]
+    assert n.EVENT_DRAIN_WARNING in emitted(esc) and any("never got the warning" in st.message for st in s.steps)
+    obj = {"metadata": {"name": REC}, "spec": {"node": "n1", "pool": "pool-a", "consentMode": "auto",
+                                                "action": "reset", "fault": {"class": "gpu", "code": "79"}}}
+    restored = state_of({**obj, "status": json.loads(json.dumps(status_of(s)))})
+    assert restored is not None and restored.warning_attempt == 2
+    assert restored.pre_drain_deadline == s.pre_drain_deadline
+    restored = replace(restored, fault=XID79)
+    # refused again: the next look asks for it all again, hook included; nothing is evicted
+    again = run(restored, obs(), timeout + timedelta(seconds=1), SLURM)
+    assert warn in again.actions and not any(isinstance(a, Drain) for a in again.actions)
+    # the node carries it (the hook was called): waiting for Slurm, no second call
+    warned = run(restored, obs(warned_for=REC), timeout + timedelta(seconds=2), SLURM)
+    assert not any(isinstance(a, Warn) and a.call_hook for a in warned.actions)
+    assert not any(isinstance(a, Drain) for a in warned.actions)
+    acked = obs(warned_for=REC, drain_acks={"slurm": REC})
+    evicting = run(restored, acked, timeout + timedelta(seconds=3), SLURM)
+    assert Drain(force=False) in evicting.actions and evicting.state is not None
+    replacing = run(evicting.state, replace(acked, pods=PodsView()), timeout + timedelta(seconds=4), SLURM).state
+    assert replacing is not None and replacing.phase == Phase.ACTING and replacing.attempts == 2
+    # while the provider replaces the node, a warning gone missing is written again, without the call
+    d = run(replacing, replace(obs(PodsView()), provider=ProviderView(ProviderState.RUNNING)),
+            timeout + timedelta(seconds=5), SLURM)
+    marks = [a for a in d.actions if isinstance(a, EnsureMarked)]
+    assert marks and marks[0].warning is not None and not marks[0].warning.call_hook
+
+
+def test_an_escalation_after_the_provider_was_asked_does_not_warn_again() -> None:
+    """The provider reported the reset failed: it was asked, so the plan that asked it got past
+    the marking and the hook, even if the node has lost the warning since (a reimaged host)."""
+    acting = run(None, obs(PodsView())).state
+    assert acting is not None and acting.phase == Phase.ACTING
+    failed = run(acting, replace(obs(PodsView()), provider=ProviderView(ProviderState.FAILED)),
+                 T0 + timedelta(seconds=5))
+    assert failed.state is not None and failed.state.phase == Phase.DRAINING
+    assert failed.state.pre_drain_deadline == acting.pre_drain_deadline and failed.state.warning_attempt == 1
+    assert not any(isinstance(a, Warn) for a in failed.actions)
+    assert [a for a in failed.actions if isinstance(a, EnsureMarked)] == [EnsureMarked(cordon=True)]
 
 
 def test_the_warning_is_cleared_when_the_repair_ends() -> None:

@@ -174,8 +174,12 @@ def test_reset_failed_escalates_to_replace_under_the_same_approval() -> None:
     acting = to_acting(ConsentMode.PROPOSE)
     d = run(acting, obs(ConsentMode.PROPOSE, provider=ProviderView(ProviderState.FAILED, "boom")))
     assert d.state and d.state.action == RepairAction.REPLACE and d.state.escalated
-    assert d.state.phase == Phase.ACTING and d.state.attempts == 2  # no new approval asked
+    assert d.state.phase == Phase.DRAINING and d.state.attempts == 1  # no new approval asked
     assert n.EVENT_ESCALATED in reasons(d) and n.EVENT_AWAITING_APPROVAL not in reasons(d)
+    # the pods were not listed while the provider acted: the next look (which lists them) drains
+    replacing = run(d.state, obs(ConsentMode.PROPOSE))
+    assert replacing.state and replacing.state.phase == Phase.ACTING and replacing.state.attempts == 2
+    assert any(isinstance(a, DriveProvider) for a in replacing.actions)
 
 
 def test_a_failed_reset_records_action_failed_then_escalated() -> None:
@@ -198,7 +202,7 @@ def test_an_escalation_is_not_held_by_concurrency_or_breaker() -> None:
     acting = to_acting()
     busy = obs(provider=ProviderView(ProviderState.FAILED), pool=PoolView("pool-a", ConsentMode.AUTO, 1, 5, True))
     d = run(acting, busy)
-    assert d.state and d.state.phase == Phase.ACTING
+    assert d.state and d.state.phase == Phase.DRAINING  # in progress: it keeps its slot
 
 
 NO_PROVIDER = ProviderBlock(RepairAction.RESET, HOLD_NO_PROVIDER,
