@@ -139,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not args.node:
         raise CliError("--node (or $NODE_NAME) is required unless --simulate", EXIT_USAGE)
-    from autoclusters.detector.node import NodePaths, build_agent, run_node
+    from autoclusters.detector.node import NodeLoop, NodePaths, build_agent
 
     paths = NodePaths(kmsg=args.kmsg, kernel_log_file=args.kernel_log, infiniband=args.sys_infiniband,
                       nvidia_proc=args.nvidia_proc, dcgm_command=tuple(args.dcgm_command.split()),
@@ -147,6 +147,7 @@ def _run(args: argparse.Namespace) -> int:
                       use_nvml=not args.no_nvml)
     agent, writer, events = build_agent(args.node, kube, clock, catalog, names, config, paths)
     log.info("detector for node %s (window %.1fs)", args.node, args.window)
-    _metrics(args, lambda render: render([agent], writer, clock.monotonic()))
-    run_node(agent, writer, events, config, stop)
+    loop = NodeLoop(agent, writer, events, config)
+    _metrics(args, lambda render: render([agent], writer, clock.monotonic(), poll_errors=loop.poll_errors))
+    loop.run(stop)
     return 0

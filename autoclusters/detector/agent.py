@@ -3,7 +3,9 @@
 The flow per poll, in order: read every due source (a source that raises is an
 unreadable source, never a crash) -> fold each poll into the tracker -> warnings become
 events once per boot (through the client layer's ``EventRecorder``) -> the desired
-conditions go to the writer, which coalesces them.
+conditions go to the writer, which coalesces them. A poll that raises all the same (a bug of
+the agent's own, outside its sources) is its loop's to catch (``detector.node.NodeLoop``, the
+simulated fleet), which tells the agent (``poll_failed``) so the node's health condition says so.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoclusters.clock import Clock
-from autoclusters.detector.conditions import desired_conditions, message_for, reason_for
+from autoclusters.detector.conditions import desired_conditions, health_condition, message_for, reason_for
 from autoclusters.detector.source_records import Poll, Record
 from autoclusters.detector.window import FaultTracker
 from autoclusters.detector.writer import ConditionWriter
@@ -59,6 +61,7 @@ class NodeAgent:
         self.tracker = FaultTracker(window_s=window_s)
         self._warned: set[tuple[str, str, str]] = set()
         self.polled = False
+        self.poll_error = ""  # what the last poll raised ("" once a poll gets through)
 
     def poll(self) -> None:
         now = self.clock.monotonic()
@@ -74,13 +77,23 @@ class NodeAgent:
             for rec in self.tracker.observe(result, now):
                 self._warn(rec)
         self.polled = True
+        self.poll_error = ""
         self.publish(now)
 
     def publish(self, now: float | None = None) -> None:
         """Hands the conditions the tracker implies now to the writer."""
         t = self.clock.monotonic() if now is None else now
-        for ctype, state in desired_conditions(self.tracker, t, self.catalog, self.names):
+        for ctype, state in desired_conditions(self.tracker, t, self.catalog, self.names, self.poll_error):
             self.writer.set(self.node, ctype, state)
+
+    def poll_failed(self, error: Exception) -> str:
+        """The poll raised ``error`` (a bug of the agent's own, not a source's): the node's health
+        condition names it until a poll gets through; the other conditions keep what they said.
+        Returns the error as the condition names it."""
+        self.poll_error = f"{type(error).__name__}: {error}"[:300]
+        self.writer.set(self.node, self.names.detector_health_condition,
+                        health_condition(self.tracker.source_errors, self.names, self.poll_error))
+        return self.poll_error
 
     def _warn(self, rec: Record) -> None:
         if rec.key in self._warned:

@@ -21,6 +21,7 @@ NO_GPU_FAULT_MESSAGE = "No GPU fault."
 NO_INTERCONNECT_FAULT_MESSAGE = "No interconnect fault."
 REASON_SOURCE_UNREADABLE = "FaultSourceUnreadable"
 REASON_SOURCES_READABLE = "AllFaultSourcesReadable"
+REASON_POLL_FAILED = "DetectorPollFailed"
 SOURCES_READABLE_MESSAGE = "Every fault source on this node is readable."
 
 _ACTION_RANK = {CatalogAction.REPLACE: 0, CatalogAction.RESET: 1, CatalogAction.NONE: 2}
@@ -75,22 +76,27 @@ def _fault_condition(ctype: str, classes: tuple[FaultClass, ...], tracker: Fault
     return ConditionState(ctype, "False", ok_reason, ok_message)
 
 
-def desired_conditions(tracker: FaultTracker, now: float, catalog: Catalog,
-                       names: n.Names) -> list[tuple[str, ConditionState | None]]:
+def desired_conditions(tracker: FaultTracker, now: float, catalog: Catalog, names: n.Names,
+                       poll_error: str = "") -> list[tuple[str, ConditionState | None]]:
     """Per condition type the state to write, or None for "keep what is there"."""
     gpu = _fault_condition(names.gpu_condition, GPU_CLASSES, tracker, now, catalog,
                            n.REASON_NO_GPU_FAULT, NO_GPU_FAULT_MESSAGE)
     ic = _fault_condition(names.interconnect_condition, (FaultClass.INTERCONNECT,), tracker, now, catalog,
                           n.REASON_NO_INTERCONNECT_FAULT, NO_INTERCONNECT_FAULT_MESSAGE)
     return [(names.gpu_condition, gpu), (names.interconnect_condition, ic),
-            (names.detector_health_condition, health_condition(tracker.source_errors, names))]
+            (names.detector_health_condition, health_condition(tracker.source_errors, names, poll_error))]
 
 
-def health_condition(source_errors: dict[str, str], names: n.Names) -> ConditionState:
-    """The agent's own health: True names every source it cannot read. Never a GPU fault."""
+def health_condition(source_errors: dict[str, str], names: n.Names, poll_error: str = "") -> ConditionState:
+    """The agent's own health: True names every source it cannot read, and the error its last
+    poll raised (``poll_error``: a bug of the agent's own, which leaves it blind). Never a GPU fault."""
+    parts = "; ".join(f"{src}: {err}" for src, err in sorted(source_errors.items()))
+    if poll_error:
+        unreadable = f"; cannot read {parts}" if parts else ""
+        return ConditionState(names.detector_health_condition, "True", REASON_POLL_FAILED,
+                              f"The detector's poll failed: {poll_error}{unreadable}"[:1000])
     if not source_errors:
         return ConditionState(names.detector_health_condition, "False", REASON_SOURCES_READABLE,
                               SOURCES_READABLE_MESSAGE)
-    parts = "; ".join(f"{src}: {err}" for src, err in sorted(source_errors.items()))
     return ConditionState(names.detector_health_condition, "True", REASON_SOURCE_UNREADABLE,
                           f"Cannot read {parts}"[:1000])

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
            informers: Iterable[Informer] = (), poll_errors: int | None = None) -> str:
     """The exposition text for the agents' current state. A process that runs informers (the
-    simulated fleet) adds their handler errors, and one that polls many nodes its failed polls."""
+    simulated fleet) adds their handler errors; its loop (``NodeLoop`` on a node, the simulated
+    fleet) its polls that raised."""
     faults: Counter[tuple[str, str]] = Counter()
     unreadable: Counter[str] = Counter()
     nodes = 0

@@ -84,12 +84,49 @@ def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Na
     return agent, writer, events
 
 
-def run_node(agent: NodeAgent, writer: ConditionWriter, events: EventRecorder, config: AgentConfig,
-             stop: threading.Event) -> None:
-    t = threading.Thread(target=writer.run, args=(stop,), name="writer", daemon=True)
-    t.start()
-    while not stop.is_set():
-        agent.poll()
-        stop.wait(config.poll_s)
-    writer.close()
-    events.flush()
+class NodeLoop:
+    """The agent's loop on its node: a poll every ``poll_s``, the writer on its own thread.
+
+    A source that raises is already that source's error (the health condition names it). A
+    poll that raises all the same (a bug of the agent's own: its tracker, its warnings, its
+    conditions) never ends the loop: it is logged (with its traceback when the error is new, in
+    one line while it repeats), counted (``poll_errors``:
+    ``autoclusters_detector_poll_errors_total``), reported on the node (the health condition
+    turns True, reason ``DetectorPollFailed``, until a poll gets through), and the next poll
+    comes at its time."""
+
+    def __init__(self, agent: NodeAgent, writer: ConditionWriter, events: EventRecorder,
+                 config: AgentConfig) -> None:
+        self.agent = agent
+        self.writer = writer
+        self.events = events
+        self.config = config
+        self.poll_errors = 0
+        self._last_error = ""
+
+    def poll_once(self) -> None:
+        try:
+            self.agent.poll()
+        except Exception as e:  # the agent's own bug: this poll's alone, the loop goes on
+            self.poll_errors += 1
+            error = repr(e)
+            if error != self._last_error:
+                log.exception("%s: the poll failed; polling again in %.1fs", self.agent.node, self.config.poll_s)
+            else:
+                log.warning("%s: the poll failed again: %s", self.agent.node, error)
+            self._last_error = error
+            try:
+                self.agent.poll_failed(e)
+            except Exception:
+                log.exception("%s: cannot report the failed poll on the node", self.agent.node)
+        else:
+            self._last_error = ""
+
+    def run(self, stop: threading.Event) -> None:
+        t = threading.Thread(target=self.writer.run, args=(stop,), name="writer", daemon=True)
+        t.start()
+        while not stop.is_set():
+            self.poll_once()
+            stop.wait(self.config.poll_s)
+        self.writer.close()
+        self.events.flush()

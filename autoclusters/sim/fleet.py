@@ -10,7 +10,8 @@ only each node's name, resourceVersion and boot id, so thousands of nodes cost l
 A node whose handling raises (the informer's handler, or its poll) is that node's error
 alone: logged with its name and counted, in the informer's ``handler_errors`` and the fleet's
 ``poll_errors``, which the metrics endpoint exports (``autoclusters_informer_handler_errors_total``,
-``autoclusters_detector_poll_errors_total``).
+``autoclusters_detector_poll_errors_total``); a poll that raises is also reported on the node, as
+the agent on a real node reports it (``detector.node.NodeLoop``).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class SimulatedFleet:
             self.agents.pop(name, None)
             self.writer.forget(name)
         for name in sorted(n["metadata"]["name"] for n in self.nodes.items()):
+            agent: NodeAgent | None = None
             try:
                 agent = self.agents.get(name)
                 if agent is None:
@@ -146,9 +148,14 @@ class SimulatedFleet:
                     SimulatedHardware(self.spool, name).reboot(self.catalog)
                     agent.reboot()
                 agent.poll()
-            except Exception:  # this node's error alone: the others are polled, it is polled again next round
+            except Exception as e:  # this node's error alone: the others are polled, it is polled again next round
                 self.poll_errors += 1
                 log.exception("polling simulated node %s failed", name)
+                if agent is not None:  # reported on the node as the agent on a real node does (NodeLoop)
+                    try:
+                        agent.poll_failed(e)
+                    except Exception:
+                        log.exception("cannot report the failed poll on simulated node %s", name)
 
     def run(self, stop: threading.Event) -> None:
         self.nodes.start()

@@ -124,3 +124,35 @@ def test_the_informer_keeps_only_name_version_and_boot_id(tmp_path: Path) -> Non
     assert f.nodes.get("a") == {"metadata": {"name": "a", "resourceVersion": "7"},
                                 "status": {"nodeInfo": {"bootID": "b1"}}}
     f.writer.close()
+
+
+def test_a_poll_that_raises_is_reported_on_its_node_as_on_a_real_node(tmp_path: Path) -> None:
+    """An agent whose poll raises (here its catalog, failing when the conditions rank a confirmed
+    fault) is counted and its node's health condition names the error, as ``NodeLoop`` reports it
+    on a real node; the other node is polled as before, and a poll that gets through clears it."""
+    kube, clock, f = fleet(tmp_path)
+    catalog = load_catalog()
+
+    class RankingBug:
+        def __getattr__(self, name: str) -> object:
+            return getattr(catalog, name)
+
+        def entry_or_unknown(self, *args: object) -> object:
+            raise KeyError("action")
+
+    for name in ("a", "b"):
+        seen(f, name, "1")
+    cycle(f, clock)
+    f.agents["a"].catalog = RankingBug()  # type: ignore[assignment]
+    SimulatedHardware(tmp_path, "a").inject({"kind": "xid", "code": 79, "gpu": 3}, catalog)
+    cycle(f, clock)
+    cycle(f, clock, 6)  # past the window: ranking the fault raises
+    health = kube.condition("a", NAMES.detector_health_condition)
+    assert (health["status"], health["reason"], health["message"]) == (
+        "True", "DetectorPollFailed", "The detector's poll failed: KeyError: 'action'")
+    assert f.poll_errors == 1 and gpu(kube, "b") == "False"
+    assert kube.condition("b", NAMES.detector_health_condition)["status"] == "False"
+    f.agents["a"].catalog = catalog
+    cycle(f, clock)
+    assert kube.condition("a", NAMES.detector_health_condition)["status"] == "False" and gpu(kube, "a") == "True"
+    f.writer.close()

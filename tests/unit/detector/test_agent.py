@@ -29,9 +29,13 @@ HEALTH = NAMES.detector_health_condition
 class Events:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str, str, bool]] = []
+        self.flushed = False
 
     def emit(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> None:
         self.sent.append((ref.kind, ref.name, reason, message, warning))
+
+    def flush(self) -> None:
+        self.flushed = True
 
 
 class Broken:
@@ -177,3 +181,90 @@ def test_metrics_count_faults_by_class_and_state_and_unreadable_sources(tmp_path
     finally:
         server.shutdown()
         writer.close()
+
+
+class RankingBug:
+    """The real catalog, failing when the conditions rank a confirmed Xid 79 (a bug of the
+    agent's own, outside its sources: every poll raises while the fault is confirmed)."""
+
+    def __init__(self) -> None:
+        self.broken = True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(CAT, name)
+
+    def entry_or_unknown(self, fault_class: object, code: object) -> object:
+        if self.broken and str(code) == "79":
+            raise KeyError("action")
+        return CAT.entry_or_unknown(fault_class, code)  # type: ignore[arg-type]
+
+
+def test_a_poll_that_raises_is_counted_reported_on_the_node_and_the_loop_goes_on(tmp_path: Path, caplog) -> None:
+    """The node's loop (``detector run --node``): a poll that raises is counted
+    (autoclusters_detector_poll_errors_total), logged with its traceback once and in one line
+    while it repeats, and reported on the node (the health condition, DetectorPollFailed, naming
+    the error and the unreadable sources); the other conditions keep what they said, and the
+    first poll that gets through clears it. Before the fix the first such poll ended the loop."""
+    import logging
+
+    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.metrics import render
+    from autoclusters.detector.node import NodeLoop
+
+    kube, clock, hw, writer, events, agent = setup(tmp_path, [Scheduled(Broken())])
+    agent.catalog = bug = RankingBug()  # type: ignore[assignment]
+    loop = NodeLoop(agent, writer, events, AgentConfig(poll_s=0.01))  # type: ignore[arg-type]
+
+    def tick_loop(seconds: float) -> None:
+        clock.advance(seconds)
+        loop.poll_once()
+        writer.step()
+        writer.wait_idle()
+
+    with caplog.at_level(logging.WARNING, logger="autoclusters.detector.node"):
+        tick_loop(1)
+        hw.inject({"kind": "xid", "code": 79, "gpu": 3}, CAT)
+        tick_loop(1)
+        assert loop.poll_errors == 0 and kube.condition("n1", HEALTH)["reason"] == "FaultSourceUnreadable"
+        tick_loop(60)  # confirmed: ranking it raises, at every poll from now on
+        tick_loop(1)
+    assert loop.poll_errors == 2
+    ours = [r for r in caplog.records if r.name == "autoclusters.detector.node"]
+    assert [r.exc_info is not None for r in ours] == [True, False]  # the traceback once
+    health = kube.condition("n1", HEALTH)
+    assert (health["status"], health["reason"]) == ("True", "DetectorPollFailed")
+    assert health["message"] == "The detector's poll failed: KeyError: 'action'; cannot read nvml: " \
+                                "RuntimeError: segfault-ish"
+    assert kube.condition("n1", GPU)["status"] == "False"  # kept: what it said before the failing polls
+    assert "autoclusters_detector_poll_errors_total 2" in render([agent], writer, clock.monotonic(),
+                                                                 poll_errors=loop.poll_errors)
+    bug.broken = False
+    tick_loop(1)
+    assert loop.poll_errors == 2 and kube.condition("n1", HEALTH)["reason"] == "FaultSourceUnreadable"
+    assert kube.condition("n1", GPU)["reason"] == "NvidiaXIDError"
+    writer.close()
+
+
+def test_the_node_loop_goes_on_after_polls_that_raise_and_stops_when_told(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.node import NodeLoop
+
+    _, clock, hw, writer, events, agent = setup(tmp_path)
+    agent.catalog = RankingBug()  # type: ignore[assignment]
+    hw.inject({"kind": "xid", "code": 79, "gpu": 3}, CAT)
+    agent.poll()
+    clock.advance(60)  # confirmed: every poll from here raises
+    loop = NodeLoop(agent, writer, events, AgentConfig(poll_s=0.001))  # type: ignore[arg-type]
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while loop.poll_errors < 3 and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert loop.poll_errors >= 3 and t.is_alive()
+    stop.set()
+    t.join(10)
+    assert not t.is_alive() and events.flushed  # ended through its own shutdown, the events flushed
