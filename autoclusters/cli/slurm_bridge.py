@@ -19,6 +19,9 @@ def register(sub: Any) -> None:
                      help="slurm.conf the Slurm commands read (default: $SLURM_CONF, else Slurm's own default)")
     run.add_argument("--poll-seconds", type=float, default=float(os.environ.get("AUTOCLUSTERS_SLURM_POLL", "2")),
                      help="how often nodes and Slurm are looked at (default 2; env AUTOCLUSTERS_SLURM_POLL)")
+    run.add_argument("--max-backoff-seconds", type=float, default=None,
+                     help="the longest wait before the next poll after polls that failed in a row; the wait "
+                          "starts at --poll-seconds and doubles with each (default: the bridge's, 30)")
     run.add_argument("--command-timeout", type=float, default=15.0,
                      help="seconds a Slurm command may take before it counts as failed (default 15)")
     run.add_argument("--metrics-port", type=int, default=0,
@@ -35,8 +38,9 @@ def _run(args: argparse.Namespace) -> int:
 
     env = {"SLURM_CONF": args.slurm_conf} if args.slurm_conf else {}
     kube = load_kube(args.kubeconfig, user_agent="autoclusters-slurm-bridge")
+    backoff = {} if args.max_backoff_seconds is None else {"max_backoff_seconds": args.max_backoff_seconds}
     bridge = SlurmBridge(kube, Slurm(SubprocessRunner(env), timeout=args.command_timeout), names=Names.from_env(),
-                         poll_seconds=args.poll_seconds)
+                         poll_seconds=args.poll_seconds, **backoff)
     if args.metrics_port:
         from autoclusters.slurm.metrics import serve
 

@@ -9,8 +9,14 @@ side, one merge patch of our own annotation keys (the ack, the cordon marker) on
 Kubernetes side, and events on the node. A failing node (a Slurm command that times out,
 a patch that is refused) is reported on that node and retried at the next poll; it never
 stops the others, and neither does an unexpected error on one node (logged with the node's
-name, counted in ``stats.node_errors``). A node it patched goes back into the informer's store at once, so the
-next poll never acts on an older copy than the one it wrote.
+name, counted in ``stats.node_errors``). A whole poll that fails (the API server or ``sinfo``, or
+an unexpected error outside the per-node part: reading the pools, matching nodes to them) never
+ends the bridge either: it is logged (an unexpected error with its traceback when it is new, in
+one line while it repeats), counted in ``stats.poll_errors``, and the next poll comes
+``poll_seconds`` later after the first failed poll, the wait doubling with each next one in a
+row up to ``max_backoff_seconds``, and ``poll_seconds`` again once a poll succeeds. A node it patched
+goes back into the informer's store at once, so the next poll never acts on an older copy than
+the one it wrote.
 
 What it did during a repair (which jobs it signalled, when, which it requeued) is kept in
 memory and written on the node (annotation ``<domain>/slurm-jobs``, removed after the
@@ -68,6 +74,7 @@ class SlurmBridge:
     names: Names = field(default_factory=Names)
     clock: Clock = field(default_factory=SystemClock)
     poll_seconds: float = 2.0
+    max_backoff_seconds: float = 30.0  # the longest wait after whole polls that failed in a row
     recorder: EventRecorder | None = None
     memory: dict[str, d.Memory] = field(default_factory=dict)
     stats: BridgeStats = field(default_factory=BridgeStats)
@@ -77,6 +84,8 @@ class SlurmBridge:
             self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
         self._stop = threading.Event()
         self._bugs: dict[str, str] = {}  # node -> the unexpected error its last sync raised
+        self._poll_bug = ""  # the unexpected error the last poll raised outside the per-node part
+        self._failed_in_a_row = 0  # whole polls that failed since the last that succeeded
         self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION, api.POOLS.plural),
                               _ignore, name=api.POOLS.plural)
         self.nodes = Informer(self.kube, "/api/v1/nodes", _ignore, name="nodes")
@@ -94,15 +103,39 @@ class SlurmBridge:
             while not informer.synced.wait(5.0) and not self._stop.is_set():
                 log.info("slurm bridge: waiting for the first list of %s", informer.name)
         while not self._stop.is_set():
-            try:
-                self.sync_once()
-            except (KubeError, SlurmError) as e:  # the whole poll failed (API server or sinfo): retry
-                self.stats.poll_errors += 1
-                self.stats.last_error = str(e)
-                log.warning("slurm bridge poll failed: %s", e)
-            self._stop.wait(self.poll_seconds)
+            self._stop.wait(self.poll())
         for informer in (self.pools, self.nodes):
             informer.stop()
+
+    def poll(self) -> float:
+        """One poll (``sync_once``) whose failure is caught (see the module's policy); returns the
+        seconds to wait before the next."""
+        try:
+            self.sync_once()
+        except (KubeError, SlurmError) as e:  # the whole poll failed (API server or sinfo): retry
+            wait = self._failed(str(e))
+            log.warning("slurm bridge poll failed: %s; polling again in %.1fs", e, wait)
+        except Exception as e:  # a bug outside the per-node part must not end the bridge
+            wait = self._failed(repr(e))
+            if self._poll_bug != repr(e):  # the traceback once, not at every poll
+                log.exception("slurm bridge poll: unexpected error; polling again in %.1fs", wait)
+            else:
+                log.warning("slurm bridge poll: the same unexpected error again: %r; polling again in %.1fs",
+                            e, wait)
+            self._poll_bug = repr(e)
+        else:
+            self._failed_in_a_row = 0
+            self._poll_bug = ""
+            return self.poll_seconds
+        return wait
+
+    def _failed(self, error: str) -> float:
+        """Counts a whole poll that failed; returns the wait before the next poll: ``poll_seconds``
+        after the first failure in a row, doubling with each next one up to ``max_backoff_seconds``."""
+        self.stats.poll_errors += 1
+        self.stats.last_error = error
+        self._failed_in_a_row += 1
+        return min(self.poll_seconds * 2 ** min(self._failed_in_a_row - 1, 20), self.max_backoff_seconds)
 
     def stop(self) -> None:
         self._stop.set()

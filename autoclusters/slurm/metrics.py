@@ -28,7 +28,8 @@ class _BridgeCollector:
                                   "Actions carried out (drain, signal, requeue, ack, resume, event, patch)",
                                   value=stats.actions)
         errors = CounterMetricFamily("autoclusters_slurm_bridge_errors",
-                                     "Whole polls that failed (scope=poll: the API server or sinfo) and syncs of "
+                                     "Whole polls that failed (scope=poll: the API server, sinfo, or an unexpected "
+                                     "error, whose traceback is in the log) and syncs of "
                                      "one node that failed (scope=node: the log names the node, a Slurm command "
                                      "or patch that failed is also an event on it)", labels=["scope"])
         errors.add_metric(["poll"], stats.poll_errors)

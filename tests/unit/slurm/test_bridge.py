@@ -160,6 +160,46 @@ def test_the_bridges_informer_handler_errors_are_exported_under_the_shared_name(
     assert registry(b).get_sample_value("autoclusters_informer_handler_errors_total", {"informer": "nodes"}) == 1
 
 
+class UndecodableSinfo(FakeSlurm):
+    """``sinfo`` whose output cannot be decoded (a node reason in another encoding) for its
+    first ``failures`` calls: an error neither the API server's nor Slurm's, outside the
+    per-node part of the poll."""
+
+    def __init__(self, sinfo: str, failures: int) -> None:
+        super().__init__(sinfo, {})
+        self.failures = failures
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> Result:
+        if argv[0] == "sinfo" and self.failures:
+            self.failures -= 1
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        return super().__call__(argv, timeout)
+
+
+def test_an_unexpected_error_outside_the_per_node_part_is_logged_counted_backed_off_and_the_bridge_goes_on(
+        caplog) -> None:
+    """An error outside the per-node loop that is neither a KubeError nor a SlurmError used to end
+    the bridge (its loop caught only those two). Now each such poll is logged (the traceback once,
+    one line while it repeats), counted as a failed poll (exported), waits longer after each
+    failed poll in a row (from poll_seconds, doubling, up to max_backoff_seconds), and the first
+    poll that succeeds does the work and brings the wait back to poll_seconds."""
+    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    slurm = UndecodableSinfo("a-0|idle|Unknown|Unknown|none\n", failures=4)
+    b, _ = bridge(kube, slurm)
+    b.poll_seconds, b.max_backoff_seconds = 2.0, 10.0
+    waits = [b.poll() for _ in range(4)]
+    assert waits == [2.0, 4.0, 8.0, 10.0]
+    assert b.stats.poll_errors == 4 and b.stats.polls == 4 and "UnicodeDecodeError" in b.stats.last_error
+    logged = [r for r in caplog.records if r.name == "autoclusters.slurm.bridge"]
+    assert [r.exc_info is not None for r in logged] == [True, False, False, False]
+    assert registry(b).get_sample_value("autoclusters_slurm_bridge_errors_total", {"scope": "poll"}) == 4
+    assert b.poll() == 2.0 and b.stats.poll_errors == 4
+    assert ["scontrol", "update", "NodeName=a-0", "State=DRAIN", "Reason=autoclusters: Xid 79 (a-0-r)"] in slurm.calls
+    slurm.failures = 1  # failing again after a success: the wait starts over, the traceback comes again
+    assert b.poll() == 2.0
+    assert [r.exc_info is not None for r in caplog.records if r.name == "autoclusters.slurm.bridge"][-1]
+
+
 def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
     kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
