@@ -56,8 +56,10 @@ class SubprocessRunner:
 
     def __call__(self, argv: Sequence[str], timeout: float) -> Result:
         try:
-            p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False,
-                               env={**os.environ, **self.env}, stdin=subprocess.DEVNULL)
+            # Slurm prints what it was given (a drain reason typed in another encoding): bytes
+            # that are not UTF-8 are replaced, never an error that fails every poll
+            p = subprocess.run(list(argv), capture_output=True, encoding="utf-8", errors="replace", timeout=timeout,
+                               check=False, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout:.0f}s") from None
         except OSError as e:

@@ -161,9 +161,9 @@ def test_the_bridges_informer_handler_errors_are_exported_under_the_shared_name(
 
 
 class UndecodableSinfo(FakeSlurm):
-    """``sinfo`` whose output cannot be decoded (a node reason in another encoding) for its
-    first ``failures`` calls: an error neither the API server's nor Slurm's, outside the
-    per-node part of the poll."""
+    """``sinfo`` whose output cannot be decoded for its first ``failures`` calls (as the real
+    runner's could not, before it replaced bytes that are not UTF-8): an error neither the API
+    server's nor Slurm's, outside the per-node part of the poll."""
 
     def __init__(self, sinfo: str, failures: int) -> None:
         super().__init__(sinfo, {})

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from autoclusters.deploy.pool_slurm import SignalTarget
-from autoclusters.slurm.commands import Result, Slurm, SlurmError, parse_jobs, parse_nodes
+from autoclusters.slurm.commands import Result, Slurm, SlurmError, SubprocessRunner, parse_jobs, parse_nodes
 
 # Captured from Debian's Slurm 22.05 (sinfo -N -h -O NodeList:|,StateComplete:|,User:|,Timestamp:|,Reason:).
 SINFO = """\
@@ -83,3 +83,15 @@ def test_a_failing_command_raises_with_its_stderr() -> None:
 def test_jobs_forgotten_by_slurm_are_unknown_not_an_error() -> None:
     slurm = Slurm(FakeRunner({"squeue": Result(1, "", "slurm_load_jobs error: Invalid job id specified")}))
     assert slurm.jobs(["99"]) == {}
+
+
+def test_output_that_is_not_utf8_is_read_with_the_bytes_replaced() -> None:
+    """A drain reason typed in Latin-1 (``café``) reaches sinfo's output as it was typed; it used
+    to raise UnicodeDecodeError out of the runner at every poll. A real process prints it here."""
+    import sys
+
+    line = b"a100-2|idle+drain|alice|2026-11-30T09:00:00|caf\xe9 DIMM\n"
+    script = f"import sys; sys.stdout.buffer.write({line!r}); sys.stderr.buffer.write(b'\\xff')"
+    result = SubprocessRunner()((sys.executable, "-c", script), timeout=30)
+    assert result.returncode == 0 and result.stderr == "\ufffd"
+    assert parse_nodes(result.stdout)["a100-2"].reason == "caf\ufffd DIMM"
