@@ -618,7 +618,10 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
         what = "the new node did not become Ready" if op.action == RepairAction.REPLACE else (
             "the node did not come back Ready and free of the fault")
         return _action_failed(s, o, now, p, f"{what} within {int(p.verify_timeout_seconds)}s")
-    return Decision(s, (), p.poll_seconds)
+    # Not verified yet: the node takes no work, so a marking or cordon someone removed meanwhile
+    # (or a reset that re-registered the node without them) is put back; nothing is written to a
+    # node that carries them (or that is gone: a replaced one). The warning stays as it is.
+    return Decision(s, (EnsureMarked(cordon=True),), p.poll_seconds)
 
 
 def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolicy, why: str) -> Decision:

@@ -58,6 +58,45 @@ def test_an_auto_reset_runs_from_fault_to_a_clean_node(h: Harness) -> None:
     assert h.records("n2") == []
 
 
+def test_a_marking_removed_while_verifying_is_put_back_before_the_node_takes_work(h: Harness) -> None:
+    """The node came back from its reset but is not verified yet (its fault still reported):
+    someone uncordons it and removes the maintenance label and taint. The next Verifying look
+    marks and cordons it again; the success unmarks it as usual. A Verifying look on a node that
+    carries the marking writes nothing to it."""
+    h.pool()
+    h.node("n1")
+    h.detector_delay = 30.0  # the detector clears the fault 30 s after the new boot
+    h.start()
+    h.run()
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Verifying" and h.boot_id("n1") != "boot-n1-0")
+    assert h.phase("n1") == "Verifying"
+    node = h.node_obj("n1")
+    assert node is not None and _marked(node) and node["spec"].get("unschedulable") is True
+    writes: list[Request] = []
+    h.api.before.append(lambda req: writes.append(req) if req.verb == "PATCH" and req.path == "/api/v1/nodes/n1"
+                        else None)
+    h.run(seconds=5, detector=False)  # looks while the fault is still reported: nothing to write
+    assert h.phase("n1") == "Verifying" and writes == []
+
+    def unmark_by_hand(n: dict) -> None:
+        n["metadata"]["labels"].pop(NAMES.maintenance_required)
+        n["spec"]["taints"] = [t for t in n["spec"]["taints"] if t["key"] != NAMES.taint_key]
+        n["spec"].pop("unschedulable")
+
+    h.api.edit("/api/v1/nodes/n1", unmark_by_hand)
+    h.run(lambda: len(writes) > 0, seconds=5, detector=False)
+    node = h.node_obj("n1")
+    assert h.phase("n1") == "Verifying" and len(writes) == 1
+    assert node is not None and _marked(node) and node["spec"].get("unschedulable") is True
+    assert NAMES.maintenance_required in node["metadata"]["labels"]
+    assert any(t["key"] == NAMES.taint_key for t in node["spec"]["taints"])
+    h.run(lambda: h.phase("n1") == "Succeeded", seconds=120)
+    node = h.node_obj("n1")
+    assert h.phase("n1") == "Succeeded" and node is not None and not _marked(node)
+    assert not node["spec"].get("unschedulable")
+
+
 def test_two_nodes_racing_for_the_last_repair_slot_start_one_repair(h: Harness) -> None:
     h.pool(maxConcurrentRepairs=1, circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80})
     for n in ("n1", "n2", "n3"):

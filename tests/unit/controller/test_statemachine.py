@@ -239,6 +239,19 @@ def test_a_block_for_one_action_does_not_hold_the_other() -> None:
     assert d.state.phase == Phase.SCHEDULED
 
 
+def test_verifying_keeps_the_node_marked_and_cordoned() -> None:
+    """A node not yet verified takes no work: every Verifying look asks for the marking and the
+    cordon (nothing is written when the node carries them; docs/workflow.md, "Decide")."""
+    v = run(to_acting(), obs(provider=ProviderView(ProviderState.SUCCEEDED), node=node(ready=False))).state
+    assert v and v.phase == Phase.VERIFYING
+    still = run(v, obs(node=node(boot_id="boot-2")), T0 + timedelta(seconds=10))
+    assert still.state == v and still.actions == (EnsureMarked(cordon=True),)
+    s = run(replacing(), obs(provider=ProviderView(ProviderState.SUCCEEDED, new_node="pool-a-beef01"))).state
+    assert s and s.phase == Phase.VERIFYING
+    waiting = run(s, obs(), T0 + timedelta(seconds=10))  # the new node is not Ready yet; the old one still there
+    assert waiting.state == s and waiting.actions == (EnsureMarked(cordon=True),)
+
+
 # --- replacement --------------------------------------------------------------------------
 def replacing() -> RepairState:
     d = run(None, obs(action=RepairAction.REPLACE))
