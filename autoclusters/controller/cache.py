@@ -10,8 +10,10 @@ record, which node has a repair of which pool in progress (a node with one belon
 pool's shard, whatever its labels say now) are kept of the others. Every pool is parsed, since
 the membership rule needs them all to place a node, but only the shard's own are queued.
 A node in no pool and without a repair in progress is the shard's whose name it hashes to
-(``Shard.owns_unpooled``): that shard removes the marks a repair left on it, and for it alone
-also knows the node's closed records of other shards' pools (whether the repair cordoned it).
+(``Shard.owns_unpooled``): that shard removes the marks a repair left on it. Whichever shard
+owns a node also reads the node's closed records of other shards' pools (``records_of``): a
+node's history (its attempt budget, its last reset, the sequence in its next record's name, and
+whether the last repair cordoned it) is the node's, whatever pool it was repaired in.
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ class Fleet:
         # node -> {record: pool} of every shard's records in progress or not yet started
         # (kept only when sharded): the node belongs to the shard of its repair's pool
         self._repairs: dict[str, dict[str, str]] = {}
-        # node -> other shards' records of it (kept only when sharded; names only): read only for
-        # a node in no pool, whose leftovers this shard cleans (records_of)
+        # node -> other shards' records of it (kept only when sharded; names only): the closed ones
+        # are part of the node's history wherever it is now (records_of)
         self._foreign_records: dict[str, set[str]] = defaultdict(set)
         self.catalog = catalog
         self._enqueue = enqueue
@@ -576,14 +578,16 @@ class Fleet:
             self._index_record(obj["metadata"]["name"], pool)
 
     def records_of(self, node: str) -> list[JSON]:
-        """The node's records of this shard's pools; sharded, for a node in no pool and without
-        a repair in progress (whose leftovers this shard cleans), also its closed records of
-        other shards' pools, as an unsharded controller sees them."""
+        """The node's records of this shard's pools; sharded, for a node of this shard, also its
+        closed records of other shards' pools (a node that moved between pools, or left every
+        pool), so its history is the one an unsharded controller sees: the attempt budget and
+        the last reset count its repairs in every pool, and the next record's name (which counts
+        the node's records) is never one a record of another pool already has. Another shard's
+        record in progress is never read here: the node is that shard's until it ends."""
         foreign: list[str] = []
         with self._lock:
             names = list(self._records_by_node.get(node, ()))
-            if self._sharded and node in self._foreign_records and node in self._prints \
-                    and node not in self._node_pool and not self._repairs.get(node):  # indexed here, in no pool
+            if self._sharded and node in self._foreign_records and node in self._prints:  # indexed here
                 foreign = list(self._foreign_records[node])
         out = [r for r in (self.record_informer.get(n) for n in names) if r is not None]
         out += [r for r in (self.record_informer.get(n) for n in foreign) if r is not None and not rec.is_active(r)]

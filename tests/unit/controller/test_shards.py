@@ -461,3 +461,69 @@ def test_a_key_queued_for_another_shards_node_is_not_reconciled() -> None:
     h.run(seconds=30)
     assert h.records() == [] and "status" not in (h.api.read(h.pool_path(theirs)) or {})
     h.stop()
+
+
+def _move(h: Harness, node: str, pool: str) -> None:
+    h.api.edit(f"/api/v1/nodes/{node}", lambda n: n["metadata"]["labels"].update({NAMES.pool_label: pool}))
+
+
+def test_a_node_moved_to_another_shards_pool_keeps_its_attempt_budget() -> None:
+    """The attempt budget counts the node's repairs in every pool, as one controller counts them:
+    a node that spent it in a pool of shard 0 is not repaired again by shard 1 after it moved
+    into a pool of shard 1 (HumanNeeded). Before, shard 1 saw only its own pools' records."""
+    world = Harness(shard=Shard(2, 0))
+    other = Harness(shard=Shard(2, 1), world=world)
+    before, after = pool_in(0, 2), pool_in(1, 2)
+    for pool in (before, after):
+        world.pool(pool, attemptBudget={"maxRepairs": 1})
+    world.node("n1", before)
+    world.start()
+    other.start()
+    world.api.min_watchers = 8
+    world.fault("n1")
+    world.run(lambda: world.phase("n1") == "Succeeded" and not world.boot_at_fault)
+    assert world.phase("n1") == "Succeeded" and world.hosts.reboots == 1
+    _move(world, "n1", after)
+    world.run(seconds=5)
+    other.run(seconds=5)
+    world.fault("n1")
+    other.run(lambda: len(world.records("n1")) == 2, seconds=30)
+    latest = max(world.records("n1"), key=lambda r: r["metadata"]["creationTimestamp"])
+    assert latest["spec"]["pool"] == after and latest["status"]["phase"] == "HumanNeeded"
+    assert latest["status"]["outcome"] == "AttemptBudgetExhausted" and world.hosts.reboots == 1
+    world.stop()
+    other.fleet.stop()
+    other.queue.close()
+
+
+def test_a_node_moved_to_another_shards_pool_gets_a_record_name_of_its_own() -> None:
+    """The node's repair in a pool of shard 0 was cancelled (the pool turned off) while its fault
+    stayed; moved into a pool of shard 1, the same fault episode is a new repair there. Its
+    record's name counts the node's earlier records of every pool, so it is not the cancelled
+    record's name. Before, shard 1 counted none, chose that name, and its create answered 409
+    on every look (a conflict loop, no repair)."""
+    world = Harness(shard=Shard(2, 0))
+    other = Harness(shard=Shard(2, 1), world=world)
+    before, after = pool_in(0, 2), pool_in(1, 2)
+    world.pool(before, mode="propose")
+    world.pool(after)
+    world.node("n1", before)
+    world.start()
+    other.start()
+    world.api.min_watchers = 8
+    world.fault("n1")
+    world.run(lambda: world.phase("n1") == "AwaitingApproval")
+    world.pool(before, mode="off")
+    world.run(lambda: world.phase("n1") == "Closed")
+    assert world.phase("n1") == "Closed"
+    creates: list[str] = []
+    world.api.before.append(lambda req: creates.append(req.body["metadata"]["name"])
+                            if req.verb == "POST" and req.resource == "remediations" else None)
+    _move(world, "n1", after)
+    world.run(seconds=5)
+    other.run(lambda: world.phase("n1") == "Succeeded", seconds=120)
+    names = {r["metadata"]["name"] for r in world.records("n1")}
+    assert len(names) == 2 and world.phase("n1") == "Succeeded" and len(creates) == 1
+    world.stop()
+    other.fleet.stop()
+    other.queue.close()
