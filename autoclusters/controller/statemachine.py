@@ -171,6 +171,10 @@ class ProviderView:
     message: str = ""
     new_node: str = ""
     next_check: float | None = None  # seconds until the provider expects progress (sooner than a poll)
+    # Every change of the operation's progress shows on the node itself (annotations, boot id,
+    # readiness), whose changes the controller watches: the next look waits for one of them (or
+    # next_check, or the operation's timeout) instead of polling every poll_seconds.
+    shows_on_node: bool = False
 
 
 @dataclass(frozen=True)
@@ -595,9 +599,13 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> D
         return Decision(_to(s, Phase.VERIFYING, now, msg, verify_started=now), (), p.poll_seconds)
     if o.provider.state == ProviderState.FAILED:
         return _action_failed(s, o, now, p, f"the provider reported: {o.provider.message or 'failed'}")
-    if now >= op.started + timedelta(seconds=p.operation_timeout_seconds):
+    deadline = op.started + timedelta(seconds=p.operation_timeout_seconds)
+    if now >= deadline:
         return _action_failed(s, o, now, p, f"the provider did not finish within {int(p.operation_timeout_seconds)}s")
-    wait = p.poll_seconds if o.provider.next_check is None else min(p.poll_seconds, max(o.provider.next_check, 0.0))
+    # a provider whose progress shows on the node is looked at again when the node changes (or
+    # when it expects progress, or at the timeout); any other is polled
+    longest = (deadline - now).total_seconds() if o.provider.shows_on_node else p.poll_seconds
+    wait = longest if o.provider.next_check is None else min(longest, max(o.provider.next_check, 0.0))
     return Decision(s, (*_marking(s, o, p), DriveProvider(op)), wait)  # marked first: never acts on an unmarked node
 
 
@@ -614,14 +622,20 @@ def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
         msg = words.reset_succeeded(s.fault.fault_class)
         return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
                         (Unmark(uncordon=not s.node_was_cordoned), Emit(n.EVENT_SUCCEEDED, msg)))
-    if now >= s.verify_started + timedelta(seconds=p.verify_timeout_seconds):
+    deadline = s.verify_started + timedelta(seconds=p.verify_timeout_seconds)
+    if now >= deadline:
         what = "the new node did not become Ready" if op.action == RepairAction.REPLACE else (
             "the node did not come back Ready and free of the fault")
         return _action_failed(s, o, now, p, f"{what} within {int(p.verify_timeout_seconds)}s")
     # Not verified yet: the node takes no work, so a marking or cordon someone removed meanwhile
     # (or a reset that re-registered the node without them) is put back; nothing is written to a
     # node that carries them (or that is gone: a replaced one). The warning stays as it is.
-    return Decision(s, (EnsureMarked(cordon=True),), p.poll_seconds)
+    marked = (EnsureMarked(cordon=True),)
+    if op.action == RepairAction.REPLACE:
+        return Decision(s, marked, p.poll_seconds)  # the new node is another key: polled
+    # A reset is verified on the node alone (Ready, boot id, fault condition, its marking), and
+    # each change of it starts a look: no poll, only the timeout's own.
+    return Decision(s, marked, (deadline - now).total_seconds())
 
 
 def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolicy, why: str) -> Decision:

@@ -34,7 +34,7 @@ from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, read_node
 from autoclusters.sim import nodes as sim
-from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, reboot_request
+from autoclusters.sim.hosts import REBOOT, reboot_request
 
 PREFIX = "sim.autoclusters.io"
 ANN_OPERATION = f"{PREFIX}/operation"
@@ -103,7 +103,9 @@ class SimulatedProvider:
                 return ProviderView(ProviderState.NOT_STARTED)
             if REBOOT not in ann and _boot_id(current) != op.boot_id_before:
                 return ProviderView(ProviderState.SUCCEEDED)
-            return ProviderView(ProviderState.RUNNING, next_check=self._until(ann.get(REBOOT_UNTIL)))
+            # the reset's end shows on the node (kwok's stages reboot it: a new boot id, the
+            # reboot annotations removed), which wakes the controller: nothing to poll
+            return ProviderView(ProviderState.RUNNING, shows_on_node=True)
         new = self.replacement_name(op, pool)
         if current is None and lookup(new) is not None:
             return ProviderView(ProviderState.SUCCEEDED, new_node=new)
@@ -124,12 +126,6 @@ class SimulatedProvider:
     def _mark_started(self, node: str, op: Operation, extra: dict[str, str | None]) -> None:
         self._patch(node, {ANN_OPERATION: op.id, ANN_STARTED: utc_iso_micro(self._clock.now()), ANN_FAILED: None,
                            **extra})
-
-    def _until(self, at: str | None) -> float | None:
-        """Seconds until ``at``; None once it passed (the node's change wakes the controller)."""
-        end = parse_iso(at)
-        left = 0.0 if end is None else (end - self._clock.now()).total_seconds()
-        return left if left > 0 else None
 
     def _remaining(self, node: dict[str, Any], seconds: float) -> float:
         started = parse_iso(_annotations(node).get(ANN_STARTED))

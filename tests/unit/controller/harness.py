@@ -242,7 +242,7 @@ class Harness:
                 due = clear_at if due is None else min(due, clear_at)
             if due is None:
                 break
-            self.clock.advance(max(due - self.clock.monotonic(), 0.001))
+            self.clock.advance(max(min(due, end) - self.clock.monotonic(), 0.001))  # never past ``seconds``
         return keys
 
     def _next_due(self) -> float | None:

@@ -11,7 +11,7 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names
@@ -196,15 +196,14 @@ def test_a_simulated_reset_is_one_request_and_the_simulated_host_finishes_it(sim
     assert writes() == [("PATCH", "nodes")]  # the reads: no informer cache here, the controller has one
     ann = (api.read("/api/v1/nodes/n1") or {})["metadata"]["annotations"]
     assert ann[REBOOT] == op.id and ann[REBOOT_UNTIL] == "2026-01-01T00:00:30.000000Z"
-    view = provider.progress(op, "n1", "p", lookup)
-    assert view.state == ProviderState.RUNNING and view.next_check == 30
+    running = ProviderView(ProviderState.RUNNING, shows_on_node=True)  # its end is the node's change: no poll
+    assert provider.progress(op, "n1", "p", lookup) == running
     host.play()  # the host goes down at once ...
     clock.advance(29)
     host.play()  # ... and stays down until the time asked for
-    view = provider.progress(op, "n1", "p", lookup)
-    assert view.state == ProviderState.RUNNING and view.next_check == pytest.approx(1)
+    assert provider.progress(op, "n1", "p", lookup) == running
     clock.advance(1)
-    assert provider.progress(op, "n1", "p", lookup).next_check is None  # past it: the node's change wakes us
+    assert provider.progress(op, "n1", "p", lookup) == running  # the time is past, the node not changed yet
     host.play()
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
     restarted = SimulatedProvider(api.kube(), clock, NAMES, reset_seconds=30)  # the record is on the node

@@ -168,6 +168,18 @@ def test_verify_waits_for_the_new_boot_and_a_clear_condition() -> None:
     assert same_boot.state == v
     still_faulty = run(v, obs(node=node(boot_id="boot-2")), T0 + timedelta(seconds=10))
     assert still_faulty.state == v
+    # what it waits for shows on the node, whose every change starts a look: no poll, only the
+    # verify timeout's own wake-up (P: 120 s from entering Verifying at T0)
+    assert still_faulty.requeue_after == 110 and same_boot.requeue_after == 110
+
+
+def test_verifying_a_replacement_polls_for_the_new_node() -> None:
+    acting = run(replacing(), obs()).state  # drained at once: acting as a replacement
+    assert acting and acting.phase == Phase.ACTING
+    v = run(acting, obs(provider=ProviderView(ProviderState.SUCCEEDED, new_node="n2"))).state
+    assert v and v.phase == Phase.VERIFYING
+    d = run(v, obs(replacement_ready=False), T0 + timedelta(seconds=10))
+    assert d.state == v and d.requeue_after == P.poll_seconds  # the new node is another key
 
 
 def test_reset_failed_escalates_to_replace_under_the_same_approval() -> None:
@@ -377,3 +389,17 @@ def test_acting_requeues_when_the_provider_expects_progress() -> None:
     assert d.requeue_after == 0.25
     slow = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, next_check=30)))
     assert slow.requeue_after == P.poll_seconds
+
+
+def test_acting_on_a_provider_whose_progress_shows_on_the_node_waits_for_it() -> None:
+    """No poll: the node's change starts the next look; only the provider's own next check or
+    the operation's timeout wakes it otherwise."""
+    acting = to_acting()
+    later = T0 + timedelta(seconds=100)
+    d = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, shows_on_node=True)), later)
+    assert d.state == acting and d.requeue_after == P.operation_timeout_seconds - 100
+    soon = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, next_check=30, shows_on_node=True)), later)
+    assert soon.requeue_after == 30
+    timed_out = run(acting, obs(provider=ProviderView(ProviderState.RUNNING, shows_on_node=True)),
+                    T0 + timedelta(seconds=P.operation_timeout_seconds))
+    assert timed_out.state and timed_out.state.escalated
