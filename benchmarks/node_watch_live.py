@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -46,9 +47,26 @@ def thread_cpu(native_id: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def patch_in_turn(kube: Kube, nodes: int, events: int) -> None:
-    for i in range(events):
+def thread_wakeups(native_id: int) -> int:
+    """Times one thread of this process gave up the CPU to wait (its voluntary context switches):
+    each is a wake-up when what it waited for came."""
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
+def patch_in_turn(kube: Kube, nodes: int, events: int, parallel: int = 1) -> None:
+    def one(i: int) -> None:
         kube.patch(f"/api/v1/nodes/watchbench-{i % nodes}", {"metadata": {"annotations": {LABEL: str(i)}}})
+
+    if parallel <= 1:
+        for i in range(events):
+            one(i)
+        return
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, range(events)))
 
 
 def create(kube: Kube, names: Names, nodes: int) -> None:
@@ -70,17 +88,23 @@ def main() -> int:
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--events", type=int, default=3000)
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="patches in flight at once: 1 sends one event at a time; more, a burst (as a repair "
+                         "wave's node changes come)")
+    ap.add_argument("--gather", type=float, default=0.0,
+                    help="the informer's gather_seconds (Kube.watch): a burst's events read together")
     ap.add_argument("--patcher", action="store_true", help=argparse.SUPPRESS)  # the second process
     args = ap.parse_args()
     kube = load_kube(args.kubeconfig)
     if args.patcher:
-        patch_in_turn(kube, args.nodes, args.events)
+        patch_in_turn(kube, args.nodes, args.events, args.parallel)
         return 0
 
     names = Names()
     create(kube, names, args.nodes)
     fleet = Fleet(kube, names, load_catalog(), lambda _key: None)
-    informer = Informer(kube, "/api/v1/nodes", fleet._on_node, label_selector=f"{LABEL}=true", name="nodes")
+    informer = Informer(kube, "/api/v1/nodes", fleet._on_node, label_selector=f"{LABEL}=true", name="nodes",
+                        gather_seconds=args.gather)
     applied = {"n": 0, "cpu": 0.0}
     apply = informer._apply
 
@@ -103,11 +127,16 @@ def main() -> int:
         assert thread.native_id is not None
         sample = orjson.dumps({"type": "MODIFIED", "object": kube.get("/api/v1/nodes/watchbench-0")}) + b"\n"
         n0, a0, c0 = applied["n"], applied["cpu"], thread_cpu(thread.native_id)
+        v0 = thread_wakeups(thread.native_id)
+        w0 = time.monotonic()
         subprocess.run([sys.executable, os.path.abspath(__file__), "--kubeconfig", args.kubeconfig,
-                        "--nodes", str(args.nodes), "--events", str(args.events), "--patcher"], check=True)
+                        "--nodes", str(args.nodes), "--events", str(args.events), "--parallel", str(args.parallel),
+                        "--patcher"], check=True)
         deadline = time.monotonic() + 30
         while applied["n"] - n0 < args.events and time.monotonic() < deadline:
             time.sleep(0.1)
+        wall = time.monotonic() - w0
+        wakeups = thread_wakeups(thread.native_id) - v0
         n, a, c = applied["n"] - n0, applied["cpu"] - a0, thread_cpu(thread.native_id) - c0
     finally:
         informer.stop()
@@ -117,8 +146,10 @@ def main() -> int:
         orjson.loads(sample)
     decode = (time.thread_time() - t) / 1000
     per = c / max(n, 1)
-    print(f"{n} node watch events of {len(sample)} bytes ({args.events} patches of {args.nodes} nodes)")
+    print(f"{n} node watch events of {len(sample)} bytes ({args.events} patches of {args.nodes} nodes, "
+          f"{args.parallel} at a time; gather {args.gather * 1000:.0f} ms); {wall:.1f} s")
     print(f"  {per * 1e6:7.1f} µs  the informer thread's CPU per event")
+    print(f"  {wakeups / max(n, 1):7.2f}     wake-ups of the thread per event")
     print(f"  {a / max(n, 1) * 1e6:7.1f} µs    of it in Informer._apply (the store, Fleet._on_node)")
     print(f"  {(c - a) / max(n, 1) * 1e6:7.1f} µs    the rest: reading the stream (TLS, socket, chunks), decoding, "
           f"waking the thread")

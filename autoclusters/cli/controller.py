@@ -29,6 +29,8 @@ _FLAGS: dict[str, str] = {
     "resync_seconds": "full resync period",
     "pool_status_delay_seconds": "a change of a pool's nodes updates the pool's status this much later (a burst "
                                  "is written once)",
+    "watch_gather_seconds": "the node and record watches read the events of a burst together, each waiting at "
+                            "most this long (0: every event wakes the watch)",
     "gc_interval_seconds": "how often old records are garbage-collected",
     "retention_days": "keep closed Remediation records this long",
     "metrics_port": "Prometheus metrics port (0: off)",

@@ -74,10 +74,11 @@ class MemberChanges:
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
                  namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
-                 shard: Shard | None = None) -> None:
+                 shard: Shard | None = None, gather_seconds: float = 0.0) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
         to write one status for a burst of changes); ``enqueue`` by default.
-        ``shard``: the pools this process owns (all by default)."""
+        ``shard``: the pools this process owns (all by default). ``gather_seconds``: the node and
+        record watches read a burst's events together (``Kube.watch``)."""
         self.names = names
         self._taint_key = names.taint_key
         self._written_rv: dict[str, str | None] = {}  # record -> the version of our last write of it
@@ -113,11 +114,11 @@ class Fleet:
         self._fault_types = names.fault_conditions  # (GPU, interconnect): the order fault_of looks in
         self._trackers: list[MemberChanges] = []
         g = names.api_group
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", gather_seconds=gather_seconds)
         self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
                                       name=api.POOLS.plural)
         self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
-                                        self._on_record, name=api.REMEDIATIONS.plural)
+                                        self._on_record, name=api.REMEDIATIONS.plural, gather_seconds=gather_seconds)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
                                          label_selector=defaults.SELECTOR, name="default-pool")
 

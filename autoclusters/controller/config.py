@@ -29,6 +29,10 @@ class ControllerConfig:
     # status this much later, so a burst of changes is written once, not once per node; the
     # guards (concurrency, breaker) read the counts directly and never wait for it.
     pool_status_delay_seconds: float = 1.0
+    # The node and record watches read a burst's events together: while events come closer
+    # together than this, each waits at most this long, and one wake-up of the watch's thread
+    # handles them all (a lone event is read at once). 0: every event wakes the thread.
+    watch_gather_seconds: float = 0.02
     gc_interval_seconds: float = 3600
     retention_days: float = api.RETENTION_DAYS
     metrics_port: int = 9102  # 0: no metrics server

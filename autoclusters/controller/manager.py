@@ -66,7 +66,7 @@ class Controller:
         delay = self.config.pool_status_delay_seconds
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
                            enqueue_pool=lambda key: self.queue.add(key, delay),
-                           shard=self.shard)
+                           shard=self.shard, gather_seconds=self.config.watch_gather_seconds)
         self.metrics.informer_errors.informers = self.fleet.informers
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True, senders=EVENT_SENDERS)

@@ -143,12 +143,16 @@ class Kube:
         return self.request("DELETE", path, body=body, query=query)
 
     def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300) -> Iterator[JSON]:
-        """Yields watch events ``{"type", "object"}`` until the server ends the watch."""
+              timeout_seconds: int = 300, gather_seconds: float = 0.0) -> Iterator[JSON]:
+        """Yields watch events ``{"type", "object"}`` until the server ends the watch.
+        ``gather_seconds``: events that come close together are read together, each waiting at
+        most this long (the lean transport only; see ``connection._SocketReader``)."""
         resp = self.request("GET", path, query={
             "watch": True, "resourceVersion": resource_version, "labelSelector": label_selector,
             "timeoutSeconds": timeout_seconds, "allowWatchBookmarks": True},
             timeout=(10, timeout_seconds + 30), stream=True)
+        if gather_seconds and (gather := getattr(resp, "gather", None)) is not None:
+            gather(gather_seconds)
         buf = b""
         try:
             for chunk in resp.stream(65536, decode_content=True):

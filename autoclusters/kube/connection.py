@@ -16,13 +16,15 @@ and anything else go through the ``kubernetes`` library (:func:`autoclusters.kub
 from __future__ import annotations
 
 import contextlib
+import io
 import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from autoclusters.kube.errors import Unavailable
@@ -54,11 +56,57 @@ class TLS:
         return ctx
 
 
+class _SocketReader(io.RawIOBase):
+    """The raw side of a connection's read buffer: the socket's reads (as ``socket.makefile``'s
+    would be), and for a watch the gathering of a burst's events into one wake-up.
+
+    A watch's events arrive one at a time, each in its own TLS record, and a thread woken for
+    each pays the wake-up and a cold cache every time (about 0.3 ms of CPU per node event on a
+    busy 2-CPU machine against 30 µs to decode it). With ``gather`` > 0, a read that would
+    wait while events are coming close together (the last wait was shorter than ``gather``)
+    first sleeps ``gather`` seconds, so the events that arrive meanwhile are read and handled
+    in one go. A lone event is read as soon as it comes (after a long wait no sleep is added),
+    and an event of a burst waits at most ``gather`` more."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self.gather = 0.0
+        self._last_wait = float("inf")  # how long the last read that found nothing waited
+
+    def readable(self) -> bool:
+        return True
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def readinto(self, buffer: Any) -> int:
+        if not self.gather:
+            return self._sock.recv_into(buffer)
+        if self._ready():
+            return self._sock.recv_into(buffer)
+        if self._last_wait < self.gather:
+            self._sleep(self.gather)
+        started = time.monotonic()
+        n = self._sock.recv_into(buffer)
+        self._last_wait = time.monotonic() - started
+        return n
+
+    def _ready(self) -> bool:
+        """Something to read already (decrypted and kept by TLS, or in the socket's buffer)."""
+        if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0:
+            return True
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        return bool(poller.poll(0))
+
+
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.timeout = sock.gettimeout()
-        self.file: BinaryIO = sock.makefile("rb", buffering=_MAX_LINE)  # type: ignore[assignment]
+        self.reader = _SocketReader(sock)
+        self.file: BinaryIO = io.BufferedReader(self.reader, _MAX_LINE)
 
     def close(self) -> None:
         for c in (self.file, self.sock):
@@ -155,6 +203,7 @@ class Server:
             conn.close()
 
     def _give_back(self, conn: _Conn) -> None:
+        conn.reader.gather = 0.0  # a watch that ended whole: its connection serves requests again
         with self._lock:
             if len(self._idle) < self._pool_size:
                 self._idle.append(conn)
@@ -253,6 +302,11 @@ class Body:
 
     def read_all(self) -> bytes:
         return b"".join(self.stream())
+
+    def gather(self, seconds: float) -> None:
+        """A watch's body: the events of a burst are read together (:class:`_SocketReader`)."""
+        if self._conn is not None:
+            self._conn.reader.gather = seconds
 
     def stream(self, amt: int = 65536, decode_content: bool = True) -> Iterator[bytes]:
         """The body's pieces as they arrive (a watch: one or more events per chunk)."""

@@ -112,8 +112,9 @@ def _name(obj: JSON) -> str:
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
                  watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
-                 backoff: float = 1.0, max_backoff: float = 30.0) -> None:
+                 backoff: float = 1.0, max_backoff: float = 30.0, gather_seconds: float = 0.0) -> None:
         self._kube = kube
+        self._gather = gather_seconds  # Kube.watch's: a burst's events read together
         self._path = path
         self._handler = handler
         self._selector = label_selector
@@ -224,7 +225,7 @@ class Informer:
                     rv = self._relist()
                     delay = self._backoff
                 for event in self._kube.watch(self._path, resource_version=rv, label_selector=self._selector,
-                                              timeout_seconds=self._watch_timeout):
+                                              timeout_seconds=self._watch_timeout, gather_seconds=self._gather):
                     if self._stop.is_set():
                         return
                     rv = self._apply(event) or rv

@@ -17,7 +17,7 @@ import pytest
 
 from autoclusters import certificates as certs
 from autoclusters.kube import Unavailable
-from autoclusters.kube.connection import TLS, Server
+from autoclusters.kube.connection import TLS, Server, _Conn, _SocketReader
 
 Answer = Callable[[bytes], list[bytes]]  # the request's bytes -> what to send back, piece by piece
 
@@ -302,3 +302,70 @@ def test_each_request_on_a_kept_alive_connection_reads_under_its_own_timeout() -
         assert time.monotonic() - started < 5
         assert len(srv.connections) == 1  # the first connection, kept alive, carried all three
 
+
+
+# --- a watch's burst read together (_SocketReader.gather) ------------------------------------
+@contextmanager
+def reader_pair(gather: float) -> Iterator[tuple[_SocketReader, socket.socket, list[float]]]:
+    """A gathering reader on one end of a socket pair, the other end to write to, and the
+    sleeps the reader asked for (each writes nothing by itself)."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+    reader = _SocketReader(ours)
+    reader.gather = gather
+    slept: list[float] = []
+    reader._sleep = slept.append  # type: ignore[method-assign,assignment]
+    try:
+        yield reader, theirs, slept
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def read(reader: _SocketReader) -> bytes:
+    buf = bytearray(1024)
+    return bytes(buf[:reader.readinto(buf)])
+
+
+def test_a_burst_is_read_together_after_one_sleep_and_a_lone_event_at_once() -> None:
+    with reader_pair(0.05) as (reader, theirs, slept):
+        # nothing waited yet: a read that finds nothing waits for the next event without a sleep
+        threading.Timer(0.05, theirs.sendall, (b"e1",)).start()
+        assert read(reader) == b"e1" and slept == []
+        assert reader._last_wait >= 0.04  # a long wait: not a burst
+        # what is there already is read at once
+        theirs.sendall(b"e2")
+        assert read(reader) == b"e2" and slept == []
+        # events coming close together (the last wait was short): the next read sleeps first,
+        # and what came meanwhile is one read
+        reader._last_wait = 0.001
+
+        def arrive(seconds: float) -> None:
+            slept.append(seconds)
+            theirs.sendall(b"e3")
+            theirs.sendall(b"e4")
+
+        reader._sleep = arrive  # type: ignore[method-assign]
+        assert read(reader) == b"e3e4" and slept == [0.05]
+
+
+def test_without_gather_every_read_goes_straight_to_the_socket() -> None:
+    with reader_pair(0.0) as (reader, theirs, slept):
+        reader._last_wait = 0.001
+        theirs.sendall(b"e1")
+        assert read(reader) == b"e1"
+        threading.Timer(0.02, theirs.sendall, (b"e2",)).start()
+        assert read(reader) == b"e2" and slept == []
+
+
+def test_a_connection_given_back_after_a_watch_reads_without_gathering() -> None:
+    server = Server("http://127.0.0.1:1")
+    ours, theirs = socket.socketpair()
+    try:
+        conn = _Conn(ours)
+        conn.reader.gather = 0.02
+        server._give_back(conn)
+        assert conn.reader.gather == 0.0
+    finally:
+        server.close()
+        theirs.close()

@@ -44,7 +44,7 @@ class ScriptedKube:
         return step if step is not None else ([], "0")
 
     def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300) -> Iterator[JSON]:
+              timeout_seconds: int = 300, gather_seconds: float = 0.0) -> Iterator[JSON]:
         self.calls.append(f"watch@{resource_version}")
         step = self._next("watch")
         events, error = step if step is not None else ([], None)
