@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
                      help="how often nodes and Slurm are looked at (default 2; env AUTOCLUSTERS_SLURM_POLL)")
     run.add_argument("--max-backoff-seconds", type=float, default=None,
                      help="the longest wait before the next poll after polls that failed in a row; the wait "
-                          "starts at --poll-seconds and doubles with each (default: the bridge's, 30)")
+                          "starts at --poll-seconds and doubles with each, never below --poll-seconds (default: the "
+                          "bridge's, 30)")
     run.add_argument("--command-timeout", type=float, default=15.0,
                      help="seconds a Slurm command may take before it counts as failed (default 15)")
     run.add_argument("--metrics-port", type=int, default=0,

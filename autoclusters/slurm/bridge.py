@@ -14,9 +14,9 @@ an unexpected error outside the per-node part: reading the pools, matching nodes
 ends the bridge either: it is logged (an unexpected error with its traceback when it is new, in
 one line while it repeats), counted in ``stats.poll_errors``, and the next poll comes
 ``poll_seconds`` later after the first failed poll, the wait doubling with each next one in a
-row up to ``max_backoff_seconds``, and ``poll_seconds`` again once a poll succeeds. A node it patched
-goes back into the informer's store at once, so the next poll never acts on an older copy than
-the one it wrote.
+row up to ``max_backoff_seconds`` (never below ``poll_seconds``), and ``poll_seconds`` again once a
+poll succeeds. A node it patched goes back into the informer's store at once, so the next poll
+never acts on an older copy than the one it wrote.
 
 What it did during a repair (which jobs it signalled, when, which it requeued) is kept in
 memory and written on the node (annotation ``<domain>/slurm-jobs``, removed after the
@@ -131,11 +131,14 @@ class SlurmBridge:
 
     def _failed(self, error: str) -> float:
         """Counts a whole poll that failed; returns the wait before the next poll: ``poll_seconds``
-        after the first failure in a row, doubling with each next one up to ``max_backoff_seconds``."""
+        after the first failure in a row, doubling with each next one up to ``max_backoff_seconds``,
+        and never shorter than ``poll_seconds`` (a bridge that polls less often than the longest
+        backoff must not poll a failing API server or slurmctld more often than a healthy one)."""
         self.stats.poll_errors += 1
         self.stats.last_error = error
         self._failed_in_a_row += 1
-        return min(self.poll_seconds * 2 ** min(self._failed_in_a_row - 1, 20), self.max_backoff_seconds)
+        backoff = min(self.poll_seconds * 2 ** min(self._failed_in_a_row - 1, 20), self.max_backoff_seconds)
+        return max(self.poll_seconds, backoff)
 
     def stop(self) -> None:
         self._stop.set()

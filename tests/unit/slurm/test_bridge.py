@@ -200,6 +200,19 @@ def test_an_unexpected_error_outside_the_per_node_part_is_logged_counted_backed_
     assert [r.exc_info is not None for r in caplog.records if r.name == "autoclusters.slurm.bridge"][-1]
 
 
+def test_a_failed_poll_never_waits_less_than_a_healthy_one() -> None:
+    """A bridge that polls less often than the longest backoff (every 60 s, against the default
+    30 s) must not poll a failing API server or slurmctld twice as often as a healthy one: the
+    backoff starts at poll_seconds and only ever lengthens the wait."""
+    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    slurm = UndecodableSinfo("a-0|idle|Unknown|Unknown|none\n", failures=3)
+    b, _ = bridge(kube, slurm)
+    b.poll_seconds, b.max_backoff_seconds = 60.0, 30.0
+    assert [b.poll() for _ in range(3)] == [60.0, 60.0, 60.0]
+    assert b.stats.poll_errors == 3
+    assert b.poll() == 60.0 and b.stats.poll_errors == 3
+
+
 def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
     kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
