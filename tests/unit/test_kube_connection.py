@@ -369,3 +369,51 @@ def test_a_connection_given_back_after_a_watch_reads_without_gathering() -> None
     finally:
         server.close()
         theirs.close()
+
+
+def test_a_read_timeout_still_surfaces_while_a_burst_is_gathered() -> None:
+    """The sleep before a read that would wait never hides the socket's read timeout: a watch
+    whose server went silent mid-burst ends with the timeout, as a read straight off the socket
+    does, after at most ``gather`` more."""
+    with reader_pair(0.05) as (reader, _theirs, slept):
+        reader._sock.settimeout(0.2)
+        reader._last_wait = 0.001  # in a burst: the read sleeps first
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            read(reader)
+        assert slept == [0.05] and time.monotonic() - started < 5
+
+
+def test_what_tls_already_decrypted_is_read_without_a_sleep(tmp_path: Path) -> None:
+    """A TLS record is decrypted whole: what the last read left of it is kept by TLS, not in the
+    socket (``SSLSocket.pending``), and is read at once even in a burst, never after a sleep."""
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.make_ca("test-ca", now, dt.timedelta(hours=1))
+    pair = certs.make_serving(ca, ["api.internal"], now, dt.timedelta(hours=1))
+    (tmp_path / "srv.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "srv.key").write_bytes(pair.key_pem)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "srv.crt", tmp_path / "srv.key")
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+    theirs.settimeout(5)
+    served: list[ssl.SSLSocket] = []
+    t = threading.Thread(target=lambda: served.append(server_ctx.wrap_socket(theirs, server_side=True)))
+    t.start()
+    client = TLS(verify=False).context().wrap_socket(ours, server_hostname="api.internal")
+    t.join(5)
+    try:
+        served[0].sendall(b"x" * 1000)  # one record
+        reader = _SocketReader(client)
+        reader.gather = 0.05
+        slept: list[float] = []
+        reader._sleep = slept.append  # type: ignore[method-assign,assignment]
+        first = bytearray(10)
+        assert reader.readinto(first) == 10 and client.pending() == 990
+        reader._last_wait = 0.001  # in a burst
+        rest = bytearray(2000)
+        assert reader.readinto(rest) == 990 and slept == []
+    finally:
+        client.close()
+        for s in served:
+            s.close()
