@@ -62,6 +62,7 @@ def test_a_handler_error_is_logged_with_the_node_counted_and_served(example: Mod
         body = urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5).read().decode()
     finally:
         server.shutdown()
+        server.server_close()
         thread.join(5)
     assert 'autoclusters_informer_handler_errors_total{informer="nodes-needing-repair"} 1.0' in body
 

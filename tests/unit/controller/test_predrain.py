@@ -447,6 +447,7 @@ def test_http_hook_posts_json() -> None:
             hooks.call(PreDrainHook(url=f"{base}/bad"), hooks.payload(s, deadline_of(s), "why"))
     finally:
         server.shutdown()
+        server.server_close()
 
 
 # --- the actuator's writes, against a stand-in for the API ---------------------------------------

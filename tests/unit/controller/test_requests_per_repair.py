@@ -151,3 +151,26 @@ def test_a_karpenter_node_without_annotations_gets_guards_and_warning_in_the_sam
     ann = (out or {})["metadata"]["annotations"]
     assert all(ann[k] == "true" for k in GUARD_ANNOTATIONS) and ann[NAMES.remediation] == s.name
     assert (out or {})["spec"]["unschedulable"] is True
+
+
+@pytest.mark.parametrize("reset_seconds", [5.0, 300.0])
+def test_the_looks_of_a_reset_do_not_grow_with_its_length(reset_seconds: float) -> None:
+    """A reset's progress and its verification show on the node (the simulated reset's end is
+    the host's reboot; a verified node is Ready, on a new boot, without the fault), so the
+    controller looks when the node changes, not every --poll-seconds: a reset of 5 minutes
+    costs the same reconciles as one of 5 seconds (with 2 s polls it cost 150 more)."""
+    h = Harness(sim_seconds=reset_seconds)
+    try:
+        h.pool()
+        h.node("n1")
+        h.start()
+        h.run()
+        h.fault("n1")
+        keys = h.run(lambda: h.phase("n1") == "Succeeded", seconds=reset_seconds + 120)
+        assert h.phase("n1") == "Succeeded"
+        # the start (the node marked, the provider asked), the provider's own write, the host
+        # back up on a new boot (Verifying: the fault is still reported), the fault cleared
+        # (Succeeded); with a 2 s poll the 5 s reset took 6 and the 5 minute one 153
+        assert keys.count("n1") == 4, keys
+    finally:
+        h.stop()

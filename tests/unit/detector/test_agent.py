@@ -180,6 +180,7 @@ def test_metrics_count_faults_by_class_and_state_and_unreadable_sources(tmp_path
         assert "autoclusters_detector_nodes 1" in body
     finally:
         server.shutdown()
+        server.server_close()  # the listening socket too (a ResourceWarning under -W error)
         writer.close()
 
 
