@@ -3,12 +3,14 @@
 callback), but fed by a real API server over TLS instead of bytes replayed from memory.
 
     python benchmarks/node_watch_live.py --kubeconfig $(autoclusters dev kubeconfig --name bench) \\
-        [--nodes 100] [--events 3000]
+        [--nodes 100] [--events 3000] [--parallel 8] [--gather 0.02]
 
 It creates ``--nodes`` simulated GPU nodes (``watchbench-N``, the local simulator's kwok
 annotation: for the local cluster only), watches them with the controller's node informer
 and ``Fleet._on_node``, and has a second process patch one annotation of them in turn,
-``--events`` times; then deletes the nodes. Prints the informer thread's CPU per event, the
+``--events`` times (``--parallel`` patches in flight at once: a burst); then deletes the nodes.
+``--gather`` is the informer's ``gather_seconds`` (the controller's ``--watch-gather-seconds``).
+Prints the informer thread's CPU and wake-ups per event, the
 share of it in ``Informer._apply`` (the store and the fleet's callback), the rest (reading the
 stream: TLS, the socket, the chunked framing, decoding, waking the thread), and the decoding
 of one such event from memory for comparison.
