@@ -63,6 +63,21 @@ def fully_marked(node: JSON | None, record: str) -> bool:
         and bool(annotations.get(NAMES.drain_deadline)) and bool(annotations.get(NAMES.drain_reason))
 
 
+def warned_once(h: Harness, calls: Path, record: str, moments: list[tuple[str, JSON | None, int]],
+                pods: int) -> JSON:
+    """The pre-drain hook called once, for ``record`` and its deadline; every eviction and then
+    the provider's call found the node fully marked, after that call; each pod warned once.
+    Returns the hook's call."""
+    got = hook_calls(calls)
+    assert len(got) == 1 and got[0]["record"] == record
+    assert got[0]["deadline"] == h.records("n1")[0]["status"]["preDrainDeadline"]
+    assert [what for what, _, _ in moments] == ["evict"] * pods + ["provider"]
+    assert all(fully_marked(node, record) and called == 1 for _, node, called in moments)
+    pod_warnings = [e for e in h.events(EVENT_DRAIN_WARNING) if e["involvedObject"]["kind"] == "Pod"]
+    assert len(pod_warnings) == pods and all(e["count"] == 1 for e in pod_warnings)
+    return got[0]
+
+
 def is_eviction(req: Request) -> bool:
     return req.verb == "POST" and req.resource == "pods/eviction"
 
@@ -119,14 +134,8 @@ def test_a_refused_marking_at_the_start_is_written_again_with_the_hook_called_on
     h.run(seconds=30)
     assert h.phase("n1") == "Succeeded" and len(h.errors) == 1
 
-    got = hook_calls(calls)
-    assert len(got) == 1 and got[0]["record"] == record and got[0]["node"] == "n1"
-    assert got[0]["deadline"] == h.records("n1")[0]["status"]["preDrainDeadline"]
-    # every eviction and the provider's call found the node fully marked, the hook called before
-    assert [what for what, _, _ in moments] == ["evict"] * pods + ["provider"]
-    assert all(fully_marked(node, record) and called == 1 for _, node, called in moments)
-    pod_warnings = [e for e in h.events(EVENT_DRAIN_WARNING) if e["involvedObject"]["kind"] == "Pod"]
-    assert len(pod_warnings) == pods and all(e["count"] == 1 for e in pod_warnings)
+    got = warned_once(h, calls, record, moments, pods)
+    assert got["node"] == "n1"
     assert len(h.events(EVENT_SUCCEEDED)) == 1
     assert _clean(h.node_obj("n1"))
 
@@ -262,10 +271,5 @@ def test_a_replacement_after_a_marking_refused_past_the_operation_timeout_warns_
         {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]))
     h.run(lambda: h.phase("n1") == "Succeeded", seconds=60)
     assert h.phase("n1") == "Succeeded" and h.node_obj("n1") is None
-    got = hook_calls(calls)
-    assert len(got) == 1 and got[0]["record"] == record and got[0]["action"] == "replace"
-    assert got[0]["deadline"] == h.records("n1")[0]["status"]["preDrainDeadline"]
-    assert [what for what, _, _ in seen] == ["evict"] * pod_lands + ["provider"]
-    assert all(fully_marked(node, record) and called == 1 for _, node, called in seen)
-    pod_warnings = [e for e in h.events(EVENT_DRAIN_WARNING) if e["involvedObject"]["kind"] == "Pod"]
-    assert len(pod_warnings) == int(pod_lands)
+    got = warned_once(h, calls, record, seen, int(pod_lands))
+    assert got["action"] == "replace"
