@@ -644,11 +644,13 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
     A reset whose operation timed out while the hook was still owed (``_hook_owed``: its marking,
     and with it the warning, never reached the node, so the provider was never asked) warned
     nobody: the replacement drains as a first drain does, with the warning, the wait and the
-    hook (``_scheduled``; the record's ``preDrainDeadline`` is cleared until then)."""
+    hook (``_scheduled``; the record's ``preDrainDeadline`` is cleared until then). So does one
+    whose provider was taken from the pool mid-operation while the node lacked the warning
+    (``_unknown_and_unwarned``: nobody can say the provider was asked)."""
     if s.action == RepairAction.RESET:
         failed = f"reset failed: {why}"
         msg = f"{failed}; escalating to a replacement under the same approval"
-        unwarned = s.phase == Phase.ACTING and _hook_owed(s, o)
+        unwarned = s.phase == Phase.ACTING and (_hook_owed(s, o) or _unknown_and_unwarned(s, o))
         if unwarned:
             msg += "; the node never got the warning, so the replacement warns its workloads first"
         esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
@@ -657,6 +659,17 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
         return Decision(esc, (Emit(n.EVENT_FAILED, words.reset_failed(why), warning=True),
                               Emit(n.EVENT_ESCALATED, words.escalated_after_failed_reset(why))), 0)
     return _failed(s, now, f"{s.action} failed: {why}")
+
+
+def _unknown_and_unwarned(s: RepairState, o: Observation) -> bool:
+    """The operation's provider was removed from the pool (or broken) mid-operation, so whether it
+    was ever asked is unknown, and the node lacks this attempt's warning: the marking that comes
+    before the provider's call may never have got through. Warning again costs a second notice;
+    not warning could replace a node under a workload that was never told."""
+    op = s.operation
+    block = o.provider_block(op.action) if op is not None else None
+    return block is not None and block.hold != HOLD_PROVIDER_REFUSED and _warning_due(s) \
+        and o.node.warned_for != s.name
 
 
 def _failed(s: RepairState, now: datetime, msg: str) -> Decision:

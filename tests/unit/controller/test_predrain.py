@@ -24,6 +24,7 @@ from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.pool_policy import parse_pool
 from autoclusters.controller.remediation_record import state_of, status_of
 from autoclusters.controller.statemachine import (
+    HOLD_NO_PROVIDER,
     ClearWarning,
     Decision,
     Drain,
@@ -35,6 +36,7 @@ from autoclusters.controller.statemachine import (
     Observation,
     PodsView,
     PoolView,
+    ProviderBlock,
     ProviderState,
     ProviderView,
     RepairPolicy,
@@ -604,3 +606,27 @@ def test_unmark_from_a_stale_read_leaves_a_cordon_set_since_alone() -> None:
     act.unmark(kube.node, uncordon=True)
     assert len(kube.node_patches) == patches + 1
     assert {"op": "remove", "path": "/spec/unschedulable"} in kube.node_patches[-1]  # still ours: uncordoned
+
+
+def test_an_escalation_after_the_provider_was_removed_from_an_unwarned_node_warns() -> None:
+    """The reset's provider was taken out of the pool mid-operation (its progress cannot be
+    asked: the reconciler reports it failed with the pool's block) while the node never got the
+    warning (its marking refused). Nobody can say the provider was asked, so the replacement
+    warns, waits and calls the hook as a first drain does; with the warning on the node, the
+    escalation drains under it as usual."""
+    acting = run(None, obs(PodsView())).state
+    assert acting is not None and acting.phase == Phase.ACTING
+    removed = ProviderBlock(RepairAction.RESET, HOLD_NO_PROVIDER, "pool pool-a names no provider for reset")
+    gone = replace(obs(PodsView()), provider=ProviderView(ProviderState.FAILED, removed.message),
+                   provider_blocks=(removed,))
+    esc = run(acting, gone, T0 + timedelta(seconds=5))
+    s = esc.state
+    assert s is not None and s.action == RepairAction.REPLACE and s.phase == Phase.DRAINING
+    assert s.warning_attempt == 2 and s.eviction_started is None
+    assert any(isinstance(a, Warn) and a.call_hook for a in esc.actions)
+    assert n.EVENT_DRAIN_WARNING in emitted(esc) and any("never got the warning" in st.message for st in s.steps)
+    # the node carries the warning: the provider may have been asked; no second warning
+    warned = run(acting, replace(gone, node=replace(gone.node, warned_for=acting.name)), T0 + timedelta(seconds=5))
+    assert warned.state is not None and warned.state.warning_attempt == 1
+    assert warned.state.pre_drain_deadline == acting.pre_drain_deadline
+    assert not any(isinstance(a, Warn) for a in warned.actions)
