@@ -13,13 +13,15 @@ def add_output_flag(parser: Any) -> None:
                         help="output format (default: table)")
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO = sys.stdout) -> None:
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up at the call: a redirected (or captured) stdout is the one written
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def print_json(data: Any, out: TextIO = sys.stdout) -> None:
+def print_json(data: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     json.dump(data, out, indent=2, sort_keys=True, default=str)
     out.write("\n")
