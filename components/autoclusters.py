@@ -47,7 +47,7 @@ class AutoClusters(pulumi.ComponentResource):
 
         ns = k8s_resource(workloads.namespace(cfg.namespace), after())
         crds = Crds("crds", CrdsArgs(names=names), after())
-        rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace), after(ns))
+        rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local), after(rbac))
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),

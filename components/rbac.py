@@ -1,8 +1,8 @@
-"""``Rbac``: the three service accounts and each one's least-privilege roles, with the
+"""``Rbac``: the three service accounts (four with the Slurm bridge's) and each one's least-privilege roles, with the
 admission policy that keeps each detector to writing its own node.
 
 The roles come from the module of the code that uses them (``deploy.controller``,
-``deploy.detector``, ``deploy.admission``; ``deploy.stack.rbac_objects`` lists them), so a
+``deploy.detector``, ``deploy.admission``, ``deploy.slurm_bridge``; ``deploy.stack.rbac_objects`` lists them), so a
 new API call and its permission change in the same place; this component only creates
 them in order.
 """
@@ -25,6 +25,7 @@ from components._k8s import k8s_resource
 class RbacArgs:
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
+    slurm_bridge: bool = False  # the Slurm bridge's identity too (deploy.slurm_bridge)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Rbac")
@@ -35,7 +36,7 @@ class Rbac(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RbacArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Rbac", name, None, opts)
-        objs = rbac_objects(args.names, args.namespace)
+        objs = rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge)
         created: dict[tuple[str, str], pulumi.Resource] = {}
         for obj in objs:
             # A binding waits for its role and subject, so no request runs against a half-made grant.

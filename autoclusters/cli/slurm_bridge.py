@@ -1,4 +1,5 @@
-"""``autoclusters slurm-bridge run``: keep Slurm in step with node repairs (see autoclusters/slurm/)."""
+"""``autoclusters slurm-bridge run``: keep Slurm in step with node repairs (see autoclusters/slurm/);
+``autoclusters slurm-bridge rbac``: the identity it runs as (``deploy.slurm_bridge``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 from typing import Any
 
 from autoclusters.cli.errors import CliError
+from autoclusters.deploy import DEFAULT_NAMESPACE
 
 
 def register(sub: Any) -> None:
@@ -29,6 +31,21 @@ def register(sub: Any) -> None:
                      help="serve Prometheus metrics on this port (default: 0, off)")
     run.add_argument("--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: 0.0.0.0)")
     run.set_defaults(func=_run)
+    rbac = psub.add_parser("rbac", help="print the bridge's service account, ClusterRole and binding as JSON "
+                                        "(kubectl apply -f -); the stack creates them when a pool of its own "
+                                        "enables Slurm")
+    rbac.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                      help=f"namespace of the service account (default {DEFAULT_NAMESPACE})")
+    rbac.set_defaults(func=_rbac)
+
+
+def _rbac(args: argparse.Namespace) -> int:
+    from autoclusters.cli._output import print_json
+    from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
+    from autoclusters.names import Names
+
+    print_json(slurm_bridge_rbac(Names.from_env(), args.namespace))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ DEFAULT_NAMESPACE = "autoclusters-system"
 CONTROLLER_SERVICE_ACCOUNT = "autoclusters-controller"
 DETECTOR_SERVICE_ACCOUNT = "autoclusters-detector"
 WEBHOOK_SERVICE_ACCOUNT = "autoclusters-webhook"
+SLURM_BRIDGE_SERVICE_ACCOUNT = "autoclusters-slurm-bridge"
 
 # The runtime image (Containerfile; ``make image`` builds it as an OCI archive). Its tag is
 # the package version; nobody publishes it for you: push it to your registry and set the

@@ -430,6 +430,11 @@ class StackConfig:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
 
     @property
+    def slurm_bridge(self) -> bool:
+        """The Slurm bridge's identity is deployed: a pool of the stack enables Slurm."""
+        return any(pool.slurm.enabled for pool in self.pools)
+
+    @property
     def names(self) -> Names:
         try:
             return Names(domain=self.domain, prefix=self.condition_prefix)

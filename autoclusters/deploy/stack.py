@@ -24,16 +24,20 @@ from autoclusters.deploy import (
 )
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
+from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
 CONTROLLER_REPLICAS = 2
 
 
-def rbac_objects(names: Names, namespace: str) -> list[dict[str, Any]]:
-    """Every service account, role and binding of the system, service accounts first."""
+def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False) -> list[dict[str, Any]]:
+    """Every service account, role and binding of the system, service accounts first; the
+    Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
         names, namespace)]
     objs += detector.detector_rbac(names, namespace)
+    if slurm_bridge:
+        objs += slurm_bridge_rbac(names, namespace)
     objs += _scoped(admission.webhook_rbac(
         namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
         tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
@@ -119,7 +123,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     return [
         workloads.namespace(ns),
         *crds.crds(names),
-        *rbac_objects(names, ns),
+        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,

@@ -4,7 +4,9 @@ drain-deadline, drain-reason and remediation annotations; the maintenance-requir
 left out, as the admission rules keep it to the controller, and the bridge needs only its
 absence to resume) has its Slurm node drained with the fault as reason, its job signalled and requeued, and the
 repair acknowledged on the node; once the warning is gone the Slurm node is resumed and the
-job runs again. The bridge learns of each change from its watch, not from a list per poll."""
+job runs again. The bridge learns of each change from its watch, not from a list per poll.
+It runs as a user's bridge does, under its own service account with exactly the rules the
+stack grants it (``deploy.slurm_bridge``), so a rule it lacks fails these tests."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import pytest
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.deploy import SLURM_BRIDGE_SERVICE_ACCOUNT
 from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_slurm import SignalTarget, SlurmPolicy
+from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.kube import Kube
+from autoclusters.kube import Kube, load_kube
 from autoclusters.names import Names
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.bridge import ACKNOWLEDGER, SlurmBridge
@@ -52,9 +56,16 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
         cluster.kube.create(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools"),
                             gpu_node_pool_object(PoolConfig(name=pool, slurm=policy), names))
         (node,) = create_nodes(cluster, names, pool, 1)
+        namespace = f"slurmb-{unique}"
+        cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": namespace}})
+        rbac = slurm_bridge_rbac(names, namespace)
+        cluster.apply(rbac)
+        kube = load_kube(cluster.service_account_kubeconfig(namespace, SLURM_BRIDGE_SERVICE_ACCOUNT),
+                         user_agent="autoclusters-slurm-bridge")
         harness = slurm_harness(tmp_path / "s", (node,))
         slurm = next(harness)
-        bridge = SlurmBridge(cluster.kube, slurm.slurm, names=names, clock=SystemClock(), poll_seconds=0.5)
+        bridge = SlurmBridge(kube, slurm.slurm, names=names, clock=SystemClock(), poll_seconds=0.5)
         runner = threading.Thread(target=bridge.run, name="slurm-bridge", daemon=True)
         runner.start()
         try:
@@ -65,6 +76,11 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
             next(harness, None)
             cluster.kube.delete(f"/api/v1/nodes/{node}")
             cluster.kube.delete(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
+            for obj in rbac:
+                if obj["kind"] != "ServiceAccount":  # the namespace takes its service account along
+                    cluster.kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/"
+                                        f"{obj['metadata']['name']}")
+            cluster.kube.delete(f"/api/v1/namespaces/{namespace}")
 
 
 def reasons(cluster: ClusterHandle, node: str) -> set[str]:

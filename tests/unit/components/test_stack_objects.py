@@ -24,6 +24,7 @@ CONFIGS = {
         "webhookUrl": "https://127.0.0.1:9443/validate", "defaultPool": {"consentMode": "off"},
         "pools": [{"name": "a100", "consentMode": "propose", "nodes": {"backend": "simulated", "count": 2}},
                   {"name": "h100", "nodes": {"backend": "existing", "selector": {"zone": "z1"}}}]},
+    "slurm-pool": {"pools": [*EXAMPLE_POOLS, {"name": "b200", "slurm": {"enabled": True}}]},
 }
 
 
@@ -55,3 +56,14 @@ def test_the_certificate_reaches_the_secret_and_the_ca_bundle():
     import base64
 
     assert {base64.b64decode(w["clientConfig"]["caBundle"]).decode() for w in config["webhooks"]} == {PEMS["ca_pem"]}
+
+
+@pytest.mark.parametrize("settings, bridge", [(CONFIGS["rendered"], False), (CONFIGS["slurm-pool"], True)],
+                         ids=["no-slurm-pool", "a-slurm-pool"])
+def test_the_slurm_bridge_gets_its_identity_when_a_pool_of_the_stack_enables_slurm(settings, bridge):
+    objs = stack_objects(stack_config_from_dict(settings))
+    accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    assert ("autoclusters-slurm-bridge" in accounts) is bridge
+    bindings = [o for o in objs
+                if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == "autoclusters-slurm-bridge"]
+    assert len(bindings) == int(bridge)

@@ -1,0 +1,53 @@
+"""The Slurm bridge's identity: a service account and exactly the verbs its code uses.
+
+The bridge (``autoclusters slurm-bridge run``) runs where Slurm's client commands work, a
+host or a pod with the cluster's munge key, not in the stack's namespace as a workload of
+its own; what the stack gives it is the identity it talks to the API server with. Its code
+reads pools and nodes through informers (get, list, watch), patches nodes (its drain
+acknowledgement, the cordon marker, the jobs it signalled) and writes events on them
+(``kube/events.py``: create, then patch a repeat). It touches neither maintenance label, so
+the admission rules let its patches through. The stack creates these objects when one of
+its pools enables Slurm (``GpuNodePool.spec.slurm.enabled``); ``autoclusters slurm-bridge
+rbac`` prints them for pools made another way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoclusters import api
+from autoclusters.deploy import DEFAULT_NAMESPACE, SLURM_BRIDGE_SERVICE_ACCOUNT, cluster_scoped_name
+from autoclusters.names import Names
+
+RBAC_V1 = "rbac.authorization.k8s.io/v1"
+ROLE_NAME = "autoclusters-slurm-bridge"
+_PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
+
+
+def slurm_bridge_cluster_role(names: Names, name: str = ROLE_NAME) -> dict[str, Any]:
+    return {
+        "apiVersion": RBAC_V1,
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": dict(_PART_OF)},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": [names.api_group], "resources": [api.POOLS.plural], "verbs": ["get", "list", "watch"]},
+        ],
+    }
+
+
+def slurm_bridge_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
+                      service_account: str = SLURM_BRIDGE_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
+    """Service account, ClusterRole and its binding; the cluster-scoped names carry a second
+    installation's namespace (``cluster_scoped_name``)."""
+    role = cluster_scoped_name(ROLE_NAME, namespace)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": service_account, "namespace": namespace, "labels": dict(_PART_OF)}},
+        slurm_bridge_cluster_role(names, role),
+        {"apiVersion": RBAC_V1, "kind": "ClusterRoleBinding",
+         "metadata": {"name": role, "labels": dict(_PART_OF)},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
+    ]
