@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -45,7 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at the exit: a reader gone is answered below
+        return code
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
@@ -57,6 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     except KubeError as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        # Whoever read the output stopped reading (`| head`): not a fault to trace back. Output
+        # not all written is a failure; stdout goes to /dev/null so the exit's flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

@@ -1,6 +1,11 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from autoclusters.cli import main as cli
+from autoclusters.cli.errors import EXIT_FAILED
 
 
 def test_every_command_module_registers() -> None:
@@ -26,3 +31,22 @@ def test_bad_cluster_name_is_rejected() -> None:
 
     with pytest.raises(ValueError, match="invalid cluster name"):
         LocalCluster("../etc")
+
+
+@pytest.mark.parametrize("argv", [["controller", "manifests"], ["slurm-bridge", "rbac"]],
+                         ids=["written-while-running", "written-at-the-final-flush"])
+def test_a_reader_gone_is_a_failure_without_a_traceback(argv: list[str]) -> None:
+    """``autoclusters ... | head -1`` once head has exited: the output's reader is gone (the
+    pipe's read end closed before the command writes). The command ends with the failure code
+    and a quiet stderr, whether its output (over 8 KB, or within the buffer) is written while
+    it runs or at the final flush."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *argv], stdout=write,
+                              stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write)
+    err = proc.stderr.decode()
+    assert proc.returncode == EXIT_FAILED, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
