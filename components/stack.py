@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 import pulumi.runtime.config as runtime_config
 
+from autoclusters.deploy.kubernetes_version import too_old
 from autoclusters.deploy.pool_config import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
@@ -72,9 +73,31 @@ def provider_kubeconfig_path() -> str | None:
     return None
 
 
+def check_cluster_version(kubeconfig: str) -> None:
+    """Refuses a cluster older than the system supports (``deploy.kubernetes_version``) before
+    anything is registered, naming its version and what is missing, instead of a deploy that
+    stops part way at the first kind the API server does not serve.
+
+    Asked only of a kubeconfig the stack names (``autoclusters:kubeconfig``, or the provider's
+    path): without one the provider picks its own default, which is not sure to be the cluster
+    this would ask. A cluster that cannot be asked is left to the provider to report."""
+    from autoclusters.kube import KubeError, load_kube
+
+    try:
+        version = load_kube(kubeconfig, user_agent="autoclusters-pulumi").get("/version")
+    except KubeError as e:  # unreadable credentials, an unreachable server: the provider's to report
+        pulumi.log.warn(f"the cluster's Kubernetes version was not checked ({kubeconfig}): {e}")
+        return
+    why = too_old(version)
+    if why:
+        raise PoolConfigError(why)
+
+
 def program() -> None:
     config, access = read_stack_config()
     kubeconfig = access.get("kubeconfig") or provider_kubeconfig_path()
+    if kubeconfig:
+        check_cluster_version(kubeconfig)
     lister = None
     if any(p.nodes.selector for p in config.pools):
         from autoclusters.kube import load_kube

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autoclusters.deploy.kubernetes_version import too_old
 from autoclusters.devcluster.handle import ClusterHandle
 from tests.integration.controller_support import Env, controller_env
 
@@ -29,7 +30,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]
         opa = os.environ.get("AUTOCLUSTERS_TEST_OPA_URL") or dev_opa
         # "local": the API server runs on this machine and reaches webhooks on 127.0.0.1.
         is_local = dev_opa is not None or os.environ.get("AUTOCLUSTERS_TEST_LOCAL") == "1"
-        yield ClusterHandle(external, local=is_local, opa_url=opa, state_dir=state)
+        handle = ClusterHandle(external, local=is_local, opa_url=opa, state_dir=state)
+        why = too_old(handle.kube.get("/version"))
+        if why:  # every test would fail at the first kind it needs; say why once instead
+            pytest.exit(f"AUTOCLUSTERS_TEST_KUBECONFIG={external}: {why}", returncode=pytest.ExitCode.USAGE_ERROR)
+        yield handle
         return
     from autoclusters.devcluster.cluster import LocalCluster
 
