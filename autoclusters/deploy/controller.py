@@ -15,6 +15,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import KINDS
+from autoclusters.deploy.workloads import cluster_role_binding
 from autoclusters.names import Names
 
 LEASE_NAME = "autoclusters-controller"
@@ -61,13 +62,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller")
 
 def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller",
                                     service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    }
+    return cluster_role_binding(name, service_account, namespace)
 
 
 def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, DETECTOR_SERVICE_ACCOUNT
+from autoclusters.deploy.workloads import cluster_role_binding
 from autoclusters.names import Names
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
@@ -49,13 +50,7 @@ def detector_cluster_role(name: str = "autoclusters-detector") -> dict[str, Any]
 
 def detector_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-detector",
                                   service_account: str = DETECTOR_SERVICE_ACCOUNT) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name, "labels": dict(PART_OF)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    }
+    return cluster_role_binding(name, service_account, namespace)
 
 
 def _own_types(names: Names) -> str:

@@ -17,18 +17,18 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, SLURM_BRIDGE_SERVICE_ACCOUNT, cluster_scoped_name
+from autoclusters.deploy.workloads import PART_OF, cluster_role_binding
+from autoclusters.deploy.workloads import service_account as service_account_object
 from autoclusters.names import Names
 
-RBAC_V1 = "rbac.authorization.k8s.io/v1"
 ROLE_NAME = "autoclusters-slurm-bridge"
-_PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
 
 
 def slurm_bridge_cluster_role(names: Names, name: str = ROLE_NAME) -> dict[str, Any]:
     return {
-        "apiVersion": RBAC_V1,
+        "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": dict(_PART_OF)},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}},
         "rules": [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
@@ -42,12 +42,5 @@ def slurm_bridge_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
     """Service account, ClusterRole and its binding; the cluster-scoped names carry a second
     installation's namespace (``cluster_scoped_name``)."""
     role = cluster_scoped_name(ROLE_NAME, namespace)
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": service_account, "namespace": namespace, "labels": dict(_PART_OF)}},
-        slurm_bridge_cluster_role(names, role),
-        {"apiVersion": RBAC_V1, "kind": "ClusterRoleBinding",
-         "metadata": {"name": role, "labels": dict(_PART_OF)},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
-    ]
+    return [service_account_object(service_account, namespace), slurm_bridge_cluster_role(names, role),
+            cluster_role_binding(role, service_account, namespace)]

@@ -302,6 +302,14 @@ def service_account(name: str, ns: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/part-of": PART_OF}}}
 
 
+def cluster_role_binding(name: str, service_account: str, ns: str) -> dict[str, Any]:
+    """Binds the ClusterRole ``name`` (the binding takes its name) to one service account."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": ns}]}
+
+
 def webhook_tls_secret(ns: str, name: str, *, cert_pem: str, key_pem: str, ca_pem: str) -> dict[str, Any]:
     """The webhook's serving certificate (``kubernetes.io/tls``), mounted at ``/tls``."""
     return {
