@@ -568,9 +568,21 @@ def _warning_due(s: RepairState) -> bool:
 
 def _hook_owed(s: RepairState, o: Observation) -> bool:
     """Whether the plan that calls the hook has not been carried out yet (``_marking``): the node
-    lacks this record's warning, and the provider has not started the operation."""
+    lacks this record's warning, and the provider has not started the operation, or cannot be
+    asked whether it did (``_provider_gone``)."""
     return _warning_due(s) and o.node.warned_for != s.name \
-        and (s.phase != Phase.ACTING or o.provider.state == ProviderState.NOT_STARTED)
+        and (s.phase != Phase.ACTING or o.provider.state == ProviderState.NOT_STARTED or _provider_gone(s, o))
+
+
+def _provider_gone(s: RepairState, o: Observation) -> bool:
+    """The operation's provider was taken from the pool (or its settings broke) mid-operation:
+    the reconciler reports the operation failed with the pool's reason, and whether the provider
+    was ever asked is unknown. Without this record's warning on the node, the marking that
+    comes before the provider's call may never have got through: warning again costs a second
+    notice, not warning could replace a node under a workload that was never told. A provider
+    that refuses the node is still there and still asked."""
+    block = o.provider_block(s.operation.action) if s.operation is not None else None
+    return block is not None and block.hold != HOLD_PROVIDER_REFUSED
 
 
 def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
@@ -646,11 +658,11 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
     nobody: the replacement drains as a first drain does, with the warning, the wait and the
     hook (``_scheduled``; the record's ``preDrainDeadline`` is cleared until then). So does one
     whose provider was taken from the pool mid-operation while the node lacked the warning
-    (``_unknown_and_unwarned``: nobody can say the provider was asked)."""
+    (``_provider_gone``: nobody can say the provider was asked)."""
     if s.action == RepairAction.RESET:
         failed = f"reset failed: {why}"
         msg = f"{failed}; escalating to a replacement under the same approval"
-        unwarned = s.phase == Phase.ACTING and (_hook_owed(s, o) or _unknown_and_unwarned(s, o))
+        unwarned = s.phase == Phase.ACTING and _hook_owed(s, o)
         if unwarned:
             msg += "; the node never got the warning, so the replacement warns its workloads first"
         esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
@@ -659,17 +671,6 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
         return Decision(esc, (Emit(n.EVENT_FAILED, words.reset_failed(why), warning=True),
                               Emit(n.EVENT_ESCALATED, words.escalated_after_failed_reset(why))), 0)
     return _failed(s, now, f"{s.action} failed: {why}")
-
-
-def _unknown_and_unwarned(s: RepairState, o: Observation) -> bool:
-    """The operation's provider was removed from the pool (or broken) mid-operation, so whether it
-    was ever asked is unknown, and the node lacks this attempt's warning: the marking that comes
-    before the provider's call may never have got through. Warning again costs a second notice;
-    not warning could replace a node under a workload that was never told."""
-    op = s.operation
-    block = o.provider_block(op.action) if op is not None else None
-    return block is not None and block.hold != HOLD_PROVIDER_REFUSED and _warning_due(s) \
-        and o.node.warned_for != s.name
 
 
 def _failed(s: RepairState, now: datetime, msg: str) -> Decision:
