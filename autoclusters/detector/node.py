@@ -29,6 +29,7 @@ from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
 from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
+from autoclusters.repeats import RepeatedErrors
 
 log = logging.getLogger(__name__)
 
@@ -102,25 +103,23 @@ class NodeLoop:
         self.events = events
         self.config = config
         self.poll_errors = 0
-        self._last_error = ""
+        self._bugs = RepeatedErrors()  # one key, "": the poll's
 
     def poll_once(self) -> None:
         try:
             self.agent.poll()
         except Exception as e:  # the agent's own bug: this poll's alone, the loop goes on
             self.poll_errors += 1
-            error = repr(e)
-            if error != self._last_error:
+            if self._bugs.is_new("", e):
                 log.exception("%s: the poll failed; polling again in %.1fs", self.agent.node, self.config.poll_s)
             else:
-                log.warning("%s: the poll failed again: %s", self.agent.node, error)
-            self._last_error = error
+                log.warning("%s: the poll failed again: %r", self.agent.node, e)
             try:
                 self.agent.poll_failed(e)
             except Exception:
                 log.exception("%s: cannot report the failed poll on the node", self.agent.node)
         else:
-            self._last_error = ""
+            self._bugs.succeeded("")
 
     def run(self, stop: threading.Event) -> None:
         t = threading.Thread(target=self.writer.run, args=(stop,), name="writer", daemon=True)

@@ -41,6 +41,7 @@ from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
+from autoclusters.repeats import RepeatedErrors
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
 
@@ -83,8 +84,8 @@ class SlurmBridge:
         if self.recorder is None:
             self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-slurm-bridge")
         self._stop = threading.Event()
-        self._bugs: dict[str, str] = {}  # node -> the unexpected error its last sync raised
-        self._poll_bug = ""  # the unexpected error the last poll raised outside the per-node part
+        self._node_bugs = RepeatedErrors()  # per node: its sync's unexpected error
+        self._poll_bugs = RepeatedErrors()  # the poll's outside the per-node part (one key, "")
         self._failed_in_a_row = 0  # whole polls that failed since the last that succeeded
         self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION, api.POOLS.plural),
                               _ignore, name=api.POOLS.plural)
@@ -117,15 +118,14 @@ class SlurmBridge:
             log.warning("slurm bridge poll failed: %s; polling again in %.1fs", e, wait)
         except Exception as e:  # a bug outside the per-node part must not end the bridge
             wait = self._failed(repr(e))
-            if self._poll_bug != repr(e):  # the traceback once, not at every poll
+            if self._poll_bugs.is_new("", e):  # the traceback once, not at every poll
                 log.exception("slurm bridge poll: unexpected error; polling again in %.1fs", wait)
             else:
                 log.warning("slurm bridge poll: the same unexpected error again: %r; polling again in %.1fs",
                             e, wait)
-            self._poll_bug = repr(e)
         else:
             self._failed_in_a_row = 0
-            self._poll_bug = ""
+            self._poll_bugs.succeeded("")
             return self.poll_seconds
         return wait
 
@@ -176,18 +176,16 @@ class SlurmBridge:
             except Exception as e:  # a bug on this node is this node's alone: the others go on
                 self.stats.node_errors += 1
                 self.stats.last_error = f"{name}: {e!r}"
-                if self._bugs.get(name) != repr(e):  # the traceback once, not at every poll
+                if self._node_bugs.is_new(name, e):  # the traceback once, not at every poll
                     log.exception("slurm bridge: node %s: unexpected error; the other nodes go on, this one "
                                   "is looked at again at the next poll", name)
                 else:
                     log.warning("slurm bridge: node %s: the same unexpected error again: %r", name, e)
-                self._bugs[name] = repr(e)
             else:
-                self._bugs.pop(name, None)
+                self._node_bugs.succeeded(name)
         for gone in set(self.memory) - seen:
             del self.memory[gone]
-        for gone in set(self._bugs) - seen:
-            del self._bugs[gone]
+        self._node_bugs.keep_only(seen)
 
     # --- one node ------------------------------------------------------------------------------
     def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:
