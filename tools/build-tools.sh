@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries autoclusters needs (kube control plane, etcd, kwok,
 # OPA, Pulumi CLI + Python language host + Kubernetes provider, Karpenter's kwok
-# provider, Cluster API's CRDs) from Go modules.
+# provider, Cluster API's CRDs, Prometheus's promtool and the Prometheus Operator's CRDs)
+# from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|pulumi|pulumi-python|karpenter|cluster-api|all]   (default: all)
+# Usage: tools/build-tools.sh [core|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -229,14 +230,37 @@ build_cluster_api() {
   finish cluster-api "$CLUSTER_API_VERSION"
 }
 
+build_promtool() {
+  # Prometheus's promtool alone (about 4.5 min cold on 2 cores: the module pulls every
+  # service discovery's SDK): it checks and unit-tests the shipped alert rules.
+  need promtool "$PROMETHEUS_VERSION" || return 0
+  GOBIN="$cache/bin/promtool-$PROMETHEUS_VERSION" go install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+  finish promtool "$PROMETHEUS_VERSION"
+}
+
+build_prometheus_operator_crds() {
+  # No binary: the Prometheus Operator's CRDs (example/prometheus-operator-crd in the module).
+  need prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" || return 0
+  local d="$work/prometheus-operator" out="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+  wrapper "$d" prometheus-operator
+  local src; src=$(cd "$d" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$out/crds"
+  cp "$src"/example/prometheus-operator-crd/monitoring.coreos.com_{podmonitors,prometheusrules}.yaml "$out/crds/"
+  chmod -R u+w "$out"
+  finish prometheus-operator "$PROMETHEUS_OPERATOR_VERSION"
+}
+
 case "$which" in
   core) steps=(build_etcd build_kwok build_opa build_kube) ;;
   pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
   pulumi-python) steps=(build_pulumi_python) ;;
   karpenter) steps=(build_karpenter) ;;
   cluster-api) steps=(build_cluster_api) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|pulumi|pulumi-python|karpenter|cluster-api|all]" >&2; exit 2 ;;
+  monitoring) steps=(build_promtool build_prometheus_operator_crds) ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_promtool build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
+  *) echo "usage: $0 [core|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }

@@ -107,3 +107,14 @@ def karpenter_tools() -> KarpenterTools:
 def cluster_api_crds() -> Path:
     """The directory of Cluster API's CRDs (``tools/build-tools.sh cluster-api``)."""
     return _built("cluster-api", "CLUSTER_API_VERSION", "cluster-api") / "crds"
+
+
+def promtool() -> Path:
+    """Prometheus's ``promtool`` (``tools/build-tools.sh monitoring``): checks the alert rules."""
+    return _built("promtool", "PROMETHEUS_VERSION", "monitoring") / "promtool"
+
+
+def prometheus_operator_crds() -> Path:
+    """The directory of the Prometheus Operator's PodMonitor and PrometheusRule CRDs
+    (``tools/build-tools.sh monitoring``)."""
+    return _built("prometheus-operator", "PROMETHEUS_OPERATOR_VERSION", "monitoring") / "crds"
