@@ -20,19 +20,13 @@ import sys
 from typing import Any
 
 from autoclusters.api import Phase
+from autoclusters.deploy.alerts import LEADERS_PER_SHARD
 
 JSON = dict[str, Any]
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 UID = "autoclusters-overview"
 
-# Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
-# joined by its scrape target (``job``, ``instance``: every Prometheus puts both on every
-# series it scrapes) to its shard gauge. ``max`` over all replicas
-# would hide a shard without a leader behind another shard's; docs/operations.md gives the
-# alert as this expression ``== 0`` (a unit test keeps the two equal).
-LEADERS_PER_SHARD = ("sum by (shard, shards) (autoclusters_controller_leader * on(job, instance) "
-                     "group_left(shard, shards) autoclusters_controller_shard)")
 
 
 def _target(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> JSON:

@@ -1,0 +1,121 @@
+"""Prometheus alerting rules over the metrics the system's processes export, as plain dicts.
+
+``monitoring/autoclusters.rules.yaml`` is ``render()`` (``python -m autoclusters.deploy.alerts >
+monitoring/autoclusters.rules.yaml``), a rule file for a Prometheus configured by hand; the stack's
+``PrometheusRule`` (``monitoring.py``, for the Prometheus Operator) holds the same groups,
+and the Grafana dashboard (``ops/dashboard.py``) shows the leaders per shard with the same
+expression. Unit tests keep the file equal to this module, check that every expression names a
+metric some process exports, and run Prometheus's own ``promtool`` over the file: ``check
+rules``, and ``test rules`` with series under which each alert must fire and must not
+(``tests/unit/ops/test_alerts.py`` writes that test file).
+
+Each alert keeps the labels of the series it fires on (``job``, ``instance``, and what the
+scrape adds: the PodMonitors add ``pod`` and ``node``) unless it sums over them; the
+description says what the alert means and where to look (docs/operations.md, "Alerts").
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from autoclusters.kube import informer_metrics
+
+GROUP = "autoclusters"
+# Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
+# joined by its scrape target (``job``, ``instance``: every Prometheus puts both on every
+# series it scrapes) to its shard gauge. ``max`` over all replicas would hide a shard without a
+# leader behind another shard's; the alert is this expression ``== 0``, the dashboard's panel
+# this expression.
+LEADERS_PER_SHARD = ("sum by (shard, shards) (autoclusters_controller_leader * on(job, instance) "
+                     "group_left(shard, shards) autoclusters_controller_shard)")
+CRITICAL, WARNING = "critical", "warning"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str  # how long the expression must hold ("0m": at once)
+    severity: str
+    summary: str
+    description: str
+
+    def rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
+        if self.for_ != "0m":
+            rule["for"] = self.for_
+        rule["labels"] = {"severity": self.severity}
+        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        return rule
+
+
+ALERTS: tuple[Alert, ...] = (
+    Alert("AutoclustersControllerDown", "absent(autoclusters_controller_leader)", "10m", CRITICAL,
+          "No autoclusters controller is scraped",
+          "No replica of the remediation controller has been scraped for 10 minutes. The detectors "
+          "still report faults on the nodes, but nothing repairs them: check the controller's "
+          "Deployment and its pods' logs."),
+    Alert("AutoclustersShardWithoutLeader", f"{LEADERS_PER_SHARD} == 0", "5m", CRITICAL,
+          "Controller shard {{ $labels.shard }} of {{ $labels.shards }} has no leader",
+          "The replicas of controller shard {{ $labels.shard }} are scraped but none of them has "
+          "held the shard's Lease for 5 minutes, so the pools of that shard are not repaired. "
+          "Check the replicas' logs for leader election errors."),
+    Alert("AutoclustersCircuitBreakerOpen", "max by (pool) (autoclusters_circuit_breaker_open) > 0", "15m", CRITICAL,
+          "Automatic repairs of pool {{ $labels.pool }} are stopped by its circuit breaker",
+          "Too large a share of pool {{ $labels.pool }}'s nodes is faulty, so its circuit breaker "
+          "has held every new repair for 15 minutes. That many faults at once usually share a "
+          "cause (a driver or firmware rollout, power, the fabric): find it before repairing "
+          "(`autoclusters status`, `kubectl get gnp {{ $labels.pool }}`)."),
+    Alert("AutoclustersRepairFailed",
+          'sum by (action) (increase(autoclusters_repairs_outcome_total{outcome="Failed"}[1h])) > 0', "0m", WARNING,
+          "A node {{ $labels.action }} failed in the last hour",
+          "At least one {{ $labels.action }} ended Failed in the last hour; its node keeps its "
+          "maintenance label and taint. `kubectl get events -A --field-selector "
+          "reason=MaintenanceActionFailed` names the nodes and why."),
+    Alert("AutoclustersReconcileErrors", "rate(autoclusters_reconcile_errors_total[5m]) > 0", "15m", WARNING,
+          "The controller's reconciles keep failing on {{ $labels.instance }}",
+          "Reconciles have failed and backed off in every 5 minute window for 15 minutes on "
+          "{{ $labels.instance }}: repairs there may be stalled. The controller's log names the "
+          "keys and the errors."),
+    Alert("AutoclustersInformerHandlerErrors", f"increase({informer_metrics.NAME}_total[1h]) > 0", "0m", WARNING,
+          "{{ $labels.job }} failed to take in a change of a watched object",
+          "The {{ $labels.informer }} watch of {{ $labels.instance }} raised on a change in the last "
+          "hour; the object is taken again at its next change. This is a bug to report: the "
+          "process's log names the object, with a traceback."),
+    Alert("AutoclustersDetectorCannotWriteConditions",
+          "rate(autoclusters_detector_condition_write_failures_total[5m]) > 0", "15m", CRITICAL,
+          "The detector on {{ $labels.instance }} cannot write its node's conditions",
+          "The detector's condition patches have failed in every 5 minute window for 15 minutes, "
+          "so a fault on its node would not be reported or repaired. Check the detector pod's log "
+          "(RBAC, the admission webhook, the API server)."),
+    Alert("AutoclustersDetectorSourceUnreadable", "autoclusters_detector_unreadable_sources > 0", "30m", WARNING,
+          "The detector on {{ $labels.instance }} cannot read {{ $labels.source }}",
+          "For 30 minutes the detector has not been able to read its {{ $labels.source }} source, so "
+          "faults that only that source shows go undetected on its node. The node's detector "
+          "health condition says why."),
+    Alert("AutoclustersSlurmBridgeFailing",
+          'rate(autoclusters_slurm_bridge_errors_total{scope="poll"}[5m]) > 0', "15m", WARNING,
+          "The Slurm bridge's polls keep failing",
+          "Every poll of the Slurm bridge on {{ $labels.instance }} has failed for 15 minutes (the "
+          "API server or `sinfo`): jobs on nodes about to be repaired are not drained or requeued "
+          "first. The bridge's log has the error."),
+)
+
+
+def rules() -> dict[str, Any]:
+    """The rule file: one group of every alert."""
+    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in ALERTS]}]}
+
+
+def render() -> str:
+    header = ("# Generated by `python -m autoclusters.deploy.alerts` (autoclusters/deploy/alerts.py); do not edit.\n"
+              "# A Prometheus rule file: list it under `rule_files` in prometheus.yml.\n")
+    return header + yaml.safe_dump(rules(), sort_keys=False, width=120)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

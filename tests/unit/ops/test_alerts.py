@@ -1,0 +1,213 @@
+"""The alert rules: the shipped file is the builder's output, every expression names a metric a
+process exports, and Prometheus's own rule engine (``promtool test rules``) fires each alert on
+the series it is about, after its ``for``, with its labels and rendered text, and not on
+healthy series."""
+
+import itertools
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+import yaml
+from prometheus_client.core import Metric
+
+from autoclusters.controller.metrics import Metrics
+from autoclusters.deploy.alerts import ALERTS, render, rules
+from autoclusters.detector.metrics import render as detector_text
+from autoclusters.slurm.bridge import BridgeStats
+from autoclusters.slurm.metrics import registry as bridge_registry
+from tests.conftest import tool_missing
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "monitoring" / "autoclusters.rules.yaml"
+
+
+def _sample_names(families: list[Metric]) -> set[str]:
+    names: set[str] = set()
+    for family in families:
+        names.update(s.name for s in family.samples)
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+        elif family.type != "histogram":
+            names.add(family.name)
+    return names
+
+
+def exported_names() -> set[str]:
+    """What the controller, the detector and the Slurm bridge export."""
+    names = _sample_names(list(Metrics().registry.collect()))
+    bridge = SimpleNamespace(stats=BridgeStats(), pools=SimpleNamespace(name="pools", handler_errors=0),
+                             nodes=SimpleNamespace(name="nodes", handler_errors=0))
+    names |= _sample_names(list(bridge_registry(cast(Any, bridge)).collect()))
+    text = detector_text([], cast(Any, SimpleNamespace(writes=0, failures=0)), 0.0, poll_errors=0)
+    names |= set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    return names
+
+
+def test_shipped_file_is_the_builders_output() -> None:
+    assert SHIPPED.read_text() == render(), "run: python -m autoclusters.deploy.alerts > " + str(SHIPPED)
+    assert yaml.safe_load(SHIPPED.read_text()) == rules()
+
+
+def test_every_expression_names_a_metric_a_process_exports() -> None:
+    exported = exported_names()
+    for alert in ALERTS:
+        used = set(re.findall(r"\bautoclusters_[a-z_]+\b", alert.expr))
+        assert used, alert.name
+        assert used <= exported, f"{alert.name}: unknown metrics {sorted(used - exported)}"
+
+
+def test_alert_names_are_unique_and_each_has_a_case_below() -> None:
+    names = [a.name for a in ALERTS]
+    assert len(set(names)) == len(names)
+    assert {c.alert for c in CASES} == set(names)
+
+
+def test_the_operations_page_lists_every_alert_with_its_severity_and_for() -> None:
+    body = (ROOT / "docs" / "operations.md").read_text().split("<!-- alerts:", 1)[1].splitlines()[1:]
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), body))[2:]  # after header, separator
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    shown = [(r[0].strip("`"), r[1], r[2]) for r in rows]
+    assert shown == [(a.name, a.severity, a.for_) for a in ALERTS]
+
+
+@dataclass(frozen=True)
+class Case:
+    """``series`` (Prometheus's expanding notation, one sample a minute) make ``alert`` fire at
+    ``fires_at`` with ``labels`` (the rule's own ``severity`` added), and not yet at
+    ``quiet_at`` (before its ``for``, or before the series show a fault); under ``healthy`` it
+    does not fire at ``fires_at``."""
+
+    alert: str
+    series: dict[str, str]
+    fires_at: str
+    labels: list[dict[str, str]]
+    quiet_at: str
+    healthy: dict[str, str] = field(default_factory=dict)
+
+
+def _leader(instance: str, shard: str, leads: int) -> dict[str, str]:
+    target = f'job="autoclusters-controller",instance="{instance}"'
+    return {f"autoclusters_controller_leader{{{target}}}": f"{leads}x40",
+            f'autoclusters_controller_shard{{{target},shard="{shard}",shards="2"}}': "1x40"}
+
+
+DETECTOR = 'job="autoclusters-detector",instance="10.0.0.7:9103"'
+DETECTOR_LABELS = {"job": "autoclusters-detector", "instance": "10.0.0.7:9103"}
+
+CASES = [
+    Case("AutoclustersControllerDown", {'up{job="other"}': "1x40"}, "11m", [{}], "9m",
+         healthy=_leader("10.0.0.1:9102", "0", 1)),
+    Case("AutoclustersShardWithoutLeader",
+         {**_leader("10.0.0.1:9102", "0", 0), **_leader("10.0.0.2:9102", "0", 0), **_leader("10.0.0.3:9102", "1", 1)},
+         "6m", [{"shard": "0", "shards": "2"}], "4m",
+         healthy={**_leader("10.0.0.1:9102", "0", 1), **_leader("10.0.0.2:9102", "0", 0),
+                  **_leader("10.0.0.3:9102", "1", 1)}),
+    Case("AutoclustersCircuitBreakerOpen",
+         {'autoclusters_circuit_breaker_open{pool="a100",instance="10.0.0.1:9102"}': "1x40",
+          'autoclusters_circuit_breaker_open{pool="h100",instance="10.0.0.1:9102"}': "0x40"},
+         "16m", [{"pool": "a100"}], "14m",
+         healthy={'autoclusters_circuit_breaker_open{pool="a100",instance="10.0.0.1:9102"}': "0x40"}),
+    Case("AutoclustersRepairFailed",
+         {'autoclusters_repairs_outcome_total{action="reset",outcome="Failed",instance="10.0.0.1:9102"}':
+          "0 0 0 1x40"},
+         "4m", [{"action": "reset"}], "2m",
+         healthy={'autoclusters_repairs_outcome_total{action="reset",outcome="Succeeded",instance="10.0.0.1:9102"}':
+                  "0+1x40"}),
+    Case("AutoclustersReconcileErrors",
+         {'autoclusters_reconcile_errors_total{job="autoclusters-controller",instance="10.0.0.1:9102"}': "0+1x40"},
+         "20m", [{"job": "autoclusters-controller", "instance": "10.0.0.1:9102"}], "10m",
+         healthy={'autoclusters_reconcile_errors_total{job="autoclusters-controller",instance="10.0.0.1:9102"}':
+                  "0 3 3x40"}),
+    Case("AutoclustersInformerHandlerErrors",
+         {'autoclusters_informer_handler_errors_total{job="slurm-bridge",instance="h:9104",informer="nodes"}':
+          "0 0 0 1x40"},
+         "4m", [{"job": "slurm-bridge", "instance": "h:9104", "informer": "nodes"}], "2m",
+         healthy={'autoclusters_informer_handler_errors_total{job="slurm-bridge",instance="h:9104",informer="nodes"}':
+                  "0x40"}),
+    Case("AutoclustersDetectorCannotWriteConditions",
+         {f"autoclusters_detector_condition_write_failures_total{{{DETECTOR}}}": "0+1x40"},
+         "20m", [DETECTOR_LABELS], "10m",
+         healthy={f"autoclusters_detector_condition_write_failures_total{{{DETECTOR}}}": "2 2 2x40",
+                  f"autoclusters_detector_condition_writes_total{{{DETECTOR}}}": "0+1x40"}),
+    Case("AutoclustersDetectorSourceUnreadable",
+         {f'autoclusters_detector_unreadable_sources{{{DETECTOR},source="nvml"}}': "1x40"},
+         "31m", [{**DETECTOR_LABELS, "source": "nvml"}], "29m",
+         # a detector that reads every source exports no sample of the gauge
+         healthy={f"autoclusters_detector_nodes{{{DETECTOR}}}": "1x40"}),
+    Case("AutoclustersSlurmBridgeFailing",
+         {'autoclusters_slurm_bridge_errors_total{scope="poll",job="slurm-bridge",instance="h:9104"}': "0+1x40"},
+         "20m", [{"scope": "poll", "job": "slurm-bridge", "instance": "h:9104"}], "10m",
+         # one node's sync failing is that node's event, not the bridge's outage
+         healthy={'autoclusters_slurm_bridge_errors_total{scope="node",job="slurm-bridge",instance="h:9104"}':
+                  "0+1x40",
+                  'autoclusters_slurm_bridge_errors_total{scope="poll",job="slurm-bridge",instance="h:9104"}':
+                  "1 1 1x40"}),
+]
+
+
+def expand(template: str, labels: dict[str, str]) -> str:
+    """The annotation as Prometheus renders it; a label the alert does not carry fails the test."""
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+
+
+def _series(series: dict[str, str]) -> list[dict[str, str]]:
+    return [{"series": s, "values": v} for s, v in series.items()]
+
+
+def promtool_tests() -> dict[str, Any]:
+    by_name = {a.name: a for a in ALERTS}
+    tests: list[dict[str, Any]] = []
+    for case in CASES:
+        alert = by_name[case.alert]
+        expected = [{"exp_labels": {**labels, "severity": alert.severity},
+                     "exp_annotations": {"summary": expand(alert.summary, labels),
+                                         "description": expand(alert.description, labels)}}
+                    for labels in case.labels]
+        tests.append({"name": f"{case.alert} fires", "interval": "1m", "input_series": _series(case.series),
+                      "alert_rule_test": [{"eval_time": case.quiet_at, "alertname": case.alert, "exp_alerts": []},
+                                          {"eval_time": case.fires_at, "alertname": case.alert,
+                                           "exp_alerts": expected}]})
+        tests.append({"name": f"{case.alert} stays quiet", "interval": "1m", "input_series": _series(case.healthy),
+                      "alert_rule_test": [{"eval_time": case.fires_at, "alertname": case.alert, "exp_alerts": []}]})
+    return {"rule_files": [str(SHIPPED)], "evaluation_interval": "1m", "tests": tests}
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    from autoclusters.devcluster.tools import ToolsMissing
+    from autoclusters.devcluster.tools import promtool as locate
+
+    try:
+        return locate()
+    except ToolsMissing as e:
+        tool_missing(str(e))
+
+
+def test_promtool_accepts_the_rule_file(promtool: Path) -> None:
+    out = subprocess.run([str(promtool), "check", "rules", str(SHIPPED)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(ALERTS)} rules found" in out.stdout
+
+
+def test_each_alert_fires_on_its_fault_and_not_on_healthy_series(promtool: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "alerts_test.yaml"
+    spec.write_text(yaml.safe_dump(promtool_tests(), sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_promtool_tells_a_wrong_expectation_apart(promtool: Path, tmp_path: Path) -> None:
+    """The harness can fail: the circuit breaker's case expected one ``for`` earlier does not pass."""
+    tests = promtool_tests()
+    (group,) = [t for t in tests["tests"] if t["name"] == "AutoclustersCircuitBreakerOpen fires"]
+    group["alert_rule_test"][1]["eval_time"] = "14m"
+    spec = tmp_path / "alerts_test.yaml"
+    spec.write_text(yaml.safe_dump({**tests, "tests": [group]}, sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
+    assert out.returncode == 1 and "AutoclustersCircuitBreakerOpen" in out.stdout + out.stderr
