@@ -1,6 +1,7 @@
 """``AutoClusters``: the whole system on one cluster, wired in dependency order.
 
-Namespace → CRDs → service accounts and roles → detector, controller, webhook → pools.
+Namespace → CRDs → service accounts and roles → detector, controller (and their PodMonitors
+and alert rules when the stack asks) → pools → webhook.
 The pool objects are created before the webhook configuration that validates them, so a
 first ``pulumi up`` never waits on a webhook that is not serving yet.
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import pulumi
 
 from autoclusters.deploy import default_pool, workloads
+from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.pool_config import StackConfig
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource
@@ -55,6 +57,9 @@ class AutoClusters(pulumi.ComponentResource):
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source, shards=cfg.controller_shards),
                    after(rbac, crds))
+        # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
+        for obj in monitoring_objects(cfg.monitoring, cfg.namespace):
+            k8s_resource(obj, after(ns))
         pools = [
             GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, names=names, kubeconfig=args.kubeconfig,
                                                              node_lister=args.node_lister), after(crds))

@@ -17,6 +17,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import DEFAULT_IMAGE
+from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -399,6 +400,8 @@ class StackConfig:
     controller_shards: int = 1  # controller Deployments, each owning the pools hashed to it (controller.shards)
     # the cluster default policy (deploy.default_pool): a pool spec for nodes whose pool label names no pool
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
+    # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
+    monitoring: Monitoring = field(default_factory=Monitoring)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -428,6 +431,8 @@ class StackConfig:
         if isinstance(self.controller_shards, bool) or not isinstance(self.controller_shards, int) \
                 or self.controller_shards < 1:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
+        if not isinstance(self.monitoring, Monitoring):
+            raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
 
     @property
     def slurm_bridge(self) -> bool:
@@ -447,7 +452,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
 }
 
 
@@ -470,7 +475,15 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         event_source=raw.get("eventSource", defaults.event_source),
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
+        monitoring=_monitoring(raw.get("monitoring", {})),
     )
+
+
+def _monitoring(raw: Any) -> Monitoring:
+    try:
+        return Monitoring.from_dict(raw)
+    except MonitoringConfigError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _int(value: Any, where: str) -> int:

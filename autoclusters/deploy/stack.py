@@ -22,6 +22,7 @@ from autoclusters.deploy import (
     detector,
     workloads,
 )
+from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
@@ -128,6 +129,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards),
+        *monitoring_objects(config.monitoring, ns),
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
                          ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),

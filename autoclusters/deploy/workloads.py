@@ -26,6 +26,8 @@ WEBHOOK_PORT = 8443
 OPA_PORT = 8181
 OPA_DIAGNOSTIC_PORT = 8282
 CONTROLLER_METRICS_PORT = 9102
+DETECTOR_METRICS_PORT = 9103
+METRICS_PORT_NAME = "metrics"  # the containers' metrics port, by name (the PodMonitors scrape it)
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # which controller shard a pod runs (sharded only)
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
 POLICY_CONFIGMAP = "autoclusters-policies"
@@ -54,6 +56,13 @@ def _names_env(names: Names) -> list[dict[str, Any]]:
         {"name": "AUTOCLUSTERS_DOMAIN", "value": names.domain},
         {"name": "AUTOCLUSTERS_CONDITION_PREFIX", "value": names.prefix},
     ]
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """The pod annotations a Prometheus configured by hand reads to find the metrics (the
+    ``kubernetes-pods`` job of Prometheus' example configuration and its Helm chart); the
+    Prometheus Operator uses the PodMonitors instead (``deploy/monitoring.py``)."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -117,7 +126,7 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
             "selector": _selector(DETECTOR),
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
             "template": {
-                "metadata": {"labels": labels(DETECTOR)},
+                "metadata": {"labels": labels(DETECTOR), "annotations": scrape_annotations(DETECTOR_METRICS_PORT)},
                 "spec": {
                     "serviceAccountName": DETECTOR_SERVICE_ACCOUNT,
                     "priorityClassName": "system-node-critical",
@@ -135,8 +144,9 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                     "containers": [{
                         "name": "detector",
                         "image": image,
-                        "args": DETECTOR_COMMAND[1:],
+                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT)],
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
+                        "ports": [{"name": METRICS_PORT_NAME, "containerPort": DETECTOR_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},
                         "securityContext": DETECTOR_SECURITY_CONTEXT,
@@ -181,7 +191,8 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
             "replicas": replicas,
             "selector": selector,
             "template": {
-                "metadata": {"labels": {**labels(CONTROLLER), **selector["matchLabels"]}},
+                "metadata": {"labels": {**labels(CONTROLLER), **selector["matchLabels"]},
+                             "annotations": scrape_annotations(CONTROLLER_METRICS_PORT)},
                 "spec": {
                     "serviceAccountName": CONTROLLER_SERVICE_ACCOUNT,
                     "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
@@ -197,7 +208,7 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
                                 {"name": EVENT_SOURCE_ENV, "value": event_source}],
-                        "ports": [{"name": "metrics", "containerPort": CONTROLLER_METRICS_PORT}],
+                        "ports": [{"name": METRICS_PORT_NAME, "containerPort": CONTROLLER_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                                       "limits": {"cpu": "1", "memory": "512Mi"}},
                         "securityContext": _RESTRICTED,

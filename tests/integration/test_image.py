@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import ssl
 import subprocess
@@ -217,7 +218,10 @@ def test_detector_from_the_image_reads_dev_kmsg_and_writes_its_node_condition(
         det = ds["spec"]["template"]["spec"]["containers"][0]
         # Shorter persistence window and poll; the PCI bus of the drill's GPU named GPU 3 (no
         # NVML here); user-space lines accepted, as for any fault drill on a real node.
-        args = [*det["args"], "--window", "1", "--poll-interval", "0.2", "--heartbeat", "30",
+        # The metrics port moved to a free one: the containers share the host's network.
+        metrics_port = free_port()
+        args = [*replace_flag(det["args"], "--metrics-port", str(metrics_port)), "--window", "1",
+                "--poll-interval", "0.2", "--heartbeat", "30",
                 "--gpu-map", f"{bus}=3", "--accept-injected-kmsg", "--no-nvml"]
         c = _start(pods, cluster, image, ds, "detector", tmp_path, ns, token, node_name=node, args=args)
 
@@ -237,6 +241,14 @@ def test_detector_from_the_image_reads_dev_kmsg_and_writes_its_node_condition(
         assert cond["reason"] == "NvidiaXIDError" and "Xid 79" in cond["message"]
         if not stale:
             assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
+        # The DaemonSet's metrics port, served from inside the image: what the PodMonitor scrapes.
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert "autoclusters_detector_nodes 1" in metrics
+        confirmed = re.search(r'^autoclusters_detector_active_faults\{class="gpu",state="confirmed"\} (\d+)$',
+                              metrics, re.M)
+        assert confirmed, metrics
+        # driver lines earlier drills left in /dev/kmsg are faults of their own
+        assert int(confirmed.group(1)) >= 1 if stale else int(confirmed.group(1)) == 1, metrics
         assert c.running(), c.log()
     finally:
         with contextlib.suppress(NotFound):

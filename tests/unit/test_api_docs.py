@@ -171,3 +171,14 @@ def test_the_prose_states_the_same_defaults() -> None:
         text = (DOCS / doc).read_text()
         for phrase in phrases:
             assert phrase in text, (doc, phrase)
+
+
+def test_the_deploy_page_lists_every_stack_setting() -> None:
+    """The settings table of docs/deploy.md has a row for each key ``stack_config_from_dict`` reads."""
+    from autoclusters.deploy.pool_config import STACK_SETTINGS
+
+    text = (DOCS / "deploy.md").read_text()
+    table = text.split("All settings (", 1)[1].split("\n\n", 2)[1]
+    shown = {key for row in table.splitlines() if row.startswith("| `")
+             for key in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert set(STACK_SETTINGS) <= shown, sorted(set(STACK_SETTINGS) - shown)

@@ -25,6 +25,8 @@ CONFIGS = {
         "pools": [{"name": "a100", "consentMode": "propose", "nodes": {"backend": "simulated", "count": 2}},
                   {"name": "h100", "nodes": {"backend": "existing", "selector": {"zone": "z1"}}}]},
     "slurm-pool": {"pools": [*EXAMPLE_POOLS, {"name": "b200", "slurm": {"enabled": True}}]},
+    "prometheus-operator": {"pools": EXAMPLE_POOLS,
+                            "monitoring": {"prometheusOperator": "true", "labels": {"release": "kps"}}},
 }
 
 
@@ -67,3 +69,13 @@ def test_the_slurm_bridge_gets_its_identity_when_a_pool_of_the_stack_enables_slu
     bindings = [o for o in objs
                 if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == "autoclusters-slurm-bridge"]
     assert len(bindings) == int(bridge)
+
+
+@pytest.mark.parametrize("settings, kinds", [(CONFIGS["rendered"], []),
+                                             (CONFIGS["prometheus-operator"], ["PodMonitor", "PodMonitor",
+                                                                              "PrometheusRule"])],
+                         ids=["default", "prometheus-operator"])
+def test_the_prometheus_operators_objects_come_only_when_asked(settings, kinds):
+    objs = [o for o in stack_objects(stack_config_from_dict(settings)) if o["apiVersion"].startswith("monitoring.")]
+    assert [o["kind"] for o in objs] == kinds
+    assert all(o["metadata"]["labels"]["release"] == "kps" for o in objs)

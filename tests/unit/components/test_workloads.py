@@ -36,7 +36,22 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False,
                                     "readOnlyRootFilesystem": True}
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
-    assert c["args"] == ["detector", "run"]
+    assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT)]
+
+
+@pytest.mark.parametrize("obj", [workloads.detector_daemonset(NAMES, "ns1", "img:1"),
+                                 workloads.controller_deployment(NAMES, "ns1", "img:1"),
+                                 workloads.controller_deployment(NAMES, "ns1", "img:1", shards=2, shard=1)],
+                         ids=["detector", "controller", "controller-shard"])
+def test_the_metrics_port_is_served_named_and_announced_as_one_number(obj):
+    """The process serves on the port its argument names, the container declares it under the
+    name the PodMonitors scrape, and the pod's annotations point a hand-made Prometheus at it."""
+    template = obj["spec"]["template"]
+    (c,) = template["spec"]["containers"]
+    port = int(c["args"][c["args"].index("--metrics-port") + 1])
+    assert {"name": workloads.METRICS_PORT_NAME, "containerPort": port} in c["ports"]
+    assert template["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                                                   "prometheus.io/path": "/metrics"}
 
 
 def test_names_reach_the_pods_environment():

@@ -1,0 +1,96 @@
+"""The stack's objects for the Prometheus Operator: a PodMonitor per component that serves
+metrics, and a PrometheusRule with the alerts (``deploy/alerts.py``).
+
+On by the stack setting ``monitoring: {prometheusOperator: true}`` (the cluster needs the
+operator's CRDs); ``labels`` go on all three objects, for an operator whose ``podMonitorSelector``
+and ``ruleSelector`` select by label (kube-prometheus-stack's select ``release: <its release>``).
+Without the operator, Prometheus finds the same pods by their ``prometheus.io/*`` annotations
+(``workloads.scrape_annotations``) and loads ``monitoring/autoclusters.rules.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoclusters.deploy import alerts, workloads
+
+API_VERSION = "monitoring.coreos.com/v1"
+RULE_NAME = "autoclusters"
+# The components whose pods serve metrics, by the label that selects them.
+SCRAPED = (workloads.CONTROLLER, workloads.DETECTOR)
+# Each series scraped from a pod carries the node the pod runs on: a detector's alert names its node.
+NODE_LABEL = "node"
+
+
+class MonitoringConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """The ``monitoring`` stack setting."""
+
+    prometheus_operator: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prometheus_operator, bool):
+            raise MonitoringConfigError(
+                f"monitoring.prometheusOperator must be true or false, got {self.prometheus_operator!r}")
+        if not isinstance(self.labels, Mapping) or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in self.labels.items()):
+            raise MonitoringConfigError(f"monitoring.labels must map label names to strings, got {self.labels!r}")
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Monitoring:
+        if not isinstance(raw, Mapping):
+            raise MonitoringConfigError(f"monitoring must be an object, got {raw!r}")
+        unknown = set(raw) - {"prometheusOperator", "labels"}
+        if unknown:
+            raise MonitoringConfigError(f"monitoring: unknown keys {sorted(unknown)} "
+                                        "(known: labels, prometheusOperator)")
+        on = raw.get("prometheusOperator", False)
+        if on in ("true", "false"):  # `pulumi config set --path` writes strings
+            on = on == "true"
+        return cls(prometheus_operator=on, labels=dict(raw.get("labels") or {}))
+
+
+def pod_monitor(component: str, namespace: str, extra_labels: Mapping[str, str]) -> dict[str, Any]:
+    """Scrapes the ``metrics`` port of ``component``'s pods in ``namespace``."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": {"name": component, "namespace": namespace,
+                     "labels": {**workloads.labels(component), **extra_labels}},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": component}},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "podMetricsEndpoints": [{
+                "port": workloads.METRICS_PORT_NAME, "path": "/metrics",
+                "relabelings": [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                                 "targetLabel": NODE_LABEL}],
+            }],
+        },
+    }
+
+
+def prometheus_rule(namespace: str, extra_labels: Mapping[str, str]) -> dict[str, Any]:
+    """The alerts of ``monitoring/autoclusters.rules.yaml`` as a PrometheusRule."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "PrometheusRule",
+        "metadata": {"name": RULE_NAME, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": RULE_NAME, "app.kubernetes.io/part-of": workloads.PART_OF,
+                                **extra_labels}},
+        "spec": alerts.rules(),
+    }
+
+
+def monitoring_objects(config: Monitoring, namespace: str) -> list[dict[str, Any]]:
+    """The PodMonitors and the PrometheusRule, or nothing without ``prometheusOperator``."""
+    if not config.prometheus_operator:
+        return []
+    return [*(pod_monitor(c, namespace, config.labels) for c in SCRAPED),
+            prometheus_rule(namespace, config.labels)]
