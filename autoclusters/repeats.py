@@ -1,10 +1,10 @@
 """Which unexpected errors are new, per key, for loops that must outlive their own bugs.
 
-The detector's poll (``detector.node.NodeLoop``) and the Slurm bridge's polls and nodes
-(``slurm.bridge``) catch what they did not expect, so one bug never ends them, and log it:
-with its traceback the first time, in one line while the same error (its ``repr``) comes
-back at every poll, so a log is not flooded with one traceback a second. A success forgets
-the key, and the next error is new again.
+The detector's poll (``detector.node.NodeLoop``), the simulated fleet's poll of each node
+(``sim.fleet``) and the Slurm bridge's polls and nodes (``slurm.bridge``) catch what they did
+not expect, so one bug never ends them, and log it: with its traceback the first time, in one
+line while the same error (its ``repr``) comes back at every poll, so a log is not flooded
+with one traceback a second. A success forgets the key, and the next error is new again.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
 from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
+from autoclusters.repeats import RepeatedErrors
 from autoclusters.sim.hardware import SimulatedHardware
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class SimulatedFleet:
         self._lock = threading.Lock()
         self._gpus = GpuIndex.simulated()
         self.poll_errors = 0  # polls of one node that raised (logged with the node's name; polled again next round)
+        self._bugs = RepeatedErrors()  # per node: its traceback once, one line while the same error repeats
         self.nodes = Informer(kube, "/api/v1/nodes", self.on_node, label_selector=selector, watch_timeout=120,
                               name="simulated-nodes", transform=_boot_only)
 
@@ -138,7 +140,9 @@ class SimulatedFleet:
         for name in gone:
             self.agents.pop(name, None)
             self.writer.forget(name)
-        for name in sorted(n["metadata"]["name"] for n in self.nodes.items()):
+        names = sorted(n["metadata"]["name"] for n in self.nodes.items())
+        self._bugs.keep_only(names)
+        for name in names:
             agent: NodeAgent | None = None
             try:
                 agent = self.agents.get(name)
@@ -150,12 +154,17 @@ class SimulatedFleet:
                 agent.poll()
             except Exception as e:  # this node's error alone: the others are polled, it is polled again next round
                 self.poll_errors += 1
-                log.exception("polling simulated node %s failed", name)
+                if self._bugs.is_new(name, e):
+                    log.exception("polling simulated node %s failed", name)
+                else:
+                    log.warning("polling simulated node %s failed again: %r", name, e)
                 if agent is not None:  # reported on the node as the agent on a real node does (NodeLoop)
                     try:
                         agent.poll_failed(e)
                     except Exception:
                         log.exception("cannot report the failed poll on simulated node %s", name)
+            else:
+                self._bugs.succeeded(name)
 
     def run(self, stop: threading.Event) -> None:
         self.nodes.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,34 @@ def test_one_broken_node_does_not_stop_the_others(tmp_path: Path) -> None:
     assert f.poll_errors == 1  # counted, and tried again at the next round
     cycle(f, clock)
     assert f.poll_errors == 2 and list(f.agents) == ["a"]
+    f.writer.close()
+
+
+def test_a_node_whose_poll_keeps_failing_logs_its_traceback_once_then_one_line(tmp_path: Path, caplog) -> None:
+    """As the detector's NodeLoop: the first failure with its traceback, the same error again in
+    one line each round (the simulator polls every node each second), and after a good poll in
+    full again."""
+    _, clock, f = fleet(tmp_path)
+    broken = tmp_path / "b"
+    broken.write_text("a file where the node's directory should be")
+    seen(f, "a", "1")
+    seen(f, "b", "1")
+    for _ in range(3):
+        cycle(f, clock)
+    failed = [r for r in caplog.records if "simulated node b" in r.getMessage()]
+    assert [(r.levelname, r.exc_info is not None) for r in failed] == [
+        ("ERROR", True), ("WARNING", False), ("WARNING", False)]
+    assert f.poll_errors == 3
+    broken.unlink()  # b polls fine once: its next failure is logged in full again
+    cycle(f, clock)
+    assert "b" in f.agents
+    caplog.clear()
+    f.agents.pop("b")
+    shutil.rmtree(broken)
+    broken.write_text("a file again")
+    cycle(f, clock)
+    assert [(r.levelname, r.exc_info is not None) for r in caplog.records
+            if "simulated node b" in r.getMessage()] == [("ERROR", True)]
     f.writer.close()
 
 
