@@ -45,7 +45,7 @@ class AdmissionPolicyArgs:
 
     @property
     def certificate_names(self) -> tuple[list[str], list[str]]:
-        svc = f"{workloads.WEBHOOK}.{self.namespace}.svc"
+        svc = workloads.webhook_service_dns(self.namespace)
         dns, ips = [svc, f"{svc}.cluster.local"], []
         host = urlparse(self.webhook_url).hostname if self.webhook_url else None
         if host:

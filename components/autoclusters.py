@@ -58,7 +58,7 @@ class AutoClusters(pulumi.ComponentResource):
                                                       event_source=cfg.event_source, shards=cfg.controller_shards),
                    after(rbac, crds))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
-        for obj in monitoring_objects(cfg.monitoring, cfg.namespace):
+        for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):
             k8s_resource(obj, after(ns))
         pools = [
             GpuNodePool(f"pool-{pool.name}", GpuNodePoolArgs(pool=pool, names=names, kubeconfig=args.kubeconfig,

@@ -125,8 +125,9 @@ def render(brand: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def render_monitoring() -> str:
     """``monitoring/prometheus-operator.yaml``: the Prometheus Operator's objects, default names."""
-    objs = [manifest(o) for o in monitoring_objects(Monitoring(prometheus_operator=True),
-                                                    StackConfig().namespace)]
+    defaults = StackConfig()
+    objs = [manifest(o) for o in monitoring_objects(Monitoring(prometheus_operator=True), defaults.namespace,
+                                                    defaults.names)]
     return HEADER + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
 
 

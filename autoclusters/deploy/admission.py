@@ -135,6 +135,12 @@ def admission_policy_binding(*, policy_name: str = POLICY_NAME, name: str | None
     }
 
 
+def webhook_names(names: Names) -> tuple[str, str]:
+    """The two webhooks of the configuration: the node labels' and the pools'. The API server's
+    admission metrics carry them as ``name`` (the webhook alerts select them so)."""
+    return f"maintenance-labels.{names.api_group}", f"{api.POOLS.plural}.{names.api_group}"
+
+
 def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = None,
                           namespace: str = DEFAULT_NAMESPACE, service: str = "autoclusters-webhook",
                           name: str = WEBHOOK_CONFIG_NAME, node_selector: dict[str, Any] | None = None,
@@ -161,8 +167,9 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
         "matchPolicy": "Equivalent",
         "timeoutSeconds": timeout_seconds,
     }
+    node_name, pools_name = webhook_names(names)
     node_hook: dict[str, Any] = {
-        "name": f"maintenance-labels.{names.api_group}",
+        "name": node_name,
         **common,
         "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                    "resources": ["nodes"], "scope": "Cluster"}],
@@ -177,7 +184,7 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
     hooks = [node_hook]
     if include_pools:
         hooks.append({
-            "name": f"{api.POOLS.plural}.{names.api_group}",
+            "name": pools_name,
             **common,
             "rules": [{"apiGroups": [names.api_group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
                        "resources": [api.POOLS.plural], "scope": "Cluster"}],

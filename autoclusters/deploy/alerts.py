@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
+from autoclusters.deploy.admission import webhook_names
 from autoclusters.kube import informer_metrics
+from autoclusters.names import Names
 
 GROUP = "autoclusters"
 # Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
@@ -53,7 +55,15 @@ class Alert:
         return rule
 
 
-ALERTS: tuple[Alert, ...] = (
+def alerts(names: Names | None = None) -> tuple[Alert, ...]:
+    """Every alert; ``names`` give the admission webhooks' names (the default names otherwise)."""
+    # A regex in a PromQL string: the dots of the DNS names escaped for the regex, and that
+    # backslash escaped for the string.
+    webhooks = "|".join(w.replace(".", "\\\\.") for w in webhook_names(names or Names()))
+    return (*_ALERTS, *_webhook_alerts(webhooks))
+
+
+_ALERTS: tuple[Alert, ...] = (
     Alert("AutoclustersControllerDown", "absent(autoclusters_controller_leader)", "10m", CRITICAL,
           "No autoclusters controller is scraped",
           "No replica of the remediation controller has been scraped for 10 minutes. The detectors "
@@ -103,12 +113,33 @@ ALERTS: tuple[Alert, ...] = (
           "Every poll of the Slurm bridge on {{ $labels.instance }} has failed for 15 minutes (the "
           "API server or `sinfo`): jobs on nodes about to be repaired are not drained or requeued "
           "first. The bridge's log has the error."),
+    Alert("AutoclustersWebhookCannotDecide",
+          'rate(autoclusters_webhook_reviews_total{outcome=~"error|undefined"}[5m]) > 0', "10m", CRITICAL,
+          "The admission webhook on {{ $labels.instance }} cannot evaluate its policy",
+          "For 10 minutes the webhook's reviews have ended in {{ $labels.outcome }}: its OPA sidecar "
+          "is failing or has no policy loaded. Such a review is refused, so people and "
+          "automation cannot write the maintenance labels (approvals included); the controller's "
+          "own writes are exempt. Check the OPA sidecar's log and the policy ConfigMap."),
 )
 
 
-def rules() -> dict[str, Any]:
+def _webhook_alerts(webhooks: str) -> tuple[Alert, ...]:
+    """The API server's own view of the webhooks (``apiserver_admission_webhook_rejection_count``,
+    which every Prometheus that scrapes the API server has): it could not call them."""
+    return (Alert(
+        "AutoclustersAdmissionWebhookUnreachable",
+        f'sum by (name) (rate(apiserver_admission_webhook_rejection_count{{name=~"{webhooks}",'
+        'error_type=~"calling_webhook_error|apiserver_internal_error"}[5m])) > 0', "5m", CRITICAL,
+        "The API server cannot call the admission webhook {{ $labels.name }}",
+        "For 5 minutes the API server has failed to call {{ $labels.name }} (no ready pod behind its "
+        "Service, a certificate its caBundle does not match, a timeout). The webhook fails closed: "
+        "every write of the maintenance labels or pools but the controller's is refused, "
+        "approvals included. Check the webhook's pods, Service and certificate."),)
+
+
+def rules(names: Names | None = None) -> dict[str, Any]:
     """The rule file: one group of every alert."""
-    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in ALERTS]}]}
+    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in alerts(names)]}]}
 
 
 def render() -> str:

@@ -23,6 +23,7 @@ DETECTOR = "autoclusters-detector"
 CONTROLLER = "autoclusters-controller"
 WEBHOOK = "autoclusters-webhook"
 WEBHOOK_PORT = 8443
+WEBHOOK_PORT_NAME = "https"  # /validate and /metrics
 OPA_PORT = 8181
 OPA_DIAGNOSTIC_PORT = 8282
 CONTROLLER_METRICS_PORT = 9102
@@ -58,11 +59,19 @@ def _names_env(names: Names) -> list[dict[str, Any]]:
     ]
 
 
-def scrape_annotations(port: int) -> dict[str, str]:
+def scrape_annotations(port: int, scheme: str = "http") -> dict[str, str]:
     """The pod annotations a Prometheus configured by hand reads to find the metrics (the
     ``kubernetes-pods`` job of Prometheus' example configuration and its Helm chart); the
     Prometheus Operator uses the PodMonitors instead (``deploy/monitoring.py``)."""
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    out = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    if scheme != "http":
+        out["prometheus.io/scheme"] = scheme
+    return out
+
+
+def webhook_service_dns(ns: str) -> str:
+    """The name the API server calls the webhook by, which its serving certificate is for."""
+    return f"{WEBHOOK}.{ns}.svc"
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -253,7 +262,7 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
             "replicas": replicas,
             "selector": _selector(WEBHOOK),
             "template": {
-                "metadata": {"labels": labels(WEBHOOK)},
+                "metadata": {"labels": labels(WEBHOOK), "annotations": scrape_annotations(WEBHOOK_PORT, "https")},
                 "spec": {
                     "serviceAccountName": WEBHOOK_SERVICE_ACCOUNT,
                     "containers": [
@@ -264,7 +273,7 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
                                      "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key",
                                      "--opa-url", f"http://127.0.0.1:{OPA_PORT}"],
                             "env": _names_env(names),
-                            "ports": [{"name": "https", "containerPort": WEBHOOK_PORT}],
+                            "ports": [{"name": WEBHOOK_PORT_NAME, "containerPort": WEBHOOK_PORT}],
                             "readinessProbe": {"httpGet": {"path": "/healthz", "port": WEBHOOK_PORT,
                                                            "scheme": "HTTPS"}},
                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
@@ -303,7 +312,7 @@ def webhook_service(ns: str) -> dict[str, Any]:
         "metadata": {"name": WEBHOOK, "namespace": ns, "labels": labels(WEBHOOK)},
         "spec": {
             "selector": {"app.kubernetes.io/name": WEBHOOK},
-            "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
+            "ports": [{"name": WEBHOOK_PORT_NAME, "port": 443, "targetPort": WEBHOOK_PORT}],
         },
     }
 

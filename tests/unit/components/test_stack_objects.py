@@ -73,7 +73,7 @@ def test_the_slurm_bridge_gets_its_identity_when_a_pool_of_the_stack_enables_slu
 
 @pytest.mark.parametrize("settings, kinds", [(CONFIGS["rendered"], []),
                                              (CONFIGS["prometheus-operator"], ["PodMonitor", "PodMonitor",
-                                                                              "PrometheusRule"])],
+                                                                              "PodMonitor", "PrometheusRule"])],
                          ids=["default", "prometheus-operator"])
 def test_the_prometheus_operators_objects_come_only_when_asked(settings, kinds):
     objs = [o for o in stack_objects(stack_config_from_dict(settings)) if o["apiVersion"].startswith("monitoring.")]

@@ -54,6 +54,26 @@ def test_the_metrics_port_is_served_named_and_announced_as_one_number(obj):
                                                    "prometheus.io/path": "/metrics"}
 
 
+def test_the_webhook_announces_its_metrics_on_its_https_port_and_the_pod_monitor_verifies_its_certificate():
+    dep = workloads.webhook_deployment(NAMES, "ns1", "img:1", "opa:1", tls_secret=workloads.WEBHOOK_TLS_SECRET,
+                                       policy_configmap=workloads.POLICY_CONFIGMAP)
+    template = dep["spec"]["template"]
+    webhook = _container(dep, "webhook")
+    assert {"name": workloads.WEBHOOK_PORT_NAME, "containerPort": workloads.WEBHOOK_PORT} in webhook["ports"]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(workloads.WEBHOOK_PORT),
+        "prometheus.io/path": "/metrics", "prometheus.io/scheme": "https"}
+    from autoclusters.deploy.monitoring import webhook_pod_monitor
+
+    (endpoint,) = webhook_pod_monitor("ns1", {})["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == workloads.WEBHOOK_PORT_NAME and endpoint["scheme"] == "https"
+    # the CA of the Secret the webhook serves from, and the name its certificate is issued for
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": workloads.WEBHOOK_TLS_SECRET, "key": "ca.crt"}
+    assert "ca.crt" in workloads.webhook_tls_secret("ns1", workloads.WEBHOOK_TLS_SECRET, cert_pem="c", key_pem="k",
+                                                    ca_pem="a")["stringData"]
+    assert endpoint["tlsConfig"]["serverName"] == "autoclusters-webhook.ns1.svc"
+
+
 def test_names_reach_the_pods_environment():
     ds = workloads.detector_daemonset(Names("crusoe.ai", "Crusoe"), "ns1", "img:1")
     env = {e["name"]: e.get("value") for e in _container(ds, "detector")["env"]}

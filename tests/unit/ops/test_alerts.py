@@ -16,14 +16,21 @@ import yaml
 from prometheus_client.core import Metric
 
 from autoclusters.controller.metrics import Metrics
-from autoclusters.deploy.alerts import ALERTS, render, rules
+from autoclusters.deploy.admission import webhook_names
+from autoclusters.deploy.alerts import alerts, render, rules
 from autoclusters.detector.metrics import render as detector_text
+from autoclusters.names import Names
 from autoclusters.slurm.bridge import BridgeStats
 from autoclusters.slurm.metrics import registry as bridge_registry
+from autoclusters.webhook.metrics import WebhookMetrics
 from tests.conftest import tool_missing
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "monitoring" / "autoclusters.rules.yaml"
+ALERTS = alerts()
+# Metrics of upstream components the alerts read: the API server's own view of the webhooks
+# (tests/integration/test_monitoring.py scrapes it from a real kube-apiserver).
+UPSTREAM = {"apiserver_admission_webhook_rejection_count"}
 
 
 def _sample_names(families: list[Metric]) -> set[str]:
@@ -38,8 +45,9 @@ def _sample_names(families: list[Metric]) -> set[str]:
 
 
 def exported_names() -> set[str]:
-    """What the controller, the detector and the Slurm bridge export."""
+    """What the controller, the detector, the Slurm bridge and the webhook export."""
     names = _sample_names(list(Metrics().registry.collect()))
+    names |= _sample_names(list(WebhookMetrics().registry.collect()))
     bridge = SimpleNamespace(stats=BridgeStats(), pools=SimpleNamespace(name="pools", handler_errors=0),
                              nodes=SimpleNamespace(name="nodes", handler_errors=0))
     names |= _sample_names(list(bridge_registry(cast(Any, bridge)).collect()))
@@ -54,11 +62,21 @@ def test_shipped_file_is_the_builders_output() -> None:
 
 
 def test_every_expression_names_a_metric_a_process_exports() -> None:
-    exported = exported_names()
+    exported = exported_names() | UPSTREAM
     for alert in ALERTS:
-        used = set(re.findall(r"\bautoclusters_[a-z_]+\b", alert.expr))
+        unquoted = re.sub(r'"[^"]*"', '""', alert.expr)  # label values are not metrics
+        used = set(re.findall(r"\b(?:autoclusters|apiserver)_[a-z_]+\b", unquoted))
         assert used, alert.name
         assert used <= exported, f"{alert.name}: unknown metrics {sorted(used - exported)}"
+
+
+def test_the_webhook_alert_selects_the_webhooks_of_the_installations_names() -> None:
+    """Another domain's installation (a second brand) alerts on its own webhooks' names."""
+    (default,) = [a for a in ALERTS if a.name == "AutoclustersAdmissionWebhookUnreachable"]
+    brand = Names("crusoe.ai", "Crusoe")
+    (other,) = [a for a in alerts(brand) if a.name == default.name]
+    assert "remediation\\\\.autoclusters\\\\.io" in default.expr and "autoclusters" not in other.expr
+    assert "maintenance-labels\\\\.remediation\\\\.crusoe\\\\.ai" in other.expr  # the regex's dots, escaped
 
 
 def test_alert_names_are_unique_and_each_has_a_case_below() -> None:
@@ -96,6 +114,10 @@ def _leader(instance: str, shard: str, leads: int) -> dict[str, str]:
             f'autoclusters_controller_shard{{{target},shard="{shard}",shards="2"}}': "1x40"}
 
 
+WEBHOOK = 'job="autoclusters-webhook",instance="10.0.0.9:8443"'
+REJECTED = ('apiserver_admission_webhook_rejection_count{{name="{name}",type="validating",operation="UPDATE",'
+            'error_type="{error}",rejection_code="0"}}')
+NODE_HOOK = webhook_names(Names())[0]
 DETECTOR = 'job="autoclusters-detector",instance="10.0.0.7:9103"'
 DETECTOR_LABELS = {"job": "autoclusters-detector", "instance": "10.0.0.7:9103"}
 
@@ -147,6 +169,20 @@ CASES = [
                   "0+1x40",
                   'autoclusters_slurm_bridge_errors_total{scope="poll",job="slurm-bridge",instance="h:9104"}':
                   "1 1 1x40"}),
+    Case("AutoclustersWebhookCannotDecide",
+         {f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="error"}}': "0+1x40",
+          f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="allowed"}}': "0+5x40"},
+         "15m", [{"job": "autoclusters-webhook", "instance": "10.0.0.9:8443", "outcome": "error"}], "8m",
+         # denials are the policy at work, not a failure
+         healthy={f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="denied"}}': "0+1x40",
+                  f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="allowed"}}': "0+5x40"}),
+    Case("AutoclustersAdmissionWebhookUnreachable",
+         {REJECTED.format(name=NODE_HOOK, error="calling_webhook_error"): "0+1x40",
+          REJECTED.format(name="other-webhook.example.com", error="calling_webhook_error"): "0+1x40"},
+         "8m", [{"name": NODE_HOOK}], "4m",
+         # the webhook answering "no" is its policy, and another product's webhook is not ours
+         healthy={REJECTED.format(name=NODE_HOOK, error="no_error"): "0+1x40",
+                  REJECTED.format(name="other-webhook.example.com", error="calling_webhook_error"): "0+1x40"}),
 ]
 
 

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from autoclusters.controller.metrics import Metrics
-from autoclusters.deploy.alerts import ALERTS, LEADERS_PER_SHARD
+from autoclusters.deploy.alerts import LEADERS_PER_SHARD, alerts
 from autoclusters.ops.dashboard import dashboard, render
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,7 +60,7 @@ def test_the_leader_is_shown_per_shard_as_the_documented_alert_counts_it() -> No
     assert target["expr"] == LEADERS_PER_SHARD and "by (shard, shards)" in LEADERS_PER_SHARD
     assert "{{shard}}" in target["legendFormat"]
     assert not any(re.search(r"max\(autoclusters_controller_leader\)", e) for e in exprs())
-    (alert,) = [a for a in ALERTS if a.name == "AutoclustersShardWithoutLeader"]
+    (alert,) = [a for a in alerts() if a.name == "AutoclustersShardWithoutLeader"]
     assert alert.expr == f"{LEADERS_PER_SHARD} == 0"
 
 
