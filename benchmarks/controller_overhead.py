@@ -419,6 +419,7 @@ def main() -> int:
     fault_at: dict[str, float] = {}
     boot_seen: dict[str, float] = {}
     cleared_at: dict[str, float] = {}
+    detectors = ThreadPoolExecutor(max(1, min(64, args.faults)), thread_name_prefix="detector")
     record_first: dict[str, float] = {}
     phase_first: dict[tuple[str, str], float] = {}
     node_of: dict[str, str] = {}
@@ -457,13 +458,20 @@ def main() -> int:
         boots[name] = boot
         if before and boot and before != boot:
             reboots[name] = reboots.get(name, 0) + 1
-        if before and boot and before != boot and name in fault_at and name not in cleared_at:
+        if before and boot and before != boot and name in fault_at and name not in boot_seen:
             boot_seen[name] = t
-            now = utc_iso(SystemClock().now())
-            kube.patch_node_status(name, {"status": {"conditions": [{
-                "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
-                "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
-            cleared_at[name] = time.monotonic()
+            # Each node's detector reacts on its own node, side by side with the others': the
+            # write goes to a pool, so this watch never waits on it and the next node's reboot
+            # is seen when it comes (a write here made each reaction wait for the ones before it,
+            # and that wait, not excluded, counted as the platform's).
+            detectors.submit(clear_fault, name)
+
+    def clear_fault(name: str) -> None:
+        now = utc_iso(SystemClock().now())
+        kube.patch_node_status(name, {"status": {"conditions": [{
+            "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
+            "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+        cleared_at[name] = time.monotonic()
 
     rec_watch = Watcher(kube, Kube.custom_path(names.api_group, api.VERSION, "remediations"),
                         f"{names.api_group}/pool {in_pools}", on_record)
@@ -610,7 +618,8 @@ def main() -> int:
     if args.karpenter:
         result = karpenter_report(args, faulty, done, fault_at, record_first, phase_first, replacement_of,
                                   ready_at, elapsed)
-    report, startp, act, verify, total = [], [], [], [], []
+    detectors.shutdown(wait=False)
+    report, startp, act, verify, total, reaction = [], [], [], [], [], []
     for node in faulty if not args.karpenter else []:
         r = done.get(node)
         if not r:
@@ -620,6 +629,7 @@ def main() -> int:
         t_ver = phase_first.get((r, "Verifying"), t_act)
         t_ok = phase_first[(r, "Succeeded")]
         detector = cleared_at[node] - boot_seen[node]
+        reaction.append(detector)
         report.append(t_rec - fault_at[node])
         if t_act is not None and t_ver is not None:
             startp.append(t_act - t_rec)
@@ -650,6 +660,8 @@ def main() -> int:
         for label, values in rows:
             print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} "
                   f"{max(values or [float('nan')]):8.3f}")
+        print(f"(excluded from total: the stand-in detectors' reaction, new boot id seen -> condition False "
+              f"written, p50 {pct(reaction, 0.5):.3f} s, p99 {pct(reaction, 0.99):.3f} s)")
     if not args.karpenter:
         print(f"faulty nodes with more than one record: {len(doubled_records)} {doubled_records[:10]}; "
               f"with more than one reboot: {len(doubled_reboots)} {doubled_reboots[:10]}")
@@ -707,7 +719,8 @@ def main() -> int:
         result = {"nodes": args.nodes, "faults": len(faulty), "succeeded": len(done), "elapsed_s": elapsed,
                   "reset_seconds": args.reset_seconds,
                   "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
-                             for label, v in rows}}
+                             for label, v in rows},
+                  "detector_reaction_excluded": {"p50": pct(reaction, 0.5), "p99": pct(reaction, 0.99)}}
     result |= {"workers": args.workers, "shards": args.shards, "pools": args.pools,
               "controller_cpu_s_by_shard": cpus_used, "controller_idle_cpu_per_s_by_shard": ctl_idles,
               "peak_rss_mib_by_shard": [k / 1024 for k in hwms_kb],
