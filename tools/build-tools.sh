@@ -56,6 +56,12 @@ need() {
 }
 finish() { touch "$cache/bin/$1-$2/.complete"; log "    $1 $2: done"; }
 
+# module_dir MODULE@VERSION -> the module's source directory in the module cache (run inside
+# a module dir; downloads it when missing).
+module_dir() { go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
+# module_src NAME MODULE@VERSION -> the same, from a fresh wrapper module of its own ($work/NAME).
+module_src() { wrapper "$work/$1" "$1"; (cd "$work/$1" && module_dir "$2"); }
+
 wrapper() { # wrapper DIR MODULE -> a fresh module dir that requires nothing yet
   rm -rf "$1"; mkdir -p "$1"
   (cd "$1" && go mod init "autoclusters.local/$2" >/dev/null 2>&1)
@@ -208,7 +214,7 @@ build_karpenter() {
    export GOTOOLCHAIN=$KARPENTER_GO_TOOLCHAIN
    go get "sigs.k8s.io/karpenter@$KARPENTER_VERSION"
    go build -trimpath -ldflags "-s -w" -o "$out/karpenter" sigs.k8s.io/karpenter/kwok
-   local src; src=$(go mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+   local src; src=$(module_dir "sigs.k8s.io/karpenter@$KARPENTER_VERSION")
    mkdir -p "$out/crds"
    cp "$src"/kwok/charts/crds/*.yaml "$src"/kwok/apis/crds/*.yaml "$out/crds/"
    chmod -R u+w "$out")
@@ -218,9 +224,8 @@ build_karpenter() {
 build_cluster_api() {
   # No binary: Cluster API's CRDs (config/crd/bases in the module) for the local cluster.
   need cluster-api "$CLUSTER_API_VERSION" || return 0
-  local d="$work/cluster-api" out="$cache/bin/cluster-api-$CLUSTER_API_VERSION"
-  wrapper "$d" cluster-api
-  local src; src=$(cd "$d" && go mod download -json "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  local out="$cache/bin/cluster-api-$CLUSTER_API_VERSION"
+  local src; src=$(module_src cluster-api "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION")
   # v1.14 keeps the core CRDs under core/; older releases under config/ at the top.
   local bases=$src/core/config/crd/bases
   [ -d "$bases" ] || bases=$src/config/crd/bases
@@ -243,9 +248,9 @@ build_promtool() {
 build_prometheus_operator_crds() {
   # No binary: the Prometheus Operator's CRDs (example/prometheus-operator-crd in the module).
   need prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" || return 0
-  local d="$work/prometheus-operator" out="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
-  wrapper "$d" prometheus-operator
-  local src; src=$(cd "$d" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  local out="$cache/bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+  local src; src=$(module_src prometheus-operator \
+    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")
   mkdir -p "$out/crds"
   cp "$src"/example/prometheus-operator-crd/monitoring.coreos.com_{podmonitors,prometheusrules}.yaml "$out/crds/"
   chmod -R u+w "$out"

@@ -8,9 +8,15 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import yaml
 
 from autoclusters.clock import parse_iso
+
+if TYPE_CHECKING:
+    from autoclusters.devcluster.handle import ClusterHandle
 
 T = TypeVar("T")
 
@@ -62,3 +68,24 @@ def kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None =
     if check and res.returncode != 0:
         raise subprocess.CalledProcessError(res.returncode, res.args, res.stdout, res.stderr)
     return res.stdout
+
+
+def upstream_crds(cluster: ClusterHandle, built: Callable[[], Path], api_path: str, what: str) -> None:
+    """An upstream project's CRDs on the cluster: applied from the module ``tools/build-tools.sh``
+    copied them from when it is there (the local cluster always); on another cluster they may
+    already be installed (``api_path``, the group version's discovery path, answers). Neither:
+    the test cannot run (a failure where the setup promised the tools)."""
+    from autoclusters.devcluster.tools import ToolsMissing
+    from autoclusters.kube import NotFound
+    from tests.conftest import tool_missing
+
+    try:
+        crds = built()
+    except ToolsMissing as e:
+        try:
+            cluster.kube.get(api_path)
+        except NotFound:
+            tool_missing(f"{what} CRDs are neither installed on the cluster nor built here: {e}")
+        return
+    cluster.apply([doc for path in sorted(crds.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+                   if doc and doc.get("kind") == "CustomResourceDefinition"])

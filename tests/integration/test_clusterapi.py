@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import yaml
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import SystemClock
@@ -33,6 +32,7 @@ from autoclusters.providers.clusterapi import (
     REMEDIATE_ANNOTATION,
     ClusterApiProvider,
 )
+from tests.integration.helpers import upstream_crds
 
 pytestmark = pytest.mark.integration
 GROUP = "cluster.x-k8s.io"
@@ -41,21 +41,10 @@ CLUSTER = "gpu"
 
 @pytest.fixture(scope="session")
 def cluster_api(cluster: ClusterHandle) -> ClusterHandle:
-    """Cluster API's CRDs on the cluster: applied from the built module when it is there (the
-    local cluster always); on another cluster they may already be installed."""
-    from autoclusters.devcluster.tools import ToolsMissing, cluster_api_crds
-    from tests.conftest import tool_missing
+    """Cluster API's CRDs on the cluster (``helpers.upstream_crds``)."""
+    from autoclusters.devcluster.tools import cluster_api_crds
 
-    try:
-        crds = cluster_api_crds()
-    except ToolsMissing as e:
-        try:
-            cluster.kube.get(f"/apis/{GROUP}/v1beta2")
-        except NotFound:
-            tool_missing(f"Cluster API's CRDs are neither installed on the cluster nor built here: {e}")
-        return cluster
-    cluster.apply([doc for path in sorted(crds.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
-                   if doc and doc.get("kind") == "CustomResourceDefinition"])
+    upstream_crds(cluster, cluster_api_crds, f"/apis/{GROUP}/v1beta2", "Cluster API's")
     return cluster
 
 

@@ -28,7 +28,7 @@ from autoclusters.deploy.stack import stack_objects
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Invalid, Kube, KubeError, NotFound
 from autoclusters.names import Names
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import upstream_crds, wait_for
 from tests.integration.image_support import free_port
 
 pytestmark = pytest.mark.integration
@@ -38,21 +38,10 @@ PLURALS = {"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
 
 @pytest.fixture(scope="module")
 def operator_crds(cluster: ClusterHandle) -> ClusterHandle:
-    """The operator's CRDs on the cluster: applied from the built module when it is there (the
-    local cluster always); on another cluster they may already be installed."""
-    from autoclusters.devcluster.tools import ToolsMissing, prometheus_operator_crds
-    from tests.conftest import tool_missing
+    """The operator's CRDs on the cluster (``helpers.upstream_crds``)."""
+    from autoclusters.devcluster.tools import prometheus_operator_crds
 
-    try:
-        crds = prometheus_operator_crds()
-    except ToolsMissing as e:
-        try:
-            cluster.kube.get(f"/apis/{GROUP}/{VERSION}")
-        except NotFound:
-            tool_missing(f"the Prometheus Operator's CRDs are neither installed on the cluster nor built here: {e}")
-        return cluster
-    cluster.apply([doc for path in sorted(crds.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
-                   if doc and doc.get("kind") == "CustomResourceDefinition"])
+    upstream_crds(cluster, prometheus_operator_crds, f"/apis/{GROUP}/{VERSION}", "the Prometheus Operator's")
     return cluster
 
 
