@@ -68,6 +68,9 @@ class Controller:
                            enqueue_pool=lambda key: self.queue.add(key, delay),
                            shard=self.shard, gather_seconds=self.config.watch_gather_seconds)
         self.metrics.informer_errors.informers = self.fleet.informers
+        self.metrics.open_repairs.records = lambda: [r for r in self.fleet.record_informer.items()
+                                                     if self.fleet.owns_pool((r.get("spec") or {}).get("pool", ""))]
+        self.metrics.open_repairs.now = self.clock.now
         self.recorder = EventRecorder(kube, self.clock, self.config.event_source, instance=self.config.identity,
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:

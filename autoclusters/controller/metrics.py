@@ -3,11 +3,15 @@ share a test process)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from autoclusters.api import TERMINAL, Phase
+from autoclusters.clock import parse_iso
 from autoclusters.kube import informer_metrics
 
 RequestCounts = Callable[[], dict[tuple[str, str, str], int]]
@@ -37,6 +41,10 @@ class Metrics:
         # (the manager names them: ``informer_errors.informers``)
         self.informer_errors = informer_metrics.HandlerErrors(lambda: ())
         r.register(self.informer_errors)
+        # open repairs by pool and phase, read from the record cache at each scrape (the manager
+        # names the records: those of this shard's pools; none on a standby, whose cache is empty)
+        self.open_repairs = OpenRepairs()
+        r.register(self.open_repairs)
         self.is_leader = Gauge("autoclusters_controller_leader", "1 while this replica holds the lease", registry=r)
         self.shard = Gauge("autoclusters_controller_shard", "1, labelled with this process's shard and the number "
                            "of shards (sharding by pool; 0 of 1 when not sharded)", ["shard", "shards"], registry=r)
@@ -62,3 +70,54 @@ class _RequestsCollector:
         for (component, verb, resource), n in sorted(self.counts().items()):
             family.add_metric([component, verb, resource], n)
         yield family
+
+
+def phase_entered(record: dict[str, Any]) -> datetime | None:
+    """When the record entered its current phase: its last timeline step of that phase, else
+    when it was created."""
+    status = record.get("status") or {}
+    phase = status.get("phase")
+    for step in reversed(status.get("steps") or []):
+        if step.get("phase") == phase and step.get("time"):
+            return parse_iso(step["time"])
+    return parse_iso(status.get("created") or (record.get("metadata") or {}).get("creationTimestamp"))
+
+
+def open_repairs(records: Iterable[dict[str, Any]], now: datetime) -> dict[tuple[str, str], tuple[int, float]]:
+    """(pool, phase) -> (open records in that phase, seconds since the oldest of them entered
+    it), over the records that are not history; a record without a phase yet is left out."""
+    known = {p.value for p in Phase} - {p.value for p in TERMINAL}
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    for record in records:
+        phase = (record.get("status") or {}).get("phase")
+        if phase not in known:
+            continue
+        key = ((record.get("spec") or {}).get("pool", ""), phase)
+        entered = phase_entered(record)
+        age = max(0.0, (now - entered).total_seconds()) if entered else 0.0
+        count, oldest = out.get(key, (0, 0.0))
+        out[key] = (count + 1, max(oldest, age))
+    return out
+
+
+class OpenRepairs:
+    """``autoclusters_repairs_open{pool,phase}`` and
+    ``autoclusters_repairs_open_oldest_seconds{pool,phase}``: the repairs not yet history, and
+    how long the oldest has been in its phase (a repair waiting for approval, held by a guard,
+    or Failed/HumanNeeded and waiting for a person shows here for as long as it waits)."""
+
+    def __init__(self) -> None:
+        self.records: Callable[[], Iterable[dict[str, Any]]] = lambda: ()
+        self.now: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def collect(self) -> Iterator[Metric]:
+        counts = GaugeMetricFamily("autoclusters_repairs_open", "Repairs not yet history, by pool and phase",
+                                   labels=["pool", "phase"])
+        oldest = GaugeMetricFamily("autoclusters_repairs_open_oldest_seconds",
+                                   "Seconds since the oldest open repair of the pool entered the phase",
+                                   labels=["pool", "phase"])
+        for (pool, phase), (count, age) in sorted(open_repairs(self.records(), self.now()).items()):
+            counts.add_metric([pool, phase], count)
+            oldest.add_metric([pool, phase], age)
+        yield counts
+        yield oldest

@@ -27,6 +27,10 @@ from autoclusters.kube import informer_metrics
 from autoclusters.names import Names
 
 GROUP = "autoclusters"
+# How long a repair of a propose pool may wait for its approval before someone is told: the
+# node is marked but still runs work on its faulty hardware meanwhile.
+APPROVAL_WAIT_ALERT_SECONDS = 6 * 3600
+_APPROVAL_WAIT = f"{APPROVAL_WAIT_ALERT_SECONDS // 3600} hours"
 # Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
 # joined by its scrape target (``job``, ``instance``: every Prometheus puts both on every
 # series it scrapes) to its shard gauge. ``max`` over all replicas would hide a shard without a
@@ -86,6 +90,19 @@ _ALERTS: tuple[Alert, ...] = (
           "At least one {{ $labels.action }} ended Failed in the last hour; its node keeps its "
           "maintenance label and taint. `kubectl get events -A --field-selector "
           "reason=MaintenanceActionFailed` names the nodes and why."),
+    Alert("AutoclustersRepairAwaitingApproval",
+          "max by (pool) (autoclusters_repairs_open_oldest_seconds{phase=\"AwaitingApproval\"}) > "
+          f"{APPROVAL_WAIT_ALERT_SECONDS}", "0m", WARNING,
+          "A repair of pool {{ $labels.pool }} has waited over " + _APPROVAL_WAIT + " for its approval",
+          "Pool {{ $labels.pool }} is in propose mode and a faulty node has waited more than " + _APPROVAL_WAIT
+          + " for the approval label; it keeps running work on its faulty hardware meanwhile. Approve it "
+          "(`autoclusters approve`) or set the pool's consent mode."),
+    Alert("AutoclustersRepairWaitingForPerson",
+          'max by (pool, phase) (autoclusters_repairs_open{phase=~"Failed|HumanNeeded"}) > 0', "1h", WARNING,
+          "Nodes of pool {{ $labels.pool }} are held in {{ $labels.phase }}",
+          "For an hour at least one repair of pool {{ $labels.pool }} has been held in {{ $labels.phase }} "
+          "(a replacement that failed, or an attempt budget spent): its node stays marked and cordoned "
+          "until a person acts. `kubectl get rem` names the records."),
     Alert("AutoclustersReconcileErrors", "rate(autoclusters_reconcile_errors_total[5m]) > 0", "15m", WARNING,
           "The controller's reconciles keep failing on {{ $labels.instance }}",
           "Reconciles have failed and backed off in every 5 minute window for 15 minutes on "

@@ -156,12 +156,10 @@ def dashboard() -> JSON:
     lay.add(_bars("Outcomes (dashboard range)",
                   "sum by (action, outcome) (increase(autoclusters_repairs_outcome_total[$__range]))",
                   "{{action}} {{outcome}}", "Totals over the selected time range."), 8, 8)
-    lay.add(_timeseries("Repairs in progress (entered Draining, not yet finished)", [
-        _target('sum(increase(autoclusters_repairs_phase_total{phase="Draining"}[$__rate_interval]))',
-                "started", "A"),
-        _target("sum(increase(autoclusters_repairs_outcome_total[$__rate_interval]))", "finished", "B")],
-        "Repairs started versus finished per interval; a growing gap means repairs are piling up.",
-        bars=True), 16, 8)
+    lay.add(_timeseries("Open repairs by phase", [_target(
+        'sum by (phase) (max by (pool, phase) (autoclusters_repairs_open{pool=~"$pool"}))', "{{phase}}")],
+        "Repairs not yet history, by phase, from the controller's record cache: waiting for approval, held "
+        "by a guard (Scheduled), in progress, or held for a person (Failed, HumanNeeded).", stack=True), 16, 8)
 
     lay.row("Time in each phase")
     for q, title in ((0.5, "Median"), (0.95, "p95")):

@@ -140,6 +140,20 @@ CASES = [
          "4m", [{"action": "reset"}], "2m",
          healthy={'autoclusters_repairs_outcome_total{action="reset",outcome="Succeeded",instance="10.0.0.1:9102"}':
                   "0+1x40"}),
+    Case("AutoclustersRepairAwaitingApproval",
+         {'autoclusters_repairs_open_oldest_seconds{pool="a100",phase="AwaitingApproval",instance="c:9102"}':
+          "20000+60x40",
+          'autoclusters_repairs_open_oldest_seconds{pool="h100",phase="AwaitingApproval",instance="c:9102"}':
+          "100+60x40"},
+         "28m", [{"pool": "a100"}], "26m",  # 20,000 s + 27 minutes passes the 6 hours (21,600 s)
+         # a repair in progress for that long is another phase's business
+         healthy={'autoclusters_repairs_open_oldest_seconds{pool="a100",phase="Acting",instance="c:9102"}':
+                  "30000+60x40"}),
+    Case("AutoclustersRepairWaitingForPerson",
+         {'autoclusters_repairs_open{pool="h100",phase="HumanNeeded",instance="c:9102"}': "1x80",
+          'autoclusters_repairs_open{pool="h100",phase="AwaitingApproval",instance="c:9102"}': "3x80"},
+         "61m", [{"pool": "h100", "phase": "HumanNeeded"}], "59m",
+         healthy={'autoclusters_repairs_open{pool="h100",phase="Verifying",instance="c:9102"}': "2x80"}),
     Case("AutoclustersReconcileErrors",
          {'autoclusters_reconcile_errors_total{job="autoclusters-controller",instance="10.0.0.1:9102"}': "0+1x40"},
          "20m", [{"job": "autoclusters-controller", "instance": "10.0.0.1:9102"}], "10m",
