@@ -59,20 +59,27 @@ class Alert:
         return rule
 
 
-def alerts(names: Names | None = None) -> tuple[Alert, ...]:
-    """Every alert; ``names`` give the admission webhooks' names (the default names otherwise)."""
+def alerts(names: Names | None = None, namespace: str | None = None) -> tuple[Alert, ...]:
+    """Every alert; ``names`` give the admission webhooks' names (the default names otherwise).
+    With ``namespace`` (the PrometheusRule of an installation, whose PodMonitors label every
+    series with it) the controller counts as down when that installation's is, even while
+    another installation's controller is scraped."""
     # A regex in a PromQL string: the dots of the DNS names escaped for the regex, and that
     # backslash escaped for the string.
     webhooks = "|".join(w.replace(".", "\\\\.") for w in webhook_names(names or Names()))
-    return (*_ALERTS, *_webhook_alerts(webhooks))
+    return (_controller_down(namespace), *_ALERTS, *_webhook_alerts(webhooks))
+
+
+def _controller_down(namespace: str | None) -> Alert:
+    selector = f'{{namespace="{namespace}"}}' if namespace else ""
+    return Alert("AutoclustersControllerDown", f"absent(autoclusters_controller_leader{selector})", "10m", CRITICAL,
+                 "No autoclusters controller is scraped",
+                 "No replica of the remediation controller has been scraped for 10 minutes. The detectors "
+                 "still report faults on the nodes, but nothing repairs them: check the controller's "
+                 "Deployment and its pods' logs.")
 
 
 _ALERTS: tuple[Alert, ...] = (
-    Alert("AutoclustersControllerDown", "absent(autoclusters_controller_leader)", "10m", CRITICAL,
-          "No autoclusters controller is scraped",
-          "No replica of the remediation controller has been scraped for 10 minutes. The detectors "
-          "still report faults on the nodes, but nothing repairs them: check the controller's "
-          "Deployment and its pods' logs."),
     Alert("AutoclustersShardWithoutLeader", f"{LEADERS_PER_SHARD} == 0", "5m", CRITICAL,
           "Controller shard {{ $labels.shard }} of {{ $labels.shards }} has no leader",
           "The replicas of controller shard {{ $labels.shard }} are scraped but none of them has "
@@ -154,9 +161,9 @@ def _webhook_alerts(webhooks: str) -> tuple[Alert, ...]:
         "approvals included. Check the webhook's pods, Service and certificate."),)
 
 
-def rules(names: Names | None = None) -> dict[str, Any]:
+def rules(names: Names | None = None, namespace: str | None = None) -> dict[str, Any]:
     """The rule file: one group of every alert."""
-    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in alerts(names)]}]}
+    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in alerts(names, namespace)]}]}
 
 
 def render() -> str:

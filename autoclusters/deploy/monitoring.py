@@ -102,7 +102,7 @@ def prometheus_rule(namespace: str, extra_labels: Mapping[str, str], names: Name
         "metadata": {"name": RULE_NAME, "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": RULE_NAME, "app.kubernetes.io/part-of": workloads.PART_OF,
                                 **extra_labels}},
-        "spec": alerts.rules(names),
+        "spec": alerts.rules(names, namespace),
     }
 
 

@@ -261,3 +261,23 @@ def test_promtool_tells_a_wrong_expectation_apart(promtool: Path, tmp_path: Path
     spec.write_text(yaml.safe_dump({**tests, "tests": [group]}, sort_keys=False))
     out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
     assert out.returncode == 1 and "AutoclustersCircuitBreakerOpen" in out.stdout + out.stderr
+
+
+def test_an_installations_rule_sees_its_own_controller_down_while_another_is_up(promtool: Path, tmp_path: Path) -> None:
+    """The PrometheusRule of the installation in namespace ``gpu`` (its PodMonitors put
+    ``namespace`` on every series): another installation's controller does not hide it."""
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump(rules(Names(), namespace="gpu")))
+    (alert,) = [a for a in alerts(namespace="gpu") if a.name == "AutoclustersControllerDown"]
+    other = 'autoclusters_controller_leader{namespace="other",instance="10.0.0.5:9102"}'
+    ours = 'autoclusters_controller_leader{namespace="gpu",instance="10.0.0.6:9102"}'
+    spec = tmp_path / "test.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [str(rules_file)], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": [{"series": other, "values": "1x20"}],
+         "alert_rule_test": [{"eval_time": "11m", "alertname": alert.name, "exp_alerts": [
+             {"exp_labels": {"namespace": "gpu", "severity": "critical"},
+              "exp_annotations": {"summary": alert.summary, "description": alert.description}}]}]},
+        {"interval": "1m", "input_series": [{"series": other, "values": "1x20"}, {"series": ours, "values": "1x20"}],
+         "alert_rule_test": [{"eval_time": "11m", "alertname": alert.name, "exp_alerts": []}]}]}))
+    out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
