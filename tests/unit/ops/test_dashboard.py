@@ -2,7 +2,10 @@
 
 import json
 import re
+import subprocess
 from pathlib import Path
+
+import yaml
 
 from autoclusters.controller.metrics import Metrics
 from autoclusters.deploy.alerts import LEADERS_PER_SHARD, alerts
@@ -92,3 +95,32 @@ def test_the_operations_guide_documents_every_metric_the_controller_exports() ->
     for family in Metrics().registry.collect():
         families.add(f"{family.name}_total" if family.type == "counter" else family.name)
     assert families <= documented, f"undocumented: {sorted(families - documented)}"
+
+
+# Grafana's variables as a query reaches Prometheus: the interval ones are durations, $pool the
+# "All" value's regex.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "24h", "$pool": ".*"}
+
+
+def test_every_query_is_promql_that_prometheus_parses(tmp_path: Path) -> None:
+    """Each panel's query, its Grafana variables filled in, as a recording rule: ``promtool
+    check rules`` parses every expression with Prometheus's own parser."""
+    from autoclusters.devcluster.tools import ToolsMissing, promtool
+    from tests.conftest import tool_missing
+
+    try:
+        binary = promtool()
+    except ToolsMissing as e:
+        tool_missing(str(e))
+    queries = exprs()
+    rules = []
+    for i, expr in enumerate(queries):
+        for variable, value in GRAFANA_VARIABLES.items():
+            expr = expr.replace(variable, value)
+        assert "$" not in expr, f"a Grafana variable this test does not fill in: {expr}"
+        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    spec = tmp_path / "dashboard-queries.yaml"
+    spec.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    out = subprocess.run([str(binary), "check", "rules", str(spec)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(queries)} rules found" in out.stdout
