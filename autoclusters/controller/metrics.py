@@ -10,8 +10,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from autoclusters.api import TERMINAL, Phase
+from autoclusters.api import TERMINAL, FaultClass, Phase, RepairAction
 from autoclusters.clock import parse_iso
+from autoclusters.controller.statemachine import Outcome
 from autoclusters.kube import informer_metrics
 
 RequestCounts = Callable[[], dict[tuple[str, str, str], int]]
@@ -30,6 +31,16 @@ class Metrics:
         self.phase_seconds = Histogram("autoclusters_repair_phase_seconds", "Time a repair spent in a phase",
                                        ["phase"], registry=r,
                                        buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+        # Every label value is exported from the start at 0: a child created by its first
+        # increment appears at 1, and increase() over a series whose first sample is 1 is 0,
+        # so the first failed repair of a process would never fire the alert on it.
+        for fault_class in FaultClass:
+            self.faults.labels(fault_class.value)
+        for phase in Phase:
+            self.repairs.labels(phase.value)
+        for action in RepairAction:
+            for outcome in Outcome:
+                self.outcomes.labels(action.value, outcome.value)
         self.breaker_open = Gauge("autoclusters_circuit_breaker_open", "1 while a pool's circuit breaker is open",
                                   ["pool"], registry=r)
         self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from autoclusters.webhook.review import OUTCOMES
+
+BAD_REQUEST = "bad_request"  # a request that is no AdmissionReview (the server's own outcome)
+
 
 class WebhookMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.reviews = Counter("autoclusters_webhook_reviews_total", "AdmissionReviews answered, by outcome",
                                ["outcome"], registry=self.registry)
+        for outcome in (*OUTCOMES, BAD_REQUEST):  # exported from the start at 0 (rate() needs a start)
+            self.reviews.labels(outcome)
         self.violations = Counter("autoclusters_webhook_violations_total", "Rule violations found, by rule",
                                   ["rule"], registry=self.registry)
         self.latency = Histogram("autoclusters_webhook_review_seconds", "Time to answer one AdmissionReview",

@@ -23,13 +23,17 @@ class Violation:
     msg: str
 
 
+# A decision's outcome, a metrics label (``autoclusters_webhook_reviews_total{outcome}``).
+OUTCOMES = ("allowed", "denied", "undefined", "error")
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
     violations: tuple[Violation, ...] = ()
     reason: str = ""
     decision_id: str | None = None
-    outcome: str = "allowed"  # allowed | denied | undefined | error (a metrics label)
+    outcome: str = "allowed"  # one of OUTCOMES
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

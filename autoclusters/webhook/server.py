@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from autoclusters.webhook import review
 from autoclusters.webhook.decider import OpaDecider
-from autoclusters.webhook.metrics import WebhookMetrics
+from autoclusters.webhook.metrics import BAD_REQUEST, WebhookMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Webhook:
             body = json.loads(await request.read())
             req = review.parse(body)
         except (ValueError, review.BadReview) as e:
-            self.metrics.reviews.labels("bad_request").inc()
+            self.metrics.reviews.labels(BAD_REQUEST).inc()
             return web.json_response({"error": str(e)}, status=400)
         decision = await self.decider.decide(req)
         self.metrics.reviews.labels(decision.outcome).inc()

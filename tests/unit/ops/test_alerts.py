@@ -70,6 +70,23 @@ def test_every_expression_names_a_metric_a_process_exports() -> None:
         assert used <= exported, f"{alert.name}: unknown metrics {sorted(used - exported)}"
 
 
+def test_the_counters_the_alerts_take_an_increase_of_are_exported_at_0_from_the_start() -> None:
+    """A labelled counter's child made by its first increment appears at 1, and increase() or
+    rate() over a series whose first sample is 1 is 0: the first failed repair of a process (or
+    the webhook's first error) would fire nothing. So every label value exists at 0 from the
+    start, which the cases below assume (their series start at 0)."""
+    from autoclusters.api import RepairAction
+    from autoclusters.controller.statemachine import Outcome
+
+    controller = Metrics().registry
+    for action in RepairAction:
+        assert controller.get_sample_value("autoclusters_repairs_outcome_total",
+                                           {"action": action.value, "outcome": Outcome.FAILED.value}) == 0
+    webhook = WebhookMetrics().registry
+    for outcome in ("error", "undefined"):
+        assert webhook.get_sample_value("autoclusters_webhook_reviews_total", {"outcome": outcome}) == 0
+
+
 def test_the_webhook_alert_selects_the_webhooks_of_the_installations_names() -> None:
     """Another domain's installation (a second brand) alerts on its own webhooks' names."""
     (default,) = [a for a in ALERTS if a.name == "AutoclustersAdmissionWebhookUnreachable"]
