@@ -245,6 +245,17 @@ build_promtool() {
   finish promtool "$PROMETHEUS_VERSION"
 }
 
+build_prometheus() {
+  # The Prometheus server itself (no web UI assets: its API is what the tests use): an
+  # integration test scrapes a real controller with it and waits for the shipped alerts to fire.
+  # It shares promtool's module graph, so after promtool it costs little more.
+  need prometheus "$PROMETHEUS_VERSION" || return 0
+  GOBIN="$cache/bin/prometheus-$PROMETHEUS_VERSION" go install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+  finish prometheus "$PROMETHEUS_VERSION"
+}
+
 build_prometheus_operator_crds() {
   # No binary: the Prometheus Operator's CRDs (example/prometheus-operator-crd in the module).
   need prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" || return 0
@@ -263,8 +274,8 @@ case "$which" in
   pulumi-python) steps=(build_pulumi_python) ;;
   karpenter) steps=(build_karpenter) ;;
   cluster-api) steps=(build_cluster_api) ;;
-  monitoring) steps=(build_promtool build_prometheus_operator_crds) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_promtool build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
+  monitoring) steps=(build_promtool build_prometheus build_prometheus_operator_crds) ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_promtool build_prometheus build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
   *) echo "usage: $0 [core|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }

@@ -114,6 +114,12 @@ def promtool() -> Path:
     return _built("promtool", "PROMETHEUS_VERSION", "monitoring") / "promtool"
 
 
+def prometheus() -> Path:
+    """The Prometheus server (``tools/build-tools.sh monitoring``): a test scrapes the controller
+    with it and evaluates the shipped alerts."""
+    return _built("prometheus", "PROMETHEUS_VERSION", "monitoring") / "prometheus"
+
+
 def prometheus_operator_crds() -> Path:
     """The directory of the Prometheus Operator's PodMonitor and PrometheusRule CRDs
     (``tools/build-tools.sh monitoring``)."""

@@ -296,16 +296,19 @@ class BootWatcher:
 
 
 @contextlib.contextmanager
-def controller_env(cluster: ClusterHandle, log_dir: Path) -> Iterator[Env]:
+def controller_env(cluster: ClusterHandle, log_dir: Path, owner: str = "ctl",
+                   **main_flags: str) -> Iterator[Env]:
     """A label domain of its own with its CRDs, a namespace, the controller's RBAC and
     identity, the boot watcher and one running controller (the ``ctl`` fixture of
-    conftest.py: one lease for the session)."""
+    conftest.py: one lease for the session); ``main_flags`` go to that controller (as
+    ``Env.start_controller`` takes them)."""
     suffix = secrets.token_hex(3)
-    with private_domain(cluster, suffix, owner="ctl") as names:
-        yield from _controller_env(cluster, names, f"ctl-{suffix}", log_dir)
+    with private_domain(cluster, suffix, owner=owner) as names:
+        yield from _controller_env(cluster, names, f"{owner}-{suffix}", log_dir, main_flags)
 
 
-def _controller_env(cluster: ClusterHandle, names: Names, namespace: str, log_dir: Path) -> Iterator[Env]:
+def _controller_env(cluster: ClusterHandle, names: Names, namespace: str, log_dir: Path,
+                    main_flags: dict[str, str] | None = None) -> Iterator[Env]:
     with contextlib.suppress(Conflict):
         cluster.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": namespace}})
@@ -320,7 +323,7 @@ def _controller_env(cluster: ClusterHandle, names: Names, namespace: str, log_di
     env = Env(cluster, names, namespace, kubeconfig, log_dir)
     watcher = BootWatcher(env).start()
     env.watcher = watcher
-    main = env.start_controller("main")
+    main = env.start_controller("main", **(main_flags or {}))
     env.wait_leader([main])
     try:
         yield env
