@@ -7,11 +7,13 @@ and the Grafana dashboard (``ops/dashboard.py``) shows the leaders per shard wit
 expression. Unit tests keep the file equal to this module, check that every expression names a
 metric some process exports, and run Prometheus's own ``promtool`` over the file: ``check
 rules``, and ``test rules`` with series under which each alert must fire and must not
-(``tests/unit/ops/test_alerts.py`` writes that test file).
+(``tests/unit/ops/test_alerts.py`` writes that test file); an integration test
+(``tests/integration/test_alerts_live.py``) has a real Prometheus scrape a real controller.
 
 Each alert keeps the labels of the series it fires on (``job``, ``instance``, and what the
 scrape adds: the PodMonitors add ``pod`` and ``node``) unless it sums over them; the
-description says what the alert means and where to look (docs/operations.md, "Alerts").
+description says what the alert means and where to look (docs/operations.md, "Metrics and
+alerts").
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@ metrics (the controller, the detectors, the webhook), and a PrometheusRule with 
 (``deploy/alerts.py``).
 
 On by the stack setting ``monitoring: {prometheusOperator: true}`` (the cluster needs the
-operator's CRDs); ``labels`` go on those objects, for an operator whose ``podMonitorSelector``
+operator's CRDs); ``labels`` go on all four objects, for an operator whose ``podMonitorSelector``
 and ``ruleSelector`` select by label (kube-prometheus-stack's select ``release: <its release>``).
-The same labels on all four objects.
-Without the operator, Prometheus finds the same pods by their ``prometheus.io/*`` annotations
+The PrometheusRule's controller-down alert asks for its own namespace's controller. Without the
+operator, Prometheus finds the same pods by their ``prometheus.io/*`` annotations
 (``workloads.scrape_annotations``) and loads ``monitoring/autoclusters.rules.yaml``.
 """
 
