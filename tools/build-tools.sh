@@ -236,7 +236,7 @@ build_cluster_api() {
 }
 
 build_promtool() {
-  # Prometheus's promtool alone (about 4.5 min cold on 2 cores: the module pulls every
+  # Prometheus's promtool (4.5 min cold on 2 cores, downloads included: the module pulls every
   # service discovery's SDK): it checks and unit-tests the shipped alert rules.
   need promtool "$PROMETHEUS_VERSION" || return 0
   GOBIN="$cache/bin/promtool-$PROMETHEUS_VERSION" go install -trimpath \
