@@ -58,6 +58,16 @@ def settled(meta: dict[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (meta or {}).items() if k not in CONTROL_PLANE_KEYS}
 
 
+# kube-controller-manager's taints, also on its own schedule: the node lifecycle controller takes
+# node.kubernetes.io/not-ready off a new node some time after the node reports Ready, so a
+# snapshot taken meanwhile still has it (seen once in CI, on a busy control plane).
+CONTROL_PLANE_TAINTS = "node.kubernetes.io/"
+
+
+def settled_taints(taints: list[dict[str, str]] | None) -> list[dict[str, str]]:
+    return [t for t in taints or [] if not t["key"].startswith(CONTROL_PLANE_TAINTS)]
+
+
 def flags(names: Names) -> list[str]:
     return ["--domain", names.domain, "--condition-prefix", names.prefix]
 
@@ -84,7 +94,8 @@ def test_approve_nodes_only_where_needed(cluster: ClusterHandle, as_controller: 
     expected = dict(before["metadata"]["labels"], **{names.maintenance_approved: "true"})
     assert settled(after["metadata"]["labels"]) == settled(expected)
     assert settled(after["metadata"].get("annotations")) == settled(before["metadata"].get("annotations"))
-    assert after["spec"].get("taints") == before["spec"].get("taints")
+    assert settled_taints(after["spec"].get("taints")) == settled_taints(before["spec"].get("taints"))
+    assert any(t["key"] == names.taint_key for t in settled_taints(after["spec"].get("taints")))
 
     again = cli(cluster.kubeconfig, "approve", due, *flags(names))
     assert again.returncode == 0 and "already-approved" in again.stdout
