@@ -47,19 +47,6 @@ class Monitoring:
                 isinstance(k, str) and k and isinstance(v, str) for k, v in self.labels.items()):
             raise MonitoringConfigError(f"monitoring.labels must map label names to strings, got {self.labels!r}")
 
-    @classmethod
-    def from_dict(cls, raw: Any) -> Monitoring:
-        if not isinstance(raw, Mapping):
-            raise MonitoringConfigError(f"monitoring must be an object, got {raw!r}")
-        unknown = set(raw) - {"prometheusOperator", "labels"}
-        if unknown:
-            raise MonitoringConfigError(f"monitoring: unknown keys {sorted(unknown)} "
-                                        "(known: labels, prometheusOperator)")
-        on = raw.get("prometheusOperator", False)
-        if on in ("true", "false"):  # `pulumi config set --path` writes strings
-            on = on == "true"
-        return cls(prometheus_operator=on, labels=dict(raw.get("labels") or {}))
-
 
 _NODE_RELABELING = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
                     "targetLabel": NODE_LABEL}

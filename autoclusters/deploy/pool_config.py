@@ -479,9 +479,12 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
     )
 
 
-def _monitoring(raw: Any) -> Monitoring:
+def _monitoring(data: Any) -> Monitoring:
+    raw = _take(data, {"prometheusOperator", "labels"}, "monitoring")
     try:
-        return Monitoring.from_dict(raw)
+        return Monitoring(prometheus_operator=_bool(raw.get("prometheusOperator", False),
+                                                    "monitoring.prometheusOperator"),
+                          labels=raw.get("labels") or {})
     except MonitoringConfigError as e:
         raise PoolConfigError(str(e)) from None
 

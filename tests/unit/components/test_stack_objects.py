@@ -79,3 +79,17 @@ def test_the_prometheus_operators_objects_come_only_when_asked(settings, kinds):
     objs = [o for o in stack_objects(stack_config_from_dict(settings)) if o["apiVersion"].startswith("monitoring.")]
     assert [o["kind"] for o in objs] == kinds
     assert all(o["metadata"]["labels"]["release"] == "kps" for o in objs)
+
+
+@pytest.mark.parametrize("monitoring, error", [
+    ({"prometheusOperator": "yes"}, "monitoring.prometheusOperator must be true or false"),
+    ({"prometheusOperator": True, "labell": {}}, r"monitoring: unknown key\(s\) labell"),
+    ([{"prometheusOperator": True}], "monitoring must be a mapping"),
+    ({"labels": {"release": 1}}, "monitoring.labels must map label names to strings"),
+    ({"labels": ["release=kps"]}, "monitoring.labels must map label names to strings"),
+], ids=["not-a-bool", "unknown-key", "not-a-mapping", "a-value-not-a-string", "labels-not-a-mapping"])
+def test_a_bad_monitoring_setting_is_a_configuration_error(monitoring, error):
+    from autoclusters.deploy.pool_config import PoolConfigError
+
+    with pytest.raises(PoolConfigError, match=error):
+        stack_config_from_dict({"monitoring": monitoring})
