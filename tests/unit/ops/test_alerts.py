@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from prometheus_client.core import Metric
 
 from autoclusters.controller.metrics import Metrics
 from autoclusters.deploy.admission import webhook_names
@@ -24,6 +23,7 @@ from autoclusters.slurm.bridge import BridgeStats
 from autoclusters.slurm.metrics import registry as bridge_registry
 from autoclusters.webhook.metrics import WebhookMetrics
 from tests.conftest import tool_missing
+from tests.unit.ops.metric_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "monitoring" / "autoclusters.rules.yaml"
@@ -33,24 +33,13 @@ ALERTS = alerts()
 UPSTREAM = {"apiserver_admission_webhook_rejection_count"}
 
 
-def _sample_names(families: list[Metric]) -> set[str]:
-    names: set[str] = set()
-    for family in families:
-        names.update(s.name for s in family.samples)
-        if family.type == "counter":
-            names.add(f"{family.name}_total")
-        elif family.type != "histogram":
-            names.add(family.name)
-    return names
-
-
 def exported_names() -> set[str]:
     """What the controller, the detector, the Slurm bridge and the webhook export."""
-    names = _sample_names(list(Metrics().registry.collect()))
-    names |= _sample_names(list(WebhookMetrics().registry.collect()))
+    names = metric_names(Metrics().registry.collect())
+    names |= metric_names(WebhookMetrics().registry.collect())
     bridge = SimpleNamespace(stats=BridgeStats(), pools=SimpleNamespace(name="pools", handler_errors=0),
                              nodes=SimpleNamespace(name="nodes", handler_errors=0))
-    names |= _sample_names(list(bridge_registry(cast(Any, bridge)).collect()))
+    names |= metric_names(bridge_registry(cast(Any, bridge)).collect())
     text = detector_text([], cast(Any, SimpleNamespace(writes=0, failures=0)), 0.0, poll_errors=0)
     names |= set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     return names

@@ -10,21 +10,14 @@ import yaml
 from autoclusters.controller.metrics import Metrics
 from autoclusters.deploy.alerts import LEADERS_PER_SHARD, alerts
 from autoclusters.ops.dashboard import dashboard, render
+from tests.unit.ops.metric_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "dashboards" / "autoclusters-grafana.json"
 
 
 def exported_names() -> set[str]:
-    names: set[str] = set()
-    for family in Metrics().registry.collect():
-        if family.type == "counter":
-            names.add(f"{family.name}_total")
-        elif family.type == "histogram":
-            names.update(f"{family.name}{s}" for s in ("_bucket", "_sum", "_count"))
-        else:
-            names.add(family.name)
-    return names
+    return metric_names(Metrics().registry.collect())
 
 
 def exprs() -> list[str]:
