@@ -11,9 +11,12 @@ its own watch streams with a monotonic clock:
 
   report   fault written            -> the Remediation record appears
   start    record appears           -> record in Acting (decision, marking, cordon, drain of 0 pods)
-  act      Acting                   -> Verifying, minus the provider's fixed reset time
+  act      Acting                   -> Verifying, minus the reset: the provider's fixed reset time
+                                       and the simulated host's lag past its end (kwok's reboot
+                                       stage, the reset's end -> the new bootID seen)
   verify   condition cleared        -> Succeeded (the controller's reaction to a healthy node)
-  total    fault written -> Succeeded, minus the reset time and the stand-in detector's reaction
+  total    fault written -> Succeeded, minus the reset and the stand-in detector's reaction
+           (the total with the host's lag, as measured before 2026-12-01, is printed too)
 
 Also prints the API requests of one repair by verb and resource (the controller's own
 request counter, scraped from its metrics endpoint), the controller's CPU and peak RSS
@@ -60,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters import api
-from autoclusters.clock import SystemClock, utc_iso
+from autoclusters.clock import SystemClock, parse_iso, utc_iso
 from autoclusters.controller.config import ControllerConfig
 from autoclusters.controller.shards import shard_of
 from autoclusters.deploy.controller import controller_rbac
@@ -69,6 +72,7 @@ from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.sim import nodes as sim
+from autoclusters.sim.hosts import REBOOT_UNTIL
 
 IDLE_WINDOW_S = 10.0  # the default of --idle-seconds
 SETTLE_QUIET_S = 10.0  # the nodes changed nothing but their status this long: initialised
@@ -418,6 +422,7 @@ def main() -> int:
     lock = threading.Lock()
     fault_at: dict[str, float] = {}
     boot_seen: dict[str, float] = {}
+    reboot_end: dict[str, float] = {}  # faulty node -> when the simulated reset's reboot is to end
     cleared_at: dict[str, float] = {}
     detectors = ThreadPoolExecutor(max(1, min(64, args.faults)), thread_name_prefix="detector")
     record_first: dict[str, float] = {}
@@ -453,6 +458,13 @@ def main() -> int:
                 ready_at.setdefault(name, t)
         elif fault_at:
             not_ready.add(name)
+        if name in fault_at and name not in reboot_end:
+            # The simulated provider's reset asks kwok's stages for a reboot that ends at this time
+            # (its wall clock: the controller runs on this machine); kwok's lag past it is the
+            # simulated host's, as a VM's boot and its kubelet's first status are a real host's.
+            until = parse_iso((obj["metadata"].get("annotations") or {}).get(REBOOT_UNTIL))
+            if until is not None:
+                reboot_end[name] = until.timestamp() - (time.time() - time.monotonic())
         boot = ((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
         before = boots.get(name)
         boots[name] = boot
@@ -620,6 +632,7 @@ def main() -> int:
                                   ready_at, elapsed)
     detectors.shutdown(wait=False)
     report, startp, act, verify, total, reaction = [], [], [], [], [], []
+    host_lag, total_with_host = [], []
     for node in faulty if not args.karpenter else []:
         r = done.get(node)
         if not r:
@@ -630,12 +643,17 @@ def main() -> int:
         t_ok = phase_first[(r, "Succeeded")]
         detector = cleared_at[node] - boot_seen[node]
         reaction.append(detector)
+        # The simulated host's own lag: the reset's end it was asked for -> its new boot id seen.
+        host = boot_seen[node] - reboot_end[node] if node in reboot_end else 0.0
+        host_lag.append(host)
+        host = max(0.0, host)
         report.append(t_rec - fault_at[node])
         if t_act is not None and t_ver is not None:
             startp.append(t_act - t_rec)
-            act.append(max(0.0, t_ver - t_act - args.reset_seconds))
+            act.append(max(0.0, t_ver - t_act - args.reset_seconds - host))
         verify.append(max(0.0, t_ok - cleared_at[node]))
-        total.append(t_ok - fault_at[node] - args.reset_seconds - detector)
+        total.append(t_ok - fault_at[node] - args.reset_seconds - detector - host)
+        total_with_host.append(total[-1] + host)
 
     by_kind = {k: v - base.get(k, 0.0) for k, v in after.items() if v - base.get(k, 0.0) > 0}
     requests = sum(by_kind.values())
@@ -661,7 +679,12 @@ def main() -> int:
             print(f"{label:<8} {pct(values, 0.5):8.3f} {pct(values, 0.99):8.3f} "
                   f"{max(values or [float('nan')]):8.3f}")
         print(f"(excluded from total: the stand-in detectors' reaction, new boot id seen -> condition False "
-              f"written, p50 {pct(reaction, 0.5):.3f} s, p99 {pct(reaction, 0.99):.3f} s)")
+              f"written, p50 {pct(reaction, 0.5):.3f} s, p99 {pct(reaction, 0.99):.3f} s;")
+        print(f" and the simulated host's lag, the reset's end it was asked for -> its new boot id seen, "
+              f"p50 {pct(host_lag, 0.5):.3f} s, p99 {pct(host_lag, 0.99):.3f} s, min "
+              f"{min(host_lag or [float('nan')]):.3f} s ({len(reboot_end)} reboot ends read);")
+        print(f" total with the host's lag, as before 2026-12-01: p50 {pct(total_with_host, 0.5):.3f} s, "
+              f"p99 {pct(total_with_host, 0.99):.3f} s)")
     if not args.karpenter:
         print(f"faulty nodes with more than one record: {len(doubled_records)} {doubled_records[:10]}; "
               f"with more than one reboot: {len(doubled_reboots)} {doubled_reboots[:10]}")
@@ -720,7 +743,10 @@ def main() -> int:
                   "reset_seconds": args.reset_seconds,
                   "phases": {label: {"p50": pct(v, 0.5), "p99": pct(v, 0.99), "max": max(v or [0])}
                              for label, v in rows},
-                  "detector_reaction_excluded": {"p50": pct(reaction, 0.5), "p99": pct(reaction, 0.99)}}
+                  "detector_reaction_excluded": {"p50": pct(reaction, 0.5), "p99": pct(reaction, 0.99)},
+                  "host_lag_excluded": {"p50": pct(host_lag, 0.5), "p99": pct(host_lag, 0.99),
+                                        "min": min(host_lag or [0.0])},
+                  "total_with_host_lag": {"p50": pct(total_with_host, 0.5), "p99": pct(total_with_host, 0.99)}}
     result |= {"workers": args.workers, "shards": args.shards, "pools": args.pools,
               "controller_cpu_s_by_shard": cpus_used, "controller_idle_cpu_per_s_by_shard": ctl_idles,
               "peak_rss_mib_by_shard": [k / 1024 for k in hwms_kb],
