@@ -11,6 +11,7 @@ from typing import Any
 
 from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, spoken_duration
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX
 
 
@@ -29,10 +30,21 @@ def register(sub: Any) -> None:
                         "series of that namespace (the PodMonitors label them so); the PrometheusRule is created "
                         f"there (default {DEFAULT_NAMESPACE}). Without it the rule file's alert asks for any "
                         "controller's")
+    p.add_argument("--approval-wait-seconds", type=_positive, default=None, metavar="SECONDS",
+                   help="how long a repair of a propose pool waits for its approval before "
+                        f"AutoclustersRepairAwaitingApproval fires (default {APPROVAL_WAIT_ALERT_SECONDS}: "
+                        f"{spoken_duration(APPROVAL_WAIT_ALERT_SECONDS)}; the stack setting "
+                        "monitoring.approvalWaitAlertSeconds)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label for the PrometheusRule, for an operator's ruleSelector (repeatable; e.g. "
                         "release=kube-prometheus-stack)")
     p.set_defaults(func=_alerts)
+
+
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of seconds, got {text!r}")
+    return int(text)
 
 
 def _alerts(args: argparse.Namespace) -> int:
@@ -44,6 +56,7 @@ def _alerts(args: argparse.Namespace) -> int:
     from autoclusters.deploy.monitoring import prometheus_rule
 
     names = names_from_args(args)
+    wait = args.approval_wait_seconds or APPROVAL_WAIT_ALERT_SECONDS
     labels: dict[str, str] = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -53,7 +66,7 @@ def _alerts(args: argparse.Namespace) -> int:
     if not args.prometheus_rule:
         if labels:
             raise CliError("--label is for the PrometheusRule (--prometheus-rule)", EXIT_USAGE)
-        sys.stdout.write(yaml.safe_dump(rules(names, args.namespace), sort_keys=False, width=120))
+        sys.stdout.write(yaml.safe_dump(rules(names, args.namespace, wait), sort_keys=False, width=120))
         return 0
-    print_json(prometheus_rule(args.namespace or DEFAULT_NAMESPACE, labels, names))
+    print_json(prometheus_rule(args.namespace or DEFAULT_NAMESPACE, labels, names, wait))
     return 0

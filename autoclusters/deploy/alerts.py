@@ -22,17 +22,16 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from autoclusters.deploy.admission import webhook_names
 from autoclusters.kube import informer_metrics
 from autoclusters.names import Names
 
 GROUP = "autoclusters"
-# How long a repair of a propose pool may wait for its approval before someone is told: the
-# node is marked but still runs work on its faulty hardware meanwhile.
+# How long a repair of a propose pool may wait for its approval before someone is told, by
+# default: the node is marked but still runs work on its faulty hardware meanwhile. The stack
+# setting ``monitoring.approvalWaitAlertSeconds`` and ``autoclusters alerts
+# --approval-wait-seconds`` set another (a team that approves in office hours, a 24/7 one).
 APPROVAL_WAIT_ALERT_SECONDS = 6 * 3600
-_APPROVAL_WAIT = f"{APPROVAL_WAIT_ALERT_SECONDS // 3600} hours"
 # Leaders per shard: each replica's leader gauge (1 on the one holding its shard's lease)
 # joined by its scrape target (``job``, ``instance``: every Prometheus puts both on every
 # series it scrapes) to its shard gauge. ``max`` over all replicas would hide a shard without a
@@ -61,15 +60,40 @@ class Alert:
         return rule
 
 
-def alerts(names: Names | None = None, namespace: str | None = None) -> tuple[Alert, ...]:
+def alerts(names: Names | None = None, namespace: str | None = None,
+           approval_wait_seconds: int = APPROVAL_WAIT_ALERT_SECONDS) -> tuple[Alert, ...]:
     """Every alert; ``names`` give the admission webhooks' names (the default names otherwise).
     With ``namespace`` (the PrometheusRule of an installation, whose PodMonitors label every
     series with it) the controller counts as down when that installation's is, even while
-    another installation's controller is scraped."""
+    another installation's controller is scraped. A repair waits ``approval_wait_seconds`` for
+    its approval before its alert fires."""
     # A regex in a PromQL string: the dots of the DNS names escaped for the regex, and that
     # backslash escaped for the string.
     webhooks = "|".join(w.replace(".", "\\\\.") for w in webhook_names(names or Names()))
-    return (_controller_down(namespace), *_ALERTS, *_webhook_alerts(webhooks))
+    return (_controller_down(namespace), *_ALERTS[:_APPROVAL_AT], _awaiting_approval(approval_wait_seconds),
+            *_ALERTS[_APPROVAL_AT:], *_webhook_alerts(webhooks))
+
+
+def spoken_duration(seconds: int) -> str:
+    """``seconds`` in the largest whole unit, as an alert's text says it: ``6 hours``, ``90 minutes``."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'' if n == 1 else 's'}"
+    raise AssertionError("unreachable: every integer is a whole number of seconds")
+
+
+def _awaiting_approval(seconds: int) -> Alert:
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+        raise ValueError(f"the approval wait before an alert must be a positive number of seconds, got {seconds!r}")
+    wait = spoken_duration(seconds)
+    return Alert("AutoclustersRepairAwaitingApproval",
+                 "max by (pool) (autoclusters_repairs_open_oldest_seconds{phase=\"AwaitingApproval\"}) > "
+                 f"{seconds}", "0m", WARNING,
+                 "A repair of pool {{ $labels.pool }} has waited over " + wait + " for its approval",
+                 "Pool {{ $labels.pool }} is in propose mode and a faulty node has waited more than " + wait
+                 + " for the approval label; it keeps running work on its faulty hardware meanwhile. Approve it "
+                 "(`autoclusters approve`) or set the pool's consent mode.")
 
 
 def _controller_down(namespace: str | None) -> Alert:
@@ -99,13 +123,6 @@ _ALERTS: tuple[Alert, ...] = (
           "At least one {{ $labels.action }} ended Failed in the last hour; its node keeps its "
           "maintenance label and taint. `kubectl get events -A --field-selector "
           "reason=MaintenanceActionFailed` names the nodes and why."),
-    Alert("AutoclustersRepairAwaitingApproval",
-          "max by (pool) (autoclusters_repairs_open_oldest_seconds{phase=\"AwaitingApproval\"}) > "
-          f"{APPROVAL_WAIT_ALERT_SECONDS}", "0m", WARNING,
-          "A repair of pool {{ $labels.pool }} has waited over " + _APPROVAL_WAIT + " for its approval",
-          "Pool {{ $labels.pool }} is in propose mode and a faulty node has waited more than " + _APPROVAL_WAIT
-          + " for the approval label; it keeps running work on its faulty hardware meanwhile. Approve it "
-          "(`autoclusters approve`) or set the pool's consent mode."),
     Alert("AutoclustersRepairWaitingForPerson",
           'max by (pool, phase) (autoclusters_repairs_open{phase=~"Failed|HumanNeeded"}) > 0', "1h", WARNING,
           "Nodes of pool {{ $labels.pool }} are held in {{ $labels.phase }}",
@@ -148,6 +165,9 @@ _ALERTS: tuple[Alert, ...] = (
           "own writes are exempt. Check the OPA sidecar's log and the policy ConfigMap."),
 )
 
+# The approval alert (its threshold is a setting) comes after the failed repairs'.
+_APPROVAL_AT = 1 + next(i for i, a in enumerate(_ALERTS) if a.name == "AutoclustersRepairFailed")
+
 
 def _webhook_alerts(webhooks: str) -> tuple[Alert, ...]:
     """The API server's own view of the webhooks (``apiserver_admission_webhook_rejection_count``,
@@ -163,14 +183,17 @@ def _webhook_alerts(webhooks: str) -> tuple[Alert, ...]:
         "approvals included. Check the webhook's pods, Service and certificate."),)
 
 
-def rules(names: Names | None = None, namespace: str | None = None) -> dict[str, Any]:
+def rules(names: Names | None = None, namespace: str | None = None,
+          approval_wait_seconds: int = APPROVAL_WAIT_ALERT_SECONDS) -> dict[str, Any]:
     """The rule file: one group of every alert."""
-    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in alerts(names, namespace)]}]}
+    return {"groups": [{"name": GROUP, "rules": [a.rule() for a in alerts(names, namespace, approval_wait_seconds)]}]}
 
 
 def render() -> str:
     header = ("# Generated by `python -m autoclusters.deploy.alerts` (autoclusters/deploy/alerts.py); do not edit.\n"
               "# A Prometheus rule file: list it under `rule_files` in prometheus.yml.\n")
+    import yaml  # here, not at the top: the CLI's parser imports this module for its defaults
+
     return header + yaml.safe_dump(rules(), sort_keys=False, width=120)
 
 

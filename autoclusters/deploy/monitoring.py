@@ -5,7 +5,8 @@ metrics (the controller, the detectors, the webhook), and a PrometheusRule with 
 On by the stack setting ``monitoring: {prometheusOperator: true}`` (the cluster needs the
 operator's CRDs); ``labels`` go on all four objects, for an operator whose ``podMonitorSelector``
 and ``ruleSelector`` select by label (kube-prometheus-stack's select ``release: <its release>``).
-The PrometheusRule's controller-down alert asks for its own namespace's controller. Without the
+The PrometheusRule's controller-down alert asks for its own namespace's controller, and its
+approval alert fires after ``approvalWaitAlertSeconds`` (6 hours by default). Without the
 operator, Prometheus finds the same pods by their ``prometheus.io/*`` annotations
 (``workloads.scrape_annotations``) and loads ``monitoring/autoclusters.rules.yaml``.
 """
@@ -38,6 +39,7 @@ class Monitoring:
 
     prometheus_operator: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    approval_wait_alert_seconds: int = alerts.APPROVAL_WAIT_ALERT_SECONDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.prometheus_operator, bool):
@@ -46,6 +48,10 @@ class Monitoring:
         if not isinstance(self.labels, Mapping) or not all(
                 isinstance(k, str) and k and isinstance(v, str) for k, v in self.labels.items()):
             raise MonitoringConfigError(f"monitoring.labels must map label names to strings, got {self.labels!r}")
+        wait = self.approval_wait_alert_seconds
+        if isinstance(wait, bool) or not isinstance(wait, int) or wait <= 0:
+            raise MonitoringConfigError(
+                f"monitoring.approvalWaitAlertSeconds must be a positive number of seconds, got {wait!r}")
 
 
 _NODE_RELABELING = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
@@ -81,7 +87,8 @@ def webhook_pod_monitor(namespace: str, extra_labels: Mapping[str, str]) -> dict
                       "serverName": workloads.webhook_service_dns(namespace)}})
 
 
-def prometheus_rule(namespace: str, extra_labels: Mapping[str, str], names: Names) -> dict[str, Any]:
+def prometheus_rule(namespace: str, extra_labels: Mapping[str, str], names: Names,
+                    approval_wait_seconds: int = alerts.APPROVAL_WAIT_ALERT_SECONDS) -> dict[str, Any]:
     """The alerts of ``monitoring/autoclusters.rules.yaml`` (for ``names``) as a PrometheusRule."""
     return {
         "apiVersion": API_VERSION,
@@ -89,7 +96,7 @@ def prometheus_rule(namespace: str, extra_labels: Mapping[str, str], names: Name
         "metadata": {"name": RULE_NAME, "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": RULE_NAME, "app.kubernetes.io/part-of": workloads.PART_OF,
                                 **extra_labels}},
-        "spec": alerts.rules(names, namespace),
+        "spec": alerts.rules(names, namespace, approval_wait_seconds),
     }
 
 
@@ -98,4 +105,5 @@ def monitoring_objects(config: Monitoring, namespace: str, names: Names) -> list
     if not config.prometheus_operator:
         return []
     return [*(pod_monitor(c, namespace, config.labels) for c in SCRAPED),
-            webhook_pod_monitor(namespace, config.labels), prometheus_rule(namespace, config.labels, names)]
+            webhook_pod_monitor(namespace, config.labels),
+            prometheus_rule(namespace, config.labels, names, config.approval_wait_alert_seconds)]

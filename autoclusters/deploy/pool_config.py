@@ -17,6 +17,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import DEFAULT_IMAGE
+from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
@@ -480,11 +481,14 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
 
 
 def _monitoring(data: Any) -> Monitoring:
-    raw = _take(data, {"prometheusOperator", "labels"}, "monitoring")
+    raw = _take(data, {"prometheusOperator", "labels", "approvalWaitAlertSeconds"}, "monitoring")
     try:
         return Monitoring(prometheus_operator=_bool(raw.get("prometheusOperator", False),
                                                     "monitoring.prometheusOperator"),
-                          labels=raw.get("labels") or {})
+                          labels=raw.get("labels") or {},
+                          approval_wait_alert_seconds=_int(raw.get("approvalWaitAlertSeconds",
+                                                                   APPROVAL_WAIT_ALERT_SECONDS),
+                                                           "monitoring.approvalWaitAlertSeconds"))
     except MonitoringConfigError as e:
         raise PoolConfigError(str(e)) from None
 

@@ -87,9 +87,25 @@ def test_the_prometheus_operators_objects_come_only_when_asked(settings, kinds):
     ([{"prometheusOperator": True}], "monitoring must be a mapping"),
     ({"labels": {"release": 1}}, "monitoring.labels must map label names to strings"),
     ({"labels": ["release=kps"]}, "monitoring.labels must map label names to strings"),
-], ids=["not-a-bool", "unknown-key", "not-a-mapping", "a-value-not-a-string", "labels-not-a-mapping"])
+    ({"approvalWaitAlertSeconds": "6h"}, "monitoring.approvalWaitAlertSeconds must be an integer"),
+    ({"approvalWaitAlertSeconds": 0}, "monitoring.approvalWaitAlertSeconds must be a positive number of seconds"),
+    ({"approvalWaitAlertSeconds": True}, "monitoring.approvalWaitAlertSeconds must be an integer"),
+], ids=["not-a-bool", "unknown-key", "not-a-mapping", "a-value-not-a-string", "labels-not-a-mapping",
+        "wait-not-a-number", "wait-zero", "wait-a-bool"])
 def test_a_bad_monitoring_setting_is_a_configuration_error(monitoring, error):
     from autoclusters.deploy.pool_config import PoolConfigError
 
     with pytest.raises(PoolConfigError, match=error):
         stack_config_from_dict({"monitoring": monitoring})
+
+
+@pytest.mark.parametrize("wait, expected", [(None, 21600), ("1800", 1800), (86400, 86400)],
+                         ids=["default", "a-string-from-pulumi-config", "a-day"])
+def test_the_approval_alerts_wait_is_the_settings(wait, expected):
+    """The PrometheusRule's approval alert fires after ``monitoring.approvalWaitAlertSeconds``
+    (``pulumi config set`` gives a string); the rule file's is the default."""
+    monitoring = {"prometheusOperator": True, **({"approvalWaitAlertSeconds": wait} if wait is not None else {})}
+    objs = stack_objects(stack_config_from_dict({"monitoring": monitoring}))
+    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
+    (alert,) = [r for r in rule["spec"]["groups"][0]["rules"] if r["alert"] == "AutoclustersRepairAwaitingApproval"]
+    assert alert["expr"].endswith(f"> {expected}")

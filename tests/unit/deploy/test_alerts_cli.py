@@ -9,6 +9,7 @@ import yaml
 
 from autoclusters.cli.errors import EXIT_USAGE
 from autoclusters.cli.main import main
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import webhook_names
 from autoclusters.deploy.alerts import render, rules
 from autoclusters.deploy.monitoring import prometheus_rule
@@ -46,3 +47,18 @@ def test_the_prometheus_rule_is_the_stacks_object(capsys: pytest.CaptureFixture[
 def test_a_bad_label_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == EXIT_USAGE
     assert "--label" in capsys.readouterr().err
+
+
+def test_the_approval_wait_is_an_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["alerts", "--approval-wait-seconds", "1800"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == rules(Names(), None, 1800)
+    assert main(["alerts", "--prometheus-rule", "--approval-wait-seconds", "1800"]) == 0
+    assert json.loads(capsys.readouterr().out) == prometheus_rule(DEFAULT_NAMESPACE, {}, Names(), 1800)
+
+
+@pytest.mark.parametrize("value", ["0", "6h", "-5"])
+def test_a_bad_approval_wait_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["alerts", f"--approval-wait-seconds={value}"])
+    assert exit_.value.code == EXIT_USAGE
+    assert "positive whole number of seconds" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import yaml
 
 from autoclusters.controller.metrics import Metrics
 from autoclusters.deploy.admission import webhook_names
-from autoclusters.deploy.alerts import alerts, render, rules
+from autoclusters.deploy.alerts import alerts, render, rules, spoken_duration
 from autoclusters.detector.metrics import render as detector_text
 from autoclusters.names import Names
 from autoclusters.slurm.bridge import BridgeStats
@@ -287,3 +287,48 @@ def test_an_installations_rule_sees_its_own_controller_down_while_another_is_up(
          "alert_rule_test": [{"eval_time": "11m", "alertname": alert.name, "exp_alerts": []}]}]}))
     out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_an_installations_approval_wait_moves_the_approval_alert(promtool: Path, tmp_path: Path) -> None:
+    """``monitoring.approvalWaitAlertSeconds`` at 30 minutes: the repair that has waited 31 fires,
+    with the text saying 30 minutes; at 29 it has not."""
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump(rules(Names(), approval_wait_seconds=1800)))
+    (alert,) = [a for a in alerts(approval_wait_seconds=1800) if a.name == "AutoclustersRepairAwaitingApproval"]
+    assert "30 minutes" in alert.summary and "30 minutes" in alert.description
+    waiting = 'autoclusters_repairs_open_oldest_seconds{pool="a100",phase="AwaitingApproval",instance="c:9102"}'
+    spec = tmp_path / "test.yaml"
+    spec.write_text(yaml.safe_dump({"rule_files": [str(rules_file)], "evaluation_interval": "1m", "tests": [
+        {"interval": "1m", "input_series": [{"series": waiting, "values": "0+60x40"}],
+         "alert_rule_test": [
+             {"eval_time": "29m", "alertname": alert.name, "exp_alerts": []},
+             {"eval_time": "31m", "alertname": alert.name, "exp_alerts": [
+                 {"exp_labels": {"pool": "a100", "severity": "warning"},
+                  "exp_annotations": {"summary": alert.summary.replace("{{ $labels.pool }}", "a100"),
+                                      "description": alert.description.replace("{{ $labels.pool }}", "a100")}}]}]}]}))
+    out = subprocess.run([str(promtool), "test", "rules", str(spec)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("seconds, words", [(21600, "6 hours"), (3600, "1 hour"), (5400, "90 minutes"),
+                                            (86400, "1 day"), (45, "45 seconds")])
+def test_the_approval_wait_is_said_in_its_largest_whole_unit(seconds: int, words: str) -> None:
+    assert spoken_duration(seconds) == words
+
+
+@pytest.mark.parametrize("seconds", [0, -60, 1.5, True])
+def test_the_approval_wait_must_be_a_positive_whole_number(seconds: Any) -> None:
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        alerts(approval_wait_seconds=seconds)
+
+
+def test_the_docs_give_the_approval_waits_default() -> None:
+    from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
+
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    (row,) = [line for line in deploy.splitlines() if line.startswith("| `monitoring` |")]
+    assert f"approvalWaitAlertSeconds: {APPROVAL_WAIT_ALERT_SECONDS}" in row
+    assert f"({spoken_duration(APPROVAL_WAIT_ALERT_SECONDS)};" in row
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    (row,) = [line for line in operations.splitlines() if line.startswith("| `AutoclustersRepairAwaitingApproval` |")]
+    assert f"more than {spoken_duration(APPROVAL_WAIT_ALERT_SECONDS)} for its approval" in row
