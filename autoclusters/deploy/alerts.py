@@ -83,8 +83,13 @@ def spoken_duration(seconds: int) -> str:
     raise AssertionError("unreachable: every integer is a whole number of seconds")
 
 
+def valid_approval_wait(seconds: object) -> bool:
+    """A wait the approval alert takes: a positive whole number of seconds."""
+    return isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0
+
+
 def _awaiting_approval(seconds: int) -> Alert:
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+    if not valid_approval_wait(seconds):
         raise ValueError(f"the approval wait before an alert must be a positive number of seconds, got {seconds!r}")
     wait = spoken_duration(seconds)
     return Alert("AutoclustersRepairAwaitingApproval",

@@ -48,10 +48,9 @@ class Monitoring:
         if not isinstance(self.labels, Mapping) or not all(
                 isinstance(k, str) and k and isinstance(v, str) for k, v in self.labels.items()):
             raise MonitoringConfigError(f"monitoring.labels must map label names to strings, got {self.labels!r}")
-        wait = self.approval_wait_alert_seconds
-        if isinstance(wait, bool) or not isinstance(wait, int) or wait <= 0:
-            raise MonitoringConfigError(
-                f"monitoring.approvalWaitAlertSeconds must be a positive number of seconds, got {wait!r}")
+        if not alerts.valid_approval_wait(self.approval_wait_alert_seconds):
+            raise MonitoringConfigError("monitoring.approvalWaitAlertSeconds must be a positive number of seconds, "
+                                        f"got {self.approval_wait_alert_seconds!r}")
 
 
 _NODE_RELABELING = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
