@@ -20,6 +20,7 @@ from autoclusters.devcluster.processes import free_port
 from autoclusters.names import (
     DEFAULT_DOMAIN,
     DEFAULT_PREFIX,
+    EVENT_SUCCEEDED,
     REASON_XID,
     REFERENCE_EVENT_SOURCE,
     NameError_,
@@ -189,6 +190,7 @@ def run_scenario(handle: ClusterHandle, runtime: Runtime, args: argparse.Namespa
     say(f"    {final} is back in service: Ready, uncordoned, labels and taint removed, "
         f"{names.gpu_condition}={(story.condition(n, names.gpu_condition) or {}).get('status')} "
         f"(boot id {before[:8]} -> {boot[:8]})")
+    story.wait_for_event(handle, node, args.event_source, EVENT_SUCCEEDED, since)
     story.show_events(handle, node, args.event_source)
     story.wait_running(handle, 2)
     say("    both training workers Running again")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from autoclusters.clock import parse_iso
 from autoclusters.deploy.workloads import GPU_TAINT
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
@@ -197,6 +198,19 @@ def node_events(handle: ClusterHandle, node: str, source: str) -> list[dict[str,
     items = handle.kube.list_items("/api/v1/namespaces/default/events",
                              field_selector=f"involvedObject.kind=Node,involvedObject.name={node}")
     return sorted((e for e in items if (e.get("source") or {}).get("component") == source), key=_event_time)
+
+
+def wait_for_event(handle: ClusterHandle, node: str, source: str, reason: str, since: datetime,
+                   timeout: float = 30) -> None:
+    """Until the controller's ``reason`` event about ``node``, emitted at ``since`` or later, is
+    listed. The controller sends its events from a queue after the status writes they tell of,
+    so the one that ends a repair can still be on its way when the node is back in service."""
+    deadline = time.monotonic() + timeout
+    while not any(e["reason"] == reason and (parse_iso(e.get("eventTime") or e.get("lastTimestamp")) or since) >= since
+                  for e in node_events(handle, node, source)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {reason} event about {node} after {timeout:.0f}s")
+        time.sleep(0.3)
 
 
 def show_events(handle: ClusterHandle, node: str, source: str) -> list[dict[str, Any]]:
