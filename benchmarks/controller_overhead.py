@@ -423,6 +423,7 @@ def main() -> int:
     fault_at: dict[str, float] = {}
     boot_seen: dict[str, float] = {}
     reboot_end: dict[str, float] = {}  # faulty node -> when the simulated reset's reboot is to end
+    cordoned_at: dict[str, float] = {}  # faulty node -> first seen unschedulable after its fault
     cleared_at: dict[str, float] = {}
     detectors = ThreadPoolExecutor(max(1, min(64, args.faults)), thread_name_prefix="detector")
     record_first: dict[str, float] = {}
@@ -458,6 +459,8 @@ def main() -> int:
                 ready_at.setdefault(name, t)
         elif fault_at:
             not_ready.add(name)
+        if name in fault_at and name not in cordoned_at and (obj.get("spec") or {}).get("unschedulable"):
+            cordoned_at[name] = t
         if name in fault_at and name not in reboot_end:
             # The simulated provider's reset asks kwok's stages for a reboot that ends at this time
             # (its wall clock: the controller runs on this machine); kwok's lag past it is the
@@ -640,6 +643,10 @@ def main() -> int:
     detectors.shutdown(wait=False)
     report, startp, act, verify, total, reaction = [], [], [], [], [], []
     host_lag, total_with_host = [], []
+    # What NVSentinel, the strongest open peer, publishes: ~2.5 nodes cordoned a second.
+    to_cordon = [cordoned_at[n] - fault_at[n] for n in faulty if n in cordoned_at and n in fault_at]
+    cordon_span = max((cordoned_at[n] for n in faulty if n in cordoned_at), default=start) - start
+    cordon_rate = len(to_cordon) / cordon_span if cordon_span > 0 else 0.0
     unmeasured = []  # succeeded, but this benchmark missed its reboot or its own clearing write
     for node in faulty if not args.karpenter else []:
         r = done.get(node)
@@ -697,6 +704,10 @@ def main() -> int:
         print(f" total with the host's lag, as before 2026-12-01: p50 {pct(total_with_host, 0.5):.3f} s, "
               f"p99 {pct(total_with_host, 0.99):.3f} s)")
     if not args.karpenter:
+        if to_cordon:
+            print(f"fault written -> node cordoned: p50 {pct(to_cordon, 0.5):.3f} s, p99 {pct(to_cordon, 0.99):.3f} s; "
+                  f"{len(to_cordon)} faulty nodes cordoned {cordon_span:.2f} s after the first fault was raised "
+                  f"({cordon_rate:.1f} nodes a second)")
         if unmeasured:
             print(f"left out of the phases, succeeded without a reboot seen or the stand-in's write done: "
                   f"{len(unmeasured)} {unmeasured[:10]} (write errors: {len(stand_in_failed)})")
@@ -761,7 +772,9 @@ def main() -> int:
                   "host_lag_excluded": {"p50": pct(host_lag, 0.5), "p99": pct(host_lag, 0.99),
                                         "min": min(host_lag or [0.0])},
                   "total_with_host_lag": {"p50": pct(total_with_host, 0.5), "p99": pct(total_with_host, 0.99)},
-                  "unmeasured": unmeasured, "stand_in_failed": stand_in_failed}
+                  "unmeasured": unmeasured, "stand_in_failed": stand_in_failed,
+                  "to_cordon": {"p50": pct(to_cordon, 0.5), "p99": pct(to_cordon, 0.99), "nodes": len(to_cordon),
+                                "span_s": cordon_span, "nodes_per_s": cordon_rate}}
     result |= {"workers": args.workers, "shards": args.shards, "pools": args.pools,
               "controller_cpu_s_by_shard": cpus_used, "controller_idle_cpu_per_s_by_shard": ctl_idles,
               "peak_rss_mib_by_shard": [k / 1024 for k in hwms_kb],
