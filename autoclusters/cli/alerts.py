@@ -11,7 +11,7 @@ from typing import Any
 
 from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
-from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, spoken_duration
+from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, spoken_duration, valid_approval_wait
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX
 
 
@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
                         "series of that namespace (the PodMonitors label them so); the PrometheusRule is created "
                         f"there (default {DEFAULT_NAMESPACE}). Without it the rule file's alert asks for any "
                         "controller's")
-    p.add_argument("--approval-wait-seconds", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--approval-wait-seconds", type=_approval_wait, default=APPROVAL_WAIT_ALERT_SECONDS,
+                   metavar="SECONDS",
                    help="how long a repair of a propose pool waits for its approval before "
                         f"AutoclustersRepairAwaitingApproval fires (default {APPROVAL_WAIT_ALERT_SECONDS}: "
                         f"{spoken_duration(APPROVAL_WAIT_ALERT_SECONDS)}; the stack setting "
@@ -41,8 +42,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_alerts)
 
 
-def _positive(text: str) -> int:
-    if not text.strip().isdigit() or int(text) <= 0:
+def _approval_wait(text: str) -> int:
+    if not text.strip().isdigit() or not valid_approval_wait(int(text)):
         raise argparse.ArgumentTypeError(f"expected a positive whole number of seconds, got {text!r}")
     return int(text)
 
@@ -56,7 +57,6 @@ def _alerts(args: argparse.Namespace) -> int:
     from autoclusters.deploy.monitoring import prometheus_rule
 
     names = names_from_args(args)
-    wait = args.approval_wait_seconds or APPROVAL_WAIT_ALERT_SECONDS
     labels: dict[str, str] = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -66,7 +66,8 @@ def _alerts(args: argparse.Namespace) -> int:
     if not args.prometheus_rule:
         if labels:
             raise CliError("--label is for the PrometheusRule (--prometheus-rule)", EXIT_USAGE)
-        sys.stdout.write(yaml.safe_dump(rules(names, args.namespace, wait), sort_keys=False, width=120))
+        sys.stdout.write(yaml.safe_dump(rules(names, args.namespace, args.approval_wait_seconds),
+                                        sort_keys=False, width=120))
         return 0
-    print_json(prometheus_rule(args.namespace or DEFAULT_NAMESPACE, labels, names, wait))
+    print_json(prometheus_rule(args.namespace or DEFAULT_NAMESPACE, labels, names, args.approval_wait_seconds))
     return 0
