@@ -9,6 +9,7 @@ each source can be tested with recorded inputs and no cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 from autoclusters.faults.catalog import FaultClass, Severity
@@ -56,3 +57,24 @@ class Poll:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+class SourceStatus(StrEnum):
+    """Whether the agent reads a source: every source of a node is in one of these, and says which."""
+
+    ON = "on"  # read at every poll of its interval
+    OFF = "off"  # turned off by configuration (a flag or stack setting said so)
+    UNAVAILABLE = "unavailable"  # wanted, but what it needs is not on this node (``SourceState.reason`` says what)
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source's state and, unless it is on, why (``"no libnvidia-ml.so.1 in /run/nvidia/driver/..."``).
+
+    ``expected``: the node's hardware implies the source (NVML on a node whose driver lists
+    GPUs), so ``UNAVAILABLE`` is a blind spot to warn about, not a legitimate absence.
+    """
+
+    status: SourceStatus
+    reason: str = ""
+    expected: bool = False
