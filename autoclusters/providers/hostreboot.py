@@ -7,10 +7,14 @@ anywhere): one Job per operation, in the controller's namespace, pinned to the n
   the node does not keep it off; ``tolerations: [{operator: Exists}]`` lets it past every
   taint (the maintenance taint, ``node.kubernetes.io/unschedulable``, the NoExecute taints a
   NotReady node gets, and whatever taints the GPU node already carries).
-- ``hostPID: true`` + ``privileged: true``: the container joins the host's PID namespace and
-  may ``setns`` into PID 1's namespaces; ``nsenter --target 1 --mount --uts --ipc --net --pid
-  -- sh -c 'systemctl reboot || reboot'`` then asks the host's init for a clean reboot (systemd
-  stops the kubelet and the services in order), or runs ``reboot`` where there is no systemd.
+- ``hostPID: true`` + ``privileged: true`` + ``runAsUser: 0``: the container joins the host's PID
+  namespace and may ``setns`` into PID 1's namespaces. Root is needed as well as ``privileged``:
+  the image's own user is 65532, and a non-root process loses every capability at exec
+  (Kubernetes sets no ambient capabilities), so a privileged container running as 65532 has
+  CapEff 0 and ``nsenter`` fails with "Operation not permitted" (``REBOOT_SECURITY_CONTEXT``).
+  ``nsenter --target 1 --mount --uts --ipc --net --pid -- sh -c 'systemctl reboot || reboot'``
+  then asks the host's init for a clean reboot (systemd stops the kubelet and the services in
+  order), or runs ``reboot`` where there is no systemd.
   The command returns as soon as the reboot is queued, so the Job completes before the host
   goes down.
 - ``backoffLimit: 0``: a reboot is never retried by the Job controller (a second reboot would
@@ -41,6 +45,10 @@ from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, re
 COMPONENT = "autoclusters-host-reboot"
 REBOOT_COMMAND = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
                   "sh", "-c", "systemctl reboot || reboot")
+# privileged (setns into PID 1's namespaces needs CAP_SYS_ADMIN, the reboot CAP_SYS_BOOT) and uid 0:
+# under the image's USER 65532 a privileged container keeps no effective capability (issue 23).
+REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
+                                           "runAsNonRoot": False}
 FAILED_JOB_TTL_SECONDS = 86400  # a failed Job stays a day for its log; a succeeded one is deleted at once
 
 
@@ -77,7 +85,7 @@ def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: fl
                         "name": "reboot",
                         "image": image,
                         "command": list(REBOOT_COMMAND),
-                        "securityContext": {"privileged": True},
+                        "securityContext": dict(REBOOT_SECURITY_CONTEXT),
                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                                       "limits": {"memory": "64Mi"}},
                     }],

@@ -5,6 +5,7 @@ registry's checks of what only the controller can judge."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any, Self
 
 import pytest
@@ -25,6 +26,7 @@ from tests.unit.controller.harness import KwokReboots
 from tests.unit.fakeapi import FakeApi
 
 NAMES = Names()
+REPO = Path(__file__).resolve().parents[3]
 
 
 class FakeKube:
@@ -82,6 +84,19 @@ def env() -> tuple[FakeClock, FakeKube, HostRebootProvider, Operation]:
     return clock, kube, provider, op
 
 
+def test_reboot_job_runs_as_root_whatever_user_the_image_names() -> None:
+    """The image runs as 65532 (Containerfile USER); a privileged container under that user has no
+    effective capability, so nsenter into PID 1 fails. The Job must name uid 0 itself."""
+    image_user = next(line.split()[1] for line in (REPO / "Containerfile").read_text().splitlines()
+                      if line.startswith("USER "))
+    assert image_user.split(":")[0] != "0"  # what makes the override necessary
+    op = Operation("rec-1", RepairAction.RESET, FakeClock().now())
+    pod = reboot_job(op, "gpu-7", "ns", "img:1", 600, NAMES)["spec"]["template"]["spec"]
+    ctx = pod["containers"][0]["securityContext"]
+    assert ctx["runAsUser"] == 0 and ctx["runAsNonRoot"] is False and ctx["privileged"] is True
+    assert "securityContext" not in pod or pod["securityContext"].get("runAsNonRoot") is not True
+
+
 def _job_path(op: Operation) -> str:
     return f"/apis/batch/v1/namespaces/autoclusters-system/jobs/{job_name(op)}"
 
@@ -94,7 +109,8 @@ def test_reboot_job_is_pinned_privileged_and_never_retried() -> None:
     assert pod["nodeName"] == "gpu-7" and pod["hostPID"] is True and pod["restartPolicy"] == "Never"
     assert pod["tolerations"] == [{"operator": "Exists"}]  # the maintenance taint, the cordon, NotReady
     container = pod["containers"][0]
-    assert container["securityContext"] == {"privileged": True} and container["image"] == "img:1"
+    assert container["image"] == "img:1"
+    assert container["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
     assert container["command"] == list(REBOOT_COMMAND) and container["command"][:3] == ["nsenter", "--target", "1"]
     assert job["metadata"]["annotations"]["remediation.autoclusters.io/operation"] == "rec-1"
     assert job_name(op) == reboot_job(op, "other", "ns", "x", 1, NAMES)["metadata"]["name"]  # from the op id
