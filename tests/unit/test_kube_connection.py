@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -327,11 +328,37 @@ def read(reader: _SocketReader) -> bytes:
     return bytes(buf[:reader.readinto(buf)])
 
 
+class _EnteredRecv:
+    """The reader's socket, telling when a read has reached the blocking ``recv_into``: a writer
+    that waits for it knows the reader is waiting (a timer alone races a descheduled reader)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.entered = threading.Event()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def recv_into(self, buffer: Any) -> int:
+        self.entered.set()
+        return self._sock.recv_into(buffer)
+
+
 def test_a_burst_is_read_together_after_one_sleep_and_a_lone_event_at_once() -> None:
     with reader_pair(0.05) as (reader, theirs, slept):
         # nothing waited yet: a read that finds nothing waits for the next event without a sleep
-        threading.Timer(0.05, theirs.sendall, (b"e1",)).start()
+        sock = reader._sock
+        watched = _EnteredRecv(sock)
+        reader._sock = watched  # type: ignore[assignment]
+
+        def send_once_waiting() -> None:
+            assert watched.entered.wait(5)
+            time.sleep(0.05)
+            theirs.sendall(b"e1")
+
+        threading.Thread(target=send_once_waiting, daemon=True).start()
         assert read(reader) == b"e1" and slept == []
+        reader._sock = sock
         assert reader._last_wait >= 0.04  # a long wait: not a burst
         # what is there already is read at once
         theirs.sendall(b"e2")
