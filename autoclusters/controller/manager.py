@@ -32,6 +32,7 @@ from autoclusters.kube.leader import LeaderElector
 from autoclusters.kube.request_counter import LEADER_ELECTION
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
+from autoclusters.repeats import RepeatedErrors
 
 log = logging.getLogger(__name__)
 # Threads writing events beside the reconciles (one object's events always on the same one).
@@ -43,7 +44,10 @@ def expired(records: list[dict[str, Any]], now: datetime, retention_days: float)
     cutoff = now - timedelta(days=retention_days)
     out = []
     for r in records:
-        s = rec.state_of(r)
+        try:
+            s = rec.state_of(r)
+        except rec.UnreadableRecord:
+            continue  # left as it is (reported by the node's reconcile and a metric), never collected
         if s is not None and not rec.is_active(r) and s.completed is not None and s.completed < cutoff:
             out.append(r["metadata"]["name"])
     return out
@@ -188,8 +192,17 @@ class Controller:
                 self.queue.add(POOL_KEY + pool)
 
     def _gc_loop(self) -> None:
+        bugs = RepeatedErrors()
         while not self.stop_event.is_set():
-            self.collect_garbage()
+            try:
+                self.collect_garbage()
+            except Exception as e:  # a bug of ours: this round's alone, the collector goes on
+                if bugs.is_new("", e):
+                    log.exception("garbage collection failed; trying again in %gs", self.config.gc_interval_seconds)
+                else:
+                    log.warning("garbage collection failed again: %r", e)
+            else:
+                bugs.succeeded("")
             if self.stop_event.wait(self.config.gc_interval_seconds):
                 return
 

@@ -123,3 +123,9 @@ def escalated_after_failed_reset(why: str) -> str:
 
 def _why(why: str) -> str:
     return f" {sentence(why)}" if why.strip() else ""
+
+
+def record_unreadable(record: str, why: str) -> str:
+    return (f"The repair record {record} cannot be read by this controller ({sentence(why)[:-1]}), so this node's "
+            f"repairs are held and the record is left as it is. Fix it, or delete it to let the controller "
+            f"start over: kubectl delete remediation {record}")

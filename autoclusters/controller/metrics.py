@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from autoclusters.api import TERMINAL, FaultClass, Phase, RepairAction
 from autoclusters.clock import parse_iso
+from autoclusters.controller.remediation_record import UnreadableRecord, state_of
 from autoclusters.controller.statemachine import Outcome
 from autoclusters.kube import informer_metrics
 
@@ -127,8 +128,27 @@ class OpenRepairs:
         oldest = GaugeMetricFamily("autoclusters_repairs_open_oldest_seconds",
                                    "Seconds since the oldest open repair of the pool entered the phase",
                                    labels=["pool", "phase"])
-        for (pool, phase), (count, age) in sorted(open_repairs(self.records(), self.now()).items()):
+        unreadable = GaugeMetricFamily("autoclusters_remediation_records_unreadable",
+                                       "Remediation records this controller cannot read (left as they are; "
+                                       "their nodes' repairs are held)", labels=["pool"])
+        records = list(self.records())
+        for (pool, phase), (count, age) in sorted(open_repairs(records, self.now()).items()):
             counts.add_metric([pool, phase], count)
             oldest.add_metric([pool, phase], age)
+        for pool, count in sorted(unreadable_records(records).items()):
+            unreadable.add_metric([pool], count)
         yield counts
         yield oldest
+        yield unreadable
+
+
+def unreadable_records(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """pool -> how many of its records cannot be read (``remediation_record.UnreadableRecord``)."""
+    out: dict[str, int] = {}
+    for record in records:
+        try:
+            state_of(record)
+        except UnreadableRecord:
+            pool = str((record.get("spec") or {}).get("pool", "")) if isinstance(record.get("spec"), dict) else ""
+            out[pool] = out.get(pool, 0) + 1
+    return out

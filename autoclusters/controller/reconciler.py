@@ -33,6 +33,7 @@ from autoclusters.api import IN_PROGRESS, TERMINAL, Phase, RepairAction
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
+from autoclusters.controller import messages as words
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, PRE_START, Fleet
@@ -63,7 +64,7 @@ from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.memo import ObjectMemo
-from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN
+from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN, EVENT_RECORD_UNREADABLE
 from autoclusters.providers import Provider, ProviderError, build_provider
 from autoclusters.providers.base import NodeCache
 from autoclusters.providers.registry import BuildContext
@@ -154,6 +155,8 @@ class Reconciler:
         self._refusals: dict[str, PoolRefusals] = {}
         self._member_changes = fleet.track_members()
         self._plock = threading.Lock()
+        # record name -> the resourceVersion whose unreadability was reported (one event per version)
+        self._unreadable: dict[str, str] = {}
         self._claims = ReplacementClaims(kube, self._names)  # new nodes no provider named (_replacement_ready)
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
@@ -226,7 +229,11 @@ class Reconciler:
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
-        facts = self._facts(name)
+        try:
+            facts = self._facts(name)
+        except rec.UnreadableRecord as e:
+            self._hold_unreadable(name, e)
+            return None  # looked at again when the record (or the node) changes
         if facts is None:
             return None
         if facts.active is None and facts.node is not None and self._fleet.fault_of(facts.node)[0] is None:
@@ -258,9 +265,26 @@ class Reconciler:
             if reserved and new is not None:
                 self._fleet.unreserve(pool.name, new.name)
 
+    def _hold_unreadable(self, name: str, error: rec.UnreadableRecord) -> None:
+        """The node's open record cannot be read: nothing is decided for the node (a new repair
+        beside an unread one could double it), the record is left as it is, and the node gets one
+        Warning event per version of the record (the metric counts such records at each scrape)."""
+        active = next((r for r in self._fleet.records_of(name) if rec.is_active(r)), None)
+        meta = (active or {}).get("metadata") or {}
+        record, version = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+        if self._unreadable.get(record) == version:
+            return
+        if len(self._unreadable) >= _PER_POOL_OBJECT_MAX:
+            self._unreadable.clear()  # records fixed or deleted since: start over rather than grow
+        self._unreadable[record] = version
+        log.warning("node %s: %s; its repairs are held", name, error)
+        self._recorder.emit(ObjectRef("Node", name), EVENT_RECORD_UNREADABLE,
+                            words.record_unreadable(record, str(error)), warning=True)
+
     def _facts(self, name: str, pool: Pool | None = None) -> Facts | None:
         """The node, its records, the active one and its state, the pool: from the cache. None
-        when neither the node nor an active record exists."""
+        when neither the node nor an active record exists. Raises ``UnreadableRecord`` when the
+        active record cannot be read."""
         node = self._fleet.node(name)
         records = self._fleet.records_of(name)
         active = next((r for r in records if rec.is_active(r)), None)
@@ -416,7 +440,10 @@ class Reconciler:
         for r in records:
             if active is not None and r["metadata"]["name"] == active["metadata"]["name"]:
                 continue
-            s = rec.state_of(r)
+            try:
+                s = rec.state_of(r)
+            except rec.UnreadableRecord:
+                continue  # an old record nobody can read counts for nothing
             if s is None:
                 continue
             if s.attempts > 0 and s.created and s.created >= now - timedelta(seconds=window):
@@ -490,7 +517,10 @@ class Reconciler:
             # only the warning's annotations or a late acknowledgement: removed, the cordon untouched
             self._act.run((ClearWarning(),), name, node, None, None)
             return
-        last = rec.state_of(records[-1]) if records else None
+        try:
+            last = rec.state_of(records[-1]) if records else None
+        except rec.UnreadableRecord:
+            last = None  # then the cordon is left as it is
         uncordon = bool(last and last.started and not last.node_was_cordoned)
         self._act.run((Unmark(uncordon=uncordon),), name, node, None, None)
 

@@ -108,30 +108,67 @@ def _time(value: Any, field: str) -> datetime:
     return t
 
 
-_PARSED: ObjectMemo[RepairState | None] = ObjectMemo(1024)  # a record -> its state
+class UnreadableRecord(ValueError):
+    """A record this controller cannot read (hand-edited, damaged, or written by a newer
+    version): the message names the record and the field. Such a record is reported and left
+    as it is; it never stops the garbage collector or another node's reconcile."""
+
+
+_PARSED: ObjectMemo[RepairState | UnreadableRecord | None] = ObjectMemo(1024)  # a record -> its state
 
 
 def state_of(obj: JSON) -> RepairState | None:
-    """The state a record holds; None for a record created but not yet given a phase.
+    """The state a record holds; None for a record created but not yet given a phase. Raises
+    ``UnreadableRecord`` for one that cannot be read.
 
     Records in the controller's store are replaced, never changed in place, and a reconcile
-    reads the same ones again and again: the state parsed from a record object is kept."""
-    return _PARSED.get(obj, lambda: _parse(obj))
+    reads the same ones again and again: the state parsed from a record object is kept (and so
+    is the reason it could not be parsed)."""
+    got = _PARSED.get(obj, lambda: _parse_or_problem(obj))
+    if isinstance(got, UnreadableRecord):
+        raise UnreadableRecord(str(got))  # a new exception each time: a kept one would grow its traceback
+    return got
+
+
+def _parse_or_problem(obj: JSON) -> RepairState | UnreadableRecord | None:
+    name = ((obj.get("metadata") or {}) if isinstance(obj, dict) else {}).get("name", "?")
+    try:
+        return _parse(obj)
+    except UnreadableRecord as e:
+        return UnreadableRecord(f"Remediation {name}: {e}")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return UnreadableRecord(f"Remediation {name}: {type(e).__name__}: {e}")
+
+
+def _operation(op: Any) -> Operation | None:
+    if not op:
+        return None
+    if not isinstance(op, dict):
+        raise UnreadableRecord("status.operation is not an object")
+    if not isinstance(op.get("id"), str) or not op["id"]:
+        raise UnreadableRecord("status.operation has no id")
+    if op.get("action") not in _ACTIONS:
+        raise UnreadableRecord(f"status.operation.action {op.get('action')!r} is not one of {', '.join(_ACTIONS)}")
+    return Operation(id=op["id"], action=RepairAction(op["action"]),
+                     started=_time(op.get("started"), "operation.started"),
+                     boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
+
+
+_ACTIONS = tuple(a.value for a in RepairAction)
 
 
 def _parse(obj: JSON) -> RepairState | None:
     status = obj.get("status") or {}
     phase = phase_of(obj)
     if phase is None:
+        value = status.get("phase")
+        if value:  # a phase this controller does not know: a newer version's record, or a damaged one
+            raise UnreadableRecord(f"status.phase {value!r} is not a phase this controller knows "
+                                   f"({', '.join(_PHASES)})")
         return None
     spec = obj.get("spec") or {}
     f = spec.get("fault") or {}
-    op = status.get("operation")
-    operation = None
-    if op:
-        operation = Operation(id=op["id"], action=RepairAction(op["action"]),
-                              started=_time(op["started"], "operation.started"),
-                              boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
+    operation = _operation(status.get("operation"))
     return RepairState(
         name=obj["metadata"]["name"], node=spec.get("node", ""), pool=spec.get("pool", ""),
         consent_mode=ConsentMode(spec.get("consentMode", api.DEFAULT_CONSENT_MODE)),
