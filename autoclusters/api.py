@@ -193,6 +193,10 @@ RETENTION_DAYS = 90.0  # closed Remediation records are kept
 # takes unless the pool's provider.simulated settings say otherwise.
 SIM_RESET_SECONDS = 30.0
 SIM_REPLACE_SECONDS = 30.0
+# The host-reboot provider's command, run inside the host's namespaces (shell words; the
+# operator's setting --host-reboot-command / stack hostRebootCommand): systemd hosts with a
+# shell (Ubuntu, COS, Flatcar, RHEL), and plain reboot where there is no systemd.
+HOST_REBOOT_COMMAND = "sh -c 'systemctl reboot || reboot'"
 
 
 # --- derived forms -------------------------------------------------------------------------

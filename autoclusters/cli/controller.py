@@ -43,6 +43,8 @@ _FLAGS: dict[str, str] = {
                            "overrides)",
     "provider_image": "image of provider Jobs (host reboot) when the pool names none; the deployment passes the "
                       "controller's own image",
+    "host_reboot_command": "what the host-reboot Job runs inside the host's namespaces, as shell words (the "
+                           "default needs sh and systemctl or reboot; Bottlerocket: 'apiclient reboot')",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
     "catalog_path": "an operator's fault catalog instead of the shipped one",
     "event_source": "the events' source (source.component, reportingComponent)",
@@ -79,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from autoclusters.controller import shards
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
+    from autoclusters.deploy.providers import host_reboot_argv
     from autoclusters.kube import load_kube
     from autoclusters.names import Names, event_source_error
 
@@ -86,6 +89,10 @@ def _run(args: argparse.Namespace) -> int:
     why = event_source_error(config.event_source)
     if why:
         raise CliError(why, 2)
+    try:
+        host_reboot_argv(config.host_reboot_command)
+    except ValueError as e:
+        raise CliError(f"--host-reboot-command: {e}", 2) from None
     try:
         shards.check(config.shards, config.shard)
     except shards.ShardConfigError as e:

@@ -44,6 +44,9 @@ class ControllerConfig:
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     provider_image: str = ""  # image of provider Jobs (host reboot) when the pool names none: the controller's own
+    # what the host-reboot Job runs inside the host's namespaces (shell words): an operator's
+    # choice, never a pool author's (docs/operations.md, "hostReboot on every node OS")
+    host_reboot_command: str = api.HOST_REBOOT_COMMAND
     notifier_url: str = ""
     catalog_path: str = ""
     # source.component / reportingComponent of every event; "nodepool-service" matches the

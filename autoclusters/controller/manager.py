@@ -25,6 +25,7 @@ from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotif
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
+from autoclusters.deploy.providers import host_reboot_argv
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
@@ -88,7 +89,8 @@ class Controller:
         self.reconciler = Reconciler(kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
-                                              image=c.provider_image))
+                                              image=c.provider_image,
+                                              host_reboot_command=host_reboot_argv(c.host_reboot_command)))
         election = kube.for_component(LEADER_ELECTION)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,

@@ -131,6 +131,7 @@ class Settings:
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
+    host_reboot_command: tuple[str, ...] = ()  # what the host-reboot Job runs in the host; (): the default
 
 
 class Reconciler:
@@ -161,6 +162,7 @@ class Reconciler:
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
                                            namespace=settings.namespace, image=settings.image,
+                                           host_reboot_command=settings.host_reboot_command,
                                            nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted,
                                                            fleet.node_informer.items))
 

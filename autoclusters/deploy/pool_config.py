@@ -24,6 +24,7 @@ from autoclusters.deploy.providers import (
     NO_PROVIDER,
     ProviderChoice,
     ProviderSettingsError,
+    host_reboot_argv,
     parse_provider_choice,
 )
 from autoclusters.deploy.workloads import CONTROLLER
@@ -403,6 +404,8 @@ class StackConfig:
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
     # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
     monitoring: Monitoring = field(default_factory=Monitoring)
+    # what the host-reboot Job runs in the host (controller --host-reboot-command): the operator's, not a pool's
+    host_reboot_command: str = api.HOST_REBOOT_COMMAND
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -415,6 +418,10 @@ class StackConfig:
                 raise PoolConfigError(f"{key} {image!r} must be a container image reference")
         if not isinstance(self.local, bool):
             raise PoolConfigError(f"local must be true or false, got {self.local!r}")
+        try:
+            host_reboot_argv(self.host_reboot_command)
+        except ValueError as e:
+            raise PoolConfigError(f"hostRebootCommand: {e}") from None
         if self.webhook_url is not None and not str(self.webhook_url).startswith("https://"):
             raise PoolConfigError(f"webhookUrl {self.webhook_url!r} must be an https:// URL")
         seen: set[str] = set()
@@ -453,7 +460,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
 }
 
 
@@ -477,6 +484,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
+        host_reboot_command=raw.get("hostRebootCommand", defaults.host_reboot_command),
     )
 
 

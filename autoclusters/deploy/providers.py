@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -341,3 +342,18 @@ def rego_module() -> str:
 
 if __name__ == "__main__":
     print(rego_module(), end="")
+
+
+def host_reboot_argv(text: str) -> tuple[str, ...]:
+    """The host reboot command (``api.HOST_REBOOT_COMMAND``'s form: shell words) as argv; raises
+    ValueError naming what is wrong. It runs inside the host's namespaces, so its program must
+    exist on the node's OS (docs/operations.md, "hostReboot on every node OS")."""
+    if not isinstance(text, str):  # shlex.split(None) would read standard input
+        raise ValueError(f"the host reboot command must be a string of shell words, got {text!r}")
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as e:
+        raise ValueError(f"the host reboot command {text!r} is not valid shell words: {e}") from None
+    if not argv:
+        raise ValueError("the host reboot command is empty")
+    return argv

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from autoclusters import api
 from autoclusters.deploy import (
     CONTROLLER_SERVICE_ACCOUNT,
     DETECTOR_SERVICE_ACCOUNT,
@@ -183,7 +184,8 @@ def _controller_selector(shards: int, shard: int) -> dict[str, Any]:
 
 
 def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
-                          event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0) -> dict[str, Any]:
+                          event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0,
+                          host_reboot_command: str = api.HOST_REBOOT_COMMAND) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
     the other takes over when the leader is lost. ``event_source`` is what its events carry
     as ``source.component`` / ``reportingComponent``. With ``shards`` > 1, the Deployment of
@@ -192,6 +194,8 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
     name = controller_name(shards, shard)
     selector = _controller_selector(shards, shard)
     sharding = ["--shards", str(shards), "--shard", str(shard)] if shards > 1 else []
+    reboot = ([] if host_reboot_command == api.HOST_REBOOT_COMMAND
+              else ["--host-reboot-command", host_reboot_command])
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -213,7 +217,7 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                         "image": image,
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
                                  "--metrics-port", str(CONTROLLER_METRICS_PORT), "--provider-image", image,
-                                 *sharding],
+                                 *sharding, *reboot],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
                                 {"name": EVENT_SOURCE_ENV, "value": event_source}],

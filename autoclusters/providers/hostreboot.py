@@ -34,17 +34,24 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
-from autoclusters.api import RepairAction
+from autoclusters.api import HOST_REBOOT_COMMAND, RepairAction
 from autoclusters.clock import Clock, parse_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
-from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.deploy.providers import host_reboot_argv
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
 
 COMPONENT = "autoclusters-host-reboot"
-REBOOT_COMMAND = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
-                  "sh", "-c", "systemctl reboot || reboot")
+# The Job enters PID 1's namespaces, then runs the operator's host command there
+# (api.HOST_REBOOT_COMMAND unless --host-reboot-command says otherwise).
+NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
+DEFAULT_HOST_COMMAND = host_reboot_argv(HOST_REBOOT_COMMAND)
+REBOOT_COMMAND = (*NSENTER, *DEFAULT_HOST_COMMAND)
+# nsenter's exit statuses when it cannot run the command in the host (util-linux: EX_EXEC_ENOENT,
+# EX_EXEC_FAILED), the shell's the same for a program it cannot find or run
+_NOT_FOUND, _NOT_EXECUTABLE = 127, 126
 # privileged (setns into PID 1's namespaces needs CAP_SYS_ADMIN, the reboot CAP_SYS_BOOT) and uid 0:
 # under the image's USER 65532 a privileged container keeps no effective capability (issue 23).
 REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
@@ -60,7 +67,8 @@ def job_name(op: Operation) -> str:
     return f"host-reboot-{hashlib.sha256(op.id.encode()).hexdigest()[:16]}"
 
 
-def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names) -> dict[str, Any]:
+def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names,
+               host_command: tuple[str, ...] = DEFAULT_HOST_COMMAND) -> dict[str, Any]:
     """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
     labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
     annotations = {names.operation_annotation: op.id, names.operation_node_annotation: node}
@@ -84,7 +92,10 @@ def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: fl
                     "containers": [{
                         "name": "reboot",
                         "image": image,
-                        "command": list(REBOOT_COMMAND),
+                        "command": [*NSENTER, *host_command],
+                        # nsenter's own words ("failed to execute sh: No such file or directory")
+                        # become the container's termination message, which the failure names
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
                         "securityContext": dict(REBOOT_SECURITY_CONTEXT),
                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                                       "limits": {"memory": "64Mi"}},
@@ -106,7 +117,8 @@ class HostRebootProvider:
     name = "hostReboot"
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
-                 timeout: float = 600, nodes: NodeCache | None = None) -> None:
+                 timeout: float = 600, nodes: NodeCache | None = None,
+                 host_command: tuple[str, ...] = DEFAULT_HOST_COMMAND) -> None:
         if not image:
             raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "
                                 "image (start it with --provider-image)")
@@ -116,6 +128,7 @@ class HostRebootProvider:
         self.namespace = namespace
         self.image = image
         self.timeout = timeout
+        self.host_command = host_command
         self._nodes = nodes  # the controller's cache: the node is read there, not from the API
         # Operations whose last look (progress) found their Job running: each poll looks and then
         # drives, and the drive need not read the Job again. Every look starts by forgetting it,
@@ -154,7 +167,7 @@ class HostRebootProvider:
             return  # the host already rebooted for this operation; its Job was cleaned up
         with contextlib.suppress(Conflict):
             self._kube.create(self._path(), reboot_job(op, node, self.namespace, self.image, self.timeout,
-                                                       self._names))
+                                                       self._names, self.host_command))
 
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
         if op.action != RepairAction.RESET:
@@ -171,11 +184,7 @@ class HostRebootProvider:
             return ProviderView(ProviderState.NOT_STARTED)
         failed = _job_condition(job, "Failed")
         if failed is not None:
-            return ProviderView(ProviderState.FAILED, (
-                f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
-                f"{failed.get('message', '').rstrip('.')}); see `kubectl -n {self.namespace} logs job/{job_name(op)}` "
-                f"and `kubectl -n {self.namespace} describe job {job_name(op)}` (kept "
-                f"{FAILED_JOB_TTL_SECONDS // 3600}h)"))
+            return ProviderView(ProviderState.FAILED, self._failure(op, node, failed))
         started = parse_iso((job.get("metadata") or {}).get("creationTimestamp")) or op.started
         deadline = started + timedelta(seconds=self.timeout)
         now = self._clock.now()
@@ -190,3 +199,42 @@ class HostRebootProvider:
                 f"{node}`"))
         self._seen.add(op.id)
         return ProviderView(ProviderState.RUNNING, next_check=min(2.0, (deadline - now).total_seconds()))
+
+    def _failure(self, op: Operation, node: str, failed: dict[str, Any]) -> str:
+        """Why the reboot Job failed, in the words of its container where it ran: a host without
+        the command's program (Bottlerocket and Talos have no ``sh``) is told apart from the rest."""
+        where = (f"see `kubectl -n {self.namespace} logs job/{job_name(op)}` and `kubectl -n {self.namespace} "
+                 f"describe job {job_name(op)}` (kept {FAILED_JOB_TTL_SECONDS // 3600}h)")
+        ended = self._container_end(op)
+        said = f": {_one_line(ended.get('message', ''))}" if ended.get("message") else ""
+        code = ended.get("exitCode")
+        if code in (_NOT_FOUND, _NOT_EXECUTABLE):
+            problem = "is not on" if code == _NOT_FOUND else "cannot be run on"
+            return (f"the reboot {self._where(op)} could not run its command on node {node}: "
+                    f"{self.host_command[0]!r} {problem} the host (exit {code}{said}). Set the controller's host "
+                    f"reboot command to one this node's OS has (flag --host-reboot-command, stack setting "
+                    f"hostRebootCommand; Bottlerocket: 'apiclient reboot'; docs/operations.md, "
+                    f"\"hostReboot on every node OS\"); {where}")
+        if code is not None:
+            return (f"the reboot {self._where(op)} failed on node {node}: its command exited {code}{said}; {where}")
+        return (f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
+                f"{failed.get('message', '').rstrip('.')}); {where}")
+
+    def _container_end(self, op: Operation) -> dict[str, Any]:
+        """The terminated state of the Job's container (exit code, termination message), or {}
+        where its pod is gone or never ran (one LIST, made only once the Job has failed)."""
+        try:
+            pods = self._kube.list_items(f"/api/v1/namespaces/{self.namespace}/pods",
+                                         label_selector=f"batch.kubernetes.io/job-name={job_name(op)}")
+        except KubeError:
+            return {}
+        for pod in pods:
+            for c in (pod.get("status") or {}).get("containerStatuses") or []:
+                ended = (c.get("state") or {}).get("terminated")
+                if c.get("name") == "reboot" and isinstance(ended, dict):
+                    return ended
+        return {}
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(str(text).split())[:limit].rstrip(".")

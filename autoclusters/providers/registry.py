@@ -35,6 +35,7 @@ class BuildContext:
     namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
+    host_reboot_command: tuple[str, ...] = ()  # the operator's host reboot command; (): api.HOST_REBOOT_COMMAND
 
 
 Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
@@ -58,11 +59,11 @@ def _clusterapi(s: Mapping[str, Any], c: BuildContext) -> Provider:
 
 
 def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
-    from autoclusters.providers.hostreboot import HostRebootProvider
+    from autoclusters.providers.hostreboot import DEFAULT_HOST_COMMAND, HostRebootProvider
 
     return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
                               image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]),
-                              nodes=c.nodes)
+                              nodes=c.nodes, host_command=c.host_reboot_command or DEFAULT_HOST_COMMAND)
 
 
 def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:

@@ -22,7 +22,9 @@ def _rows(doc: str, marker: str) -> list[list[str]]:
     """The cells of each row of the table after ``<!-- marker``."""
     body = (DOCS / doc).read_text().split(f"<!-- {marker}", 1)[1].splitlines()[1:]
     rows = list(itertools.takewhile(lambda line: line.startswith("|"), body))[2:]  # after header, separator
-    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    # a cell may hold an escaped pipe (``\|``), as GitHub's Markdown writes one inside a table
+    return [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip().removeprefix("|")
+                                                               .removesuffix("|"))] for row in rows]
 
 
 def _number(text: str) -> float:

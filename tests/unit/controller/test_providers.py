@@ -156,19 +156,6 @@ def test_new_boot_id_and_ready_succeeds_and_deletes_the_job(env) -> None:
     assert kube.creates == 1
 
 
-def test_a_failed_job_fails_the_reset_and_says_where_to_look(env) -> None:
-    _clock, kube, provider, op = env
-    provider.drive(op, "n1", "p")
-    kube.objects[_job_path(op)]["status"] = {"conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the "
-         "specified backoff limit"}]}
-    view = provider.progress(op, "n1", "p", lambda n: kube.objects.get(f"/api/v1/nodes/{n}"))
-    assert view.state == ProviderState.FAILED
-    assert f"autoclusters-system/{job_name(op)}" in view.message and "BackoffLimitExceeded" in view.message
-    assert f"kubectl -n autoclusters-system logs job/{job_name(op)}" in view.message
-    assert _job_path(op) in kube.objects  # kept for its log
-
-
 def test_timeout_fails_and_deletes_the_job(env) -> None:
     clock, kube, provider, op = env
     provider.drive(op, "n1", "p")
