@@ -215,10 +215,9 @@ class HostRebootProvider:
                     f"reboot command to one this node's OS has (flag --host-reboot-command, stack setting "
                     f"hostRebootCommand; Bottlerocket: 'apiclient reboot'; docs/operations.md, "
                     f"\"hostReboot on every node OS\"); {where}")
-        if code is not None:
-            return (f"the reboot {self._where(op)} failed on node {node}: its command exited {code}{said}; {where}")
-        return (f"the reboot {self._where(op)} failed on node {node} ({failed.get('reason', 'Failed')}: "
-                f"{failed.get('message', '').rstrip('.')}); {where}")
+        verdict = f"{failed.get('reason', 'Failed')}: {failed.get('message', '').rstrip('.')}"
+        ran = f"; its command exited {code}{said}" if code is not None else ""
+        return f"the reboot {self._where(op)} failed on node {node} ({verdict}){ran}; {where}"
 
     def _container_end(self, op: Operation) -> dict[str, Any]:
         """The terminated state of the Job's container (exit code, termination message), or {}

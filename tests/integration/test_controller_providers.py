@@ -176,6 +176,8 @@ def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replaceme
     assert failed["type"] == "Warning" and "VM reset failed" in failed["message"]
     assert f"{ctl.namespace}/host-reboot-" in failed["message"] and "kubectl -n" in failed["message"]
     assert "BackoffLimitExceeded" in failed["message"]
+    # the container's own words, read from the Job's pod (kwok's failing stage: exit 1)
+    assert "its command exited 1: simulated: the command failed" in failed["message"]
 
 
 def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ctl: Env) -> None:

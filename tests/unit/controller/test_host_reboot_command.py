@@ -129,6 +129,7 @@ def test_another_exit_status_is_named_with_the_commands_last_words(reboot: Any) 
                                                                        "'ns/mnt' failed: Operation not permitted"})
     view = _view(api_, provider, op)
     assert view.state == ProviderState.FAILED and "its command exited 1: nsenter: reassociate" in view.message
+    assert "(BackoffLimitExceeded: Job has reached the specified backoff limit)" in view.message
     assert "--host-reboot-command" not in view.message
 
 
