@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoclusters import names as n
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def test_fault_cleared_before_the_repair_starts(ctl: Env) -> None:
 
 def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
     pool, (node,) = ctl.pool("auto")
-    ctl.raise_fault(node, XID64_MESSAGE)
+    ctl.raise_fault(node, ROW_REMAP_FAILURE_MESSAGE)
     done = ctl.record_in(node, "Succeeded", timeout=40)
     new = done["status"]["replacementNode"]
     assert done["status"]["action"] == "replace" and new and new != node
