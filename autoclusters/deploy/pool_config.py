@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import ClassAction, ConsentMode, FaultClass
+from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
@@ -98,6 +98,7 @@ class PoolConfig:
     name: str
     consent_mode: ConsentMode = api.DEFAULT_CONSENT_MODE
     fault_classes: Mapping[str, ClassAction] = field(default_factory=dict)
+    repair_codes: Mapping[str, RepairAction] = field(default_factory=dict)  # "gpu:13" -> reset (explicit opt-in)
     max_concurrent_repairs: int = api.MAX_CONCURRENT_REPAIRS.default
     circuit_breaker: CircuitBreaker = CircuitBreaker()
     reset_deadline_seconds: int = api.RESET_DEADLINE_SECONDS.default
@@ -124,6 +125,13 @@ class PoolConfig:
                                       f"expected one of {', '.join(FaultClass)}")
             actions[cls] = _enum(ClassAction, action, f"{where}: faultClasses.{cls}")
         object.__setattr__(self, "fault_classes", actions)
+        codes: dict[str, RepairAction] = {}
+        for key, repair in dict(self.repair_codes).items():
+            if not isinstance(key, str) or not re.match(api.REPAIR_CODE_PATTERN, key):
+                raise PoolConfigError(f"{where}: repairCodes key {key!r} must be <class>:<code> with class one of "
+                                      f"{', '.join(FaultClass)} (e.g. gpu:13)")
+            codes[key] = _enum(RepairAction, repair, f"{where}: repairCodes.{key}")
+        object.__setattr__(self, "repair_codes", codes)
         cb = self.circuit_breaker
         for limit, value in ((api.MAX_CONCURRENT_REPAIRS, self.max_concurrent_repairs),
                              (api.BREAKER_OPEN_ABOVE_PERCENT, cb.open_above_percent),
@@ -264,10 +272,16 @@ def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, A
     return dict(data)
 
 
+def _mapping(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise PoolConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    return dict(data)
+
+
 def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
-    raw = _take(data, {"name", "consentMode", "faultClasses", "maxConcurrentRepairs", "circuitBreaker", "drain",
-                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
+    raw = _take(data, {"name", "consentMode", "faultClasses", "repairCodes", "maxConcurrentRepairs", "circuitBreaker",
+                       "drain", "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
                        "slurm"}, "pool")
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
@@ -291,6 +305,7 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         name=raw["name"],
         consent_mode=raw.get("consentMode", api.DEFAULT_CONSENT_MODE),
         fault_classes=_take(raw.get("faultClasses", {}), set(FaultClass), f"{where}: faultClasses"),
+        repair_codes=_mapping(raw.get("repairCodes", {}), f"{where}: repairCodes"),
         max_concurrent_repairs=_value(raw, api.MAX_CONCURRENT_REPAIRS),
         circuit_breaker=CircuitBreaker(_value(cb, api.BREAKER_OPEN_ABOVE_PERCENT),
                                        _value(cb, api.BREAKER_CLOSE_BELOW_PERCENT), _value(cb, api.BREAKER_MIN_NODES)),
@@ -354,6 +369,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "consentMode": pool.consent_mode.value,
         "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
+        "repairCodes": {key: action.value for key, action in sorted(pool.repair_codes.items())},
         "maxConcurrentRepairs": pool.max_concurrent_repairs,
         "circuitBreaker": {
             "openAbovePercent": pool.circuit_breaker.open_above_percent,
