@@ -36,6 +36,13 @@ def parse_recovery_action(text: str) -> DriverRecoveryAction | None:
     return found
 
 
+def recovery_line_text(action: DriverRecoveryAction, before: DriverRecoveryAction = DriverRecoveryAction.NONE) -> str:
+    """The text of an Xid 154 line as the Xid Catalog quotes it (fault injection writes it)."""
+    number = {a: n for n, a in _BY_NUMBER.items()}
+    return (f"GPU recovery action changed from 0x{number[before]:x} ({before.value}) "
+            f"to 0x{number[action]:x} ({action.value})")
+
+
 def recovery_name(action: DriverRecoveryAction | None) -> str | None:
     """The record's name for Xid 154 with ``action`` (the condition message carries it in its
     parentheses); None: keep the catalog's name."""

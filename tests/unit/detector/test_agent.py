@@ -296,3 +296,15 @@ def test_condition_codes_flag_is_checked() -> None:
         "gpu:13", "dcgm:DCGM_FR_THERMAL_VIOLATIONS"}
     with pytest.raises(CliError, match="expected CLASS:CODE"):
         _condition_codes("13")
+
+
+def test_an_injected_xid_154_asks_for_a_node_reboot_as_the_driver_words_it(tmp_path: Path) -> None:
+    kube, clock, hw, writer, _, agent = setup(tmp_path)
+    hw.inject({"kind": "xid", "code": 154, "gpu": 3}, CAT)
+    assert "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)" in hw.kmsg.read_text()
+    tick(agent, writer, clock, 1)
+    tick(agent, writer, clock, 60)
+    c = kube.condition("n1", GPU)
+    assert c["message"] == "GPU 3 reported Xid 154 (GPU recovery action: Node Reboot Required)."
+    ref = CAT.fault_from_condition(c, NAMES)
+    assert ref is not None and ref.action == "reset"
