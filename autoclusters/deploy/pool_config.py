@@ -419,6 +419,9 @@ class StackConfig:
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
     # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
     monitoring: Monitoring = field(default_factory=Monitoring)
+    # "<class>:<code>" keys whose warnings raise the fault condition (the detector's --condition-codes):
+    # the detector's half of a pool's spec.repairCodes opt-in for an application or software code
+    detector_condition_codes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -450,6 +453,12 @@ class StackConfig:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
         if not isinstance(self.monitoring, Monitoring):
             raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
+        codes = self.detector_condition_codes
+        if isinstance(codes, str) or not all(isinstance(c, str) and re.match(api.REPAIR_CODE_PATTERN, c)
+                                             for c in codes):
+            raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code> (e.g. gpu:13), "
+                                  f"got {codes!r}")
+        object.__setattr__(self, "detector_condition_codes", tuple(sorted(set(codes))))
 
     @property
     def slurm_bridge(self) -> bool:
@@ -469,7 +478,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "detectorConditionCodes": "object",
 }
 
 
@@ -493,7 +502,14 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
+        detector_condition_codes=_codes(raw.get("detectorConditionCodes", [])),
     )
+
+
+def _codes(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code>, got {value!r}")
+    return tuple(value)
 
 
 def _monitoring(data: Any) -> Monitoring:
