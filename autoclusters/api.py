@@ -135,7 +135,8 @@ class XidBucket(StrEnum):
 class DriverRecoveryAction(StrEnum):
     """The recovery action an Xid 154 line asks for ("GPU recovery action changed from 0x0 (None)
     to 0x2 (Node Reboot Required)"). The numbers are NVML's ``nvmlDeviceGpuRecoveryAction_t``
-    (NONE 0, GPU_RESET 1, NODE_REBOOT 2, DRAIN_P2P 3, DRAIN_AND_RESET 4); the words the Xid
+    (NONE 0, GPU_RESET 1, NODE_REBOOT 2, DRAIN_P2P 3, DRAIN_AND_RESET 4, and GPU_RESET_BUS 5 of
+    newer drivers, a GPU reset); the words the Xid
     Catalog lists for Xid 154's values are these members' values."""
 
     NONE = "None"

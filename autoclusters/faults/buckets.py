@@ -69,8 +69,8 @@ BUCKETS: dict[XidBucket, BucketRule] = {
         "decode intrInfo and errorStatus (the catalog's Xid 144-150 sheet, not decoded here): node reset"),
     XidBucket.XID_154: BucketRule(
         Severity.FATAL, CatalogAction.NONE, False,
-        "follow the recovery action the line names: none: no repair; GPU reset, drain and reset, "
-        "node reboot: node reset"),
+        "follow the recovery action the line names: none, drain P2P: no repair; GPU reset, drain and "
+        "reset, node reboot: node reset"),
     XidBucket.UNPUBLISHED: BucketRule(
         Severity.FATAL, CatalogAction.NONE, False,
         "NVIDIA lists the code without a bucket: the condition is raised; no repair"),

@@ -6,8 +6,11 @@ and Reset", "GPU Reset Required", "Node Reboot Required". Drivers word some valu
 differently ("0x2 (OS Reboot)", "0x1 (PF FLR)" are seen in the field), so the number after
 ``to`` decides, read as NVML's ``nvmlDeviceGpuRecoveryAction_t``; the words are a fallback.
 
-The action decides the repair: none -> no repair; GPU reset, drain and reset, drain P2P and
-node reboot -> the node reset (this product has no single-GPU reset yet).
+The action decides the repair: none -> no repair; GPU reset, drain and reset and node reboot
+-> the node reset (this product has no single-GPU reset yet). Drain P2P -> no repair: NVML's
+documentation of the value says to quiesce peer-to-peer traffic and query again, when the
+driver names one of the other actions (a later Xid 154). NVML's 5 (GPU_RESET_BUS, newer
+drivers) is a GPU reset.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from autoclusters.api import CatalogAction, DriverRecoveryAction
 
 XID_RECOVERY_ACTION = "154"
 _BY_NUMBER = {0: DriverRecoveryAction.NONE, 1: DriverRecoveryAction.GPU_RESET, 2: DriverRecoveryAction.NODE_REBOOT,
-              3: DriverRecoveryAction.DRAIN_P2P, 4: DriverRecoveryAction.DRAIN_AND_RESET}
+              3: DriverRecoveryAction.DRAIN_P2P, 4: DriverRecoveryAction.DRAIN_AND_RESET,
+              5: DriverRecoveryAction.GPU_RESET}
 _BY_WORDS = {a.value.lower(): a for a in DriverRecoveryAction}
 _TO = re.compile(r"\bto\s+0x([0-9a-fA-F]+)(?:\s*\(([^)]*)\))?")
 _NAME_PREFIX = "GPU recovery action: "
@@ -38,7 +42,7 @@ def parse_recovery_action(text: str) -> DriverRecoveryAction | None:
 
 def recovery_line_text(action: DriverRecoveryAction, before: DriverRecoveryAction = DriverRecoveryAction.NONE) -> str:
     """The text of an Xid 154 line as the Xid Catalog quotes it (fault injection writes it)."""
-    number = {a: n for n, a in _BY_NUMBER.items()}
+    number = {a: n for n, a in sorted(_BY_NUMBER.items(), reverse=True)}  # GPU reset: 1, not 5
     return (f"GPU recovery action changed from 0x{number[before]:x} ({before.value}) "
             f"to 0x{number[action]:x} ({action.value})")
 
@@ -58,6 +62,6 @@ def action_from_name(text: str) -> CatalogAction:
 
 
 def repair_for(action: DriverRecoveryAction | None) -> CatalogAction:
-    if action is None or action == DriverRecoveryAction.NONE:
+    if action is None or action in (DriverRecoveryAction.NONE, DriverRecoveryAction.DRAIN_P2P):
         return CatalogAction.NONE
     return CatalogAction.RESET

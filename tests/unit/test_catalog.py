@@ -78,6 +78,7 @@ def test_unknown_codes_are_reported_and_not_repaired() -> None:
     ("GPU recovery action: GPU Reset Required", CatalogAction.RESET),
     ("GPU recovery action: Drain and Reset", CatalogAction.RESET),
     ("GPU recovery action: None", CatalogAction.NONE),
+    ("GPU recovery action: Drain P2P", CatalogAction.NONE),  # quiesce P2P; a later Xid 154 names the action
     ("GPU Recovery Action Changed", CatalogAction.NONE),  # names no action: the companion Xid decides
 ])
 def test_xid_154s_action_is_the_one_its_line_names(name: str, action: CatalogAction) -> None:

@@ -146,6 +146,8 @@ def test_a_pool_that_names_an_unknown_code_repairs_it(h: Harness) -> None:
     ("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", True),
     ("GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", True),  # other wording, same number
     ("GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", False),
+    ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", False),
+    ("GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)", True),  # wording of some drivers
 ])
 def test_xid_154_repairs_by_the_action_the_driver_asks_for(h: Harness, text: str, repaired: bool) -> None:
     h.pool(mode="auto")
