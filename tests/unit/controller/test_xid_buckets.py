@@ -8,10 +8,12 @@ repair under ``auto``, with the shipped catalog; an unknown code produces an eve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 import pytest
 
+from autoclusters.clock import utc_iso
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.kernel_log import KernelLogInterpreter, format_xid_line
 from autoclusters.detector.metrics import render
@@ -22,7 +24,7 @@ from autoclusters.faults.buckets import APPLICATION_BUCKETS
 from autoclusters.faults.catalog import FaultClass, load_catalog
 from autoclusters.kube.events import EventRecorder
 from autoclusters.names import EVENT_UNKNOWN_CODE
-from tests.unit.controller.harness import NAMES, Harness
+from tests.unit.controller.harness import NAMES, Harness, _set_condition
 
 CAT = load_catalog()
 BUS = "0000:3b:00"  # GPU 3
@@ -170,3 +172,17 @@ def test_an_xid_154_beside_an_application_error_decides_the_repair(h: Harness) -
     assert gpu_condition(h, "n1")["message"] == "GPU 3 reported Xid 154 (GPU recovery action: Node Reboot Required)."
     h.run(lambda: bool(h.records()), seconds=600, detector=False)
     assert [r["spec"]["action"] for r in h.records()] == ["reset"]
+
+
+def test_an_unknown_gpu_code_does_not_hide_an_interconnect_fault_that_repairs(h: Harness) -> None:
+    h.pool(mode="auto")
+    h.node("n1")
+    h.start()
+    Detector(h, "n1").log([999])  # the GPU condition: True, not repaired
+    now = utc_iso(h.clock.now())
+    h.api.edit("/api/v1/nodes/n1", functools.partial(_set_condition, cond={
+        "type": NAMES.interconnect_condition, "status": "True", "reason": "InterconnectError",
+        "message": "HCA mlx5_0 port 1 reported port_down.", "lastHeartbeatTime": now, "lastTransitionTime": now}))
+    h.run(lambda: bool(h.records()), seconds=600, detector=False)
+    [record] = h.records()
+    assert record["spec"]["action"] == "reset" and "port_down" in str(record["spec"])
