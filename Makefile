@@ -80,6 +80,7 @@ BRAND_FLAGS = $(if $(DOMAIN),--domain $(DOMAIN)) $(if $(PREFIX),--condition-pref
 manifests: venv
 	$(BIN)/python -m autoclusters.api > policies/lib/api.rego
 	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
+	$(BIN)/python -m autoclusters.faults.table > docs/xid-catalog.md
 	$(BIN)/python -m components.render
 	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))
 

@@ -103,6 +103,49 @@ class ClassAction(StrEnum):
     OFF = "off"
 
 
+# A pool's explicit repairs by code (``spec.repairCodes``): "<class>:<code>" -> a repair action.
+# The one way a code whose catalog action is none (an application or software bucket, an
+# unknown code) is repaired; codes are Xid / SXid numbers or NVML, DCGM and InfiniBand names.
+REPAIR_CODE_PATTERN = "^(" + "|".join(c.value for c in FaultClass) + "):[A-Za-z0-9_]{1,64}$"
+
+
+class XidBucket(StrEnum):
+    """NVIDIA's resolution buckets (the Xid Catalog's "Resolution Bucket (Immediate Action)"
+    column, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), spelled as NVIDIA
+    spells them. ``UNPUBLISHED`` is ours: the catalog lists the code but gives it no bucket.
+    What each bucket repairs is one table, ``faults/buckets.py``."""
+
+    RESTART_APP = "RESTART_APP"
+    IGNORE = "IGNORE"
+    WORKFLOW_XID_45 = "WORKFLOW_XID_45"
+    UPDATE_SWFW = "UPDATE_SWFW"
+    CHECK_UVM = "CHECK_UVM"
+    CONTACT_SUPPORT = "CONTACT_SUPPORT"
+    CHECK_MECHANICALS = "CHECK_MECHANICALS"
+    RESET_GPU = "RESET_GPU"
+    RESTART_VM = "RESTART_VM"
+    RESTART_BM = "RESTART_BM"
+    WORKFLOW_XID_48 = "WORKFLOW_XID_48"
+    WORKFLOW_NVLINK_ERR = "WORKFLOW_NVLINK_ERR"
+    WORKFLOW_NVLINK5_ERR = "WORKFLOW_NVLINK5_ERR"
+    XID_154 = "XID_154"
+    UNPUBLISHED = "UNPUBLISHED"
+
+
+class DriverRecoveryAction(StrEnum):
+    """The recovery action an Xid 154 line asks for ("GPU recovery action changed from 0x0 (None)
+    to 0x2 (Node Reboot Required)"). The numbers are NVML's ``nvmlDeviceGpuRecoveryAction_t``
+    (NONE 0, GPU_RESET 1, NODE_REBOOT 2, DRAIN_P2P 3, DRAIN_AND_RESET 4, and GPU_RESET_BUS 5 of
+    newer drivers, a GPU reset); the words the Xid
+    Catalog lists for Xid 154's values are these members' values."""
+
+    NONE = "None"
+    GPU_RESET = "GPU Reset Required"
+    NODE_REBOOT = "Node Reboot Required"
+    DRAIN_P2P = "Drain P2P"
+    DRAIN_AND_RESET = "Drain and Reset"
+
+
 class Phase(StrEnum):
     """The phases of a repair (a Remediation's ``status.phase``); docs/controller.md walks them."""
 
@@ -207,6 +250,7 @@ def rego_data() -> dict[str, Any]:
         "fault_classes": [c.value for c in FaultClass],
         "class_actions": [a.value for a in ClassAction],
         "repair_actions": [a.value for a in RepairAction],
+        "repair_code_pattern": REPAIR_CODE_PATTERN,
         "phases": [p.value for p in Phase],
         "pool_kind": POOLS.kind,
         "group_prefix": GROUP_PREFIX,

@@ -33,7 +33,7 @@ processes, and each shard's CPU is printed too.
 
 With ``--karpenter`` (a cluster started with ``autoclusters dev up --karpenter``) the pool's
 nodes are Karpenter's: a NodePool and a training-like Deployment (one 8-GPU worker per node)
-make Karpenter launch ``--nodes`` nodes; the faults are Xid 64 (a replace fault) and the
+make Karpenter launch ``--nodes`` nodes; the faults are DCGM row-remapping failures (a replace fault) and the
 pool replaces through the karpenter provider. Per repair, from the same watch streams:
 
   karpenter  Draining (the worker is evicted; its replacement is Pending) -> the new node
@@ -77,7 +77,7 @@ from autoclusters.sim.hosts import REBOOT_UNTIL
 IDLE_WINDOW_S = 10.0  # the default of --idle-seconds
 SETTLE_QUIET_S = 10.0  # the nodes changed nothing but their status this long: initialised
 MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
-REPLACE_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
+REPLACE_MESSAGE = "GPU 2 reported DCGM_FR_ROW_REMAP_FAILURE."  # a replace fault (no Xid bucket replaces)
 
 
 def free_port() -> int:
@@ -570,7 +570,8 @@ def main() -> int:
     def raise_fault(node: str) -> None:
         now = utc_iso(SystemClock().now())
         kube.patch_node_status(node, {"status": {"conditions": [{
-            "type": names.gpu_condition, "status": "True", "reason": "NvidiaXIDError",
+            "type": names.gpu_condition, "status": "True",
+            "reason": "NvidiaDCGMError" if args.karpenter else "NvidiaXIDError",
             "message": REPLACE_MESSAGE if args.karpenter else MESSAGE,
             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
         fault_at[node] = time.monotonic()

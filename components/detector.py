@@ -20,6 +20,7 @@ class DetectorArgs:
     # Wait for a pod on every GPU node. Off on the shared local cluster, where nodes of other
     # pools may be mid-repair (NotReady) and would hold ``pulumi up`` until its timeout.
     await_rollout: bool = True
+    condition_codes: tuple[str, ...] = ()  # the detector's --condition-codes (stack detectorConditionCodes)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -35,6 +36,7 @@ class Detector(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
-                                                   await_rollout=args.await_rollout), child)
+                                                   await_rollout=args.await_rollout,
+                                                   condition_codes=args.condition_codes), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

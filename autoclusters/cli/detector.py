@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from autoclusters.api import REPAIR_CODE_PATTERN
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
 from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
@@ -47,6 +49,9 @@ def register(sub: Any) -> None:
                      help="rewrite conditions at least this often (default: 300)")
     run.add_argument("--qps", type=float, default=50.0, help="condition writes per second, all nodes (default: 50)")
     run.add_argument("--catalog", default=None, metavar="PATH", help="an operator's fault catalog (default: shipped)")
+    run.add_argument("--condition-codes", default="", metavar="CLASS:CODE,...",
+                     help="codes whose warnings raise the fault condition too (e.g. gpu:13), so a pool that names "
+                          "them in spec.repairCodes repairs them; none by default (docs/operations.md)")
     run.add_argument("--kernel-log", default=None, metavar="PATH",
                      help="read this kernel log file instead of /dev/kmsg")
     run.add_argument("--kmsg", default="/dev/kmsg", help="kernel log device (default: /dev/kmsg)")
@@ -77,6 +82,14 @@ def _metrics(args: argparse.Namespace, text: Callable[[Any], str]) -> None:
             serve(args.metrics_port, lambda: text(render), args.metrics_address)
         except OSError as e:
             raise CliError(f"cannot serve metrics on {args.metrics_address}:{args.metrics_port}: {e}") from e
+
+
+def _condition_codes(text: str) -> frozenset[str]:
+    codes = frozenset(filter(None, (p.strip() for p in text.split(","))))
+    for code in sorted(codes):
+        if not re.match(REPAIR_CODE_PATTERN, code):
+            raise CliError(f"--condition-codes: expected CLASS:CODE (e.g. gpu:13), got {code!r}", EXIT_USAGE)
+    return codes
 
 
 def _gpu_map(text: str) -> dict[str, int]:
@@ -122,7 +135,8 @@ def _run(args: argparse.Namespace) -> int:
     kube, names = _connect(args)
     clock = SystemClock()
     config = AgentConfig(window_s=args.window, poll_s=args.poll_interval, snapshot_poll_s=args.snapshot_interval,
-                         writer=WriterConfig(heartbeat_s=args.heartbeat, qps=args.qps))
+                         writer=WriterConfig(heartbeat_s=args.heartbeat, qps=args.qps),
+                         condition_codes=_condition_codes(args.condition_codes))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import IN_PROGRESS, ConsentMode, Phase
+from autoclusters.api import IN_PROGRESS, CatalogAction, ConsentMode, Phase
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
 from autoclusters.controller.shards import Shard
@@ -169,12 +169,12 @@ class Fleet:
                 gpu = c
             elif ctype == link_type:
                 link = c
-        for cond in (gpu, link):
-            if cond:
-                ref = self.catalog.fault_from_condition(cond, self.names)
-                if ref is not None:
-                    return ref, cond
-        return None, None
+        found = [(ref, cond) for cond in (gpu, link) if cond
+                 and (ref := self.catalog.fault_from_condition(cond, self.names)) is not None]
+        # a fault whose catalog action repairs comes first: an unknown GPU code (action none) on
+        # the GPU condition must not hide an interconnect fault that needs a repair
+        found.sort(key=lambda f: f[0].action == CatalogAction.NONE)
+        return found[0] if found else (None, None)
 
     def _repairable(self, node: JSON | None, pool: Pool | None) -> bool:
         ref, _ = self.fault_of(node)

@@ -40,15 +40,22 @@ class Pool:
         return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", BreakerState.CLOSED))
 
     def action_for(self, fault: FaultRef) -> RepairAction | None:
-        """The pool's action for a fault: the class override, else the catalog's; None = not repaired."""
+        """The pool's action for a fault; None = not repaired.
+
+        A code the pool names in ``spec.repairCodes`` gets that repair: the one way to repair a
+        code whose catalog action is none (an application or software bucket, an unknown code,
+        Xid 154 asking for nothing). Otherwise the class override (``faultClasses``) applies to
+        the codes that repair (``off`` ignores the class), else the catalog's action.
+        """
+        named = self.config.repair_codes.get(fault.key)
+        if named is not None:
+            return named
         override = self.config.fault_classes.get(fault.fault_class.value, ClassAction.DEFAULT)
-        if override == ClassAction.OFF:
+        if override == ClassAction.OFF or fault.application or fault.action == CatalogAction.NONE:
             return None
         if override in (ClassAction.RESET, ClassAction.REPLACE):
             return RepairAction(override.value)
-        if fault.action in (CatalogAction.RESET, CatalogAction.REPLACE):
-            return RepairAction(fault.action.value)
-        return None
+        return RepairAction(fault.action.value)
 
     def policy(self, base: RepairPolicy) -> RepairPolicy:
         c = self.config

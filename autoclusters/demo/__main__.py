@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             from autoclusters.demo import karpenter as kdemo
 
             banner(7, total, f"Replacement through Karpenter: pool '{kdemo.POOL}' of Karpenter's nodes, "
-                             "Xid 64 (a replace fault) on one of them")
+                             "a DCGM row-remapping failure (a replace fault) on one of them")
             knodes = kdemo.setup(cluster, handle, lambda m: say(f"    {m}"))
             runtime.start_detectors(knodes, window_seconds=args.window, hostnames=kdemo.hostnames(handle, knodes))
             results.append(kdemo.run(handle, runtime, args, knodes[0]))

@@ -1,7 +1,7 @@
 """The demo's replacement through Karpenter (``make demo ARGS=--karpenter``).
 
 Karpenter (its kwok cloud provider) runs beside the local cluster; a second pool's nodes are
-Karpenter's, launched for a training job's workers. Xid 64 (a replace fault) on one of them:
+Karpenter's, launched for a training job's workers. A DCGM row-remapping failure (a replace fault) on one of them:
 the controller drains it and deletes its NodeClaim, the evicted worker's demand makes
 Karpenter launch a new node, and the repair ends when that node is Ready in the pool. The
 timeline shows the record's steps and, beside them, Karpenter's own (its NodeClaims'
@@ -70,9 +70,10 @@ def karpenter_timeline(handle: ClusterHandle, since: datetime) -> None:
 
 
 def run(handle: ClusterHandle, runtime: Any, args: Any, node: str) -> Result:
-    result = Result("karpenter", node, "Xid 64 on GPU 2", ConsentMode.AUTO)
+    # a replace fault: no Xid's NVIDIA bucket asks for more than a reset (faults/buckets.py)
+    result = Result("karpenter", node, "DCGM_FR_ROW_REMAP_FAILURE on GPU 2", ConsentMode.AUTO)
     since = story.now().replace(microsecond=0)
-    say(f"    $ {story.inject(args.cluster, str(runtime.spool), node, xid=64, gpu=2)}")
+    say(f"    $ {story.inject(args.cluster, str(runtime.spool), node, None, gpu=2, dcgm='DCGM_FR_ROW_REMAP_FAILURE')}")
     cond = story.wait_condition(handle, node, "True", timeout=args.window + 30)
     t_detect = ((parse_iso(cond.get("lastTransitionTime")) or story.now()) - since).total_seconds()
     say(f"    +{t_detect:6.1f}s  {handle.names.gpu_condition}=True  {cond['reason']}: {cond['message']}")

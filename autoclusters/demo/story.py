@@ -91,8 +91,9 @@ def wait_running(handle: ClusterHandle, count: int, timeout: float = 90,
         time.sleep(0.5)
 
 
-def inject(cluster_name: str, spool: str, node: str, xid: int, gpu: int) -> str:
-    cmd = ["autoclusters", "inject-fault", node, "--xid", str(xid), "--gpu", str(gpu), "--spool", spool]
+def inject(cluster_name: str, spool: str, node: str, xid: int | None, gpu: int, *, dcgm: str = "") -> str:
+    kind = ["--dcgm", dcgm] if dcgm else ["--xid", str(xid)]
+    cmd = ["autoclusters", "inject-fault", node, *kind, "--gpu", str(gpu), "--spool", spool]
     res = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", *cmd[1:]], capture_output=True,
                          text=True, timeout=30)
     if res.returncode != 0:

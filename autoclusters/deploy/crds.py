@@ -54,7 +54,14 @@ def pool_schema() -> dict[str, Any]:
             f"{m}: {what}" for m, what in api.CONSENT_MODE_SUMMARY.items()) + "."),
         "nodeSelector": _SELECTOR,
         "faultClasses": _obj({c.value: _enum(ClassAction, default=ClassAction.DEFAULT.value) for c in FaultClass},
-                             description="Per fault class action; default = the catalog's action for the code."),
+                             description="Per fault class action for the codes that repair; default = the "
+                                         "catalog's action for the code."),
+        "repairCodes": {"type": "object", "default": {}, "additionalProperties": _enum(RepairAction),
+                        "description": "<class>:<code> -> reset | replace: repairs a code whose catalog action is "
+                                       "none (an application or software Xid, an unknown code); the one opt-in.",
+                        "x-kubernetes-validations": [{
+                            "rule": f"self.all(k, k.matches('{api.REPAIR_CODE_PATTERN}'))",
+                            "message": "repairCodes keys are <class>:<code>, e.g. gpu:13"}]},
         **_limits(""),
         "circuitBreaker": _obj(_limits("circuitBreaker"), default={}, **{"x-kubernetes-validations": [{
             "rule": "!has(self.closeBelowPercent) || !has(self.openAbovePercent) || "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import api
-from autoclusters.api import ClassAction, ConsentMode, FaultClass
+from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
@@ -99,6 +99,7 @@ class PoolConfig:
     name: str
     consent_mode: ConsentMode = api.DEFAULT_CONSENT_MODE
     fault_classes: Mapping[str, ClassAction] = field(default_factory=dict)
+    repair_codes: Mapping[str, RepairAction] = field(default_factory=dict)  # "gpu:13" -> reset (explicit opt-in)
     max_concurrent_repairs: int = api.MAX_CONCURRENT_REPAIRS.default
     circuit_breaker: CircuitBreaker = CircuitBreaker()
     reset_deadline_seconds: int = api.RESET_DEADLINE_SECONDS.default
@@ -125,6 +126,13 @@ class PoolConfig:
                                       f"expected one of {', '.join(FaultClass)}")
             actions[cls] = _enum(ClassAction, action, f"{where}: faultClasses.{cls}")
         object.__setattr__(self, "fault_classes", actions)
+        codes: dict[str, RepairAction] = {}
+        for key, repair in dict(self.repair_codes).items():
+            if not isinstance(key, str) or not re.match(api.REPAIR_CODE_PATTERN, key):
+                raise PoolConfigError(f"{where}: repairCodes key {key!r} must be <class>:<code> with class one of "
+                                      f"{', '.join(FaultClass)} (e.g. gpu:13)")
+            codes[key] = _enum(RepairAction, repair, f"{where}: repairCodes.{key}")
+        object.__setattr__(self, "repair_codes", codes)
         cb = self.circuit_breaker
         for limit, value in ((api.MAX_CONCURRENT_REPAIRS, self.max_concurrent_repairs),
                              (api.BREAKER_OPEN_ABOVE_PERCENT, cb.open_above_percent),
@@ -265,10 +273,16 @@ def _take(data: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, A
     return dict(data)
 
 
+def _mapping(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise PoolConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    return dict(data)
+
+
 def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
-    raw = _take(data, {"name", "consentMode", "faultClasses", "maxConcurrentRepairs", "circuitBreaker", "drain",
-                       "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
+    raw = _take(data, {"name", "consentMode", "faultClasses", "repairCodes", "maxConcurrentRepairs", "circuitBreaker",
+                       "drain", "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
                        "slurm"}, "pool")
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
@@ -292,6 +306,7 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         name=raw["name"],
         consent_mode=raw.get("consentMode", api.DEFAULT_CONSENT_MODE),
         fault_classes=_take(raw.get("faultClasses", {}), set(FaultClass), f"{where}: faultClasses"),
+        repair_codes=_mapping(raw.get("repairCodes", {}), f"{where}: repairCodes"),
         max_concurrent_repairs=_value(raw, api.MAX_CONCURRENT_REPAIRS),
         circuit_breaker=CircuitBreaker(_value(cb, api.BREAKER_OPEN_ABOVE_PERCENT),
                                        _value(cb, api.BREAKER_CLOSE_BELOW_PERCENT), _value(cb, api.BREAKER_MIN_NODES)),
@@ -355,6 +370,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "consentMode": pool.consent_mode.value,
         "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
+        "repairCodes": {key: action.value for key, action in sorted(pool.repair_codes.items())},
         "maxConcurrentRepairs": pool.max_concurrent_repairs,
         "circuitBreaker": {
             "openAbovePercent": pool.circuit_breaker.open_above_percent,
@@ -406,6 +422,9 @@ class StackConfig:
     monitoring: Monitoring = field(default_factory=Monitoring)
     # what the host-reboot Job runs in the host (controller --host-reboot-command): the operator's, not a pool's
     host_reboot_command: str = api.HOST_REBOOT_COMMAND
+    # "<class>:<code>" keys whose warnings raise the fault condition (the detector's --condition-codes):
+    # the detector's half of a pool's spec.repairCodes opt-in for an application or software code
+    detector_condition_codes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -441,6 +460,12 @@ class StackConfig:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
         if not isinstance(self.monitoring, Monitoring):
             raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
+        codes = self.detector_condition_codes
+        if isinstance(codes, str) or not all(isinstance(c, str) and re.match(api.REPAIR_CODE_PATTERN, c)
+                                             for c in codes):
+            raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code> (e.g. gpu:13), "
+                                  f"got {codes!r}")
+        object.__setattr__(self, "detector_condition_codes", tuple(sorted(set(codes))))
 
     @property
     def slurm_bridge(self) -> bool:
@@ -461,6 +486,7 @@ STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
+    "detectorConditionCodes": "object",
 }
 
 
@@ -485,7 +511,14 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
         host_reboot_command=raw.get("hostRebootCommand", defaults.host_reboot_command),
+        detector_condition_codes=_codes(raw.get("detectorConditionCodes", [])),
     )
+
+
+def _codes(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code>, got {value!r}")
+    return tuple(value)
 
 
 def _monitoring(data: Any) -> Monitoring:

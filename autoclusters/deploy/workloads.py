@@ -113,7 +113,7 @@ def namespace(name: str) -> dict[str, Any]:
     }
 
 
-def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
+def detector_daemonset(names: Names, ns: str, image: str, condition_codes: tuple[str, ...] = ()) -> dict[str, Any]:
     """One detector per GPU node: a node with a GPU product label or in any pool.
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
@@ -154,7 +154,8 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                     "containers": [{
                         "name": "detector",
                         "image": image,
-                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT)],
+                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT),
+                                 *(["--condition-codes", ",".join(condition_codes)] if condition_codes else [])],
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": DETECTOR_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},

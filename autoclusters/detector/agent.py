@@ -11,8 +11,10 @@ simulated fleet), which tells the agent (``poll_failed``) so the node's health c
 from __future__ import annotations
 
 import logging
+import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from autoclusters.clock import Clock
@@ -22,9 +24,34 @@ from autoclusters.detector.window import FaultTracker
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog, Severity
 from autoclusters.kube.events import ObjectRef
-from autoclusters.names import Names
+from autoclusters.names import EVENT_UNKNOWN_CODE, Names
 
 log = logging.getLogger(__name__)
+
+
+_CODE_LABEL = re.compile(r"\d{1,6}|[A-Za-z][A-Za-z0-9_]{0,63}")
+
+
+def code_label(code: str) -> str:
+    """The metric's ``code`` label: the code itself (Xid numbers have at most 6 digits, the
+    other codes are names), anything else ``invalid``, so the label's values stay bounded."""
+    return code if _CODE_LABEL.fullmatch(code) else "invalid"
+
+
+def unknown_code_message(rec: Record) -> str:
+    """``GPU 3 reported gpu code 999, which the fault catalog does not list: reported, not repaired
+    unless the pool names gpu:999 in spec.repairCodes.``"""
+    return (f"{rec.subject} reported {rec.fault_class} code {rec.code}, which the fault catalog does not list: "
+            f"reported, not repaired unless the pool names {rec.fault_class}:{rec.code} in spec.repairCodes.")[:1000]
+
+
+def raised(poll: Poll, codes: frozenset[str]) -> Poll:
+    """``poll`` with the records of ``codes`` ("<class>:<code>") made fatal: they raise the fault
+    condition. Their catalog action stays what it is (none for an application or software
+    bucket), so only a pool that names the code in ``spec.repairCodes`` repairs them."""
+    records = tuple(r._replace(severity=Severity.FATAL) if f"{r.fault_class}:{r.code}" in codes else r
+                    for r in poll.records)
+    return replace(poll, records=records)
 
 
 class Source(Protocol):
@@ -50,7 +77,8 @@ class Scheduled:
 
 class NodeAgent:
     def __init__(self, node: str, sources: Sequence[Scheduled], *, catalog: Catalog, names: Names,
-                 writer: ConditionWriter, events: EventSink | None, clock: Clock, window_s: float) -> None:
+                 writer: ConditionWriter, events: EventSink | None, clock: Clock, window_s: float,
+                 condition_codes: frozenset[str] = frozenset()) -> None:
         self.node = node
         self.sources = list(sources)
         self.catalog = catalog
@@ -59,7 +87,12 @@ class NodeAgent:
         self.events = events
         self.clock = clock
         self.tracker = FaultTracker(window_s=window_s)
+        self.condition_codes = condition_codes  # "gpu:13": its warnings raise the condition (AgentConfig)
         self._warned: set[tuple[str, str, str]] = set()
+        self._unknown: set[tuple[str, str, str]] = set()
+        # (class, code) of faults the catalog does not list, counted once per fault and boot
+        # (autoclusters_detector_unknown_codes_total)
+        self.unknown_codes: Counter[tuple[str, str]] = Counter()
         self.polled = False
         self.poll_error = ""  # what the last poll raised ("" once a poll gets through)
 
@@ -74,6 +107,11 @@ class NodeAgent:
             except Exception as e:
                 log.exception("source %s on %s failed", sched.source.name, self.node)
                 result = Poll(sched.source.name, error=f"{type(e).__name__}: {e}"[:300])
+            for rec in result.records:
+                if not rec.known:
+                    self._report_unknown(rec)
+            if self.condition_codes:
+                result = raised(result, self.condition_codes)
             for rec in self.tracker.observe(result, now):
                 self._warn(rec)
         self.polled = True
@@ -105,10 +143,25 @@ class NodeAgent:
         else:
             log.info("%s: informational %s", self.node, rec)
 
+    def _report_unknown(self, rec: Record) -> None:
+        """A code the catalog does not list: an event naming class and code, and the metric;
+        its condition (if it is fatal) says "not in the fault catalog" and it is not repaired
+        unless the pool names it in ``spec.repairCodes``."""
+        if rec.key in self._unknown:
+            return
+        self._unknown.add(rec.key)
+        self.unknown_codes[(str(rec.fault_class), code_label(rec.code))] += 1
+        log.warning("%s: %s reported %s code %s, which the fault catalog does not list", self.node, rec.subject,
+                    rec.fault_class, rec.code)
+        if self.events is not None:
+            self.events.emit(ObjectRef("Node", self.node), EVENT_UNKNOWN_CODE, unknown_code_message(rec),
+                             warning=True)
+
     def reboot(self) -> None:
         """The node rebooted: drop its faults; sources read the new boot from its start."""
         log.info("%s rebooted: dropping %d active faults", self.node, len(self.tracker.active))
         self.tracker.reboot()
         self._warned.clear()
+        self._unknown.clear()
         for sched in self.sources:
             sched.next_at = 0.0

@@ -60,8 +60,8 @@ def message_for(record: Record) -> str:
 def _primary(faults: list[Active], catalog: Catalog) -> Active:
     """The fault the condition names: the heaviest repair first, then the oldest."""
     def rank(a: Active) -> tuple[int, float]:
-        entry = catalog.entry_or_unknown(a.record.fault_class, a.record.code)
-        return (_ACTION_RANK[entry.action], a.first_seen)
+        action = catalog.action_of(a.record.fault_class, a.record.code, a.record.name)
+        return (_ACTION_RANK[action], a.first_seen)
     return min(faults, key=rank)
 
 

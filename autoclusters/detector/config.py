@@ -15,3 +15,6 @@ class AgentConfig:
     snapshot_poll_s: float = 10.0  # NVML, DCGM, InfiniBand
     writer: WriterConfig = field(default_factory=WriterConfig)
     infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)
+    # "<class>:<code>" keys whose warnings and infos raise the fault condition too, so a pool
+    # that names them in spec.repairCodes can repair them (docs/operations.md)
+    condition_codes: frozenset[str] = frozenset()

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from autoclusters.detector.pci import GpuIndex, normalize
 from autoclusters.detector.source_records import Record
 from autoclusters.faults.catalog import Catalog, FaultClass, Severity
+from autoclusters.faults.recovery import XID_RECOVERY_ACTION, parse_recovery_action, recovery_name
 
 MAX_LINE = 2048  # the kernel's own record limit is about 1 KiB; anything longer is cut here
 _MAX_CODE_DIGITS = 6
@@ -162,6 +163,8 @@ class KernelLogInterpreter:
 
     def to_record(self, parsed: DriverLine) -> Record:
         base = self._cache.get((parsed.kind, parsed.bus_id, parsed.code, parsed.fatal))
+        if base is not None and parsed.kind == "xid" and str(parsed.code) == XID_RECOVERY_ACTION:
+            base = None  # Xid 154: the name carries the action its text asks for, not cached
         if base is None:
             base = self._base(parsed)
             if len(self._cache) > 4096:
@@ -176,8 +179,11 @@ class KernelLogInterpreter:
         if parsed.kind == "xid":
             entry = self.catalog.entry_or_unknown(FaultClass.GPU, parsed.code)
             known = self.catalog.lookup(FaultClass.GPU, parsed.code) is not None
+            name = entry.name
+            if str(parsed.code) == XID_RECOVERY_ACTION:  # the recovery the driver asks for decides the repair
+                name = recovery_name(parse_recovery_action(parsed.text)) or name
             return Record(self.source, FaultClass.GPU, str(parsed.code), self.gpus.subject(parsed.bus_id),
-                          entry.severity, entry.name, known)
+                          entry.severity, name, known)
         entry = self.catalog.entry_or_unknown(FaultClass.NVSWITCH, parsed.code)
         known = self.catalog.lookup(FaultClass.NVSWITCH, parsed.code) is not None
         severity = entry.severity

@@ -27,9 +27,11 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
     fleet) its polls that raised."""
     faults: Counter[tuple[str, str]] = Counter()
     unreadable: Counter[str] = Counter()
+    unknown: Counter[tuple[str, str]] = Counter()
     nodes = 0
     for agent in agents:
         nodes += 1
+        unknown.update(agent.unknown_codes)
         for a in agent.tracker.confirmed(now):
             faults[(str(a.record.fault_class), "confirmed")] += 1
         for a in agent.tracker.pending(now):
@@ -49,6 +51,12 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
               "# TYPE autoclusters_detector_unreadable_sources gauge"]
     for source, n in sorted(unreadable.items()):
         lines.append(f'autoclusters_detector_unreadable_sources{{source="{escape_label(source)}"}} {n}')
+    lines += ["# HELP autoclusters_detector_unknown_codes_total Faults of a code the fault catalog does not list "
+              "(reported, not repaired), by class and code, once per fault and boot.",
+              "# TYPE autoclusters_detector_unknown_codes_total counter"]
+    for (fc, code), n in sorted(unknown.items()):
+        lines.append(f'autoclusters_detector_unknown_codes_total{{class="{escape_label(fc)}",'
+                     f'code="{escape_label(code)}"}} {n}')
     lines += ["# HELP autoclusters_detector_condition_writes_total Condition patches written.",
               "# TYPE autoclusters_detector_condition_writes_total counter",
               f"autoclusters_detector_condition_writes_total {writer.writes}",

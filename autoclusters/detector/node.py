@@ -81,7 +81,7 @@ def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Na
     writer = ConditionWriter(kube, clock, config.writer)
     events = warning_recorder(kube, clock, instance=node)
     agent = NodeAgent(node, sources, catalog=catalog, names=names, writer=writer, events=events, clock=clock,
-                      window_s=config.window_s)
+                      window_s=config.window_s, condition_codes=config.condition_codes)
     return agent, writer, events
 
 

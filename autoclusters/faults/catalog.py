@@ -13,17 +13,13 @@ from typing import Any
 import yaml
 
 from autoclusters import names as n
-from autoclusters.api import CatalogAction, ClassAction, FaultClass
+from autoclusters.api import CatalogAction, ClassAction, FaultClass, XidBucket
+from autoclusters.faults.buckets import BUCKETS, Severity
+from autoclusters.faults.recovery import XID_RECOVERY_ACTION, action_from_name
 
 
 class CatalogError(ValueError):
     """A catalog file that does not follow the schema; the message names the entry and key."""
-
-
-class Severity(StrEnum):
-    FATAL = "fatal"  # raises the node condition and, after the window, a repair
-    WARNING = "warning"  # recorded as an event only
-    INFO = "info"
 
 
 @dataclass(frozen=True)
@@ -34,10 +30,17 @@ class FaultEntry:
     severity: Severity
     action: CatalogAction
     description: str = ""
+    bucket: XidBucket | None = None  # NVIDIA's resolution bucket (every GPU entry has one)
 
     @property
     def key(self) -> str:
         return f"{self.fault_class}:{self.code}"
+
+    @property
+    def application(self) -> bool:
+        """NVIDIA treats the code as an application or software error (never a node repair
+        unless a pool names it in ``spec.repairCodes``)."""
+        return self.bucket is not None and BUCKETS[self.bucket].application
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,14 @@ class FaultRef:
     known: bool
     reason: str
     message: str
+    application: bool = False  # its bucket is an application or software one (FaultEntry.application)
 
     @property
     def key(self) -> str:
         return f"{self.fault_class}:{self.code}"
 
 
-_ENTRY_KEYS = {"code", "name", "severity", "action", "description"}
+_ENTRY_KEYS = {"code", "name", "bucket", "severity", "action", "description"}
 _TOP_KEYS = {"version", "sources", "unknown", "classes"}
 
 
@@ -82,6 +86,16 @@ class Catalog:
             return found
         return FaultEntry(fc, str(code), f"unknown {fc} code {code}", self.unknown_severity[fc],
                           self.unknown_action[fc], "not in the catalog; default for its class applies")
+
+    def action_of(self, fault_class: FaultClass | str, code: str | int, name: str) -> CatalogAction:
+        """The action of one fault as a record or condition names it: the catalog's (or the
+        unknown default), except Xid 154, whose line names the recovery the driver asks for
+        (``faults/recovery.py``; ``name`` is the record's name or the condition's message)."""
+        fc = FaultClass(fault_class)
+        if fc == FaultClass.GPU and str(code) == XID_RECOVERY_ACTION:
+            return action_from_name(name)
+        entry = self.lookup(fc, code)
+        return entry.action if entry else self.unknown_action[fc]
 
     def of_class(self, fault_class: FaultClass) -> list[FaultEntry]:
         return [e for e in self.entries.values() if e.fault_class == fault_class]
@@ -120,8 +134,8 @@ class Catalog:
         else:
             return None
         entry = self.lookup(fc, code)
-        action = entry.action if entry else self.unknown_action[fc]
-        return FaultRef(fc, code, action, entry is not None, reason, message)
+        return FaultRef(fc, code, self.action_of(fc, code, message), entry is not None, reason, message,
+                        application=entry is not None and entry.application)
 
 
 _READ_MEMO_SIZE = 4096
@@ -143,6 +157,36 @@ def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
     except ValueError:
         allowed = ", ".join(v.value for v in cls)
         raise CatalogError(f"{where}: {value!r} is not one of {allowed}") from None
+
+
+def _entry(fc: FaultClass, item: dict[str, Any], where: str) -> FaultEntry:
+    """One entry. A GPU entry names NVIDIA's bucket, which gives its severity and action
+    (``faults/buckets.py``); it may repeat them, never contradict them. Other classes (not in
+    NVIDIA's Xid Catalog) give severity and action themselves."""
+    if fc == FaultClass.GPU:
+        missing = {"code", "name", "bucket"} - set(item)
+    else:
+        missing = {"code", "name", "severity", "action"} - set(item)
+        if "bucket" in item:
+            raise CatalogError(f"{where}.bucket: only gpu entries have NVIDIA's Xid buckets")
+    if missing:
+        raise CatalogError(f"{where}: missing keys {sorted(missing)}")
+    if item.get("action") == ClassAction.OFF:
+        raise CatalogError(f"{where}.action: 'off' is a per-pool override, not a catalog action")
+    bucket: XidBucket | None = None
+    if fc == FaultClass.GPU:
+        bucket = _enum(XidBucket, item["bucket"], f"{where}.bucket")
+        rule = BUCKETS[bucket]
+        severity = _enum(Severity, item.get("severity", rule.severity), f"{where}.severity")
+        action = _enum(CatalogAction, item.get("action", rule.action), f"{where}.action")
+        if (severity, action) != (rule.severity, rule.action):
+            raise CatalogError(f"{where}: bucket {bucket} means severity {rule.severity}, action {rule.action}; "
+                               f"the entry says {severity}, {action}")
+    else:
+        severity = _enum(Severity, item["severity"], f"{where}.severity")
+        action = _enum(CatalogAction, item["action"], f"{where}.action")
+    return FaultEntry(fc, str(item["code"]), str(item["name"]), severity, action,
+                      str(item.get("description", "")), bucket)
 
 
 def parse_catalog(data: Any, origin: str = "catalog") -> Catalog:
@@ -168,15 +212,7 @@ def parse_catalog(data: Any, origin: str = "catalog") -> Catalog:
             extra = set(item) - _ENTRY_KEYS
             if extra:
                 raise CatalogError(f"{where}: unknown keys {sorted(extra)}")
-            missing = {"code", "name", "severity", "action"} - set(item)
-            if missing:
-                raise CatalogError(f"{where}: missing keys {sorted(missing)}")
-            if item["action"] == ClassAction.OFF:
-                raise CatalogError(f"{where}.action: 'off' is a per-pool override, not a catalog action")
-            action = _enum(CatalogAction, item["action"], f"{where}.action")
-            entry = FaultEntry(fc, str(item["code"]), str(item["name"]),
-                               _enum(Severity, item["severity"], f"{where}.severity"), action,
-                               str(item.get("description", "")))
+            entry = _entry(fc, item, where)
             if entry.key in entries:
                 raise CatalogError(f"{where}: duplicate code {entry.code}")
             entries[entry.key] = entry

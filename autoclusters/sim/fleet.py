@@ -122,7 +122,8 @@ class SimulatedFleet:
             Scheduled(_SkipWhileUnchanged(ib, hw.generation), 0.0),
         ]
         return NodeAgent(name, sources, catalog=self.catalog, names=self.names, writer=self.writer,
-                         events=self.events, clock=self.clock, window_s=self.config.window_s)
+                         events=self.events, clock=self.clock, window_s=self.config.window_s,
+                         condition_codes=self.config.condition_codes)
 
     def agent_list(self) -> list[NodeAgent]:
         """A copy of the agents, safe to read from another thread (metrics)."""

@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autoclusters.api import DriverRecoveryAction
 from autoclusters.detector.dcgm import health_output
 from autoclusters.detector.infiniband import ACTIVE_STATE, ERROR_COUNTERS, LINK_UP
 from autoclusters.detector.kernel_log import format_sxid_line, format_xid_line, kmsg_record
 from autoclusters.detector.pci import SIMULATED_GPU_BUS_IDS
 from autoclusters.faults.catalog import Catalog, FaultClass
+from autoclusters.faults.recovery import XID_RECOVERY_ACTION, recovery_line_text
 
 SPOOL_ENV = "AUTOCLUSTERS_DETECTOR_SPOOL"
 SIMULATED_HCAS = 4
@@ -152,7 +154,9 @@ class SimulatedHardware:
         if kind == "xid":
             entry = catalog.entry_or_unknown(FaultClass.GPU, fault["code"])
             bus = SIMULATED_GPU_BUS_IDS[fault["gpu"] % len(SIMULATED_GPU_BUS_IDS)]
-            return self._append_kmsg(format_xid_line(bus, fault["code"], fault.get("text") or f"{entry.name}."))
+            text = fault.get("text") or (recovery_line_text(DriverRecoveryAction.NODE_REBOOT)
+                                         if str(fault["code"]) == XID_RECOVERY_ACTION else f"{entry.name}.")
+            return self._append_kmsg(format_xid_line(bus, fault["code"], text))
         if kind == "sxid":
             entry = catalog.entry_or_unknown(FaultClass.NVSWITCH, fault["code"])
             switch = fault.get("switch", 0)

@@ -93,5 +93,6 @@ api := {
 		"reset",
 		"replace",
 	],
+	"repair_code_pattern": "^(gpu|nvswitch|dcgm|interconnect):[A-Za-z0-9_]{1,64}$",
 	"version": "v1alpha1",
 }

@@ -22,7 +22,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
-pool_violations(obj, cfg) := ((((consent_violations(obj) | fault_class_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj)) | pre_drain_violations(obj) if {
+pool_violations(obj, cfg) := (((((consent_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj)) | pre_drain_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -50,6 +50,25 @@ _fault_class_violation(class, action) := {
 	"msg": sprintf("spec.faultClasses.%s is %v, expected one of %s", [class, action, concat(", ", api.class_actions)]),
 } if {
 	not action in fault_class_actions
+}
+
+repair_actions := {a | some a in api.repair_actions}
+
+repair_code_violations(obj) := {v |
+	some key, action in object.get(obj, ["spec", "repairCodes"], {})
+	v := _repair_code_violation(key, action)
+}
+
+_repair_code_violation(key, action) := {
+	"rule": "pool-repair-codes",
+	"msg": sprintf("spec.repairCodes key %v must be <class>:<code> (e.g. gpu:13), class one of %s", [key, concat(", ", api.fault_classes)]),
+} if {
+	not regex.match(api.repair_code_pattern, key)
+} else := {
+	"rule": "pool-repair-codes",
+	"msg": sprintf("spec.repairCodes.%s is %v, expected one of %s", [key, action, concat(", ", api.repair_actions)]),
+} if {
+	not action in repair_actions
 }
 
 concurrency_violations(obj) := {v |

@@ -24,6 +24,13 @@ test_invalid_modes if {
 	}
 }
 
+test_repair_codes if {
+	rules(pool({"repairCodes": {"gpu:13": "reset", "interconnect:port_down": "replace"}})) == set()
+	rules(pool({"repairCodes": {"gpu:13": "reboot"}})) == {"pool-repair-codes"}
+	rules(pool({"repairCodes": {"disk:13": "reset"}})) == {"pool-repair-codes"}
+	rules(pool({"repairCodes": {"gpu13": "reset"}})) == {"pool-repair-codes"}
+}
+
 test_fault_classes if {
 	rules(pool({"faultClasses": {"gpu": "reset", "nvswitch": "replace", "dcgm": "off", "interconnect": "default"}})) == set()
 	rules(pool({"faultClasses": {"gpu": "reboot"}})) == {"pool-fault-class-action"}

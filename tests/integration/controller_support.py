@@ -40,7 +40,7 @@ from tests.integration.ops_support import private_domain
 
 XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
 XID48_MESSAGE = "GPU 1 reported Xid 48 (Double Bit ECC Error)."
-XID64_MESSAGE = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
+ROW_REMAP_FAILURE_MESSAGE = "GPU 2 reported DCGM_FR_ROW_REMAP_FAILURE."  # a replace fault (no Xid bucket replaces)
 
 EVENT_SOURCE = ControllerConfig().event_source  # the controllers here run with the default
 CONTROLLER_FLAGS = {
@@ -178,7 +178,9 @@ class Env:
         return self.kube.get(self.pool_path(name))
 
     # --- acting as the detector ----------------------------------------------------------------------
-    def raise_fault(self, node: str, message: str = XID79_MESSAGE, reason: str = "NvidiaXIDError") -> None:
+    def raise_fault(self, node: str, message: str = XID79_MESSAGE, reason: str = "") -> None:
+        """The detector's condition; the reason as the detector writes it for the message's kind."""
+        reason = reason or ("NvidiaDCGMError" if "DCGM_FR_" in message else "NvidiaXIDError")
         now = utc_iso(SystemClock().now())
         self.kube.patch_node_status(node, {"status": {"conditions": [{
             "type": self.names.gpu_condition, "status": "True", "reason": reason, "message": message,

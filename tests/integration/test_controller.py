@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoclusters import names as n
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def test_fault_cleared_before_the_repair_starts(ctl: Env) -> None:
 
 def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
     pool, (node,) = ctl.pool("auto")
-    ctl.raise_fault(node, XID64_MESSAGE)
+    ctl.raise_fault(node, ROW_REMAP_FAILURE_MESSAGE)
     done = ctl.record_in(node, "Succeeded", timeout=40)
     new = done["status"]["replacementNode"]
     assert done["status"]["action"] == "replace" and new and new != node
@@ -85,10 +85,22 @@ def test_catalog_replace_fault_replaces_the_node(ctl: Env) -> None:
     assert ctl.labels(new)[ctl.names.pool_label] == pool
 
 
+def test_a_pool_that_names_an_unknown_xid_in_repair_codes_repairs_it(ctl: Env) -> None:
+    """An unknown code is never repaired by default; the pool's explicit repairCodes entry (accepted
+    by the API server's schema and CEL rule) makes it a replacement."""
+    pool, (node,) = ctl.pool("auto", repairCodes={"gpu:999": "replace"})
+    assert ctl.get_pool(pool)["spec"]["repairCodes"] == {"gpu:999": "replace"}
+    ctl.raise_fault(node, "GPU 3 reported Xid 999 (not in the fault catalog).")
+    done = ctl.record_in(node, "Succeeded", timeout=40)
+    assert done["status"]["action"] == "replace" and done["status"]["replacementNode"] not in ("", node)
+
+
 @pytest.mark.parametrize(("spec", "expect"), [
     ({"consentMode": "sometimes"}, "consentMode"),
     ({"maxConcurrentRepairs": 0}, "maxConcurrentRepairs"),
     ({"faultClasses": {"gpu": "reboot"}}, "faultClasses.gpu"),
+    ({"repairCodes": {"gpu:13": "reboot"}}, "repairCodes"),
+    ({"repairCodes": {"gpu13": "reset"}}, "repairCodes keys are <class>:<code>"),
     ({"circuitBreaker": {"openAbovePercent": 20, "closeBelowPercent": 30}}, "closeBelowPercent must not exceed"),
     ({"provider": {"type": "cloud"}}, "provider.type"),
 ])

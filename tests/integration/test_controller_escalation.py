@@ -8,7 +8,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.sim.provider import ANN_FAIL_REPLACE, ANN_FAIL_RESET
-from tests.integration.controller_support import XID48_MESSAGE, XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, XID48_MESSAGE, Env
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_same_kind_fault_within_24h_of_a_reset_replaces_directly(ctl: Env) -> No
 def test_replacement_fails_then_action_failed_and_labels_stay(ctl: Env) -> None:
     pool, (node,) = ctl.pool("auto")
     ctl.kube.patch_node(node, {"metadata": {"annotations": {ANN_FAIL_REPLACE: "true"}}})
-    ctl.raise_fault(node, XID64_MESSAGE)
+    ctl.raise_fault(node, ROW_REMAP_FAILURE_MESSAGE)
     failed = ctl.record_in(node, "Failed", timeout=40)
     assert failed["status"]["outcome"] == "Failed"
     ev = ctl.wait_reason(node, n.EVENT_FAILED)

@@ -11,7 +11,7 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.kube import NotFound
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import parse_time, wait_for
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def test_a_stuck_pod_is_deleted_at_the_deadline(ctl: Env, ns: str) -> None:
 def test_an_opt_out_pod_blocks_automatic_replacement(ctl: Env, ns: str) -> None:
     pool, (node,) = ctl.pool("auto")
     make_pod(ctl, ns, node, "precious", {"app": "precious", ctl.names.auto_replacement_label: "disabled"})
-    ctl.raise_fault(node, XID64_MESSAGE)
+    ctl.raise_fault(node, ROW_REMAP_FAILURE_MESSAGE)
     ev = ctl.wait_reason(node, n.EVENT_BLOCKED)
     assert "opt-out" in ev["message"]
     time.sleep(2)

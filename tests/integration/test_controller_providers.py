@@ -21,7 +21,7 @@ from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE, boot_id_after
 from autoclusters.sim.nodes import gpu_node_manifest
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import parse_time, wait_for
 from tests.integration.ops_support import cli
 
@@ -190,8 +190,8 @@ def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ct
                            provider={"reset": {"type": "simulated"},
                                      "replace": {"type": "command", "command": {"command": ["/bin/true"]}}})
     a, b = nodes[:2]
-    ctl.raise_fault(a, XID64_MESSAGE)  # at once: the pool's nodes may be of the repairs' start second
-    ctl.raise_fault(b, XID64_MESSAGE)
+    ctl.raise_fault(a, ROW_REMAP_FAILURE_MESSAGE)  # at once: the pool's nodes may be of the repairs' start second
+    ctl.raise_fault(b, ROW_REMAP_FAILURE_MESSAGE)
     verifying = {node: ctl.record_in(node, "Verifying", timeout=30) for node in (a, b)}
     repairs = {node: r["metadata"]["name"] for node, r in verifying.items()}
     for node in (a, b):  # what a replacement script does besides: the old node leaves the cluster

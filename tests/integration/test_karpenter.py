@@ -40,7 +40,7 @@ from autoclusters.providers.karpenter import (
     claim_of,
     nodeclaims_path,
 )
-from tests.integration.controller_support import XID64_MESSAGE, Env
+from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -198,7 +198,7 @@ def test_replacing_an_idle_node_fails_at_the_timeout_because_nothing_is_pending(
 
 def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpenter: ClusterHandle,
                                                                  unique: str) -> None:
-    """Xid 64 (a replace fault) on a Karpenter node: the controller marks it (do-not-disrupt),
+    """A DCGM row-remapping failure (a replace fault) on a Karpenter node: the controller marks it (do-not-disrupt),
     drains it, deletes its NodeClaim; Karpenter launches a node for the evicted worker; the
     record ends Succeeded naming it."""
     pool, _ = ctl.pool("auto", nodes=0, provider={
@@ -209,7 +209,7 @@ def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpe
         placed = wait_for("two workers Running", lambda: kp.running_exactly(2), timeout=180)
         before = {n["metadata"]["name"] for n in kp.nodes()}
         victim_pod, old = sorted(placed.items())[0]
-        ctl.raise_fault(old, XID64_MESSAGE)
+        ctl.raise_fault(old, ROW_REMAP_FAILURE_MESSAGE)
         wait_for("do-not-disrupt on the marked node",
                  lambda: (o := ctl.find_node(old)) is None
                  or (o["metadata"].get("annotations") or {}).get(DO_NOT_DISRUPT) == "true", timeout=60)

@@ -166,7 +166,7 @@ def test_a_poll_that_raises_is_reported_on_its_node_as_on_a_real_node(tmp_path: 
         def __getattr__(self, name: str) -> object:
             return getattr(catalog, name)
 
-        def entry_or_unknown(self, *args: object) -> object:
+        def action_of(self, *args: object) -> object:
             raise KeyError("action")
 
     for name in ("a", "b"):

@@ -332,6 +332,12 @@ def test_detector_rollout_is_not_awaited_when_asked():
     assert "annotations" not in _one(mocks, "DaemonSet")["metadata"]
 
 
+def test_the_detector_component_passes_its_condition_codes():
+    mocks = record(lambda: Detector("det", DetectorArgs(image=IMAGE, condition_codes=("gpu:13",))))
+    args = _one(mocks, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--condition-codes") + 1] == "gpu:13"
+
+
 def test_the_example_dev_stack_is_a_propose_pool_of_two_simulated_a100_nodes():
     import yaml
 

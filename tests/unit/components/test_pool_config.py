@@ -66,6 +66,10 @@ def test_pool_fields_reach_the_spec():
     ({"name": "A100"}, "must be a DNS label"),
     ({"name": "a100", "faultClasses": {"gpu": "reboot"}}, "faultClasses.gpu must be one of default|reset|replace|off"),
     ({"name": "a100", "faultClasses": {"memory": "reset"}}, "unknown key(s) memory"),
+    ({"name": "a100", "repairCodes": {"gpu:13": "reboot"}}, "repairCodes.gpu:13 must be one of reset|replace"),
+    ({"name": "a100", "repairCodes": {"memory:13": "reset"}}, "repairCodes key 'memory:13' must be <class>:<code>"),
+    ({"name": "a100", "repairCodes": {"13": "reset"}}, "repairCodes key '13' must be <class>:<code>"),
+    ({"name": "a100", "repairCodes": ["gpu:13"]}, "repairCodes must be a mapping"),
     ({"name": "a100", "maxConcurrentRepairs": 0}, "maxConcurrentRepairs must be an integer >= 1, got 0"),
     ({"name": "a100", "maxConcurrentRepairs": True}, "maxConcurrentRepairs must be an integer >= 1"),
     ({"name": "a100", "circuitBreaker": {"openAbovePercent": 10, "closeBelowPercent": 20}},
@@ -154,3 +158,18 @@ def test_provider_per_action_and_per_pool():
                                "replace": {"type": "clusterapi", "clusterapi": {"version": "v1beta2"}}}
     # the written spec parses back to the same choice
     assert pool_from_config({"name": "a", "provider": split.to_dict()}).provider == split
+
+
+def test_detector_condition_codes_reach_the_daemonset_and_bad_ones_are_refused() -> None:
+    from autoclusters.deploy.stack import detector_daemonset
+
+    cfg = stack_config_from_dict({"detectorConditionCodes": ["gpu:31", "gpu:13", "gpu:13"]})
+    assert cfg.detector_condition_codes == ("gpu:13", "gpu:31")
+    args = detector_daemonset(cfg.names, cfg.namespace, cfg.image, condition_codes=cfg.detector_condition_codes)[
+        "spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--condition-codes", "gpu:13,gpu:31"]
+    plain = detector_daemonset(cfg.names, cfg.namespace, cfg.image)["spec"]["template"]["spec"]["containers"][0]
+    assert "--condition-codes" not in plain["args"]
+    for bad in (["13"], "gpu:13", ["disk:1"]):
+        with pytest.raises(PoolConfigError, match="detectorConditionCodes"):
+            stack_config_from_dict({"detectorConditionCodes": bad})

@@ -36,7 +36,7 @@ JSON = dict[str, Any]
 NAMES = Names()
 NAMESPACE = "autoclusters-system"
 XID79 = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
-XID64 = "GPU 2 reported Xid 64 (ECC page retirement or row remapper recording failure)."
+ROW_REMAP_FAILURE = "GPU 2 reported DCGM_FR_ROW_REMAP_FAILURE."  # a replace fault (no Xid bucket replaces)
 
 
 class Notes:
@@ -148,7 +148,8 @@ class Harness:
     def fault(self, node: str, message: str = XID79) -> None:
         """The detector's condition, written on nodes/status (not a request of the controller)."""
         now = utc_iso(self.clock.now())
-        cond = {"type": NAMES.gpu_condition, "status": "True", "reason": "NvidiaXIDError", "message": message,
+        reason = "NvidiaDCGMError" if "DCGM_FR_" in message else "NvidiaXIDError"  # as the detector writes them
+        cond = {"type": NAMES.gpu_condition, "status": "True", "reason": reason, "message": message,
                 "lastHeartbeatTime": now, "lastTransitionTime": now}
         self.boot_at_fault[node] = self.boot_id(node)
         self.api.edit(f"/api/v1/nodes/{node}", lambda n: _set_condition(n, cond))

@@ -19,7 +19,7 @@ import pytest
 
 from autoclusters.providers.karpenter import NODEPOOL_LABEL, nodeclaims_path
 from autoclusters.sim import nodes as sim
-from tests.unit.controller.harness import NAMES, XID64, Harness
+from tests.unit.controller.harness import NAMES, ROW_REMAP_FAILURE, Harness
 
 NODEPOOL = "gpu"
 
@@ -89,7 +89,7 @@ def replace_k1(h: KarpenterHarness) -> dict[str, Counter[tuple[str, str]]]:
     h.start()
     h.run()
     before = h.kube.requests.snapshot()
-    h.fault("k1", XID64)
+    h.fault("k1", ROW_REMAP_FAILURE)
     h.run(lambda: h.phase("k1") == "Succeeded", seconds=300)
     h.run(seconds=30)  # and whatever follows it (the pool's status, requeues)
     out: dict[str, Counter[tuple[str, str]]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from autoclusters.api import ConsentMode, RepairAction
 from autoclusters.controller.pool_policy import parse_pool
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.faults.catalog import load_catalog
+from autoclusters.faults.catalog import FaultRef, load_catalog
 from autoclusters.names import Names
 
 NAMES = Names()
@@ -27,3 +27,26 @@ def test_pool_policy_and_fault_class_overrides() -> None:
     assert default.policy(RepairPolicy(verify_timeout_seconds=7)).verify_timeout_seconds == 7
     assert default.policy(RepairPolicy(approval_label="crusoe.ai/maintenance-approved")).approval_label \
         == "crusoe.ai/maintenance-approved"
+
+
+def _gpu(message: str) -> FaultRef:
+    ref = load_catalog().fault_from_condition({"type": "AutoClustersGPUFault", "status": "True",
+                                               "reason": "NvidiaXIDError", "message": message}, NAMES)
+    assert ref is not None
+    return ref
+
+
+def test_only_repair_codes_repair_application_unknown_and_none_action_codes() -> None:
+    app = _gpu("GPU 3 reported Xid 13 (Graphics Engine Exception).")
+    unknown = _gpu("GPU 3 reported Xid 999 (not in the fault catalog).")
+    support = _gpu("GPU 3 reported Xid 142 (NVENC3 Error).")
+    reboot = _gpu("GPU 3 reported Xid 154 (GPU recovery action: Node Reboot Required).")
+    assert app.application and not unknown.known
+    by_class = parse_pool({"metadata": {"name": "c"}, "spec": {"faultClasses": {"gpu": "replace"}}})
+    assert [by_class.action_for(f) for f in (app, unknown, support)] == [None, None, None]
+    assert by_class.action_for(reboot) == RepairAction.REPLACE
+    named = parse_pool({"metadata": {"name": "n"}, "spec": {"faultClasses": {"gpu": "off"}, "repairCodes": {
+        "gpu:13": "reset", "gpu:999": "replace"}}})
+    assert named.action_for(app) == RepairAction.RESET
+    assert named.action_for(unknown) == RepairAction.REPLACE
+    assert named.action_for(support) is None

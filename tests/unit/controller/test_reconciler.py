@@ -472,7 +472,7 @@ def test_two_replacements_no_provider_names_never_count_one_new_node(h: Harness)
 
     from autoclusters.api import RepairAction
     from autoclusters.providers.command import CommandProvider
-    from tests.unit.controller.harness import XID64
+    from tests.unit.controller.harness import ROW_REMAP_FAILURE
 
     h.pool(maxConcurrentRepairs=2, circuitBreaker={"openAbovePercent": 90, "closeBelowPercent": 80},
            provider={"reset": {"type": "simulated"},
@@ -482,8 +482,8 @@ def test_two_replacements_no_provider_names_never_count_one_new_node(h: Harness)
     h.start()
     h.run()
     h.clock.advance(5)  # the pool's nodes are older than the repairs
-    h.fault("n1", XID64)
-    h.fault("n2", XID64)
+    h.fault("n1", ROW_REMAP_FAILURE)
+    h.fault("n2", ROW_REMAP_FAILURE)
     h.run(lambda: h.phase("n1") == h.phase("n2") == "Acting", detector=False)
     provider, _ = h.reconciler._provider(h.fleet.pool_named("p"), RepairAction.REPLACE)
     assert isinstance(provider, CommandProvider)

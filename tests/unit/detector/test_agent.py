@@ -194,10 +194,10 @@ class RankingBug:
     def __getattr__(self, name: str) -> object:
         return getattr(CAT, name)
 
-    def entry_or_unknown(self, fault_class: object, code: object) -> object:
+    def action_of(self, fault_class: object, code: object, name: str) -> object:
         if self.broken and str(code) == "79":
             raise KeyError("action")
-        return CAT.entry_or_unknown(fault_class, code)  # type: ignore[arg-type]
+        return CAT.action_of(fault_class, code, name)  # type: ignore[arg-type]
 
 
 def test_a_poll_that_raises_is_counted_reported_on_the_node_and_the_loop_goes_on(tmp_path: Path, caplog) -> None:
@@ -269,3 +269,42 @@ def test_the_node_loop_goes_on_after_polls_that_raise_and_stops_when_told(tmp_pa
     stop.set()
     t.join(10)
     assert not t.is_alive() and events.flushed  # ended through its own shutdown, the events flushed
+
+
+def test_condition_codes_raise_a_warning_code_and_others_stay_events(tmp_path: Path) -> None:
+    """``--condition-codes gpu:13``: Xid 13 raises the condition (its action stays none), Xid 31
+    stays an event."""
+    kube, clock, hw, writer, events, agent = setup(tmp_path)
+    agent.condition_codes = frozenset({"gpu:13"})
+    tick(agent, writer, clock)
+    hw.inject({"kind": "xid", "code": 13, "gpu": 3}, CAT)
+    hw.inject({"kind": "xid", "code": 31, "gpu": 2}, CAT)
+    tick(agent, writer, clock, 1)
+    tick(agent, writer, clock, 60)
+    c = kube.condition("n1", GPU)
+    assert (c["status"], c["message"]) == ("True", "GPU 3 reported Xid 13 (Graphics Engine Exception).")
+    assert [e[3] for e in events.sent] == ["GPU 2 reported Xid 31 (GPU memory page fault)."]
+
+
+def test_condition_codes_flag_is_checked() -> None:
+    import pytest
+
+    from autoclusters.cli.detector import _condition_codes
+    from autoclusters.cli.errors import CliError
+
+    assert _condition_codes(" gpu:13, dcgm:DCGM_FR_THERMAL_VIOLATIONS ,") == {
+        "gpu:13", "dcgm:DCGM_FR_THERMAL_VIOLATIONS"}
+    with pytest.raises(CliError, match="expected CLASS:CODE"):
+        _condition_codes("13")
+
+
+def test_an_injected_xid_154_asks_for_a_node_reboot_as_the_driver_words_it(tmp_path: Path) -> None:
+    kube, clock, hw, writer, _, agent = setup(tmp_path)
+    hw.inject({"kind": "xid", "code": 154, "gpu": 3}, CAT)
+    assert "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)" in hw.kmsg.read_text()
+    tick(agent, writer, clock, 1)
+    tick(agent, writer, clock, 60)
+    c = kube.condition("n1", GPU)
+    assert c["message"] == "GPU 3 reported Xid 154 (GPU recovery action: Node Reboot Required)."
+    ref = CAT.fault_from_condition(c, NAMES)
+    assert ref is not None and ref.action == "reset"

@@ -87,8 +87,8 @@ def test_warnings_are_returned_for_events_and_never_tracked() -> None:
 def test_the_heaviest_repair_is_named_first() -> None:
     t = FaultTracker(window_s=0)
     reset = Record("kmsg", FaultClass.GPU, "79", "GPU 3", Severity.FATAL, "GPU has fallen off the bus")
-    replace = Record("kmsg", FaultClass.GPU, "64", "GPU 1", Severity.FATAL,
-                     "ECC page retirement or row remapper recording failure")
+    replace = Record("dcgm", FaultClass.DCGM, "DCGM_FR_ROW_REMAP_FAILURE", "GPU 1", Severity.FATAL,
+                     "Row remapping failure")
     t.observe(Poll("kmsg", (reset,)), now=0)
     t.observe(Poll("kmsg", (replace,)), now=1)
-    assert gpu(t, 2).message.startswith("GPU 1 reported Xid 64")
+    assert gpu(t, 2).message == "GPU 1 reported DCGM_FR_ROW_REMAP_FAILURE."
