@@ -48,12 +48,15 @@ BUCKETS: dict[XidBucket, BucketRule] = {
     XidBucket.CHECK_UVM: BucketRule(
         Severity.WARNING, CatalogAction.NONE, True,
         "with UVM/vGPU a GPU reset, otherwise ignore: an event, no repair"),
+    # No reset clears these: the GPU (or its seating and power) is at fault. Replacing the node takes
+    # it out of service and brings a healthy one; under propose a person decides, and a pool with no
+    # replace provider holds the repair with the node marked, which is where support is called.
     XidBucket.CONTACT_SUPPORT: BucketRule(
-        Severity.FATAL, CatalogAction.NONE, False,
-        "contact support: the condition is raised for a person to decide; no repair"),
+        Severity.FATAL, CatalogAction.REPLACE, False,
+        "contact support: no reset clears it: node replacement (the old machine goes to support)"),
     XidBucket.CHECK_MECHANICALS: BucketRule(
-        Severity.FATAL, CatalogAction.NONE, False,
-        "check the device's seating and connections: the condition is raised; no repair"),
+        Severity.FATAL, CatalogAction.REPLACE, False,
+        "check the device's seating and power: no reset clears it: node replacement"),
     XidBucket.RESET_GPU: BucketRule(Severity.FATAL, CatalogAction.RESET, False, "reset the GPU: node reset"),
     XidBucket.RESTART_VM: BucketRule(Severity.FATAL, CatalogAction.RESET, False, "restart the VM: node reset"),
     XidBucket.RESTART_BM: BucketRule(
