@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup tools tools-core venv image lint test test-unit test-integration demo manifests clean-cluster slurm training \
-	demo-training
+	demo-training journal-remote
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -22,6 +22,11 @@ $(STAMP): requirements.txt pyproject.toml
 # training scenario; apt-get, so root or sudo (tools/install-slurm.sh; times in docs/workloads.md).
 slurm:
 	tools/install-slurm.sh
+
+# Debian's systemd-journal-remote: the journald kernel log source's tests write real journal
+# files with it; apt-get, so root or sudo (tools/install-journal-remote.sh; time in docs/detector.md).
+journal-remote:
+	tools/install-journal-remote.sh
 
 # PyTorch for the reference training job (examples/training/), into the project's venv.
 TRAINING_STAMP := $(VENV)/.training
@@ -58,7 +63,7 @@ test-integration: setup image
 # The README's test command.
 # Everything the suites need is installed first (each step is skipped when done), so on a
 # fresh machine this one command runs every test: none skips for a missing tool or extra.
-test: setup image slurm training
+test: setup image slurm training journal-remote
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	AUTOCLUSTERS_REQUIRE_TOOLS=1 AUTOCLUSTERS_REQUIRE_TRAINING=1 $(BIN)/pytest tests -q -p no:cacheprovider
