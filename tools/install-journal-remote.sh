@@ -16,24 +16,5 @@ if tool=$(find_tool); then
   echo "install-journal-remote: already installed ($tool)"
   exit 0
 fi
-command -v apt-get >/dev/null || { echo "install-journal-remote: install systemd-journal-remote with your OS's packages" >&2; exit 1; }
-as_root=()
-if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null || { echo "install-journal-remote: needs root (or sudo) for apt-get" >&2; exit 1; }
-  as_root=(sudo -n)
-fi
-t0=$(date +%s)
-export DEBIAN_FRONTEND=noninteractive
-# No service may start from the package scripts (there may be no init system at all).
-policy=/usr/sbin/policy-rc.d
-made_policy=0
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' | "${as_root[@]}" tee "$policy" >/dev/null
-  "${as_root[@]}" chmod 755 "$policy"; made_policy=1
-fi
-trap '[ $made_policy = 1 ] && "${as_root[@]}" rm -f "$policy"' EXIT
-"${as_root[@]}" apt-get update -q
-t1=$(date +%s)
-"${as_root[@]}" apt-get install -y -q --no-install-recommends systemd-journal-remote
-t2=$(date +%s)
-echo "install-journal-remote: apt-get update $((t1 - t0))s, install $((t2 - t1))s ($(find_tool))"
+"$(dirname "$0")/apt-install.sh" install-journal-remote systemd-journal-remote
+echo "install-journal-remote: $(find_tool)"
