@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
@@ -20,6 +21,7 @@ class DetectorArgs:
     # Wait for a pod on every GPU node. Off on the shared local cluster, where nodes of other
     # pools may be mid-repair (NotReady) and would hold ``pulumi up`` until its timeout.
     await_rollout: bool = True
+    kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE  # kmsg or journal (stack: kernelLogSource)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -35,6 +37,7 @@ class Detector(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
-                                                   await_rollout=args.await_rollout), child)
+                                                   await_rollout=args.await_rollout,
+                                                   kernel_log_source=args.kernel_log_source), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

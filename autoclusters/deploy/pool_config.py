@@ -403,6 +403,8 @@ class StackConfig:
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
     # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
     monitoring: Monitoring = field(default_factory=Monitoring)
+    # where the detectors read the kernel log: /dev/kmsg or the host's journal (api.KernelLogSource)
+    kernel_log_source: api.KernelLogSource = api.DEFAULT_KERNEL_LOG_SOURCE
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -432,6 +434,10 @@ class StackConfig:
         if isinstance(self.controller_shards, bool) or not isinstance(self.controller_shards, int) \
                 or self.controller_shards < 1:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
+        if self.kernel_log_source not in api.DAEMONSET_KERNEL_LOG_SOURCES:
+            raise PoolConfigError(f"kernelLogSource {self.kernel_log_source!r} must be one of "
+                                  f"{', '.join(s.value for s in api.DAEMONSET_KERNEL_LOG_SOURCES)}")
+        object.__setattr__(self, "kernel_log_source", api.KernelLogSource(self.kernel_log_source))
         if not isinstance(self.monitoring, Monitoring):
             raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
 
@@ -453,7 +459,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "kernelLogSource": "string",
 }
 
 
@@ -477,6 +483,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
+        kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
     )
 
 

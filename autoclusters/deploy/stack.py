@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import (
     CONTROLLER_SERVICE_ACCOUNT,
     admission,
@@ -60,10 +61,11 @@ def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
     return out
 
 
-def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True) -> dict[str, Any]:
+def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
+                       kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
     GPU node (the shared local cluster, where nodes of other pools may be mid-repair)."""
-    obj = workloads.detector_daemonset(names, namespace, image)
+    obj = workloads.detector_daemonset(names, namespace, image, kernel_log_source)
     if not await_rollout:
         obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
     return obj
@@ -125,7 +127,8 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         workloads.namespace(ns),
         *crds.crds(names),
         *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
-        detector_daemonset(names, ns, config.image, await_rollout=not config.local),
+        detector_daemonset(names, ns, config.image, await_rollout=not config.local,
+                           kernel_log_source=config.kernel_log_source),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards),

@@ -161,6 +161,21 @@ def test_without_libsystemd_the_source_says_so(tmp_path: Path) -> None:
     assert state.status == SourceStatus.UNAVAILABLE and "cannot load libsystemd-absent.so.0" in state.reason
 
 
+def test_the_configuration_chooses_one_kernel_log_source(tmp_path: Path) -> None:
+    from autoclusters.api import KernelLogSource
+    from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
+    from autoclusters.detector.node import NodePaths, kernel_log_source
+
+    interp = KernelLogInterpreter(load_catalog(), GpuIndex())
+    assert isinstance(kernel_log_source(NodePaths(), interp), DevKmsgSource)
+    file_src = kernel_log_source(NodePaths(kernel_log_file=str(tmp_path / "kern.log")), interp)
+    assert isinstance(file_src, KernelLogFileSource) and file_src.name == "file"
+    journal = kernel_log_source(NodePaths(kernel_log_source=KernelLogSource.JOURNAL, journal_root="/host"), interp)
+    assert isinstance(journal, JournalSource) and journal.root == "/host"
+    with pytest.raises(ValueError, match="needs the file's path"):
+        kernel_log_source(NodePaths(kernel_log_source=KernelLogSource.FILE), interp)
+
+
 def test_the_other_kernel_log_sources_report_their_state(tmp_path: Path) -> None:
     from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 
@@ -179,3 +194,18 @@ def test_the_other_kernel_log_sources_report_their_state(tmp_path: Path) -> None
     assert not log.poll().ok
     bad = log.state()
     assert bad.status == SourceStatus.UNAVAILABLE and bad.reason.startswith(f"cannot read {tmp_path / 'kern.log'}")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--kernel-log-source", "file"], "--kernel-log-source file needs --kernel-log PATH"),
+    (["--kernel-log-source", "journal", "--kernel-log", "/var/log/kern.log"],
+     "--kernel-log is read only with --kernel-log-source file, not journal"),
+])
+def test_contradicting_kernel_log_flags_are_a_usage_error(flags: list[str], message: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from autoclusters.cli.errors import EXIT_USAGE
+    from autoclusters.cli.main import main
+
+    # before anything connects: the kubeconfig named here does not exist
+    assert main(["detector", "run", "--node", "n1", "--kubeconfig", "/nonexistent", *flags]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
