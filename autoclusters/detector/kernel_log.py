@@ -43,7 +43,7 @@ _CODE = r"(\d{1,%d})" % _MAX_CODE_DIGITS  # noqa: UP031 - a regular expression, 
 # A MIG GPU's lines name the GPU instance, and the compute instance where known, after the
 # bus id: ``(PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u)`` (open-gpu-kernel-modules,
 # src/nvidia/src/kernel/gpu/rc/kernel_rc.c); the bus id alone names the GPU.
-_MIG = r"((?: GPU-C?I:\d{1,4}){0,2})"
+_MIG = r"((?: GPU-I:\d{1,4}(?: GPU-CI:\d{1,4})?)?)"
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _BUS + _MIG + r"\): " + _CODE + r",[ ]?(.*)$")
 _SXID = re.compile(r"nvidia-nvswitch\d{0,3}: SXid \(PCI:" + _BUS + r"\): " + _CODE + r",[ ]?(.*)$")
 # Leading process fields some drivers add before the description.

@@ -157,6 +157,8 @@ def test_a_domain_other_than_0000_maps_to_its_gpu() -> None:
     "NVRM: Xid (PCI:0000:01:00 GPU-X:05): 94, x",  # not an instance the driver names
     "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01 GPU-CI:02): 94, x",  # more instances than the driver prints
     "NVRM: Xid (PCI:0000:01:00 GPU-I:): 94, x",
+    "NVRM: Xid (PCI:0000:01:00 GPU-CI:02): 94, x",  # a compute instance comes only after its GPU instance
+    "NVRM: Xid (PCI:0000:01:00 GPU-CI:02 GPU-I:01): 94, x",
     "Nov 29 08:12:03 gpu-node-17 kernel: NVRM: Xid (PCI:0000:3b:00) 79, x",  # no colon after the bus
     "kern  :err   : NVRM: GPU at PCI:0000:3b:00: GPU-6f2b1c0e",  # a driver line that is not an Xid
 ])
