@@ -51,7 +51,7 @@ _PROC_FIELD = re.compile(r"^(?:pid=(?:'[^']{0,64}'|[^,]{0,64}),\s*)?(?:name=[^,]
 _DRIVER_PREFIXES = ("NVRM:", "nvidia-nvswitch")
 # ``dmesg --decode``: facility and level names, each padded to 6 (util-linux 2.38.1 prints
 # ``kern  :warn  : [ 8123.456801] ...``).
-_DECODE_PREFIX = re.compile(r"^([a-z]{2,8}) {0,6}:([a-z]{3,7}) {0,6}: ")
+_DECODE_PREFIX = re.compile(r"^([a-z0-9]{2,8}) {0,6}:([a-z]{3,7}) {0,6}: ")
 # ISO 8601 stamps: ``dmesg --time-format iso`` (``2026-11-29T08:12:03,456801+00:00``),
 # journalctl ``short-iso`` / ``short-iso-precise`` (``2026-11-29T08:12:03.456801+0000``),
 # rsyslog's ``RSYSLOG_FileFormat`` (RFC 3339, ``2026-11-29T08:12:03.456801+00:00``).

@@ -40,6 +40,8 @@ KERNEL_FRAMINGS = {
     "journal short": f"Nov 29 08:12:03 gpu-node-17 kernel: {XID}",
     "journal short, no host": f"Nov 29 08:12:03 kernel: {XID}",
     "journal short, early day": f"Nov 09 08:12:03 gpu-node-17 kernel: {XID}",
+    "journal short, upper-case host": f"Nov 29 08:12:03 GPU-Node-17 kernel: {XID}",
+    "dmesg -x, level emerg": f"kern  :emerg : [ 8123.456801] {XID}",
     "journal short-iso": f"2026-11-29T08:12:03+0000 gpu-node-17 kernel: {XID}",
     "journal short-iso, no host": f"2026-11-29T08:12:03+0000 kernel: {XID}",
     "journal short-precise": f"Nov 29 08:12:03.456801 gpu-node-17 kernel: {XID}",
@@ -61,6 +63,7 @@ KERNEL_FRAMINGS = {
 USER_FRAMINGS = {
     "kmsg, facility user": f"12,10224,8123456802,-;{XID}",
     "dmesg -x, facility user": f"user  :err   : [ 8123.456802] {XID}",
+    "dmesg -x, facility local0": f"local0:err   : [ 8123.456802] {XID}",
     "dmesg -r, facility user": f"<12>[ 8123.456802] {XID}",
     "journal short, another program": f"Nov 29 08:12:03 gpu-node-17 gpu-monitor[4242]: {XID}",
     "syslog, another program": f"Nov  9 08:12:03 gpu-node-17 gpu-monitor: {XID}",
