@@ -1,12 +1,19 @@
 """Parsing NVIDIA driver lines from the kernel log: GPU ``Xid`` and NVSwitch ``SXid``.
 
-Accepted framings, all seen on real nodes:
+Accepted framings (each layer optional, taken off in the order a writer puts it on; one
+test each in tests/unit/detector/test_framings.py, the table in docs/detector.md):
 
-* ``/dev/kmsg`` records ``PRI,SEQ,USEC,FLAGS;TEXT`` (continuation lines that start with a
-  space carry device properties and are skipped);
-* ``dmesg`` lines ``[  1234.567890] TEXT`` or ``[Sun Nov 29 08:00:00 2026] TEXT``;
-* journald/syslog lines ``Nov 29 08:00:00 host kernel: TEXT``;
-* the bare ``TEXT``.
+* a record header: ``/dev/kmsg``'s ``PRI,SEQ,USEC,FLAGS;`` (continuation lines that start
+  with a space carry device properties and are skipped), ``dmesg --decode``'s
+  ``kern  :err   : ``, ``dmesg --raw``'s ``<3>``; a facility other than the kernel's marks
+  a user-space writer;
+* a timestamp: dmesg's ``[  1234.567890]``, ``[Sun Nov 29 08:00:00 2026]``, ``[Nov29 08:00]``,
+  ``[  +0.000123]``, ``2026-11-29T08:00:00,123456+00:00``; journalctl's and syslog's
+  ``Nov 29 08:00:00[.123456]``, ``2026-11-29T08:00:00[.123456]+0000``,
+  ``Sun 2026-11-29 08:00:00 UTC``;
+* a host and program tag, ``host kernel: `` or ``kernel: `` (another program's tag marks a
+  user-space writer), and after it the kernel's own ``[ 1234.567890]`` that rsyslog keeps;
+* then the driver's text, bare (``journalctl -o cat``).
 
 The driver's texts (the part after ``NVRM:`` / ``nvidia-nvswitchN:``) come in these
 shapes across driver generations::
@@ -15,6 +22,9 @@ shapes across driver generations::
     NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
     NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+    NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString ...
+    NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:02): 94, pid=7194, ...                  (MIG)
+    NVRM: Xid (PCI:10000:e1:00): 79, ...                                              (PCI domain 10000)
     nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 24007, Fatal, Link 44 ...
     nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Non-fatal, Link 32 ...
     nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 12028, Severity 0 Engine instance 32 ...   (follow-up)
