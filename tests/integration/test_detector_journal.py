@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,7 @@ from autoclusters.detector.journal import current_boot_id
 from autoclusters.detector.node import NodePaths, build_agent
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import load_catalog
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import agent_writes_true_condition
 from tests.journal_files import MACHINE, entry, write_journal
 
 MIG_XID = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): {code}, pid=7194, name=python3, GPU has fallen off the bus."
@@ -49,13 +48,6 @@ def test_a_kernel_entry_in_the_journal_becomes_the_nodes_condition(cluster: Clus
     (journal / "system.journal").rename(journal / f"system@{MACHINE}-0000000000000001-0006440000000000.journal")
     write_journal(journal / "system.journal", [entry(2, MIG_XID.format(code=79), boot=boot)])
 
-    def true_condition() -> dict[str, Any] | None:
-        agent.poll()
-        writer.step()
-        writer.wait_idle()
-        conds = cluster.kube.get_node(node)["status"].get("conditions") or []
-        return next((c for c in conds if c["type"] == names.gpu_condition and c["status"] == "True"), None)
-
-    cond = wait_for("the condition from the journal", true_condition, timeout=20)
+    cond = agent_writes_true_condition(cluster, agent, writer, node, names.gpu_condition)
     assert cond["message"] == "GPU 2 reported Xid 79 (GPU has fallen off the bus)."
     assert writer.failures == 0
