@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup tools tools-core venv image lint test test-unit test-integration demo manifests clean-cluster slurm training \
-	demo-training
+	demo-training journal-remote
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -22,6 +22,11 @@ $(STAMP): requirements.txt pyproject.toml
 # training scenario; apt-get, so root or sudo (tools/install-slurm.sh; times in docs/workloads.md).
 slurm:
 	tools/install-slurm.sh
+
+# Debian's systemd-journal-remote: the journald kernel log source's tests write real journal
+# files with it; apt-get, so root or sudo (tools/install-journal-remote.sh; time in docs/detector.md).
+journal-remote:
+	tools/install-journal-remote.sh
 
 # PyTorch for the reference training job (examples/training/), into the project's venv.
 TRAINING_STAMP := $(VENV)/.training
@@ -62,7 +67,7 @@ test-integration: setup image
 # (AUTOCLUSTERS_TEST_KUBECONFIG and its companions, for `pytest tests/integration` against
 # another cluster) would turn the local-only tests into skips, so they are cleared here, and said.
 TEST_CLUSTER_VARS := AUTOCLUSTERS_TEST_KUBECONFIG AUTOCLUSTERS_TEST_OPA_URL AUTOCLUSTERS_TEST_LOCAL
-test: setup image slurm training
+test: setup image slurm training journal-remote
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	@for v in $(TEST_CLUSTER_VARS); do [ -z "$${!v:-}" ] || \

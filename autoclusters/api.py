@@ -242,6 +242,21 @@ SIM_REPLACE_SECONDS = 30.0
 HOST_REBOOT_COMMAND = "sh -c 'systemctl reboot || reboot'"
 
 
+# --- the detector's settings --------------------------------------------------------------
+class KernelLogSource(StrEnum):
+    """Where the detector reads the kernel log (``detector run --kernel-log-source``; the
+    DaemonSet's, with its mounts: the stack setting ``kernelLogSource``; docs/detector.md)."""
+
+    KMSG = "kmsg"  # /dev/kmsg, from the host
+    JOURNAL = "journal"  # the host's systemd journal, the kernel's entries only
+    FILE = "file"  # a kernel log file (--kernel-log PATH: simulated nodes, exports, syslog files)
+
+
+DEFAULT_KERNEL_LOG_SOURCE = KernelLogSource.KMSG
+# The DaemonSet's choices: a file source needs a path that no stack setting knows.
+DAEMONSET_KERNEL_LOG_SOURCES = (KernelLogSource.KMSG, KernelLogSource.JOURNAL)
+
+
 # --- derived forms -------------------------------------------------------------------------
 def rego_data() -> dict[str, Any]:
     """What the policies need to know about the API (lists keep the order messages use)."""

@@ -52,7 +52,8 @@ class AutoClusters(pulumi.ComponentResource):
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local,
-                                          condition_codes=cfg.detector_condition_codes), after(rbac))
+                                          condition_codes=cfg.detector_condition_codes,
+                                          kernel_log_source=cfg.kernel_log_source), after(rbac))
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
@@ -21,6 +22,7 @@ class DetectorArgs:
     # pools may be mid-repair (NotReady) and would hold ``pulumi up`` until its timeout.
     await_rollout: bool = True
     condition_codes: tuple[str, ...] = ()  # the detector's --condition-codes (stack detectorConditionCodes)
+    kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE  # kmsg or journal (stack: kernelLogSource)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -37,6 +39,7 @@ class Detector(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
                                                    await_rollout=args.await_rollout,
-                                                   condition_codes=args.condition_codes), child)
+                                                   condition_codes=args.condition_codes,
+                                                   kernel_log_source=args.kernel_log_source), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

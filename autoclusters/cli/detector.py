@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.api import REPAIR_CODE_PATTERN
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, REPAIR_CODE_PATTERN, KernelLogSource
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
 from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
@@ -52,8 +52,15 @@ def register(sub: Any) -> None:
     run.add_argument("--condition-codes", default="", metavar="CLASS:CODE,...",
                      help="codes whose warnings raise the fault condition too (e.g. gpu:13), so a pool that names "
                           "them in spec.repairCodes repairs them; none by default (docs/operations.md)")
+    run.add_argument("--kernel-log-source", choices=[s.value for s in KernelLogSource], default=None,
+                     help="where to read the kernel log: /dev/kmsg, the host's systemd journal (the kernel's "
+                          f"entries only) or a file (--kernel-log) (default: {DEFAULT_KERNEL_LOG_SOURCE.value}, "
+                          "or file when --kernel-log is given)")
     run.add_argument("--kernel-log", default=None, metavar="PATH",
-                     help="read this kernel log file instead of /dev/kmsg")
+                     help="read this kernel log file (dmesg, journalctl or syslog lines) instead of /dev/kmsg")
+    run.add_argument("--journal-root", default="/", metavar="DIR",
+                     help="with --kernel-log-source journal: the OS root whose var/log/journal and "
+                          "run/log/journal hold the journal (default: /; the DaemonSet mounts the host's under /host)")
     run.add_argument("--kmsg", default="/dev/kmsg", help="kernel log device (default: /dev/kmsg)")
     run.add_argument("--sys-infiniband", default="/sys/class/infiniband", metavar="PATH",
                      help="InfiniBand sysfs root (default: /sys/class/infiniband)")
@@ -125,9 +132,20 @@ def default_spool(cluster: str) -> str:
     return str(state_root() / cluster / "detector-spool")
 
 
+def _kernel_log_source(args: argparse.Namespace) -> KernelLogSource | None:
+    """The source the flags chose (None: a file when --kernel-log is given, else the default)."""
+    source = KernelLogSource(args.kernel_log_source) if args.kernel_log_source else None
+    if source == KernelLogSource.FILE and not args.kernel_log:
+        raise CliError("--kernel-log-source file needs --kernel-log PATH", EXIT_USAGE)
+    if source not in (None, KernelLogSource.FILE) and args.kernel_log:
+        raise CliError(f"--kernel-log is read only with --kernel-log-source file, not {source}", EXIT_USAGE)
+    return source
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.window < 0 or args.poll_interval <= 0 or args.snapshot_interval <= 0 or args.heartbeat <= 0:
         raise CliError("durations must be positive", EXIT_USAGE)
+    _kernel_log_source(args)  # a contradiction of flags is a usage error before anything connects
     try:
         catalog = load_catalog(args.catalog)
     except (CatalogError, OSError) as e:
@@ -155,7 +173,8 @@ def _run(args: argparse.Namespace) -> int:
         raise CliError("--node (or $NODE_NAME) is required unless --simulate", EXIT_USAGE)
     from autoclusters.detector.node import NodeLoop, NodePaths, build_agent
 
-    paths = NodePaths(kmsg=args.kmsg, kernel_log_file=args.kernel_log, infiniband=args.sys_infiniband,
+    paths = NodePaths(kmsg=args.kmsg, kernel_log_file=args.kernel_log, kernel_log_source=_kernel_log_source(args),
+                      journal_root=args.journal_root, infiniband=args.sys_infiniband,
                       nvidia_proc=args.nvidia_proc, dcgm_command=tuple(args.dcgm_command.split()),
                       gpu_map=_gpu_map(args.gpu_map), accept_user_kmsg=args.accept_injected_kmsg,
                       use_nvml=not args.no_nvml)

@@ -425,6 +425,8 @@ class StackConfig:
     # "<class>:<code>" keys whose warnings raise the fault condition (the detector's --condition-codes):
     # the detector's half of a pool's spec.repairCodes opt-in for an application or software code
     detector_condition_codes: tuple[str, ...] = ()
+    # where the detectors read the kernel log: /dev/kmsg or the host's journal (api.KernelLogSource)
+    kernel_log_source: api.KernelLogSource = api.DEFAULT_KERNEL_LOG_SOURCE
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -458,6 +460,10 @@ class StackConfig:
         if isinstance(self.controller_shards, bool) or not isinstance(self.controller_shards, int) \
                 or self.controller_shards < 1:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
+        if self.kernel_log_source not in api.DAEMONSET_KERNEL_LOG_SOURCES:
+            raise PoolConfigError(f"kernelLogSource {self.kernel_log_source!r} must be one of "
+                                  f"{', '.join(s.value for s in api.DAEMONSET_KERNEL_LOG_SOURCES)}")
+        object.__setattr__(self, "kernel_log_source", api.KernelLogSource(self.kernel_log_source))
         if not isinstance(self.monitoring, Monitoring):
             raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
         codes = self.detector_condition_codes
@@ -486,7 +492,7 @@ STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
-    "detectorConditionCodes": "object",
+    "detectorConditionCodes": "object", "kernelLogSource": "string",
 }
 
 
@@ -512,6 +518,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         monitoring=_monitoring(raw.get("monitoring", {})),
         host_reboot_command=raw.get("hostRebootCommand", defaults.host_reboot_command),
         detector_condition_codes=_codes(raw.get("detectorConditionCodes", [])),
+        kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
     )
 
 

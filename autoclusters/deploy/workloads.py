@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters import api
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import (
     CONTROLLER_SERVICE_ACCOUNT,
     DETECTOR_SERVICE_ACCOUNT,
@@ -113,21 +114,38 @@ def namespace(name: str) -> dict[str, Any]:
     }
 
 
-def detector_daemonset(names: Names, ns: str, image: str, condition_codes: tuple[str, ...] = ()) -> dict[str, Any]:
+# The journal source reads the host's journal as an OS root (detector/journal.py): the host's
+# /var/log and /run/log under JOURNAL_ROOT. The parents, not the journal directories: a missing
+# hostPath is created on the host (containerd; DirectoryOrCreate likewise), and an empty
+# /var/log/journal turns a host's journald (Storage=auto) persistent. /var/log is always there;
+# /run/log at most gains an empty directory on a tmpfs, where journald makes it anyway.
+JOURNAL_ROOT = "/host"
+_JOURNAL_HOST_PATHS = [("journal-var-log", "/var/log", "Directory"),
+                       ("journal-run-log", "/run/log", "DirectoryOrCreate")]
+
+
+def detector_daemonset(names: Names, ns: str, image: str, *, condition_codes: tuple[str, ...] = (),
+                       kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE) -> dict[str, Any]:
     """One detector per GPU node: a node with a GPU product label or in any pool.
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
-    maintenance taint, cordon), so it keeps reporting while the node is under repair.
+    maintenance taint, cordon), so it keeps reporting while the node is under repair. It
+    reads the kernel log from ``/dev/kmsg`` or, with ``kernel_log_source`` journal, from the
+    host's journal, and mounts only what that source reads.
     """
     # /proc/driver/nvidia and /sys/class/infiniband are not mounted: the container's own
     # procfs and sysfs show the host's driver entries and InfiniBand devices there. A mount
     # would keep the pod from starting: runc refuses any mount inside /proc ("cannot be
     # mounted because it is inside /proc"), and on a node without InfiniBand the missing
     # /sys/class/infiniband can be created neither on the host nor in the container's sysfs.
-    host_paths = [
-        ("kmsg", "/dev/kmsg", "CharDevice"),
-        ("nvidia-run", "/var/run/nvidia", ""),
-    ]
+    if kernel_log_source == KernelLogSource.JOURNAL:
+        log_paths = [(n, p, JOURNAL_ROOT + p, t) for n, p, t in _JOURNAL_HOST_PATHS]
+        log_args = ["--kernel-log-source", kernel_log_source.value, "--journal-root", JOURNAL_ROOT]
+    elif kernel_log_source == KernelLogSource.KMSG:
+        log_paths, log_args = [("kmsg", "/dev/kmsg", "/dev/kmsg", "CharDevice")], []
+    else:
+        raise ValueError(f"the DaemonSet reads the kernel log from kmsg or journal, not {kernel_log_source}")
+    host_paths = [*log_paths, ("nvidia-run", "/var/run/nvidia", "/var/run/nvidia", "")]  # name, host, container, type
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -154,16 +172,16 @@ def detector_daemonset(names: Names, ns: str, image: str, condition_codes: tuple
                     "containers": [{
                         "name": "detector",
                         "image": image,
-                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT),
+                        "args": [*DETECTOR_COMMAND[1:], *log_args, "--metrics-port", str(DETECTOR_METRICS_PORT),
                                  *(["--condition-codes", ",".join(condition_codes)] if condition_codes else [])],
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": DETECTOR_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},
                         "securityContext": DETECTOR_SECURITY_CONTEXT,
-                        "volumeMounts": [{"name": n, "mountPath": p, "readOnly": True} for n, p, _ in host_paths],
+                        "volumeMounts": [{"name": n, "mountPath": c, "readOnly": True} for n, _, c, _ in host_paths],
                     }],
-                    "volumes": [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, t in host_paths],
+                    "volumes": [{"name": n, "hostPath": {"path": p, "type": t}} for n, p, _, t in host_paths],
                 },
             },
         },

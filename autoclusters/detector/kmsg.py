@@ -1,6 +1,7 @@
 """Kernel log sources: the live ``/dev/kmsg`` device and a kernel log file.
 
-Both emit only the driver fault lines the interpreter recognises and never conclude
+Both emit only the driver fault lines the interpreter recognises (the journal, the third
+kernel log source, is ``detector/journal.py``) and never conclude
 recovery from silence (``Poll.snapshot`` is False). The file source serves simulated
 nodes (one file per node in the spool) and journald exports; it follows the file by
 byte offset and starts over when the file is replaced or truncated.
@@ -12,7 +13,7 @@ import errno
 import os
 
 from autoclusters.detector.kernel_log import KernelLogInterpreter
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 
 _READ_CHUNK = 1 << 16
 _MAX_PENDING = 1 << 16  # a partial line longer than this is dropped, not buffered forever
@@ -26,8 +27,21 @@ class KernelLogFileSource:
         self._offset = 0
         self._inode: int | None = None
         self._partial = b""
+        self._error: str | None = None
+
+    def state(self) -> SourceState:
+        """On unless the last poll could not read the file (a file not written yet is on: it is
+        read from its first line once it is there)."""
+        if self._error is not None:
+            return SourceState(SourceStatus.UNAVAILABLE, self._error, expected=True)
+        return SourceState(SourceStatus.ON, expected=True)
 
     def poll(self) -> Poll:
+        result = self._poll()
+        self._error = result.error
+        return result
+
+    def _poll(self) -> Poll:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -70,12 +84,28 @@ class DevKmsgSource:
         self.name = name
         self._fd: int | None = None
 
-    def poll(self) -> Poll:
+    def _opened(self) -> str | None:
+        """Opens the device if it is not open; why not, if it cannot be opened."""
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
             except OSError as e:
-                return Poll(self.name, error=f"cannot open {self.path}: {e.strerror}")
+                return f"cannot open {self.path}: {e.strerror}"
+        return None
+
+    def state(self) -> SourceState:
+        """On while the device opens; unavailable (EPERM without privileges or CAP_SYSLOG, no
+        mount) with the reason otherwise. The kernel log is always expected on a node."""
+        why = self._opened()
+        if why is not None:
+            return SourceState(SourceStatus.UNAVAILABLE, why, expected=True)
+        return SourceState(SourceStatus.ON, expected=True)
+
+    def poll(self) -> Poll:
+        why = self._opened()
+        if why is not None:
+            return Poll(self.name, error=why)
+        assert self._fd is not None
         records: list[Record] = []
         while True:
             try:

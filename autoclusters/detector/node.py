@@ -14,11 +14,13 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.clock import Clock
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
 from autoclusters.detector.infiniband import InfinibandSource
+from autoclusters.detector.journal import JournalSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 from autoclusters.detector.nvml import NvmlSource, load_library
@@ -37,13 +39,21 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class NodePaths:
     kmsg: str = "/dev/kmsg"
-    kernel_log_file: str | None = None  # read a file (journald export) instead of /dev/kmsg
+    kernel_log_file: str | None = None  # read a file (journald export, syslog file) instead of /dev/kmsg
+    kernel_log_source: KernelLogSource | None = None  # None: FILE when kernel_log_file is set, else the default
+    journal_root: str = "/"  # the OS root whose var/log/journal and run/log/journal hold the host's journal
     infiniband: str = "/sys/class/infiniband"
     nvidia_proc: str = "/proc/driver/nvidia/gpus"
     dcgm_command: tuple[str, ...] = ("dcgmi", "health", "-c", "-j")
     gpu_map: dict[str, int] = field(default_factory=dict)
     accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
     use_nvml: bool = True
+
+    @property
+    def log_source(self) -> KernelLogSource:
+        if self.kernel_log_source is not None:
+            return self.kernel_log_source
+        return KernelLogSource.FILE if self.kernel_log_file else DEFAULT_KERNEL_LOG_SOURCE
 
 
 class _IndexFollowingNvml:
@@ -61,20 +71,30 @@ class _IndexFollowingNvml:
         return result
 
 
+def kernel_log_source(paths: NodePaths, interp: KernelLogInterpreter
+                      ) -> DevKmsgSource | JournalSource | KernelLogFileSource:
+    """The one kernel log source the configuration chose (``/dev/kmsg`` by default)."""
+    if paths.log_source == KernelLogSource.JOURNAL:
+        return JournalSource(interp, paths.journal_root, name=str(KernelLogSource.JOURNAL))
+    if paths.log_source == KernelLogSource.FILE:
+        if not paths.kernel_log_file:
+            raise ValueError("the kernel log source 'file' needs the file's path")
+        return KernelLogFileSource(paths.kernel_log_file, interp, name=str(KernelLogSource.FILE))
+    return DevKmsgSource(interp, paths.kmsg, name=str(KernelLogSource.KMSG))
+
+
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
                 paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, EventRecorder]:
     gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
-    interp = KernelLogInterpreter(catalog, gpus, accept_user_lines=paths.accept_user_kmsg)
+    interp = KernelLogInterpreter(catalog, gpus, source=str(paths.log_source),
+                                  accept_user_lines=paths.accept_user_kmsg)
     sources: list[Scheduled] = []
     lib = load_library() if paths.use_nvml else None
     if lib is not None:
         has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
         nvml = NvmlSource(lib, catalog, expect_gpus=has_gpus)
         sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
-    if paths.kernel_log_file:
-        sources.append(Scheduled(KernelLogFileSource(paths.kernel_log_file, interp), 0.0))
-    else:
-        sources.append(Scheduled(DevKmsgSource(interp, paths.kmsg), 0.0))
+    sources.append(Scheduled(kernel_log_source(paths, interp), 0.0))
     sources.append(Scheduled(DcgmSource(catalog, command=paths.dcgm_command), config.snapshot_poll_s))
     sources.append(Scheduled(InfinibandSource(catalog, clock, paths.infiniband, config.infiniband),
                              config.snapshot_poll_s))

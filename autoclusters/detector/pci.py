@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-# domain:bus:device[.function]; the domain is 4 or 8 hex digits (NVML writes 8).
+# domain:bus:device[.function]; the domain is 4 to 8 hex digits: NVML writes 8, the driver
+# ``%04x`` (at least 4: a VMD or Hyper-V domain such as 10000 or 7a4e1 has 5).
 _PCI_RE = re.compile(r"^(?:PCI:)?([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?$")
 
 # The bus ids of the eight GPUs of an HGX A100 / H100 baseboard, in index order. The
@@ -23,14 +24,12 @@ SIMULATED_GPU_BUS_IDS = ("0000:07:00", "0000:0f:00", "0000:47:00", "0000:4e:00",
 
 
 def normalize(bus_id: str) -> str | None:
-    """``domain:bus:device`` in lower case with a 4-digit domain, or None if not a bus id."""
+    """``domain:bus:device`` in lower case with the domain in at least 4 digits (as the driver
+    prints it), or None if not a bus id."""
     m = _PCI_RE.match(bus_id.strip())
     if not m:
         return None
-    domain = int(m.group(1), 16)
-    if domain > 0xFFFF:
-        return None
-    return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}"
+    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}"
 
 
 class GpuIndex:

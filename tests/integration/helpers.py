@@ -9,13 +9,15 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from autoclusters.clock import parse_iso
 
 if TYPE_CHECKING:
+    from autoclusters.detector.agent import NodeAgent
+    from autoclusters.detector.writer import ConditionWriter
     from autoclusters.devcluster.handle import ClusterHandle
 
 T = TypeVar("T")
@@ -33,6 +35,20 @@ def wait_for(what: str, check: Callable[[], T | None], *, timeout: float = 30, i
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+def agent_writes_true_condition(cluster: ClusterHandle, agent: NodeAgent, writer: ConditionWriter, node: str,
+                                ctype: str, *, timeout: float = 20) -> dict[str, Any]:
+    """Polls a node agent (and flushes its writer) until ``node`` carries condition ``ctype``
+    True on the API server; returns that condition."""
+    def true_condition() -> dict[str, Any] | None:
+        agent.poll()
+        writer.step()
+        writer.wait_idle()
+        conds = cluster.kube.get_node(node)["status"].get("conditions") or []
+        return next((c for c in conds if c["type"] == ctype and c["status"] == "True"), None)
+
+    return wait_for(f"condition {ctype} written by the agent of {node}", true_condition, timeout=timeout)
 
 
 def parse_time(value: str) -> datetime:

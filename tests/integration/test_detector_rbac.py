@@ -19,7 +19,7 @@ from autoclusters.kube import Forbidden, load_kube
 from autoclusters.kube.client import STRATEGIC, Kube
 from autoclusters.kube.light import load_light_kube
 from autoclusters.sim.hardware import SimulatedHardware
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import agent_writes_true_condition, wait_for
 
 SA = "autoclusters-detector"
 
@@ -120,14 +120,7 @@ def test_the_real_agent_runs_under_its_least_privilege(setup: tuple[ClusterHandl
     try:
         hw.inject({"kind": "xid", "code": 79, "gpu": 3}, load_catalog())
 
-        def true_condition() -> dict[str, Any] | None:
-            agent.poll()
-            writer.step()
-            writer.wait_idle()
-            conds = cluster.kube.get_node(a)["status"].get("conditions") or []
-            return next((c for c in conds if c["type"] == names.gpu_condition and c["status"] == "True"), None)
-
-        cond = wait_for("condition written by the agent", true_condition, timeout=20)
+        cond = agent_writes_true_condition(cluster, agent, writer, a, names.gpu_condition)
         assert cond["message"] == "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
         assert writer.failures == 0
 

@@ -136,6 +136,8 @@ def test_stack_config_parses_pools_and_string_booleans():
     ({"pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 1}}]}, "simulated nodes need local: true"),
     ({"pool": []}, "unknown key(s) pool"),
     ({"eventSource": "node pool service"}, "eventSource: event source 'node pool service' must be a Kubernetes"),
+    ({"kernelLogSource": "file"}, "kernelLogSource 'file' must be one of kmsg, journal"),
+    ({"kernelLogSource": "dmesg"}, "kernelLogSource 'dmesg' must be one of kmsg, journal"),
 ])
 def test_bad_stack_values_are_rejected(config, message):
     with pytest.raises(PoolConfigError) as err:

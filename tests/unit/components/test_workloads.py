@@ -228,3 +228,50 @@ def test_controller_shards_must_be_a_positive_integer(value):
 
     with pytest.raises(PoolConfigError, match="controllerShards must be an integer"):
         stack_config_from_dict({"controllerShards": value})
+
+
+def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it(tmp_path):
+    """Stack config ``kernelLogSource: journal`` -> the DaemonSet's mounts and args -> the source ``detector
+    run`` builds: the mounts put the host's journal directories where that source opens them."""
+    from autoclusters.api import KernelLogSource
+    from autoclusters.cli.main import build_parser
+    from autoclusters.deploy.pool_config import stack_config_from_dict
+    from autoclusters.deploy.stack import stack_objects
+    from autoclusters.detector.journal import JOURNAL_DIRS, JournalSource
+    from autoclusters.detector.kernel_log import KernelLogInterpreter
+    from autoclusters.detector.node import NodePaths, kernel_log_source
+    from autoclusters.detector.pci import GpuIndex
+    from autoclusters.faults.catalog import load_catalog
+
+    cfg = stack_config_from_dict({"kernelLogSource": "journal"})
+    assert cfg.kernel_log_source == KernelLogSource.JOURNAL
+    ds = next(o for o in stack_objects(cfg) if o["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["hostPath"] for v in pod["volumes"]}
+    c = _container(ds, "detector")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert all(m["readOnly"] for m in c["volumeMounts"])
+    assert "/dev/kmsg" not in {v["path"] for v in volumes.values()}  # the journal needs no device
+    # /var/log always exists; an absent /run/log may be made (empty, on a tmpfs); never /var/log/journal,
+    # whose creation would turn a host's journald persistent
+    assert {volumes[n]["path"]: volumes[n]["type"] for n in mounts if n.startswith("journal")} == {
+        "/var/log": "Directory", "/run/log": "DirectoryOrCreate"}
+    args = build_parser().parse_args(c["args"])
+    assert args.kernel_log_source == "journal"
+    container_path = {volumes[n]["path"]: p for n, p in mounts.items()}  # host path -> where the pod sees it
+    for d in JOURNAL_DIRS:  # var/log/journal, run/log/journal: under the root the flag names
+        parent, leaf = d.rsplit("/", 1)
+        assert f"{args.journal_root}/{d}" == f"{container_path['/' + parent]}/{leaf}"
+    paths = NodePaths(kernel_log_source=KernelLogSource(args.kernel_log_source), journal_root=args.journal_root)
+    src = kernel_log_source(paths, KernelLogInterpreter(load_catalog(), GpuIndex()))
+    assert isinstance(src, JournalSource) and src.root == args.journal_root and src.name == "journal"
+
+
+def test_the_default_detector_reads_dev_kmsg_and_the_stack_refuses_a_file_source():
+    from autoclusters.api import KernelLogSource
+
+    default = workloads.detector_daemonset(NAMES, "ns1", "img:1")
+    assert workloads.detector_daemonset(NAMES, "ns1", "img:1", kernel_log_source=KernelLogSource.KMSG) == default
+    assert "--kernel-log-source" not in _container(default, "detector")["args"]
+    with pytest.raises(ValueError, match="kmsg or journal, not file"):
+        workloads.detector_daemonset(NAMES, "ns1", "img:1", kernel_log_source=KernelLogSource.FILE)
