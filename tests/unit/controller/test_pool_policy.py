@@ -39,14 +39,17 @@ def _gpu(message: str) -> FaultRef:
 def test_only_repair_codes_repair_application_unknown_and_none_action_codes() -> None:
     app = _gpu("GPU 3 reported Xid 13 (Graphics Engine Exception).")
     unknown = _gpu("GPU 3 reported Xid 999 (not in the fault catalog).")
-    support = _gpu("GPU 3 reported Xid 142 (NVENC3 Error).")
+    unpublished = _gpu("GPU 3 reported Xid 162 (Power Smoothing HW Circuitry capability reengaged).")
+    support = _gpu("GPU 3 reported Xid 142 (NVENC3 Error).")  # CONTACT_SUPPORT: no reset clears it
     reboot = _gpu("GPU 3 reported Xid 154 (GPU recovery action: Node Reboot Required).")
     assert app.application and not unknown.known
     by_class = parse_pool({"metadata": {"name": "c"}, "spec": {"faultClasses": {"gpu": "replace"}}})
-    assert [by_class.action_for(f) for f in (app, unknown, support)] == [None, None, None]
+    assert [by_class.action_for(f) for f in (app, unknown, unpublished)] == [None, None, None]
     assert by_class.action_for(reboot) == RepairAction.REPLACE
+    assert parse_pool({"metadata": {"name": "d"}, "spec": {}}).action_for(support) == RepairAction.REPLACE
+    assert by_class.action_for(support) == RepairAction.REPLACE
     named = parse_pool({"metadata": {"name": "n"}, "spec": {"faultClasses": {"gpu": "off"}, "repairCodes": {
         "gpu:13": "reset", "gpu:999": "replace"}}})
     assert named.action_for(app) == RepairAction.RESET
     assert named.action_for(unknown) == RepairAction.REPLACE
-    assert named.action_for(support) is None
+    assert named.action_for(unpublished) is None
