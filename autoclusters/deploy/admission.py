@@ -28,6 +28,12 @@ RBAC_V1 = "rbac.authorization.k8s.io/v1"
 POLICY_NAME = "autoclusters-maintenance-labels"
 WEBHOOK_CONFIG_NAME = "autoclusters-webhook"
 WEBHOOK_PATH = "/validate"
+# Every write path of a Node's labels: the object itself, and its status subresource, whose
+# update strategy keeps the spec but takes the metadata as sent, labels included (the kubelet
+# writes its default labels that way). Operations on the status path are UPDATE only (it has no
+# create). Both admission layers match exactly these.
+NODE_RESOURCES = ("nodes", "nodes/status")
+NODE_OPERATIONS = ("CREATE", "UPDATE")
 # A label value can never contain '<', so this stands for "label absent" in CEL comparisons.
 ABSENT = "<absent>"
 _PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
@@ -76,8 +82,8 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                   "resources": ["nodes"]}],
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
+                                   "resources": list(NODE_RESOURCES)}],
             },
             "matchConditions": [
                 {"name": "not-the-controller", "expression": not_controller_cel(controllers)},
@@ -171,8 +177,8 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
     node_hook: dict[str, Any] = {
         "name": node_name,
         **common,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                   "resources": ["nodes"], "scope": "Cluster"}],
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
+                   "resources": list(NODE_RESOURCES), "scope": "Cluster"}],
         "matchConditions": [
             {"name": "not-the-controller",
              "expression": not_controller_cel(controllers or default_controllers(namespace))},

@@ -23,6 +23,9 @@ labels_of(obj) := obj.metadata.labels if {
 	is_object(obj.metadata.labels)
 } else := {}
 
+# A write of the object or of a subresource that carries it: the label rules read no
+# subResource, because a PUT or PATCH of nodes/NAME/status changes labels as a write of the
+# Node does (the API server keeps the status update's metadata), so both are judged alike.
 writes(kind) if {
 	request.kind.kind == kind
 	request.operation in {"CREATE", "UPDATE"}
