@@ -57,6 +57,7 @@ EVENT_BUDGET_EXHAUSTED = "MaintenanceAttemptBudgetExhausted"
 EVENT_DRAIN_WARNING = "MaintenanceDrainWarning"  # on the node and on each pod, before any eviction
 EVENT_DRAIN_WAIT_ENDED = "MaintenanceDrainWaitEnded"  # acknowledged, or the pre-drain deadline passed
 EVENT_HOOK_FAILED = "MaintenancePreDrainHookFailed"
+EVENT_STRAY_APPROVAL_REMOVED = "MaintenanceApprovalRemoved"  # an approval no maintenance-required backed
 
 # Slinky's slurm-operator (slurmd in pods): the node annotation it reads as the Slurm drain
 # reason when the node is cordoned, and the prefix of the pod conditions that mirror the
