@@ -45,6 +45,18 @@ def default_controllers(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     return [f"system:serviceaccount:{namespace}:{CONTROLLER_SERVICE_ACCOUNT}"]
 
 
+def policy_config(names: Names, controllers: list[str] | None = None) -> dict[str, Any]:
+    """The value of ``data.autoclusters.config``: the names the Rego rules depend on (its keys
+    override the defaults in ``policies/lib/config.rego``)."""
+    return {"domain": names.domain, "controllers": list(controllers or default_controllers())}
+
+
+def policy_data_document(names: Names, controllers: list[str] | None = None) -> dict[str, Any]:
+    """:func:`policy_config` as a data document loaded at OPA's root (``opa run``/``opa eval``
+    with a ``.json`` file among its paths, the webhook sidecar's ConfigMap)."""
+    return {"autoclusters": {"config": policy_config(names, controllers)}}
+
+
 def _cel_str(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 

@@ -103,7 +103,8 @@ def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *,
     pname = policy_name(namespace)
     return [
         webhook_tls_secret(namespace, cert_pem=cert_pem, key_pem=key_pem, ca_pem=ca_pem),
-        workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies())),
+        workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies()),
+                                   admission.policy_data_document(names, admission.default_controllers(namespace))),
         workloads.webhook_deployment(names, namespace, image, opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
                                      policy_configmap=workloads.POLICY_CONFIGMAP),
         workloads.webhook_service(namespace),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, admission
 from autoclusters.names import Names
 
 
@@ -26,8 +26,8 @@ class PolicyConfig:
 
     def data_document(self) -> dict[str, Any]:
         """The document to load into OPA at the root (``opa eval -d``, ``opa run``)."""
-        return {"autoclusters": {"config": self.config()}}
+        return admission.policy_data_document(self.names, list(self.controllers))
 
     def config(self) -> dict[str, Any]:
         """The value of ``data.autoclusters.config`` (what the webhook pushes to OPA)."""
-        return {"domain": self.names.domain, "controllers": list(self.controllers)}
+        return admission.policy_config(self.names, list(self.controllers))
