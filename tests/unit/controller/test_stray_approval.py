@@ -46,11 +46,16 @@ def _stray_events(h: Harness) -> list[dict]:
     return h.events(EVENT_STRAY_APPROVAL_REMOVED)
 
 
-def test_a_stray_approval_on_a_healthy_node_is_removed_with_a_warning(h: Harness) -> None:
-    h.pool(mode="propose")
+def _healthy_node(h: Harness, mode: str) -> None:
+    """Node n1 in pool p (consent mode ``mode``), the controller started and settled."""
+    h.pool(mode=mode)
     h.node("n1")
     h.start()
     h.run()
+
+
+def test_a_stray_approval_on_a_healthy_node_is_removed_with_a_warning(h: Harness) -> None:
+    _healthy_node(h, "propose")
     _set_labels(h, "n1", **{APPR: "true"})
     h.run(seconds=10)
     assert APPR not in _labels(h, "n1")
@@ -64,10 +69,7 @@ def test_a_stray_approval_on_a_healthy_node_is_removed_with_a_warning(h: Harness
 
 
 def test_a_stray_of_any_value_is_removed_and_named_with_its_value(h: Harness) -> None:
-    h.pool(mode="auto")
-    h.node("n1")
-    h.start()
-    h.run()
+    _healthy_node(h, "auto")
     _set_labels(h, "n1", **{APPR: "yes"})
     h.run(seconds=10)
     assert APPR not in _labels(h, "n1")
@@ -102,10 +104,7 @@ def test_an_approval_left_after_required_was_taken_off_mid_repair_is_not_counted
     """Mid-repair, someone removed maintenance-required and added an approval in one write (the
     status path before issue 25): the approval is stray; the repair keeps waiting and the
     controller puts its label back."""
-    h.pool(mode="propose")
-    h.node("n1")
-    h.start()
-    h.run()
+    _healthy_node(h, "propose")
     h.fault("n1")
     h.run(seconds=10)
     assert h.phase("n1") == "AwaitingApproval"
@@ -121,10 +120,7 @@ def test_an_approval_left_after_required_was_taken_off_mid_repair_is_not_counted
 def test_an_approval_that_required_backs_by_the_time_of_the_write_is_kept(h: Harness) -> None:
     """The removal tests the labels as read: when maintenance-required was written between the
     read and the removal (another replica marked the node), the approval is valid and stays."""
-    h.pool(mode="propose")
-    h.node("n1")
-    h.start()
-    h.run()
+    _healthy_node(h, "propose")
     _set_labels(h, "n1", **{APPR: "true"})
     h.api.settle()
 
@@ -147,10 +143,7 @@ def test_an_approval_that_required_backs_by_the_time_of_the_write_is_kept(h: Har
 
 
 def test_a_pool_in_consent_mode_off_gets_no_write(h: Harness) -> None:
-    h.pool(mode="off")
-    h.node("n1")
-    h.start()
-    h.run()
+    _healthy_node(h, "off")
     _set_labels(h, "n1", **{APPR: "true"})
     h.run(seconds=10)
     assert _labels(h, "n1").get(APPR) == "true"
