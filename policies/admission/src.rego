@@ -15,6 +15,8 @@ request := input.request
 
 username := object.get(request, ["userInfo", "username"], "")
 
+user_info := object.get(request, "userInfo", {})
+
 old_labels := labels_of(object.get(request, "oldObject", null))
 
 new_labels := labels_of(object.get(request, "object", null))
@@ -35,6 +37,12 @@ violations contains v if {
 	writes("Node")
 	request.kind.group == ""
 	some v in maintenance.label_violations(old_labels, new_labels, username, config.config)
+}
+
+violations contains v if {
+	writes("Node")
+	request.kind.group == ""
+	some v in maintenance.node_identity_violations(old_labels, new_labels, user_info, config.config)
 }
 
 violations contains v if {

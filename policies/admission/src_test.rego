@@ -117,3 +117,33 @@ test_status_judged_as_the_object if {
 		}
 	}
 }
+
+kubelet := {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:authenticated"]}
+
+detector := {"username": "system:serviceaccount:autoclusters-system:autoclusters-detector", "groups": ["system:serviceaccounts"]}
+
+as_user(r, info) := object.union(r, {"request": {"userInfo": info}})
+
+test_node_identities_may_not_approve_or_withdraw if {
+	every who in [kubelet, detector] {
+		every change in [[{req: "true"}, {req: "true", appr: "true"}], [{req: "true", appr: "true"}, {req: "true"}]] {
+			rules(as_user(review("UPDATE", node(change[0]), node(change[1]), ""), who)) == {"maintenance-approved-not-by-nodes"}
+			rules(on_status(as_user(review("UPDATE", node(change[0]), node(change[1]), ""), who))) == {"maintenance-approved-not-by-nodes"}
+		}
+	}
+}
+
+test_node_identity_message_names_who_and_what if {
+	d := decide(as_user(review("UPDATE", node({req: "true"}), node({req: "true", appr: "true"}), ""), kubelet))
+	[v] := d.violations
+	v.msg == "autoclusters.io/maintenance-approved is a person's approval of a repair; system:node:gpu-1, a node's own identity, may not add it"
+}
+
+test_node_identities_keep_their_other_label_writes if {
+	decide(on_status(as_user(review("UPDATE", node({req: "true", appr: "true"}), node({req: "true", appr: "true", "a": "b"}), ""), kubelet))).allowed
+	decide(as_user(review("UPDATE", node({}), node({"a": "b"}), ""), {"username": "system:node:gpu-1", "groups": null})).allowed
+}
+
+test_people_still_approve if {
+	decide(as_user(review("UPDATE", node({req: "true"}), node({req: "true", appr: "true"}), ""), {"username": "alice", "groups": ["system:authenticated"]})).allowed
+}

@@ -1,8 +1,9 @@
 """The label rules on every path that writes a Node's labels (issue 25, item 1), against the
 real API server: the Node and its ``status`` subresource, through create, update (PUT), JSON
 patch, merge patch, strategic merge patch and server-side apply; for each forbidden change, as
-a user with node write rights, as a kubelet (``system:node:<name>``, on its own node) and as a
-detector-like service account (``nodes/status`` patch only, a token bound to the node). Each
+a user with node write rights, as a kubelet (``system:node:<name>``, on its own node) and as the
+detector's service account (the detector's grant, ``nodes/status`` patch, a token bound to the
+node); a node's own identities may not touch the approval either. Each
 case runs with the webhook alone and with the CEL floor alone (the ``layer`` fixture of
 test_admission.py), and every refusal is checked for the layer and the rule that gave it.
 
@@ -23,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from autoclusters.deploy import DEFAULT_NAMESPACE, DETECTOR_SERVICE_ACCOUNT
+from autoclusters.deploy.detector import detector_username
 from autoclusters.kube import Kube, KubeError, NotFound, load_kube
 from autoclusters.kube.client import APPLY, JSON_PATCH, MERGE, STRATEGIC
 from autoclusters.kube.json_patch import pointer
@@ -43,6 +46,8 @@ APPLY_MANAGER = "adm-test-apply"  # one field manager for every apply, so an app
 REQUIRED_ONLY = "maintenance-required-controller-only"
 APPROVED_VALUE = "maintenance-approved-value"
 REQUIRES_FAULT = "maintenance-approved-requires-fault"
+NOT_BY_NODES = "maintenance-approved-not-by-nodes"
+NODE_ACTORS = ("kubelet", "detector")  # a node's own identities: they may not touch the approval either
 
 
 def _mark(layer: str) -> str:
@@ -132,14 +137,22 @@ class Forbidden:
     rule: str
 
 
-def _forbidden(req: str, appr: str) -> list[Forbidden]:
-    return [
+def _forbidden(req: str, appr: str, actor: str) -> list[Forbidden]:
+    """The changes ``actor`` may not make; the rule named is the one both layers report (the
+    CEL floor reports the first validation a write fails, the webhook every rule)."""
+    cases = [
         Forbidden("approve-a-healthy-node", {req: None, appr: None}, {req: None, appr: "true"}, REQUIRES_FAULT),
         Forbidden("add-required", {req: None, appr: None}, {req: "true", appr: None}, REQUIRED_ONLY),
         Forbidden("remove-required", {req: "true", appr: None}, {req: None, appr: None}, REQUIRED_ONLY),
         Forbidden("approve-with-another-value", {req: "true", appr: None}, {req: "true", appr: "yes"},
                   APPROVED_VALUE),
     ]
+    if actor in NODE_ACTORS:
+        cases += [
+            Forbidden("approve-its-own-repair", {req: "true", appr: None}, {req: "true", appr: "true"}, NOT_BY_NODES),
+            Forbidden("withdraw-an-approval", {req: "true", appr: "true"}, {req: "true", appr: None}, NOT_BY_NODES),
+        ]
+    return cases
 
 
 @dataclass
@@ -157,20 +170,21 @@ def actors(admission: Admission) -> Iterator[Actors]:
                                       "metadata": {"name": name, "labels": {SCOPE_LABEL: adm.suffix}}})
     adm.nodes.append(name)
     role = f"adm-test-detector-{adm.suffix}"
+    # the detector's own identity (the policies' default node agent), with the detector's grant
     adm.cluster.apply([
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
          "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
                    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": "detector", "namespace": adm.namespace}]},
+         "subjects": [{"kind": "ServiceAccount", "name": DETECTOR_SERVICE_ACCOUNT, "namespace": DEFAULT_NAMESPACE}]},
     ])
     try:
-        detector = adm.cluster.service_account_kubeconfig(adm.namespace, "detector", node=name)
+        detector = adm.cluster.service_account_kubeconfig(DEFAULT_NAMESPACE, DETECTOR_SERVICE_ACCOUNT, node=name)
         yield Actors(name, {"user": load_kube(adm.user), "kubelet": load_kube(adm.kubelet_kubeconfig(name)),
                             "detector": load_kube(detector), "controller": load_kube(adm.controller)},
                      {"user": f"system:serviceaccount:{adm.namespace}:alice", "kubelet": f"system:node:{name}",
-                      "detector": f"system:serviceaccount:{adm.namespace}:detector"})
+                      "detector": detector_username()})
     finally:
         for path in (f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}",
                      f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}"):
@@ -196,7 +210,8 @@ def test_every_forbidden_change_is_refused_on_every_write_path(admission: Admiss
     controller, kube = actors.kubes["controller"], actors.kubes[actor]
     refused: list[str] = []
     let_through: list[str] = []
-    for case in _forbidden(adm.names.maintenance_required, adm.names.maintenance_approved):
+    cases = _forbidden(adm.names.maintenance_required, adm.names.maintenance_approved, actor)
+    for case in cases:
         for write, sub in _paths(actor):
             where = f"{case.name} by {write} of nodes{'/' + sub if sub else ''}"
             _set_up(adm, controller, node, write, sub, case.old)
@@ -205,14 +220,14 @@ def test_every_forbidden_change_is_refused_on_every_write_path(admission: Admiss
             except KubeError as e:
                 text = str(e)
                 assert _mark(layer) in text and f"[{case.rule}]" in text, f"{where}: refused by something else: {e}"
-                if case.rule == REQUIRED_ONLY:
+                if case.rule in (REQUIRED_ONLY, NOT_BY_NODES):
                     assert actors.usernames[actor] in text, f"{where}: the message does not name who asked"
                 refused.append(where)
             else:
                 let_through.append(where)
             assert _two(adm, node) == case.old or where in let_through, f"{where}: refused, yet the labels changed"
     assert not let_through, f"{layer} let {len(let_through)} forbidden writes through: {let_through}"
-    assert len(refused) == 4 * len(_paths(actor))
+    assert len(refused) == len(cases) * len(_paths(actor))
 
 
 def test_a_status_write_cannot_create_a_node(admission: Admission, layer: str, actors: Actors) -> None:
@@ -251,7 +266,7 @@ def test_an_approval_while_required_and_its_withdrawal_pass_on_every_path(admiss
     adm, node = admission, actors.node
     req, appr = adm.names.maintenance_required, adm.names.maintenance_approved
     controller = actors.kubes["controller"]
-    for actor in ("user", "kubelet"):
+    for actor in ("user",):  # a person: a node's own identities may not (NOT_BY_NODES above)
         for write, sub in _paths(actor):
             _set_up(adm, controller, node, write, sub, {req: "true", appr: None})
             try:

@@ -107,3 +107,32 @@ def test_admission_objects_are_complete() -> None:
     kinds = [o["kind"] for o in admission_objects(Names(), ca_bundle=b"x")]
     assert kinds[:3] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                          "ValidatingWebhookConfiguration"]
+
+
+def test_node_identities_are_named_in_the_floor_for_the_namespace() -> None:
+    from autoclusters.deploy.admission import NODE_GROUPS, default_node_agents
+
+    pol = admission_policy(Names(), node_agents=default_node_agents("gpu-ops"))
+    variables = {v["name"]: v["expression"] for v in pol["spec"]["variables"]}
+    assert NODE_GROUPS == ("system:nodes",)
+    assert "'system:nodes'" in variables["nodeIdentity"]
+    assert "'system:serviceaccount:gpu-ops:autoclusters-detector'" in variables["nodeIdentity"]
+    last = pol["spec"]["validations"][-1]
+    assert last["messageExpression"].startswith("'[maintenance-approved-not-by-nodes]")
+    assert "variables.nodeIdentity" in last["expression"]
+
+
+def test_the_rego_defaults_are_the_policy_config_defaults() -> None:
+    """lib/config.rego writes the defaults the policies fall back on; they must be the ones
+    deploy.admission.policy_config builds, or an installation without the data document would
+    judge with other names."""
+    from autoclusters.deploy.admission import policy_config
+    from autoclusters.policy import opa
+
+    try:
+        rego = opa.evaluate("data.autoclusters.lib.config.defaults", {}, {})
+    except opa.OpaError as e:
+        from tests.conftest import tool_missing
+
+        tool_missing(str(e))
+    assert rego == policy_config(Names())

@@ -132,7 +132,8 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
 def test_the_sidecar_starts_on_the_mounted_configmap_with_this_installations_names(sidecar: Sidecar) -> None:
     sidecar.start()
     assert sidecar.get("/v1/data/autoclusters/config")["result"] == {
-        "domain": "crusoe.ai", "controllers": [f"system:serviceaccount:{NAMESPACE}:autoclusters-controller"]}
+        "domain": "crusoe.ai", "controllers": [f"system:serviceaccount:{NAMESPACE}:autoclusters-controller"],
+        "nodeGroups": ["system:nodes"], "nodeAgents": [f"system:serviceaccount:{NAMESPACE}:autoclusters-detector"]}
     d = _decide(sidecar)
     assert d["allowed"] is False and [v["rule"] for v in d["violations"]] == ["maintenance-approved-requires-fault"]
 
@@ -164,10 +165,12 @@ def test_without_the_data_document_the_same_review_would_pass(tmp_path: Path, si
 def test_the_configmaps_data_document_is_what_the_webhook_pushes() -> None:
     """One document, two ways into OPA: the ConfigMap's file and the webhook's push at its start
     (``webhook run`` with the Deployment's environment)."""
+    from autoclusters.deploy.admission import default_node_agents
     from autoclusters.policy.config import PolicyConfig, controller_identity
 
     data = next(o for o in _objects() if o["kind"] == "ConfigMap")["data"]
-    pushed = PolicyConfig(NAMES, (controller_identity(NAMESPACE),)).data_document()
+    pushed = PolicyConfig(NAMES, (controller_identity(NAMESPACE),), tuple(default_node_agents(NAMESPACE))
+                          ).data_document()
     assert json.loads(data[workloads.POLICY_DATA_FILE]) == pushed
     assert os.path.splitext(workloads.POLICY_DATA_FILE)[1] == ".json"  # OPA loads .json files as data
 
