@@ -225,9 +225,13 @@ class Actuator:
             if idx >= 0:
                 ops += [{"op": "test", "path": f"/spec/taints/{idx}", "value": node["spec"]["taints"][idx]},
                         {"op": "remove", "path": f"/spec/taints/{idx}"}]
-            for key in (self._names.maintenance_required, self._names.maintenance_approved):
-                if key in labels:
-                    ops.append({"op": "remove", "path": f"/metadata/labels/{pointer(key)}"})
+            removed = [k for k in (self._names.maintenance_required, self._names.maintenance_approved) if k in labels]
+            if self._names.maintenance_required in removed:
+                # the labels as read, tested whole: an approval added since the read (a person
+                # approving as the repair ends) fails the patch, which is computed anew from the
+                # node read again and so takes the approval too; no stray is left behind
+                ops.append({"op": "test", "path": "/metadata/labels", "value": labels})
+            ops += [{"op": "remove", "path": f"/metadata/labels/{pointer(k)}"} for k in removed]
             # The cordon goes only with our marks: a node read again (a lost race) that no longer
             # carries them was unmarked already, and a cordon on it now is someone else's.
             still_ours = idx >= 0 or self._names.maintenance_required in labels

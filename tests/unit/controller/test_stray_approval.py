@@ -173,3 +173,27 @@ def test_a_failed_removal_holds_nothing_and_the_marking_takes_the_stray_with_it(
     assert not h.events(EVENT_APPROVED)
     [event] = _stray_events(h)
     assert event["message"] == words.stray_approval_removed(APPR, "true", REQ)
+
+
+def test_an_approval_given_as_the_cleanup_runs_goes_with_maintenance_required(h: Harness) -> None:
+    """The cleanup's patch tests the labels as read: a person's approval that lands between the
+    read and the write fails it, and the patch computed again removes both labels in one write."""
+    _healthy_node(h, "auto")
+    h.fault("n1")
+    h.run(lambda: h.phase("n1") == "Verifying", seconds=60)
+    landed = []
+
+    def approved_meanwhile(req: Request) -> None:
+        if req.verb == "PATCH" and req.resource == "nodes" and any(
+                op.get("op") == "remove" and op.get("path", "").endswith("maintenance-required") for op in req.body):
+            h.api.before.clear()
+            h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["labels"].update({APPR: "true"}))
+            landed.append(True)
+
+    h.api.before.append(approved_meanwhile)
+    h.run(lambda: h.phase("n1") == "Succeeded")
+    h.run(seconds=10)
+    assert landed and h.phase("n1") == "Succeeded"
+    labels = _labels(h, "n1")
+    assert REQ not in labels and APPR not in labels
+    assert _stray_events(h) == []  # removed by the cleanup itself, not left as a stray
