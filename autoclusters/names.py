@@ -59,6 +59,7 @@ EVENT_DRAIN_WAIT_ENDED = "MaintenanceDrainWaitEnded"  # acknowledged, or the pre
 EVENT_HOOK_FAILED = "MaintenancePreDrainHookFailed"
 EVENT_RECORD_UNREADABLE = "MaintenanceRecordUnreadable"  # the node's open Remediation record cannot be read
 EVENT_UNKNOWN_CODE = "UnknownFaultCode"  # the detector saw a code its catalog does not list (reported, not repaired)
+EVENT_STRAY_APPROVAL_REMOVED = "MaintenanceApprovalRemoved"  # an approval no maintenance-required backed
 
 # Slinky's slurm-operator (slurmd in pods): the node annotation it reads as the Slurm drain
 # reason when the node is cordoned, and the prefix of the pod conditions that mirror the

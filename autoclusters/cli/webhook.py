@@ -19,7 +19,7 @@ from typing import Any
 from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.deploy import DEFAULT_NAMESPACE
-from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME
+from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME, default_node_agents
 from autoclusters.names import Names
 from autoclusters.policy.config import PolicyConfig, controller_identity
 
@@ -77,7 +77,8 @@ def run_webhook(args: argparse.Namespace) -> int:
     else:
         raise CliError("give --cert-dir (generated certificates) or --tls-cert/--tls-key", EXIT_USAGE)
     names = Names.from_env()
-    config = PolicyConfig(names, tuple(args.controller or (controller_identity(args.namespace),)))
+    config = PolicyConfig(names, tuple(args.controller or (controller_identity(args.namespace),)),
+                          tuple(default_node_agents(args.namespace)))
     settings = WebhookSettings(check_interval=args.cert_check_interval,
                                opa_config=config.config() if args.push_opa_config else None)
     webhook = Webhook(OpaDecider(args.opa_url, timeout=args.opa_timeout), certs, settings=settings,

@@ -154,9 +154,11 @@ class Actuator:
         when it adds Karpenter's guards, which are ours only if they were absent), so a status
         heartbeat or another writer's annotation does not cost a retry; a lost race reads the
         node again and computes the patch anew."""
-        key = self._names.maintenance_required
+        key, appr = self._names.maintenance_required, self._names.maintenance_approved
+        stray = ""
 
         def ops_for(node: JSON) -> list[JSON]:
+            nonlocal stray
             labels = node["metadata"].get("labels")
             taints = (node.get("spec") or {}).get("taints")
             annotations_now = node["metadata"].get("annotations")
@@ -164,6 +166,12 @@ class Actuator:
             if (labels or {}).get(key) != "true":
                 ops.append({"op": "add", "path": f"/metadata/labels/{pointer(key)}", "value": "true"}
                            if labels is not None else {"op": "add", "path": "/metadata/labels", "value": {key: "true"}})
+            # An approval already there while maintenance-required is not approves nothing, and must
+            # not start to once the label it needs arrives: it goes in the same write (the patch
+            # tests its value, so a user's newer approval is not taken for it).
+            stray = str((labels or {})[appr]) if appr in (labels or {}) and key not in (labels or {}) else ""
+            if stray:
+                ops.append({"op": "remove", "path": f"/metadata/labels/{pointer(appr)}"})
             if self._has_taint(node) < 0:
                 ops.append({"op": "add", "path": "/spec/taints/-", "value": self._taint()} if taints is not None
                            else {"op": "add", "path": "/spec/taints", "value": [self._taint()]})
@@ -187,7 +195,10 @@ class Actuator:
                 ops += self._warning_removals(node)
             return ops
 
-        return self._kube.patch_node_guarded(node, ops_for, fields_only=True)
+        written = self._kube.patch_node_guarded(node, ops_for, fields_only=True)
+        if stray:
+            self._stray_approval_removed(written, stray)
+        return written
 
     def _guard_annotations(self, node: JSON) -> dict[str, str]:
         """Karpenter's do-not-disrupt on a Karpenter node, with our marker, unless already there."""
@@ -214,9 +225,13 @@ class Actuator:
             if idx >= 0:
                 ops += [{"op": "test", "path": f"/spec/taints/{idx}", "value": node["spec"]["taints"][idx]},
                         {"op": "remove", "path": f"/spec/taints/{idx}"}]
-            for key in (self._names.maintenance_required, self._names.maintenance_approved):
-                if key in labels:
-                    ops.append({"op": "remove", "path": f"/metadata/labels/{pointer(key)}"})
+            removed = [k for k in (self._names.maintenance_required, self._names.maintenance_approved) if k in labels]
+            if self._names.maintenance_required in removed:
+                # the labels as read, tested whole: an approval added since the read (a person
+                # approving as the repair ends) fails the patch, which is computed anew from the
+                # node read again and so takes the approval too; no stray is left behind
+                ops.append({"op": "test", "path": "/metadata/labels", "value": labels})
+            ops += [{"op": "remove", "path": f"/metadata/labels/{pointer(k)}"} for k in removed]
             # The cordon goes only with our marks: a node read again (a lost race) that no longer
             # carries them was unmarked already, and a cordon on it now is someone else's.
             still_ours = idx >= 0 or self._names.maintenance_required in labels
@@ -230,6 +245,37 @@ class Actuator:
             return ops + self._warning_removals(node)
 
         return self._kube.patch_node_guarded(node, ops_for, fields_only=True)
+
+    def remove_stray_approval(self, node: JSON) -> JSON:
+        """The approval label removed from a node that does not carry maintenance-required (no
+        repair it could approve; admission refuses such a label, but one may predate the rule, or
+        have come through a path admission did not cover), with a Warning event. The patch tests
+        the labels as read, so an approval that a maintenance-required written meanwhile backs is
+        never removed: read again, there is nothing to do. Returns the node as last seen."""
+        appr, req = self._names.maintenance_approved, self._names.maintenance_required
+        removed = ""
+
+        def ops_for(node: JSON) -> list[JSON]:
+            nonlocal removed
+            labels = node["metadata"].get("labels") or {}
+            removed = str(labels[appr]) if appr in labels and req not in labels else ""
+            if not removed:
+                return []
+            return [{"op": "test", "path": "/metadata/labels", "value": labels},
+                    {"op": "remove", "path": f"/metadata/labels/{pointer(appr)}"}]
+
+        written = self._kube.patch_node_guarded(node, ops_for, fields_only=True)
+        if removed:
+            self._stray_approval_removed(written, removed)
+        return written
+
+    def _stray_approval_removed(self, node: JSON, value: str) -> None:
+        appr, req = self._names.maintenance_approved, self._names.maintenance_required
+        name = node["metadata"]["name"]
+        log.warning("node %s: removed %s=%s, which no %s backed", name, appr, value, req)
+        self._recorder.emit(ObjectRef("Node", name, uid=node["metadata"].get("uid", "")),
+                            n.EVENT_STRAY_APPROVAL_REMOVED, words.stray_approval_removed(appr, value, req),
+                            warning=True)
 
     # --- the warning before the drain -----------------------------------------------------------
     def _warning_removals(self, node: JSON) -> list[JSON]:

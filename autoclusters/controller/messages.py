@@ -72,6 +72,13 @@ def started(action: str, drain_seconds: float, *, after_failed_reset: bool = Fal
             f"(any still running after {int(drain_seconds)}s are deleted).")
 
 
+def stray_approval_removed(approval_label: str, value: str, required_label: str) -> str:
+    """On the node, when the controller removes an approval that no pending repair backs."""
+    return (f"Removed the label {approval_label}={value}: no repair is pending on this node ({required_label} "
+            f"is not on it), so it approved nothing. An approval counts only while {required_label} is on the "
+            "node; approve again once a repair is proposed.")
+
+
 def drain_warning(action: str, deadline: str, wait_seconds: float, reason: str) -> str:
     """On the node, when the warning goes out."""
     return (f"Before the {action_name(action)}, this node's workloads are warned: its pods are evicted at "

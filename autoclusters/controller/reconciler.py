@@ -60,7 +60,7 @@ from autoclusters.controller.statemachine import (
     Unmark,
     transition,
 )
-from autoclusters.kube import Conflict, Kube, NotFound
+from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.memo import ObjectMemo
@@ -238,6 +238,11 @@ class Reconciler:
             return None  # looked at again when the record (or the node) changes
         if facts is None:
             return None
+        if facts.node is not None and self._stray_approval(facts):
+            self._remove_stray_approval(name, facts.node)
+            facts = self._facts(name)  # the node as written
+            if facts is None:
+                return None
         if facts.active is None and facts.node is not None and self._fleet.fault_of(facts.node)[0] is None:
             # the common case (a healthy node): only leftovers of an earlier repair to clean
             self._cleanup_leftovers(name, facts.node, facts.records, None)
@@ -282,6 +287,28 @@ class Reconciler:
         log.warning("node %s: %s; its repairs are held", name, error)
         self._recorder.emit(ObjectRef("Node", name), EVENT_RECORD_UNREADABLE,
                             words.record_unreadable(record, str(error)), warning=True)
+    def _stray_approval(self, f: Facts) -> bool:
+        """The node carries an approval that no maintenance-required backs (docs/contract.md,
+        "Admission rules"): it approves nothing, and left in place it would approve the node's
+        next fault before anyone saw it. A pool in consent mode ``off`` gets no writes."""
+        labels = ((f.node or {}).get("metadata") or {}).get("labels") or {}
+        return (self._names.maintenance_approved in labels and self._names.maintenance_required not in labels
+                and (f.pool is None or f.pool.mode != api.ConsentMode.OFF))
+
+    def _remove_stray_approval(self, name: str, node: JSON) -> None:
+        """Before anything is decided, so a repair decided now never counts it (the actuator
+        records the Warning event). A removal that fails (another admission webhook refusing it,
+        the API server away) never holds the node's repair: the reconcile goes on, the snapshot
+        does not count the approval (``approved`` needs both labels), and the marking of a
+        repair removes it in the same write that adds maintenance-required."""
+        try:
+            written = self._act.remove_stray_approval(node)
+        except KubeError as e:
+            log.warning("node %s: could not remove %s, which no %s backs (it is not counted): %s", name,
+                        self._names.maintenance_approved, self._names.maintenance_required, e)
+            return
+        if written is not node:
+            self._fleet.node_written(written)
 
     def _facts(self, name: str, pool: Pool | None = None) -> Facts | None:
         """The node, its records, the active one and its state, the pool: from the cache. None
@@ -369,7 +396,9 @@ class Reconciler:
             name=name, exists=node is not None, ready=node_ready(node),
             boot_id=str((((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID", "")),
             unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
-            approved=labels.get(self._names.maintenance_approved) == "true",
+            # an approval counts only while maintenance-required backs it (the admission rule)
+            approved=labels.get(self._names.maintenance_approved) == "true"
+            and self._names.maintenance_required in labels,
             warned_for=str(annotations.get(self._names.remediation, "")),
             drain_acks={k[len(prefix):]: str(v) for k, v in annotations.items() if k.startswith(prefix)})
         ref, cond = self._fleet.fault_of(node)

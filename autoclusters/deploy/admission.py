@@ -28,6 +28,12 @@ RBAC_V1 = "rbac.authorization.k8s.io/v1"
 POLICY_NAME = "autoclusters-maintenance-labels"
 WEBHOOK_CONFIG_NAME = "autoclusters-webhook"
 WEBHOOK_PATH = "/validate"
+# Every write path of a Node's labels: the object itself, and its status subresource, whose
+# update strategy keeps the spec but takes the metadata as sent, labels included (the kubelet
+# writes its default labels that way). Operations on the status path are UPDATE only (it has no
+# create). Both admission layers match exactly these.
+NODE_RESOURCES = ("nodes", "nodes/status")
+NODE_OPERATIONS = ("CREATE", "UPDATE")
 # A label value can never contain '<', so this stands for "label absent" in CEL comparisons.
 ABSENT = "<absent>"
 _PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
@@ -37,6 +43,34 @@ def default_controllers(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
 
     return [f"system:serviceaccount:{namespace}:{CONTROLLER_SERVICE_ACCOUNT}"]
+
+
+# A node's own identities, which may not touch either maintenance label: every kubelet's group
+# (the API server's Node authorizer and NodeRestriction know kubelets by it) and the node agents
+# (the detector's service account, whose node-bound tokens every GPU node holds).
+NODE_GROUPS = ("system:nodes",)
+
+
+def default_node_agents(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    from autoclusters.deploy.detector import detector_username
+
+    return [detector_username(namespace)]
+
+
+def policy_config(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None
+                  ) -> dict[str, Any]:
+    """The value of ``data.autoclusters.config``: the names the Rego rules depend on (its keys
+    override the defaults in ``policies/lib/config.rego``, which a unit test holds equal to
+    this function's defaults)."""
+    return {"domain": names.domain, "controllers": list(controllers or default_controllers()),
+            "nodeGroups": list(NODE_GROUPS), "nodeAgents": list(node_agents or default_node_agents())}
+
+
+def policy_data_document(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None
+                         ) -> dict[str, Any]:
+    """:func:`policy_config` as a data document loaded at OPA's root (``opa run``/``opa eval``
+    with a ``.json`` file among its paths, the webhook sidecar's ConfigMap)."""
+    return {"autoclusters": {"config": policy_config(names, controllers, node_agents)}}
 
 
 def _cel_str(value: str) -> str:
@@ -63,9 +97,23 @@ def not_controller_cel(controllers: list[str]) -> str:
     return f"!(request.userInfo.username in [{', '.join(_cel_str(c) for c in controllers)}])"
 
 
-def admission_policy(names: Names, controllers: list[str] | None = None, *, name: str = POLICY_NAME
-                     ) -> dict[str, Any]:
-    """The CEL floor: the three node-label rules, for every identity but the controller."""
+def node_identity_cel(node_agents: list[str]) -> str:
+    """True when the request comes from a node's own identity (``NODE_GROUPS``, ``node_agents``)."""
+    groups = ", ".join(_cel_str(g) for g in NODE_GROUPS)
+    agents = ", ".join(_cel_str(a) for a in node_agents)
+    return (f"(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [{groups}]))"
+            f" || request.userInfo.username in [{agents}]")
+
+
+def _verb_cel(old: str, new: str) -> str:
+    absent = _cel_str(ABSENT)
+    return f"({old} == {absent} ? 'add' : ({new} == {absent} ? 'remove' : 'change'))"
+
+
+def admission_policy(names: Names, controllers: list[str] | None = None, *, name: str = POLICY_NAME,
+                     node_agents: list[str] | None = None) -> dict[str, Any]:
+    """The CEL floor: the four node-label rules, for every identity but the controller. The
+    validations run in order and the first that fails is the one reported."""
     controllers = controllers or default_controllers()
     req, appr = names.maintenance_required, names.maintenance_approved
     absent = _cel_str(ABSENT)
@@ -76,8 +124,8 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                   "resources": ["nodes"]}],
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
+                                   "resources": list(NODE_RESOURCES)}],
             },
             "matchConditions": [
                 {"name": "not-the-controller", "expression": not_controller_cel(controllers)},
@@ -88,6 +136,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
                 {"name": "newRequired", "expression": label_value_cel("object", req)},
                 {"name": "oldApproved", "expression": label_value_cel("oldObject", appr)},
                 {"name": "newApproved", "expression": label_value_cel("object", appr)},
+                {"name": "nodeIdentity", "expression": node_identity_cel(node_agents or default_node_agents())},
             ],
             "validations": [
                 {
@@ -96,8 +145,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
                     "messageExpression": (
                         f"'[maintenance-required-controller-only] {req} is set and removed by the autoclusters "
                         "controller only; ' + request.userInfo.username + ' may not ' + "
-                        f"(variables.oldRequired == {absent} ? 'add' : "
-                        f"(variables.newRequired == {absent} ? 'remove' : 'change')) + ' it'"),
+                        f"{_verb_cel('variables.oldRequired', 'variables.newRequired')} + ' it'"),
                 },
                 {
                     "expression": (f"variables.newApproved == {absent} || variables.newApproved == "
@@ -114,6 +162,14 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
                     "message": (f"[maintenance-approved-requires-fault] the node no longer needs a repair: {req} "
                                 f"is not present, so there is nothing to approve ({appr} is accepted only while "
                                 f"{req} is on the node)"),
+                },
+                {
+                    "expression": "variables.newApproved == variables.oldApproved || !variables.nodeIdentity",
+                    "reason": "Forbidden",
+                    "messageExpression": (
+                        _cel_str(f"[maintenance-approved-not-by-nodes] {appr} is a person's approval of a repair; ")
+                        + " + request.userInfo.username + " + _cel_str(", a node's own identity, may not ")
+                        + f" + {_verb_cel('variables.oldApproved', 'variables.newApproved')} + ' it'"),
                 },
             ],
         },
@@ -171,8 +227,8 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
     node_hook: dict[str, Any] = {
         "name": node_name,
         **common,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                   "resources": ["nodes"], "scope": "Cluster"}],
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
+                   "resources": list(NODE_RESOURCES), "scope": "Cluster"}],
         "matchConditions": [
             {"name": "not-the-controller",
              "expression": not_controller_cel(controllers or default_controllers(namespace))},
@@ -237,7 +293,8 @@ def admission_objects(names: Names, *, ca_bundle: bytes, namespace: str = DEFAUL
     """Everything admission installs on a cluster (the webhook's Deployment and Service are
     in ``deploy.workloads``)."""
     return [
-        admission_policy(names, controllers or default_controllers(namespace)),
+        admission_policy(names, controllers or default_controllers(namespace),
+                         node_agents=default_node_agents(namespace)),
         admission_policy_binding(),
         webhook_configuration(names, ca_bundle=ca_bundle, namespace=namespace, controllers=controllers),
         *webhook_rbac(namespace),

@@ -109,12 +109,15 @@ def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *,
     pname = policy_name(namespace)
     return [
         webhook_tls_secret(namespace, cert_pem=cert_pem, key_pem=key_pem, ca_pem=ca_pem),
-        workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies())),
+        workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies()),
+                                   admission.policy_data_document(names, admission.default_controllers(namespace),
+                                                                  admission.default_node_agents(namespace))),
         workloads.webhook_deployment(names, namespace, image, opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
                                      policy_configmap=workloads.POLICY_CONFIGMAP),
         workloads.webhook_service(namespace),
         workloads.pod_disruption_budget(workloads.WEBHOOK, namespace),
-        admission.admission_policy(names, admission.default_controllers(namespace), name=pname),
+        admission.admission_policy(names, admission.default_controllers(namespace), name=pname,
+                                   node_agents=admission.default_node_agents(namespace)),
         admission.admission_policy_binding(policy_name=pname),
         webhook_configuration(names, namespace, webhook_url, ca_pem),
     ]

@@ -8,6 +8,7 @@ same commands run on the host under the service accounts' tokens (docs/deploy.md
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ METRICS_PORT_NAME = "metrics"  # the containers' metrics port, by name (the PodM
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # which controller shard a pod runs (sharded only)
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
 POLICY_CONFIGMAP = "autoclusters-policies"
+# The policy ConfigMap's data document (data.autoclusters.config): OPA loads a .json file among its
+# paths as data at the root, so the sidecar has this installation's names from its own start.
+POLICY_DATA_FILE = "data.json"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TAINT = "nvidia.com/gpu"
 # `autoclusters controller run` reads every setting from AUTOCLUSTERS_CONTROLLER_<NAME>.
@@ -308,9 +312,13 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
                             "name": "opa",
                             "image": opa_image,
                             # The API stays on loopback; only /health is served on the pod IP.
+                            # --ignore: the kubelet mounts a ConfigMap as symlinks into a hidden
+                            # "..<timestamp>" directory, also reachable as "..data"; OPA's loader walks
+                            # both, and every module loaded three times fails its start ("package
+                            # annotation redeclared"; tests/unit/webhook/test_opa_sidecar.py).
                             "args": ["run", "--server", f"--addr=127.0.0.1:{OPA_PORT}",
                                      f"--diagnostic-addr=0.0.0.0:{OPA_DIAGNOSTIC_PORT}",
-                                     "--disable-telemetry", "/policies"],
+                                     "--disable-telemetry", "--ignore=..*", "/policies"],
                             "readinessProbe": {"httpGet": {"path": "/health", "port": OPA_DIAGNOSTIC_PORT}},
                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                                           "limits": {"cpu": "1", "memory": "256Mi"}},
@@ -380,11 +388,18 @@ def policy_files(policies_dir: Path) -> dict[str, str]:
     return files
 
 
-def policy_configmap(ns: str, name: str, policies_dir: Path) -> dict[str, Any]:
-    """The Rego the webhook's OPA sidecar serves (mounted at ``/policies``)."""
+def policy_configmap(ns: str, name: str, policies_dir: Path, data_document: dict[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """The Rego the webhook's OPA sidecar serves (mounted at ``/policies``), and with
+    ``data_document`` the installation's policy configuration as ``POLICY_DATA_FILE``: loaded
+    by OPA at every start, so an OPA-only restart (the sidecar's container restarted, not the
+    pod) keeps it; the webhook's push at its own start would not come again."""
+    data = policy_files(policies_dir)
+    if data_document is not None:
+        data[POLICY_DATA_FILE] = json.dumps(data_document, indent=2, sort_keys=True) + "\n"
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": ns, "labels": labels(WEBHOOK)},
-        "data": policy_files(policies_dir),
+        "data": data,
     }

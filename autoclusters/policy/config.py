@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, admission
 from autoclusters.names import Names
 
 
@@ -23,11 +23,12 @@ def controller_identity(namespace: str = DEFAULT_NAMESPACE, service_account: str
 class PolicyConfig:
     names: Names = field(default_factory=Names)
     controllers: tuple[str, ...] = (controller_identity(),)
+    node_agents: tuple[str, ...] = tuple(admission.default_node_agents())
 
     def data_document(self) -> dict[str, Any]:
         """The document to load into OPA at the root (``opa eval -d``, ``opa run``)."""
-        return {"autoclusters": {"config": self.config()}}
+        return admission.policy_data_document(self.names, list(self.controllers), list(self.node_agents))
 
     def config(self) -> dict[str, Any]:
         """The value of ``data.autoclusters.config`` (what the webhook pushes to OPA)."""
-        return {"domain": self.names.domain, "controllers": list(self.controllers)}
+        return admission.policy_config(self.names, list(self.controllers), list(self.node_agents))

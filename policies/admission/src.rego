@@ -15,6 +15,8 @@ request := input.request
 
 username := object.get(request, ["userInfo", "username"], "")
 
+user_info := object.get(request, "userInfo", {})
+
 old_labels := labels_of(object.get(request, "oldObject", null))
 
 new_labels := labels_of(object.get(request, "object", null))
@@ -23,6 +25,9 @@ labels_of(obj) := obj.metadata.labels if {
 	is_object(obj.metadata.labels)
 } else := {}
 
+# A write of the object or of a subresource that carries it: the label rules read no
+# subResource, because a PUT or PATCH of nodes/NAME/status changes labels as a write of the
+# Node does (the API server keeps the status update's metadata), so both are judged alike.
 writes(kind) if {
 	request.kind.kind == kind
 	request.operation in {"CREATE", "UPDATE"}
@@ -32,6 +37,12 @@ violations contains v if {
 	writes("Node")
 	request.kind.group == ""
 	some v in maintenance.label_violations(old_labels, new_labels, username, config.config)
+}
+
+violations contains v if {
+	writes("Node")
+	request.kind.group == ""
+	some v in maintenance.node_identity_violations(old_labels, new_labels, user_info, config.config)
 }
 
 violations contains v if {

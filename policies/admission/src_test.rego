@@ -82,3 +82,68 @@ test_not_a_review_is_undefined if {
 test_null_labels_treated_as_empty if {
 	decide(review("UPDATE", {"metadata": {"labels": null}}, node({"a": "b"}), "alice")).allowed
 }
+
+# The status subresource (PUT or PATCH of nodes/NAME/status) carries the whole Node, labels
+# included, and the API server keeps its metadata: its review differs only in subResource.
+on_status(r) := object.union(r, {"request": {
+	"resource": {"group": "", "version": "v1", "resource": "nodes"},
+	"subResource": "status",
+}})
+
+test_kubelet_approval_through_status_denied if {
+	r := on_status(review("UPDATE", node({}), node({appr: "true"}), "system:node:gpu-1"))
+	rules(r) == {"maintenance-approved-requires-fault"}
+}
+
+test_kubelet_required_through_status_denied if {
+	rules(on_status(review("UPDATE", node({}), node({req: "true"}), "system:node:gpu-1"))) == {"maintenance-required-controller-only"}
+	rules(on_status(review("UPDATE", node({req: "true"}), node({}), "system:node:gpu-1"))) == {"maintenance-required-controller-only"}
+}
+
+test_status_heartbeat_allowed if {
+	decide(on_status(review("UPDATE", node({req: "true", "a": "b"}), node({req: "true", "a": "b"}), "system:node:gpu-1"))).allowed
+}
+
+# Every transition of the two labels (absent, "true", another value) by a user and by the
+# controller: the status path is judged exactly as the object.
+test_status_judged_as_the_object if {
+	states := [{}, {req: "true"}, {req: "no"}, {appr: "true"}, {appr: "no"}, {req: "true", appr: "true"}, {req: "true", appr: "no"}]
+	every old in states {
+		every new in states {
+			every who in ["alice", "system:node:gpu-1", controller] {
+				r := review("UPDATE", node(old), node(new), who)
+				decide(on_status(r)) == decide(r)
+			}
+		}
+	}
+}
+
+kubelet := {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:authenticated"]}
+
+detector := {"username": "system:serviceaccount:autoclusters-system:autoclusters-detector", "groups": ["system:serviceaccounts"]}
+
+as_user(r, info) := object.union(r, {"request": {"userInfo": info}})
+
+test_node_identities_may_not_approve_or_withdraw if {
+	every who in [kubelet, detector] {
+		every change in [[{req: "true"}, {req: "true", appr: "true"}], [{req: "true", appr: "true"}, {req: "true"}]] {
+			rules(as_user(review("UPDATE", node(change[0]), node(change[1]), ""), who)) == {"maintenance-approved-not-by-nodes"}
+			rules(on_status(as_user(review("UPDATE", node(change[0]), node(change[1]), ""), who))) == {"maintenance-approved-not-by-nodes"}
+		}
+	}
+}
+
+test_node_identity_message_names_who_and_what if {
+	d := decide(as_user(review("UPDATE", node({req: "true"}), node({req: "true", appr: "true"}), ""), kubelet))
+	[v] := d.violations
+	v.msg == "autoclusters.io/maintenance-approved is a person's approval of a repair; system:node:gpu-1, a node's own identity, may not add it"
+}
+
+test_node_identities_keep_their_other_label_writes if {
+	decide(on_status(as_user(review("UPDATE", node({req: "true", appr: "true"}), node({req: "true", appr: "true", "a": "b"}), ""), kubelet))).allowed
+	decide(as_user(review("UPDATE", node({}), node({"a": "b"}), ""), {"username": "system:node:gpu-1", "groups": null})).allowed
+}
+
+test_people_still_approve if {
+	decide(as_user(review("UPDATE", node({req: "true"}), node({req: "true", appr: "true"}), ""), {"username": "alice", "groups": ["system:authenticated"]})).allowed
+}

@@ -6,9 +6,13 @@
 #   serve another domain (crusoe.ai) or another controller identity without edits.
 package autoclusters.lib.config
 
+# nodeGroups and nodeAgents: a node's own identities (every kubelet's group; the detector's
+# service account), which may not touch either maintenance label.
 defaults := {
 	"domain": "autoclusters.io",
 	"controllers": ["system:serviceaccount:autoclusters-system:autoclusters-controller"],
+	"nodeGroups": ["system:nodes"],
+	"nodeAgents": ["system:serviceaccount:autoclusters-system:autoclusters-detector"],
 }
 
 default overrides := {}

@@ -5,6 +5,8 @@ import data.autoclusters.lib.config
 test_defaults_match_names if {
 	config.config.domain == "autoclusters.io"
 	config.config.controllers == ["system:serviceaccount:autoclusters-system:autoclusters-controller"]
+	config.config.nodeGroups == ["system:nodes"]
+	config.config.nodeAgents == ["system:serviceaccount:autoclusters-system:autoclusters-detector"]
 }
 
 test_data_overrides_keys if {

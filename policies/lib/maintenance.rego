@@ -22,6 +22,16 @@ set_or_changed(old, new, key) if {
 
 is_controller(username, cfg) if username in {c | some c in cfg.controllers}
 
+# is_node_identity: a kubelet (its group) or a node agent (the detector's service account);
+# user is the review's userInfo ({username, groups}).
+is_node_identity(user, cfg) if {
+	is_array(user.groups)
+	some g in user.groups
+	g in {x | some x in cfg.nodeGroups}
+}
+
+is_node_identity(user, cfg) if user.username in {x | some x in cfg.nodeAgents}
+
 # label_violations is every broken rule for a change of a node's labels from old to
 # new, made by username. old is {} for a CREATE.
 label_violations(old, new, username, cfg) := (required_violations(old, new, username, cfg) | approval_value_violations(old, new, cfg)) | approval_fault_violations(old, new, cfg)
@@ -54,6 +64,19 @@ approval_fault_violations(old, new, cfg) := {v |
 	v := {
 		"rule": "maintenance-approved-requires-fault",
 		"msg": sprintf("the node no longer needs a repair: %s is not present, so there is nothing to approve (%s is accepted only while %s is on the node)", [required, key, required]),
+	}
+}
+
+# node_identity_violations: an approval is a person's consent to a repair, so a node's own
+# identities may not add, change or remove it, not even while maintenance-required is there
+# (maintenance-required itself is the controller's only, whoever else asks).
+node_identity_violations(old, new, user, cfg) := {v |
+	key := sprintf("%s/maintenance-approved", [cfg.domain])
+	changed(old, new, key)
+	is_node_identity(user, cfg)
+	v := {
+		"rule": "maintenance-approved-not-by-nodes",
+		"msg": sprintf("%s is a person's approval of a repair; %s, a node's own identity, may not %s it", [key, object.get(user, "username", ""), _verb(old, new, key)]),
 	}
 }
 

@@ -83,7 +83,7 @@ class Admission:
         role = f"adm-test-node-writer-{self.suffix}"
         self.cluster.apply([
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-             "rules": [{"apiGroups": [""], "resources": ["nodes"],
+             "rules": [{"apiGroups": [""], "resources": ["nodes", "nodes/status"],
                         "verbs": ["get", "list", "watch", "patch", "update", "create", "delete"]}]},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
@@ -222,8 +222,11 @@ class Admission:
                 self.kube.delete(path)
 
 
-@pytest.fixture(scope="module")
-def admission(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admission]:
+LAYERS = ("webhook", "floor")
+
+
+def admission_env(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admission]:
+    """The ``admission`` fixture: each module that uses it makes its own from this function."""
     adm = Admission(cluster, tmp_path_factory.mktemp("admission"))
     try:
         adm.setup_identities()
@@ -233,9 +236,9 @@ def admission(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         adm.cleanup()
 
 
-@pytest.fixture(scope="module", params=["webhook", "floor"])
-def layer(request: pytest.FixtureRequest, admission: Admission, cluster: Any) -> Iterator[str]:
-    """``webhook``: the webhook alone. ``floor``: webhook stopped and removed, CEL floor bound."""
+def switch_layer(request: pytest.FixtureRequest, admission: Admission, cluster: Any) -> str:
+    """The ``layer`` fixture (params ``LAYERS``). ``webhook``: the webhook alone. ``floor``:
+    webhook stopped and removed, CEL floor bound."""
     if request.param == "webhook":
         if not cluster.local or not cluster.opa_url:
             pytest.skip("the webhook runs on this host: needs the local cluster and its OPA server")
@@ -247,7 +250,12 @@ def layer(request: pytest.FixtureRequest, admission: Admission, cluster: Any) ->
         admission.floor_on()
         admission.wait_enforced(FLOOR_MARK)
     admission.mode = request.param
-    yield request.param
+    return str(request.param)
+
+
+LAYERS = ("webhook", "floor")
+admission = pytest.fixture(scope="module", name="admission")(admission_env)
+layer = pytest.fixture(scope="module", params=LAYERS, name="layer")(switch_layer)
 
 
 def _mark(layer: str) -> str:

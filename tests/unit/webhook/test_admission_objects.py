@@ -7,6 +7,7 @@ import base64
 
 from autoclusters.deploy.admission import (
     ABSENT,
+    NODE_RESOURCES,
     admission_objects,
     admission_policy,
     admission_policy_binding,
@@ -26,7 +27,25 @@ def test_policy_is_generated_from_the_domain_and_exempts_the_controller() -> Non
     assert conds["not-the-controller"] == "!(request.userInfo.username in ['system:serviceaccount:x:ctrl'])"
     assert pol["spec"]["failurePolicy"] == "Fail"
     rules = pol["spec"]["matchConstraints"]["resourceRules"]
-    assert rules[0]["resources"] == ["nodes"] and rules[0]["operations"] == ["CREATE", "UPDATE"]
+    assert rules[0]["resources"] == ["nodes", "nodes/status"] and rules[0]["operations"] == ["CREATE", "UPDATE"]
+
+
+def test_both_layers_match_every_node_write_path_and_only_label_changes() -> None:
+    """The status subresource takes label changes too (issue 25): both layers match it, and both
+    pass on only the writes that change one of the two labels, so kubelet status traffic stays
+    off the webhook and costs the floor four map look-ups."""
+    names = Names()
+    pol = admission_policy(names)
+    (hook, _) = webhook_configuration(names, ca_bundle=b"PEM")["webhooks"]
+    (pol_rule,) = pol["spec"]["matchConstraints"]["resourceRules"]
+    (hook_rule,) = hook["rules"]
+    assert set(NODE_RESOURCES) == {"nodes", "nodes/status"}
+    for rule in (pol_rule, hook_rule):
+        assert rule["resources"] == list(NODE_RESOURCES) and rule["apiGroups"] == [""]
+        assert rule["operations"] == ["CREATE", "UPDATE"]
+    for conds in (pol["spec"]["matchConditions"], hook["matchConditions"]):
+        assert [c["name"] for c in conds] == ["not-the-controller", "touches-maintenance-labels"]
+    assert pol["spec"]["matchConditions"] == hook["matchConditions"]
 
 
 def test_every_validation_names_its_rego_rule() -> None:
@@ -88,3 +107,32 @@ def test_admission_objects_are_complete() -> None:
     kinds = [o["kind"] for o in admission_objects(Names(), ca_bundle=b"x")]
     assert kinds[:3] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                          "ValidatingWebhookConfiguration"]
+
+
+def test_node_identities_are_named_in_the_floor_for_the_namespace() -> None:
+    from autoclusters.deploy.admission import NODE_GROUPS, default_node_agents
+
+    pol = admission_policy(Names(), node_agents=default_node_agents("gpu-ops"))
+    variables = {v["name"]: v["expression"] for v in pol["spec"]["variables"]}
+    assert NODE_GROUPS == ("system:nodes",)
+    assert "'system:nodes'" in variables["nodeIdentity"]
+    assert "'system:serviceaccount:gpu-ops:autoclusters-detector'" in variables["nodeIdentity"]
+    last = pol["spec"]["validations"][-1]
+    assert last["messageExpression"].startswith("'[maintenance-approved-not-by-nodes]")
+    assert "variables.nodeIdentity" in last["expression"]
+
+
+def test_the_rego_defaults_are_the_policy_config_defaults() -> None:
+    """lib/config.rego writes the defaults the policies fall back on; they must be the ones
+    deploy.admission.policy_config builds, or an installation without the data document would
+    judge with other names."""
+    from autoclusters.deploy.admission import policy_config
+    from autoclusters.policy import opa
+
+    try:
+        rego = opa.evaluate("data.autoclusters.lib.config.defaults", {}, {})
+    except opa.OpaError as e:
+        from tests.conftest import tool_missing
+
+        tool_missing(str(e))
+    assert rego == policy_config(Names())
