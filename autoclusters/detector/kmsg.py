@@ -12,7 +12,7 @@ import errno
 import os
 
 from autoclusters.detector.kernel_log import KernelLogInterpreter
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 
 _READ_CHUNK = 1 << 16
 _MAX_PENDING = 1 << 16  # a partial line longer than this is dropped, not buffered forever
@@ -26,6 +26,9 @@ class KernelLogFileSource:
         self._offset = 0
         self._inode: int | None = None
         self._partial = b""
+
+    def state(self) -> SourceState:
+        return SourceState(SourceStatus.ON)  # a file that cannot be read is a read error, not an absence
 
     def poll(self) -> Poll:
         try:
@@ -69,6 +72,9 @@ class DevKmsgSource:
         self.path = path
         self.name = name
         self._fd: int | None = None
+
+    def state(self) -> SourceState:
+        return SourceState(SourceStatus.ON)  # a device that cannot be opened is a read error
 
     def poll(self) -> Poll:
         if self._fd is None:
