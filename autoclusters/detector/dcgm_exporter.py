@@ -28,9 +28,10 @@ other sources use; without a bus id by its ``gpu`` label. An exporter that does 
 answer, or a page that does not parse, is this source's read error, never a GPU fault.
 
 A snapshot source: each page holds the values of now. The page is parsed with
-``prometheus_client``'s text parser, imported at the first page read (the package costs
-the agent about 14 MB of memory, measured as the import's growth of the peak RSS), so an
-agent without an exporter does not pay for it.
+``prometheus_client``'s text parser, imported at the first page read, so an agent without
+an exporter does not load the package (measured: 0.6 MiB of RSS on top of the agent's own
+modules, whose standard library it mostly shares; 14 MiB in a bare interpreter). A page of
+eight GPUs (52 KB, 350 lines) takes about 37 ms to parse here.
 """
 
 from __future__ import annotations
