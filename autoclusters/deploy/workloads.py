@@ -154,7 +154,10 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                         "name": "detector",
                         "image": image,
                         "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT)],
-                        "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
+                        # HOST_IP: an arg may say $(HOST_IP), e.g. --dcgm-exporter-url for an exporter on
+                        # the host network (docs/detector.md, "DCGM on GPU Operator clusters")
+                        "env": [_field_env("NODE_NAME", "spec.nodeName"), _field_env("HOST_IP", "status.hostIP"),
+                                *_names_env(names)],
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": DETECTOR_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},
