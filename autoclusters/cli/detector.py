@@ -13,6 +13,7 @@ from typing import Any
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
 from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
+from autoclusters.deploy.detector_settings import exporter_url_error
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import CatalogError, load_catalog
@@ -121,9 +122,9 @@ def default_spool(cluster: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     if args.window < 0 or args.poll_interval <= 0 or args.snapshot_interval <= 0 or args.heartbeat <= 0:
         raise CliError("durations must be positive", EXIT_USAGE)
-    if args.dcgm_exporter_url and not args.dcgm_exporter_url.startswith(("http://", "https://")):
-        raise CliError(f"--dcgm-exporter-url: expected an http:// or https:// URL, got {args.dcgm_exporter_url!r}",
-                       EXIT_USAGE)
+    why = exporter_url_error(args.dcgm_exporter_url)
+    if why:
+        raise CliError(f"--dcgm-exporter-url: {why}", EXIT_USAGE)
     try:
         catalog = load_catalog(args.catalog)
     except (CatalogError, OSError) as e:

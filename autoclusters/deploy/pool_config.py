@@ -18,6 +18,7 @@ from autoclusters import api
 from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
+from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
@@ -403,6 +404,8 @@ class StackConfig:
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
     # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
     monitoring: Monitoring = field(default_factory=Monitoring)
+    # where the detectors read DCGM from (deploy.detector_settings)
+    detector: DetectorSettings = field(default_factory=DetectorSettings)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -453,7 +456,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "detector": "object",
 }
 
 
@@ -477,7 +480,16 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
+        detector=_detector(raw.get("detector", {})),
     )
+
+
+def _detector(data: Any) -> DetectorSettings:
+    raw = _take(data, {"dcgmHost", "dcgmExporterUrl"}, "detector")
+    try:
+        return DetectorSettings(dcgm_host=raw.get("dcgmHost", ""), dcgm_exporter_url=raw.get("dcgmExporterUrl", ""))
+    except DetectorConfigError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _monitoring(data: Any) -> Monitoring:

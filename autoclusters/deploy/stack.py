@@ -22,6 +22,7 @@ from autoclusters.deploy import (
     detector,
     workloads,
 )
+from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
@@ -60,10 +61,11 @@ def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
     return out
 
 
-def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True) -> dict[str, Any]:
+def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
+                       settings: DetectorSettings | None = None) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
     GPU node (the shared local cluster, where nodes of other pools may be mid-repair)."""
-    obj = workloads.detector_daemonset(names, namespace, image)
+    obj = workloads.detector_daemonset(names, namespace, image, (settings or DetectorSettings()).args())
     if not await_rollout:
         obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
     return obj
@@ -125,7 +127,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         workloads.namespace(ns),
         *crds.crds(names),
         *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
-        detector_daemonset(names, ns, config.image, await_rollout=not config.local),
+        detector_daemonset(names, ns, config.image, await_rollout=not config.local, settings=config.detector),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards),

@@ -8,6 +8,7 @@ same commands run on the host under the service accounts' tokens (docs/deploy.md
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,9 @@ def namespace(name: str) -> dict[str, Any]:
     }
 
 
-def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
-    """One detector per GPU node: a node with a GPU product label or in any pool.
+def detector_daemonset(names: Names, ns: str, image: str, extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """One detector per GPU node: a node with a GPU product label or in any pool; ``extra_args``
+    after its own (the ``detector`` stack setting's, ``DetectorSettings.args``).
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
     maintenance taint, cordon), so it keeps reporting while the node is under repair.
@@ -153,7 +155,8 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
                     "containers": [{
                         "name": "detector",
                         "image": image,
-                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT)],
+                        "args": [*DETECTOR_COMMAND[1:], "--metrics-port", str(DETECTOR_METRICS_PORT),
+                                 *extra_args],
                         # HOST_IP: an arg may say $(HOST_IP), e.g. --dcgm-exporter-url for an exporter on
                         # the host network (docs/detector.md, "DCGM on GPU Operator clusters")
                         "env": [_field_env("NODE_NAME", "spec.nodeName"), _field_env("HOST_IP", "status.hostIP"),
