@@ -39,6 +39,13 @@ REASON_GPU_OTHER = "GpuError"
 REASON_NO_GPU_FAULT = "NoGpuFaultDetected"
 REASON_INTERCONNECT = "InterconnectError"
 REASON_NO_INTERCONNECT_FAULT = "NoInterconnectFaultDetected"
+# The detector's health condition (never a fault): True when it cannot read a source, its poll
+# failed, or a source the node's hardware implies is unavailable (NVML on a GPU node); False
+# when every source it reads is readable.
+REASON_SOURCE_UNREADABLE = "FaultSourceUnreadable"
+REASON_POLL_FAILED = "DetectorPollFailed"
+REASON_EXPECTED_SOURCE_UNAVAILABLE = "ExpectedFaultSourceUnavailable"
+REASON_SOURCES_READABLE = "AllFaultSourcesReadable"
 
 # Event reasons (docs/contract.md, "Events"; tests/unit/test_contract_doc.py keeps them equal).
 EVENT_REQUIRED = "MaintenanceRequired"

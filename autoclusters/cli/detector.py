@@ -15,6 +15,7 @@ from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, REPAIR_CODE_PATTERN, Ker
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
 from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
+from autoclusters.deploy.detector_settings import exporter_url_error
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import CatalogError, load_catalog
@@ -69,6 +70,12 @@ def register(sub: Any) -> None:
     run.add_argument("--gpu-map", default="", metavar="BUS=INDEX,...",
                      help="PCI bus id to GPU index map, used when NVML is absent (e.g. 0000:3b:00=3)")
     run.add_argument("--dcgm-command", default="dcgmi health -c -j", help="DCGM health command")
+    run.add_argument("--dcgm-host", default=None, metavar="ADDR[:PORT]",
+                     help="the DCGM hostengine to ask (passed as dcgmi --host; on GPU Operator clusters "
+                          "nvidia-dcgm.gpu-operator.svc:5555). Default: none, the DCGM source is off")
+    run.add_argument("--dcgm-exporter-url", default="", metavar="URL",
+                     help="this node's dcgm-exporter metrics page (docs/detector.md says how to reach it). "
+                          "Default: none, the dcgm-exporter source is off")
     run.add_argument("--no-nvml", action="store_true", help="do not use NVML even when the bindings are present")
     run.add_argument("--accept-injected-kmsg", action="store_true",
                      help="count Xid lines written to /dev/kmsg from user space (for fault drills with "
@@ -146,6 +153,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.window < 0 or args.poll_interval <= 0 or args.snapshot_interval <= 0 or args.heartbeat <= 0:
         raise CliError("durations must be positive", EXIT_USAGE)
     _kernel_log_source(args)  # a contradiction of flags is a usage error before anything connects
+    why = exporter_url_error(args.dcgm_exporter_url)
+    if why:
+        raise CliError(f"--dcgm-exporter-url: {why}", EXIT_USAGE)
     try:
         catalog = load_catalog(args.catalog)
     except (CatalogError, OSError) as e:
@@ -176,6 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     paths = NodePaths(kmsg=args.kmsg, kernel_log_file=args.kernel_log, kernel_log_source=_kernel_log_source(args),
                       journal_root=args.journal_root, infiniband=args.sys_infiniband,
                       nvidia_proc=args.nvidia_proc, dcgm_command=tuple(args.dcgm_command.split()),
+                      dcgm_host=args.dcgm_host or None, dcgm_exporter_url=args.dcgm_exporter_url,
                       gpu_map=_gpu_map(args.gpu_map), accept_user_kmsg=args.accept_injected_kmsg,
                       use_nvml=not args.no_nvml)
     agent, writer, events = build_agent(args.node, kube, clock, catalog, names, config, paths)

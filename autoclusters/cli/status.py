@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.clock import SystemClock
 from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.detector.source_records import SourceStatus
 from autoclusters.ops.durations import human_duration
-from autoclusters.ops.snapshot import FaultyNode, FleetSnapshot, take_snapshot
+from autoclusters.ops.snapshot import FaultyNode, FleetSnapshot, NodeSources, take_snapshot
 
 
 def register(subparsers: Any) -> None:
@@ -32,9 +34,9 @@ def run_status(args: argparse.Namespace) -> int:
     snap = take_snapshot(kube, names, SystemClock(), args.namespace)
     if args.pool:
         pools = [p for p in snap.pools if p.name == args.pool]
-        snap = FleetSnapshot(snap.taken_at, pools, [f for f in snap.faulty if f.pool == args.pool],
-                             sum(p.nodes for p in pools), snap.degraded_detectors, snap.pools_installed,
-                             snap.records_installed, snap.notes, snap.default_policy)
+        snap = dataclasses.replace(snap, pools=pools, faulty=[f for f in snap.faulty if f.pool == args.pool],
+                                   nodes=sum(p.nodes for p in pools),
+                                   detector_sources=[s for s in snap.detector_sources if s.pool == args.pool])
     drains = slurm_external_drains(kube.list_nodes(), names.slurm_external_drain, args.pool, names.pool_label)
     if args.output == "json":
         print_json({**snap.to_dict(), "slurmExternalDrains": [{"node": n, "drain": t} for n, t in drains]})
@@ -106,4 +108,34 @@ def render(snap: FleetSnapshot) -> None:
         print("  none")
     if snap.degraded_detectors:
         print()
-        print(f"DETECTOR DEGRADED (a source cannot be read; not a GPU fault): {', '.join(snap.degraded_detectors)}")
+        print(f"DETECTOR DEGRADED (a source cannot be read, or one the hardware implies is missing; not a GPU "
+              f"fault): {', '.join(snap.degraded_detectors)}")
+    if snap.detector_sources:
+        print()
+        render_sources(snap.detector_sources)
+
+
+def _nodes(names: list[str], shown: int = 3) -> str:
+    more = f", ... ({len(names)})" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def render_sources(listed: list[NodeSources]) -> None:
+    """Nodes grouped by what their detectors say of their sources, then why each one not on is not."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    why: dict[tuple[str, str, str], list[str]] = {}
+    for ns in listed:
+        cells: dict[SourceStatus, list[str]] = {status: [] for status in SourceStatus}
+        for name, st in sorted(ns.sources.items()):
+            blind = st.status == SourceStatus.UNAVAILABLE and st.expected
+            cells[st.status].append(f"{name} (expected)" if blind else name)
+            if st.status != SourceStatus.ON:
+                why.setdefault((name, f"{st.status}{' and expected' if blind else ''}", st.reason), []).append(ns.node)
+        key = (" ".join(cells[SourceStatus.ON]) or "-", " ".join(cells[SourceStatus.OFF]) or "-",
+               " ".join(cells[SourceStatus.UNAVAILABLE]) or "-")
+        groups.setdefault(key, []).append(ns.node)
+    print(f"DETECTOR SOURCES ({len(listed)} nodes, as each node's detector reports them)")
+    print_table(["ON", "OFF", "UNAVAILABLE", "NODES"],
+                [[*key, _nodes(nodes)] for key, nodes in sorted(groups.items(), key=lambda kv: -len(kv[1]))])
+    for (name, state, reason), nodes in sorted(why.items()):
+        print(f"  {name} {state} on {_nodes(nodes)}: {reason or '(no reason given)'}")

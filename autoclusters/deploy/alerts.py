@@ -155,6 +155,13 @@ _ALERTS: tuple[Alert, ...] = (
           "For 30 minutes the detector has not been able to read its {{ $labels.source }} source, so "
           "faults that only that source shows go undetected on its node. The node's detector "
           "health condition says why."),
+    Alert("AutoclustersDetectorExpectedSourceUnavailable", "autoclusters_detector_expected_source_unavailable > 0",
+          "15m", WARNING,
+          "The detector on {{ $labels.instance }} lacks {{ $labels.source }}, which its node's hardware implies",
+          "For 15 minutes the {{ $labels.source }} source has been unavailable on a node whose hardware implies it "
+          "(NVML on a node whose driver lists GPUs, dcgmi where a DCGM hostengine is configured), so the faults "
+          "only it shows go undetected there. The node's GPUHealthDetectorDegraded condition "
+          "(ExpectedFaultSourceUnavailable) and `autoclusters status` say why: usually the image or its mounts."),
     Alert("AutoclustersSlurmBridgeFailing",
           'rate(autoclusters_slurm_bridge_errors_total{scope="poll"}[5m]) > 0', "15m", WARNING,
           "The Slurm bridge's polls keep failing",

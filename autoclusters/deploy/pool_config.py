@@ -18,6 +18,7 @@ from autoclusters import api
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
+from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
@@ -427,6 +428,8 @@ class StackConfig:
     detector_condition_codes: tuple[str, ...] = ()
     # where the detectors read the kernel log: /dev/kmsg or the host's journal (api.KernelLogSource)
     kernel_log_source: api.KernelLogSource = api.DEFAULT_KERNEL_LOG_SOURCE
+    # where the detectors read DCGM from (deploy.detector_settings)
+    detector: DetectorSettings = field(default_factory=DetectorSettings)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -492,7 +495,7 @@ STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
-    "detectorConditionCodes": "object", "kernelLogSource": "string",
+    "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object",
 }
 
 
@@ -519,6 +522,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         host_reboot_command=raw.get("hostRebootCommand", defaults.host_reboot_command),
         detector_condition_codes=_codes(raw.get("detectorConditionCodes", [])),
         kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
+        detector=_detector(raw.get("detector", {})),
     )
 
 
@@ -526,6 +530,14 @@ def _codes(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code>, got {value!r}")
     return tuple(value)
+
+
+def _detector(data: Any) -> DetectorSettings:
+    raw = _take(data, {"dcgmHost", "dcgmExporterUrl"}, "detector")
+    try:
+        return DetectorSettings(dcgm_host=raw.get("dcgmHost", ""), dcgm_exporter_url=raw.get("dcgmExporterUrl", ""))
+    except DetectorConfigError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _monitoring(data: Any) -> Monitoring:

@@ -9,6 +9,7 @@ same commands run on the host under the service accounts' tokens (docs/deploy.md
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +129,11 @@ _JOURNAL_HOST_PATHS = [("journal-var-log", "/var/log", "Directory"),
                        ("journal-run-log", "/run/log", "DirectoryOrCreate")]
 
 
-def detector_daemonset(names: Names, ns: str, image: str, *, condition_codes: tuple[str, ...] = (),
+def detector_daemonset(names: Names, ns: str, image: str, extra_args: Sequence[str] = (), *,
+                       condition_codes: tuple[str, ...] = (),
                        kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE) -> dict[str, Any]:
-    """One detector per GPU node: a node with a GPU product label or in any pool.
+    """One detector per GPU node: a node with a GPU product label or in any pool; ``extra_args``
+    after its own (the ``detector`` stack setting's, ``DetectorSettings.args``).
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
     maintenance taint, cordon), so it keeps reporting while the node is under repair. It
@@ -177,8 +180,12 @@ def detector_daemonset(names: Names, ns: str, image: str, *, condition_codes: tu
                         "name": "detector",
                         "image": image,
                         "args": [*DETECTOR_COMMAND[1:], *log_args, "--metrics-port", str(DETECTOR_METRICS_PORT),
-                                 *(["--condition-codes", ",".join(condition_codes)] if condition_codes else [])],
-                        "env": [_field_env("NODE_NAME", "spec.nodeName"), *_names_env(names)],
+                                 *(["--condition-codes", ",".join(condition_codes)] if condition_codes else []),
+                                 *extra_args],
+                        # HOST_IP: an arg may say $(HOST_IP), e.g. --dcgm-exporter-url for an exporter on
+                        # the host network (docs/detector.md, "DCGM on GPU Operator clusters")
+                        "env": [_field_env("NODE_NAME", "spec.nodeName"), _field_env("HOST_IP", "status.hostIP"),
+                                *_names_env(names)],
                         "ports": [{"name": METRICS_PORT_NAME, "containerPort": DETECTOR_METRICS_PORT}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                       "limits": {"cpu": "100m", "memory": "64Mi"}},

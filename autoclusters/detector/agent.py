@@ -19,7 +19,7 @@ from typing import Protocol
 
 from autoclusters.clock import Clock
 from autoclusters.detector.conditions import desired_conditions, health_condition, message_for, reason_for
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 from autoclusters.detector.window import FaultTracker
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.faults.catalog import Catalog, Severity
@@ -59,6 +59,10 @@ class Source(Protocol):
 
     def poll(self) -> Poll: ...
 
+    def state(self) -> SourceState:
+        """On, off by configuration, or unavailable and why (asked after each of its polls)."""
+        ...
+
 
 class EventSink(Protocol):
     """What the agent needs of ``kube.events.EventRecorder``."""
@@ -95,6 +99,7 @@ class NodeAgent:
         self.unknown_codes: Counter[tuple[str, str]] = Counter()
         self.polled = False
         self.poll_error = ""  # what the last poll raised ("" once a poll gets through)
+        self.states: dict[str, SourceState] = {}  # each source's, as of its last poll
 
     def poll(self) -> None:
         now = self.clock.monotonic()
@@ -114,6 +119,7 @@ class NodeAgent:
                 result = raised(result, self.condition_codes)
             for rec in self.tracker.observe(result, now):
                 self._warn(rec)
+            self._note_state(sched.source)
         self.polled = True
         self.poll_error = ""
         self.publish(now)
@@ -121,7 +127,8 @@ class NodeAgent:
     def publish(self, now: float | None = None) -> None:
         """Hands the conditions the tracker implies now to the writer."""
         t = self.clock.monotonic() if now is None else now
-        for ctype, state in desired_conditions(self.tracker, t, self.catalog, self.names, self.poll_error):
+        for ctype, state in desired_conditions(self.tracker, t, self.catalog, self.names, self.poll_error,
+                                               self.states):
             self.writer.set(self.node, ctype, state)
 
     def poll_failed(self, error: Exception) -> str:
@@ -130,8 +137,22 @@ class NodeAgent:
         Returns the error as the condition names it."""
         self.poll_error = f"{type(error).__name__}: {error}"[:300]
         self.writer.set(self.node, self.names.detector_health_condition,
-                        health_condition(self.tracker.source_errors, self.names, self.poll_error))
+                        health_condition(self.tracker.source_errors, self.names, self.poll_error, self.states))
         return self.poll_error
+
+    def _note_state(self, source: Source) -> None:
+        """Keeps the source's state; logs it the first time and whenever it changes (one line
+        per source at start: none is off in silence)."""
+        st = source.state()  # one that raises is the agent's bug: the poll fails, and the loop says so
+        if self.states.get(source.name) == st:
+            return
+        self.states[source.name] = st
+        why = f": {st.reason}" if st.reason else ""
+        if st.status == SourceStatus.UNAVAILABLE and st.expected:
+            log.warning("%s: source %s is unavailable although the node's hardware implies it%s",
+                        self.node, source.name, why)
+        else:
+            log.info("%s: source %s is %s%s", self.node, source.name, st.status, why)
 
     def _warn(self, rec: Record) -> None:
         if rec.key in self._warned:

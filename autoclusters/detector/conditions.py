@@ -8,21 +8,31 @@ controller learns which fault to repair.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autoclusters import names as n
 from autoclusters.api import CatalogAction, FaultClass
-from autoclusters.detector.source_records import Record
+from autoclusters.detector.source_records import Record, SourceState, SourceStatus
 from autoclusters.detector.window import Active, FaultTracker
 from autoclusters.faults.catalog import Catalog
 
 GPU_CLASSES = (FaultClass.GPU, FaultClass.NVSWITCH, FaultClass.DCGM)
 NO_GPU_FAULT_MESSAGE = "No GPU fault."
 NO_INTERCONNECT_FAULT_MESSAGE = "No interconnect fault."
-REASON_SOURCE_UNREADABLE = "FaultSourceUnreadable"
-REASON_SOURCES_READABLE = "AllFaultSourcesReadable"
-REASON_POLL_FAILED = "DetectorPollFailed"
+REASON_SOURCE_UNREADABLE = n.REASON_SOURCE_UNREADABLE
+REASON_SOURCES_READABLE = n.REASON_SOURCES_READABLE
+REASON_POLL_FAILED = n.REASON_POLL_FAILED
+REASON_EXPECTED_SOURCE_UNAVAILABLE = n.REASON_EXPECTED_SOURCE_UNAVAILABLE
 SOURCES_READABLE_MESSAGE = "Every fault source on this node is readable."
+# The health condition's message ends with every source's state (docs/contract.md):
+# " Sources: dcgm off (no DCGM hostengine configured); kmsg on; nvml unavailable and expected (...)."
+SOURCES_PREFIX = " Sources: "
+_REASON_LEN = 120
+_MESSAGE_LEN = 1000
+_SOURCE_ITEM = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+) (?P<status>on|off|unavailable)(?P<expected> and expected)?"
+                          r"(?: \((?P<reason>.*)\))?$")
 
 _ACTION_RANK = {CatalogAction.REPLACE: 0, CatalogAction.RESET: 1, CatalogAction.NONE: 2}
 
@@ -77,26 +87,73 @@ def _fault_condition(ctype: str, classes: tuple[FaultClass, ...], tracker: Fault
 
 
 def desired_conditions(tracker: FaultTracker, now: float, catalog: Catalog, names: n.Names,
-                       poll_error: str = "") -> list[tuple[str, ConditionState | None]]:
+                       poll_error: str = "", states: Mapping[str, SourceState] | None = None,
+                       ) -> list[tuple[str, ConditionState | None]]:
     """Per condition type the state to write, or None for "keep what is there"."""
     gpu = _fault_condition(names.gpu_condition, GPU_CLASSES, tracker, now, catalog,
                            n.REASON_NO_GPU_FAULT, NO_GPU_FAULT_MESSAGE)
     ic = _fault_condition(names.interconnect_condition, (FaultClass.INTERCONNECT,), tracker, now, catalog,
                           n.REASON_NO_INTERCONNECT_FAULT, NO_INTERCONNECT_FAULT_MESSAGE)
     return [(names.gpu_condition, gpu), (names.interconnect_condition, ic),
-            (names.detector_health_condition, health_condition(tracker.source_errors, names, poll_error))]
+            (names.detector_health_condition, health_condition(tracker.source_errors, names, poll_error, states))]
 
 
-def health_condition(source_errors: dict[str, str], names: n.Names, poll_error: str = "") -> ConditionState:
+def _one_line(text: str, limit: int) -> str:
+    """``text`` as one item of the sources list: no separators of the list, at most ``limit`` characters."""
+    flat = " ".join(text.replace(";", ",").split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def sources_text(states: Mapping[str, SourceState]) -> str:
+    """`` Sources: dcgm off (no DCGM hostengine configured); kmsg on.`` ("" without sources)."""
+    items = []
+    for name, st in sorted(states.items()):
+        expected = " and expected" if st.status == SourceStatus.UNAVAILABLE and st.expected else ""
+        why = f" ({_one_line(st.reason, _REASON_LEN)})" if st.reason and st.status != SourceStatus.ON else ""
+        items.append(f"{name} {st.status}{expected}{why}")
+    return f"{SOURCES_PREFIX}{'; '.join(items)}." if items else ""
+
+
+def parse_sources(message: str) -> dict[str, SourceState]:
+    """The sources a health condition's message lists (``sources_text`` read back); {} when it lists none."""
+    _, sep, tail = message.rpartition(SOURCES_PREFIX)
+    if not sep or not tail.endswith("."):
+        return {}
+    out: dict[str, SourceState] = {}
+    for item in tail[:-1].split("; "):
+        m = _SOURCE_ITEM.match(item)
+        if m:
+            out[m["name"]] = SourceState(SourceStatus(m["status"]), m["reason"] or "", bool(m["expected"]))
+    return out
+
+
+def blind_spots(states: Mapping[str, SourceState]) -> dict[str, str]:
+    """The sources the node's hardware implies that are unavailable, with why."""
+    return {name: st.reason for name, st in sorted(states.items())
+            if st.status == SourceStatus.UNAVAILABLE and st.expected}
+
+
+def health_condition(source_errors: dict[str, str], names: n.Names, poll_error: str = "",
+                     states: Mapping[str, SourceState] | None = None) -> ConditionState:
     """The agent's own health: True names every source it cannot read, and the error its last
-    poll raised (``poll_error``: a bug of the agent's own, which leaves it blind). Never a GPU fault."""
+    poll raised (``poll_error``: a bug of the agent's own, which leaves it blind), or else every
+    source the node's hardware implies that is unavailable (``states``; a blind spot, not an
+    absence). The message ends with every source's state. Never a GPU fault."""
+    tail = sources_text(states or {})
+
+    def state(status: str, reason: str, head: str) -> ConditionState:
+        return ConditionState(names.detector_health_condition, status, reason,
+                              head[: _MESSAGE_LEN - len(tail)] + tail)
+
     parts = "; ".join(f"{src}: {err}" for src, err in sorted(source_errors.items()))
     if poll_error:
         unreadable = f"; cannot read {parts}" if parts else ""
-        return ConditionState(names.detector_health_condition, "True", REASON_POLL_FAILED,
-                              f"The detector's poll failed: {poll_error}{unreadable}"[:1000])
-    if not source_errors:
-        return ConditionState(names.detector_health_condition, "False", REASON_SOURCES_READABLE,
-                              SOURCES_READABLE_MESSAGE)
-    return ConditionState(names.detector_health_condition, "True", REASON_SOURCE_UNREADABLE,
-                          f"Cannot read {parts}"[:1000])
+        return state("True", REASON_POLL_FAILED, f"The detector's poll failed: {poll_error}{unreadable}")
+    if source_errors:
+        return state("True", REASON_SOURCE_UNREADABLE, f"Cannot read {parts}")
+    blind = blind_spots(states or {})
+    if blind:
+        said = "; ".join(f"{src}: {why}" for src, why in blind.items())
+        return state("True", REASON_EXPECTED_SOURCE_UNAVAILABLE,
+                     f"Unavailable although this node's hardware implies it: {said}")
+    return state("False", REASON_SOURCES_READABLE, SOURCES_READABLE_MESSAGE)

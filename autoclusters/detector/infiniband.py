@@ -9,7 +9,8 @@ back up, or error counters that stop climbing, clear their fault. Rules:
 * ``link_errors``: ``symbol_error``, ``link_downed`` or ``port_rcv_errors`` grew by more
   than the threshold within the counter window.
 
-No ``/sys/class/infiniband`` at all means the node has no InfiniBand: the source is off.
+No ``/sys/class/infiniband`` at all means the node has no InfiniBand: the source is
+unavailable, and not expected (nothing on the node implies InfiniBand).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from autoclusters.clock import Clock
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 ACTIVE_STATE = "4: ACTIVE"
@@ -51,6 +52,11 @@ class InfinibandSource:
         self._known_hcas: set[str] | None = None
         self._was_up: set[tuple[str, str]] = set()
         self._history: dict[tuple[str, str, str], deque[tuple[float, int]]] = {}
+
+    def state(self) -> SourceState:
+        if not os.path.isdir(self.root):
+            return SourceState(SourceStatus.UNAVAILABLE, f"no {self.root}: no InfiniBand on this node")
+        return SourceState(SourceStatus.ON)
 
     def reset(self) -> None:
         """Forget what was seen (the node rebooted: its HCAs and ports start over)."""

@@ -1,7 +1,7 @@
 """A small Prometheus text endpoint for the agent (``--metrics-port``).
 
 Written with the standard library: ``prometheus_client`` adds about 12 MB to the
-process, a third of the agent's memory budget, for four gauges and two counters.
+process, a third of the agent's memory budget, for a few gauges and two counters.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 from autoclusters.detector.agent import NodeAgent
+from autoclusters.detector.source_records import SourceStatus
 from autoclusters.detector.writer import ConditionWriter
 from autoclusters.kube.informer_metrics import escape_label, text_lines
 
@@ -28,6 +29,8 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
     faults: Counter[tuple[str, str]] = Counter()
     unreadable: Counter[str] = Counter()
     unknown: Counter[tuple[str, str]] = Counter()
+    states: Counter[tuple[str, str]] = Counter()
+    blind: Counter[str] = Counter()
     nodes = 0
     for agent in agents:
         nodes += 1
@@ -38,6 +41,9 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
             faults[(str(a.record.fault_class), "pending")] += 1
         for source in agent.tracker.source_errors:
             unreadable[source] += 1
+        for source, st in agent.states.items():
+            states[(source, str(st.status))] += 1
+            blind[source] += int(st.status == SourceStatus.UNAVAILABLE and st.expected)
     lines = [
         "# HELP autoclusters_detector_nodes Nodes this process reports on.",
         "# TYPE autoclusters_detector_nodes gauge",
@@ -57,6 +63,19 @@ def render(agents: Iterable[NodeAgent], writer: ConditionWriter, now: float, *,
     for (fc, code), n in sorted(unknown.items()):
         lines.append(f'autoclusters_detector_unknown_codes_total{{class="{escape_label(fc)}",'
                      f'code="{escape_label(code)}"}} {n}')
+    # Every state of every source, 0 included, so an alert can say == 1 and a change is a change of value.
+    lines += ["# HELP autoclusters_detector_source_state Nodes whose fault source is in this state (on, off by "
+              "configuration, unavailable); on a node's detector 1 for the source's state, 0 for the others.",
+              "# TYPE autoclusters_detector_source_state gauge"]
+    for source in sorted(blind):
+        for status in SourceStatus:
+            lines.append(f'autoclusters_detector_source_state{{source="{escape_label(source)}",'
+                         f'state="{status}"}} {states[(source, str(status))]}')
+    lines += ["# HELP autoclusters_detector_expected_source_unavailable Nodes whose hardware implies this fault "
+              "source (NVML on a GPU node) and on which it is unavailable: a blind spot.",
+              "# TYPE autoclusters_detector_expected_source_unavailable gauge"]
+    for source, n in sorted(blind.items()):
+        lines.append(f'autoclusters_detector_expected_source_unavailable{{source="{escape_label(source)}"}} {n}')
     lines += ["# HELP autoclusters_detector_condition_writes_total Condition patches written.",
               "# TYPE autoclusters_detector_condition_writes_total counter",
               f"autoclusters_detector_condition_writes_total {writer.writes}",

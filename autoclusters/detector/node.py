@@ -1,7 +1,10 @@
 """The agent on a real GPU node (the DaemonSet pod): real sources, one node.
 
-Sources present on the node are used; absent ones are off (no NVML bindings or driver on
-a node without GPUs, no ``dcgmi``, no ``/sys/class/infiniband``). The GPU index for Xid
+Every source is in the agent and says its state (``SourceState``): on; off by
+configuration (``--no-nvml``, no ``--dcgm-host``, no ``--dcgm-exporter-url``); or
+unavailable and why (no NVML bindings or library, no ``dcgmi`` in the image, no
+``/sys/class/infiniband``), expected where the node's hardware implies it (NVML on a node
+whose driver lists GPUs), which the health condition then reports. The GPU index for Xid
 lines comes from NVML once it answers, else from the driver's ``/proc`` listing, else from
 the configured map. A reboot restarts the pod, and the kernel log then begins anew, so
 the faults of the previous boot are gone with it.
@@ -18,14 +21,15 @@ from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.clock import Clock
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.dcgm import DcgmSource
+from autoclusters.detector.dcgm import DEFAULT_COMMAND, DcgmSource
+from autoclusters.detector.dcgm_exporter import DcgmExporterSource, ExporterConfig
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.journal import JournalSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 from autoclusters.detector.nvml import NvmlSource, load_library
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll
+from autoclusters.detector.source_records import Poll, SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
@@ -44,7 +48,9 @@ class NodePaths:
     journal_root: str = "/"  # the OS root whose var/log/journal and run/log/journal hold the host's journal
     infiniband: str = "/sys/class/infiniband"
     nvidia_proc: str = "/proc/driver/nvidia/gpus"
-    dcgm_command: tuple[str, ...] = ("dcgmi", "health", "-c", "-j")
+    dcgm_command: tuple[str, ...] = DEFAULT_COMMAND
+    dcgm_host: str | None = None  # the DCGM hostengine dcgmi asks (``--host``); None: the DCGM source is off
+    dcgm_exporter_url: str = ""  # the node's dcgm-exporter metrics page; "": that source is off
     gpu_map: dict[str, int] = field(default_factory=dict)
     accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
     use_nvml: bool = True
@@ -63,6 +69,9 @@ class _IndexFollowingNvml:
         self.nvml = nvml
         self.interp = interp
         self.name = nvml.name
+
+    def state(self) -> SourceState:
+        return self.nvml.state()
 
     def poll(self) -> Poll:
         result = self.nvml.poll()
@@ -83,6 +92,20 @@ def kernel_log_source(paths: NodePaths, interp: KernelLogInterpreter
     return DevKmsgSource(interp, paths.kmsg, name=str(KernelLogSource.KMSG))
 
 
+class _Missing:
+    """A source this agent cannot have: it reads nothing and says why."""
+
+    def __init__(self, name: str, state: SourceState) -> None:
+        self.name = name
+        self._state = state
+
+    def state(self) -> SourceState:
+        return self._state
+
+    def poll(self) -> Poll:
+        return Poll(self.name, snapshot=True)
+
+
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
                 paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, EventRecorder]:
     gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
@@ -90,12 +113,23 @@ def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Na
                                   accept_user_lines=paths.accept_user_kmsg)
     sources: list[Scheduled] = []
     lib = load_library() if paths.use_nvml else None
+    has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
     if lib is not None:
-        has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
         nvml = NvmlSource(lib, catalog, expect_gpus=has_gpus)
         sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
+    elif not paths.use_nvml:
+        sources.append(Scheduled(_Missing(NvmlSource.name, SourceState(SourceStatus.OFF, "--no-nvml")),
+                                 config.snapshot_poll_s))
+    else:
+        sources.append(Scheduled(_Missing(NvmlSource.name, SourceState(
+            SourceStatus.UNAVAILABLE, "no NVML bindings (nvidia-ml-py) in the image", expected=has_gpus)),
+            config.snapshot_poll_s))
     sources.append(Scheduled(kernel_log_source(paths, interp), 0.0))
-    sources.append(Scheduled(DcgmSource(catalog, command=paths.dcgm_command), config.snapshot_poll_s))
+    sources.append(Scheduled(DcgmSource(catalog, command=paths.dcgm_command, host=paths.dcgm_host),
+                             config.snapshot_poll_s))
+    sources.append(Scheduled(DcgmExporterSource(catalog, lambda: interp.gpus,
+                                                ExporterConfig(url=paths.dcgm_exporter_url)),
+                             config.snapshot_poll_s))
     sources.append(Scheduled(InfinibandSource(catalog, clock, paths.infiniband, config.infiniband),
                              config.snapshot_poll_s))
     writer = ConditionWriter(kube, clock, config.writer)

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class NvmlSource:
         self.expect_gpus = expect_gpus
         self.started = False
         self.off = False
+        self.off_reason = ""  # why NVML is not there (``off``)
         self._links_up: dict[int, set[int]] | None = None
         self._gpus = GpuIndex()
 
@@ -75,11 +76,19 @@ class NvmlSource:
             # No driver is only fine on a node without GPUs; where the driver lists GPUs it is a failure.
             if code == _LIBRARY_NOT_FOUND or (code == _DRIVER_NOT_LOADED and not self.expect_gpus):
                 self.off = True
+                self.off_reason = f"NVML cannot start: {e}"
                 log.info("NVML not available on this node (%s); the NVML source is off", e)
                 return None
             return f"NVML init failed: {e}"
         self.started = True
         return None
+
+    def state(self) -> SourceState:
+        """Unavailable once NVML cannot start for want of its library or driver; expected on a node
+        whose driver lists GPUs (a blind spot there)."""
+        if self.off:
+            return SourceState(SourceStatus.UNAVAILABLE, self.off_reason, expected=self.expect_gpus)
+        return SourceState(SourceStatus.ON)
 
     def gpu_index(self) -> GpuIndex:
         return self._gpus

@@ -19,6 +19,8 @@ from autoclusters.api import BreakerState, ConsentMode
 from autoclusters.clock import Clock, parse_iso, utc_iso
 from autoclusters.deploy import DEFAULT_NAMESPACE, default_pool
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
+from autoclusters.detector.conditions import parse_sources
+from autoclusters.detector.source_records import SourceState
 from autoclusters.kube import Kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
@@ -123,6 +125,20 @@ class FaultyNode:
 
 
 @dataclass(frozen=True)
+class NodeSources:
+    """What a node's detector says of its sources (the end of its health condition's message)."""
+
+    node: str
+    pool: str
+    sources: dict[str, SourceState]
+
+    def to_dict(self) -> JSON:
+        return {"node": self.node, "pool": self.pool or None,
+                "sources": {name: {"state": str(st.status), "reason": st.reason or None, "expected": st.expected}
+                            for name, st in sorted(self.sources.items())}}
+
+
+@dataclass(frozen=True)
 class FleetSnapshot:
     taken_at: datetime
     pools: list[PoolSummary]
@@ -133,6 +149,7 @@ class FleetSnapshot:
     records_installed: bool
     notes: list[str] = field(default_factory=list)
     default_policy: DefaultPolicy | None = None
+    detector_sources: list[NodeSources] = field(default_factory=list)  # by node name
 
     def to_dict(self) -> JSON:
         return {"time": utc_iso(self.taken_at), "nodes": self.nodes,
@@ -140,7 +157,8 @@ class FleetSnapshot:
                 "defaultPolicy": self.default_policy.to_dict() if self.default_policy else None,
                 "pools": [p.to_dict() for p in self.pools],
                 "faultyNodes": [f.to_dict(self.taken_at) for f in self.faulty],
-                "degradedDetectors": self.degraded_detectors, "notes": self.notes}
+                "degradedDetectors": self.degraded_detectors,
+                "detectorSources": [s.to_dict() for s in self.detector_sources], "notes": self.notes}
 
 
 def take_snapshot(kube: Kube, names: Names, clock: Clock, namespace: str = DEFAULT_NAMESPACE) -> FleetSnapshot:
@@ -205,6 +223,7 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
     node_pool: dict[str, str] = {}
     faulty: list[FaultyNode] = []
     degraded: list[str] = []
+    sources: list[NodeSources] = []
     for node in nodes:
         name = str(node["metadata"]["name"])
         pool = pool_of(node)
@@ -212,8 +231,12 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
         if pool:
             by_pool.setdefault(pool, []).append(node)
         conds = _conditions(node)
-        if conds.get(names.detector_health_condition, {}).get("status") == "True":
+        health = conds.get(names.detector_health_condition, {})
+        if health.get("status") == "True":
             degraded.append(name)
+        listed = parse_sources(str(health.get("message", "")))
+        if listed:
+            sources.append(NodeSources(name, pool, listed))
         fault = next((conds[t] for t in names.fault_conditions if conds.get(t, {}).get("status") == "True"), None)
         labels = res.labels_of(node)
         required = labels.get(names.maintenance_required) == "true"
@@ -265,7 +288,8 @@ def build_snapshot(nodes: list[JSON], pools: list[JSON] | None, records: list[JS
     faulty.sort(key=lambda f: (f.pool, f.node))
     return FleetSnapshot(taken_at=now, pools=summaries, faulty=faulty, nodes=len(nodes),
                          degraded_detectors=sorted(degraded), pools_installed=pools is not None,
-                         records_installed=records is not None, notes=notes, default_policy=default_policy)
+                         records_installed=records is not None, notes=notes, default_policy=default_policy,
+                         detector_sources=sorted(sources, key=lambda s: s.node))
 
 
 def _parse(value: Any) -> datetime | None:

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.clock import Clock
-from autoclusters.detector.agent import NodeAgent, Scheduled
+from autoclusters.detector.agent import NodeAgent, Scheduled, Source
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll
+from autoclusters.detector.source_records import Poll, SourceState
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
 from autoclusters.kube import Kube
@@ -51,12 +51,15 @@ class _SkipWhileUnchanged:
     of nodes cheap to poll every second.
     """
 
-    def __init__(self, source: Any, stamp: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, source: Source, stamp: Callable[[], tuple[int, int]]) -> None:
         self.source = source
         self.stamp = stamp
         self.name = source.name
         self._seen: tuple[int, int] | None = None
         self._last: Poll | None = None
+
+    def state(self) -> SourceState:
+        return self.source.state()
 
     def poll(self) -> Poll:
         gen = self.stamp()

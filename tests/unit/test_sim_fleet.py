@@ -178,7 +178,8 @@ def test_a_poll_that_raises_is_reported_on_its_node_as_on_a_real_node(tmp_path: 
     cycle(f, clock, 6)  # past the window: ranking the fault raises
     health = kube.condition("a", NAMES.detector_health_condition)
     assert (health["status"], health["reason"], health["message"]) == (
-        "True", "DetectorPollFailed", "The detector's poll failed: KeyError: 'action'")
+        "True", "DetectorPollFailed",
+        "The detector's poll failed: KeyError: 'action' Sources: dcgm on; infiniband on; kmsg on.")
     assert f.poll_errors == 1 and gpu(kube, "b") == "False"
     assert kube.condition("b", NAMES.detector_health_condition)["status"] == "False"
     f.agents["a"].catalog = catalog

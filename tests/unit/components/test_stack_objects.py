@@ -27,6 +27,9 @@ CONFIGS = {
     "slurm-pool": {"pools": [*EXAMPLE_POOLS, {"name": "b200", "slurm": {"enabled": True}}]},
     "prometheus-operator": {"pools": EXAMPLE_POOLS,
                             "monitoring": {"prometheusOperator": "true", "labels": {"release": "kps"}}},
+    "gpu-operator-dcgm": {"pools": EXAMPLE_POOLS,
+                          "detector": {"dcgmHost": "nvidia-dcgm.gpu-operator.svc:5555",
+                                       "dcgmExporterUrl": "http://$(HOST_IP):9400/metrics"}},
 }
 
 
@@ -109,3 +112,34 @@ def test_the_approval_alerts_wait_is_the_settings(wait, expected):
     (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
     (alert,) = [r for r in rule["spec"]["groups"][0]["rules"] if r["alert"] == "AutoclustersRepairAwaitingApproval"]
     assert alert["expr"].endswith(f"> {expected}")
+
+
+def _detector_args(config: Any) -> list[str]:
+    (ds,) = [o for o in stack_objects(stack_config_from_dict(config)) if o["kind"] == "DaemonSet"]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+def test_the_detector_setting_becomes_the_detectors_flags():
+    """Unset, the DaemonSet's detectors read no DCGM; set, they ask the hostengine and read the page."""
+    assert not any(a.startswith("--dcgm") for a in _detector_args({}))
+    args = _detector_args(CONFIGS["gpu-operator-dcgm"])
+    assert args[-4:] == ["--dcgm-host", "nvidia-dcgm.gpu-operator.svc:5555",
+                         "--dcgm-exporter-url", "http://$(HOST_IP):9400/metrics"]
+    from autoclusters.cli.main import build_parser
+
+    parsed = build_parser().parse_args(args)  # the detector's own parser takes them
+    assert (parsed.dcgm_host, parsed.dcgm_exporter_url) == ("nvidia-dcgm.gpu-operator.svc:5555",
+                                                            "http://$(HOST_IP):9400/metrics")
+
+
+@pytest.mark.parametrize("detector, error", [
+    ({"dcgmExporterUrl": "nvidia-dcgm-exporter:9400"}, "detector.dcgmExporterUrl: expected an http:// or https:// URL"),
+    ({"dcgmHost": "nvidia-dcgm 5555"}, "detector.dcgmHost must be an address"),
+    ({"dcgm_host": "x"}, r"detector: unknown key\(s\) dcgm_host"),
+], ids=["url-without-scheme", "host-with-a-space", "unknown-key"])
+def test_a_bad_detector_setting_is_a_configuration_error(detector, error):
+    from autoclusters.deploy.pool_config import PoolConfigError
+
+    with pytest.raises(PoolConfigError, match=error):
+        stack_config_from_dict({"detector": detector})

@@ -36,6 +36,8 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False,
                                     "readOnlyRootFilesystem": True}
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    # what an arg such as --dcgm-exporter-url http://$(HOST_IP):9400/metrics expands
+    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in c["env"]
     assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT)]
 
 

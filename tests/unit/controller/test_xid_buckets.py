@@ -18,7 +18,7 @@ from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.kernel_log import KernelLogInterpreter, format_xid_line
 from autoclusters.detector.metrics import render
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll
+from autoclusters.detector.source_records import Poll, SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.buckets import APPLICATION_BUCKETS
 from autoclusters.faults.catalog import FaultClass, load_catalog
@@ -42,6 +42,9 @@ class Lines:
     def __init__(self, interp: KernelLogInterpreter) -> None:
         self.interp = interp
         self.pending: list[str] = []
+
+    def state(self) -> SourceState:
+        return SourceState(SourceStatus.ON, expected=True)
 
     def poll(self) -> Poll:
         records = tuple(r for r in (self.interp.record(line) for line in self.pending) if r is not None)

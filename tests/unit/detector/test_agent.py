@@ -11,7 +11,7 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll
+from autoclusters.detector.source_records import Poll, SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube.events import ObjectRef
@@ -40,6 +40,9 @@ class Events:
 
 class Broken:
     name = "nvml"
+
+    def state(self) -> SourceState:
+        return SourceState(SourceStatus.ON)
 
     def poll(self) -> Poll:
         raise RuntimeError("segfault-ish")
@@ -235,7 +238,7 @@ def test_a_poll_that_raises_is_counted_reported_on_the_node_and_the_loop_goes_on
     health = kube.condition("n1", HEALTH)
     assert (health["status"], health["reason"]) == ("True", "DetectorPollFailed")
     assert health["message"] == "The detector's poll failed: KeyError: 'action'; cannot read nvml: " \
-                                "RuntimeError: segfault-ish"
+                                "RuntimeError: segfault-ish Sources: dcgm on; infiniband on; kmsg on; nvml on."
     assert kube.condition("n1", GPU)["status"] == "False"  # kept: what it said before the failing polls
     assert "autoclusters_detector_poll_errors_total 2" in render([agent], writer, clock.monotonic(),
                                                                  poll_errors=loop.poll_errors)

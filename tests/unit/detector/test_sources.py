@@ -214,5 +214,5 @@ def test_a_failing_dcgmi_is_an_error(tmp_path: Path, script: str) -> None:
     fake = tmp_path / "dcgmi"
     fake.write_text(f"#!/bin/sh\n{script}\n")
     fake.chmod(0o755)
-    p = DcgmSource(CAT, command=(str(fake), "health", "-c", "-j")).poll()
+    p = DcgmSource(CAT, command=(str(fake), "health", "-c", "-j"), host="127.0.0.1").poll()
     assert not p.ok and p.records == ()

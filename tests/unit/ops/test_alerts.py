@@ -181,6 +181,15 @@ CASES = [
          "31m", [{**DETECTOR_LABELS, "source": "nvml"}], "29m",
          # a detector that reads every source exports no sample of the gauge
          healthy={f"autoclusters_detector_nodes{{{DETECTOR}}}": "1x40"}),
+    Case("AutoclustersDetectorExpectedSourceUnavailable",
+         {f'autoclusters_detector_expected_source_unavailable{{{DETECTOR},source="nvml"}}': "1x40",
+          f'autoclusters_detector_expected_source_unavailable{{{DETECTOR},source="dcgm"}}': "0x40"},
+         "16m", [{**DETECTOR_LABELS, "source": "nvml"}], "14m",
+         # a source that is off by configuration, or absent where nothing implies it, is no blind spot
+         healthy={f'autoclusters_detector_expected_source_unavailable{{{DETECTOR},source="nvml"}}': "0x40",
+                  f'autoclusters_detector_source_state{{{DETECTOR},source="dcgm",state="off"}}': "1x40",
+                  f'autoclusters_detector_source_state{{{DETECTOR},source="infiniband",state="unavailable"}}':
+                  "1x40"}),
     Case("AutoclustersSlurmBridgeFailing",
          {'autoclusters_slurm_bridge_errors_total{scope="poll",job="slurm-bridge",instance="h:9104"}': "0+1x40"},
          "20m", [{"scope": "poll", "job": "slurm-bridge", "instance": "h:9104"}], "10m",

@@ -1,5 +1,11 @@
 from datetime import UTC, datetime
+from typing import Any
 
+import pytest
+
+from autoclusters.cli.status import render_sources
+from autoclusters.detector.conditions import health_condition
+from autoclusters.detector.source_records import SourceState, SourceStatus
 from autoclusters.ops.snapshot import BREAKER_CLOSED, BREAKER_OPEN, BREAKER_UNKNOWN, breaker_state, build_snapshot
 from tests.unit.ops.builders import NAMES, node, pool, record, xid79
 
@@ -83,3 +89,37 @@ def test_breaker_state_as_the_controller_writes_it() -> None:
     assert breaker_state(pool("a", status={"circuitBreaker": {"state": "Closed"}})) == BREAKER_CLOSED
     assert breaker_state(pool("a", status={"nodes": 3})) == BREAKER_UNKNOWN  # no controller has written it
     assert breaker_state(pool("a")) == BREAKER_UNKNOWN
+
+
+def _with_health(n: dict[str, Any], states: dict[str, SourceState]) -> dict[str, Any]:
+    """The node with the health condition its detector writes for ``states`` (the real renderer)."""
+    cond = health_condition({}, NAMES, states=states)
+    n["status"]["conditions"].append({"type": cond.type, "status": cond.status, "reason": cond.reason,
+                                      "message": cond.message})
+    return n
+
+
+def test_each_nodes_sources_as_its_detector_reports_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``autoclusters status`` reads every node's sources back from its health condition: the blind
+    node (a GPU node without NVML) is degraded and says why; an older detector's message lists none."""
+    on = SourceState(SourceStatus.ON)
+    dcgm_off = SourceState(SourceStatus.OFF, "no DCGM hostengine configured (--dcgm-host)")
+    blind = SourceState(SourceStatus.UNAVAILABLE, "NVML cannot start: NVML error 12", expected=True)
+    nodes = [_with_health(node("a-0"), {"kmsg": on, "nvml": on, "dcgm": dcgm_off}),
+             _with_health(node("a-1"), {"kmsg": on, "nvml": on, "dcgm": dcgm_off}),
+             _with_health(node("b-0", "b"), {"kmsg": on, "nvml": blind, "dcgm": dcgm_off}),
+             node("old")]
+    snap = build_snapshot(nodes, [pool("a"), pool("b")], [], NAMES, NOW)
+    assert snap.degraded_detectors == ["b-0"] and snap.faulty == []
+    assert [(s.node, s.pool, s.sources["nvml"]) for s in snap.detector_sources] == [
+        ("a-0", "a", on), ("a-1", "a", on), ("b-0", "b", blind)]
+    assert snap.to_dict()["detectorSources"][2]["sources"]["nvml"] == {
+        "state": "unavailable", "reason": "NVML cannot start: NVML error 12", "expected": True}
+    render_sources(snap.detector_sources)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "DETECTOR SOURCES (3 nodes, as each node's detector reports them)"
+    rows = [line.split() for line in out[2:4]]
+    assert rows == [["kmsg", "nvml", "dcgm", "-", "a-0,", "a-1"],
+                    ["kmsg", "dcgm", "nvml", "(expected)", "b-0"]]
+    assert out[4:] == ["  dcgm off on a-0, a-1, b-0: no DCGM hostengine configured (--dcgm-host)",
+                       "  nvml unavailable and expected on b-0: NVML cannot start: NVML error 12"]
