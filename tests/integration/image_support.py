@@ -151,7 +151,9 @@ class PodContainer:
         env = dict(e.split("=", 1) for e in image.spec["process"]["env"] if not e.startswith("TERM="))
         env.update({"HOSTNAME": self.pod_name, "KUBERNETES_SERVICE_HOST": api_host,
                     "KUBERNETES_SERVICE_PORT": str(api_port)})
-        fields = {"metadata.name": self.pod_name, "metadata.namespace": namespace, "spec.nodeName": node_name}
+        # the downward API's fields; the node is this machine, whose address the API server has too
+        fields = {"metadata.name": self.pod_name, "metadata.namespace": namespace, "spec.nodeName": node_name,
+                  "status.hostIP": api_host}
         for e in c.get("env") or []:
             if "value" in e:
                 env[e["name"]] = _expand(e["value"], env)

@@ -52,7 +52,7 @@ def test_a_gpu_node_without_nvml_is_reported_and_status_shows_its_sources(
             "dcgm": SourceState(SourceStatus.OFF, "no DCGM hostengine configured (--dcgm-host)"),
             "dcgm-exporter": SourceState(SourceStatus.OFF, "no dcgm-exporter URL configured (--dcgm-exporter-url)"),
             "infiniband": SourceState(SourceStatus.UNAVAILABLE, f"no {tmp_path}/no-ib: no InfiniBand on this node"),
-            "kmsg": SourceState(SourceStatus.ON),
+            "file": SourceState(SourceStatus.ON),  # the agent reads a kernel log file here: the file source
             "nvml": SourceState(SourceStatus.UNAVAILABLE, "no NVML bindings (nvidia-ml-py) in the image",
                                 expected=True),
         }
