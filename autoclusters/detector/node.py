@@ -10,23 +10,23 @@ the faults of the previous boot are gone with it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 
 from autoclusters.clock import Clock
+from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
-from autoclusters.detector.nvml import NvmlSource, load_library
+from autoclusters.detector.nvml import NvmlSource, driver_lists_gpus, load_library
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll
+from autoclusters.detector.source_records import Poll, SourceState
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
-from autoclusters.kube import Kube
+from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
 from autoclusters.repeats import RepeatedErrors
@@ -44,6 +44,9 @@ class NodePaths:
     gpu_map: dict[str, int] = field(default_factory=dict)
     accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
     use_nvml: bool = True
+    # where libnvidia-ml.so.1 is searched (deploy/nvml.py), host directories seen under host_root
+    nvml_search: tuple[str, ...] = DEFAULT_SEARCH
+    host_root: str = DEFAULT_HOST_ROOT
 
 
 class _IndexFollowingNvml:
@@ -60,17 +63,41 @@ class _IndexFollowingNvml:
             self.interp.gpus = self.nvml.gpu_index()
         return result
 
+    def state(self) -> SourceState:
+        return self.nvml.state()
+
+
+GPU_RESOURCE = "nvidia.com/gpu"  # what the NVIDIA device plugin advertises
+
+
+def advertises_gpus(kube: Kube, node: str) -> bool:
+    """The node's capacity names ``nvidia.com/gpu`` (False when the node cannot be read)."""
+    try:
+        capacity = (kube.get_node(node).get("status") or {}).get("capacity") or {}
+    except KubeError as e:
+        log.warning("%s: cannot read the node's capacity (%s); NVML is expected only if the driver lists GPUs",
+                    node, e)
+        return False
+    return str(capacity.get(GPU_RESOURCE, "0")) not in ("", "0")
+
+
+def nvml_source(catalog: Catalog, paths: NodePaths, *, advertised: bool) -> NvmlSource:
+    """The NVML source of a node (always there, so that it reports its state: off, unavailable or on)."""
+    has_gpus = driver_lists_gpus(paths.nvidia_proc)
+    lib, found = load_library(paths.nvml_search, paths.host_root) if paths.use_nvml else (None, None)
+    return NvmlSource(lib, catalog, expect_gpus=has_gpus or advertised, found=found, enabled=paths.use_nvml)
+
 
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
                 paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, EventRecorder]:
     gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
     interp = KernelLogInterpreter(catalog, gpus, accept_user_lines=paths.accept_user_kmsg)
     sources: list[Scheduled] = []
-    lib = load_library() if paths.use_nvml else None
-    if lib is not None:
-        has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
-        nvml = NvmlSource(lib, catalog, expect_gpus=has_gpus)
-        sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
+    nvml = nvml_source(catalog, paths, advertised=advertises_gpus(kube, node))
+    state = nvml.state()
+    log.info("NVML source: %s%s%s", state.status, f" ({state.reason})" if state.reason else "",
+             "; the node has GPUs" if state.expected else "")
+    sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
     if paths.kernel_log_file:
         sources.append(Scheduled(KernelLogFileSource(paths.kernel_log_file, interp), 0.0))
     else:

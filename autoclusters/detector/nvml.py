@@ -9,6 +9,13 @@ that hold now, so a GPU that answers healthy again clears its fault.
 * ``RETIRED_PAGES_PENDING``: pages waiting to be retired at the next reset.
 * ``NVLINK_DOWN``: an NVLink link that was active at the first poll is not active now.
 
+Its state (``state()``): on once NVML answers; off when configuration turns it off
+(``--no-nvml``, the stack's ``nvml.enabled: false``); unavailable, with the reason, when the
+bindings are not installed, no ``libnvidia-ml.so.1`` is in reach (every place searched is
+named) or NVML cannot start (no driver loaded). ``expected`` says the node has GPUs (the
+driver lists them, or the node advertises ``nvidia.com/gpu``), so that unavailable is a blind
+spot rather than a node without GPUs.
+
 Odd answers are not faults: a query the GPU does not support is skipped, a value of the
 wrong type is ignored. Any other NVML error makes the whole poll an error, which the
 agent reports as its own health problem and never as a GPU fault.
@@ -18,10 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any
 
+from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
+from autoclusters.detector.nvml_inventory import read_inventory, summary
+from autoclusters.detector.nvml_library import Found, preload
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll, Record
+from autoclusters.detector.source_records import Poll, Record, SourceState, SourceStatus
 from autoclusters.faults.catalog import Catalog, FaultClass
 
 log = logging.getLogger(__name__)
@@ -33,13 +44,19 @@ _LIBRARY_NOT_FOUND = 12
 _DRIVER_NOT_LOADED = 9
 
 
-def load_library() -> Any | None:
-    """The ``pynvml`` module, or None when the bindings are not installed."""
+NO_BINDINGS = "the NVML bindings (nvidia-ml-py) are not installed"
+TURNED_OFF = "turned off by configuration (--no-nvml)"
+
+
+def load_library(search: tuple[str, ...] = DEFAULT_SEARCH, host_root: str = DEFAULT_HOST_ROOT
+                 ) -> tuple[Any | None, Found | None]:
+    """The ``pynvml`` module (None when the bindings are not installed) and where the driver's
+    library was found for it (``nvml_library.preload``: ``search`` under ``host_root``)."""
     try:
         import pynvml
     except ImportError:
-        return None
-    return pynvml
+        return None, None
+    return pynvml, preload(search, host_root)
 
 
 def _text(value: Any) -> str:
@@ -49,13 +66,20 @@ def _text(value: Any) -> str:
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, lib: Any, catalog: Catalog, *, expect_gpus: bool) -> None:
-        """``expect_gpus``: the node has NVIDIA GPUs, so an NVML that cannot start is a problem."""
-        self.lib = lib
+    def __init__(self, lib: Any | None, catalog: Catalog, *, expect_gpus: bool, found: Found | None = None,
+                 enabled: bool = True) -> None:
+        """``expect_gpus``: the node has NVIDIA GPUs, so an NVML that cannot start is a problem.
+        ``lib`` None: no bindings; ``found``: where the library was searched for them;
+        ``enabled`` False: turned off by configuration (the source then reads nothing)."""
+        self.lib: Any = lib  # pynvml, or None
         self.catalog = catalog
         self.expect_gpus = expect_gpus
+        self.found = found
+        self.enabled = enabled
         self.started = False
-        self.off = False
+        self.off = not enabled or lib is None
+        self.absent = TURNED_OFF if not enabled else NO_BINDINGS if lib is None else ""  # why it is off
+        self.inventory: dict[str, Any] | None = None
         self._links_up: dict[int, set[int]] | None = None
         self._gpus = GpuIndex()
 
@@ -75,11 +99,25 @@ class NvmlSource:
             # No driver is only fine on a node without GPUs; where the driver lists GPUs it is a failure.
             if code == _LIBRARY_NOT_FOUND or (code == _DRIVER_NOT_LOADED and not self.expect_gpus):
                 self.off = True
-                log.info("NVML not available on this node (%s); the NVML source is off", e)
+                self.absent = self.found.describe() if code == _LIBRARY_NOT_FOUND and self.found \
+                    else f"NVML init failed: {e}"
+                log.info("NVML not available on this node (%s); the NVML source is off", self.absent)
                 return None
             return f"NVML init failed: {e}"
         self.started = True
+        self.inventory = read_inventory(self.lib)
+        where = self.found.describe() if self.found else "libnvidia-ml.so.1"
+        log.info("NVML started (%s): %s", where, summary(self.inventory))
         return None
+
+    def state(self) -> SourceState:
+        """On, off by configuration, or unavailable and why (NVML is started here if it was not yet)."""
+        if not self.enabled:
+            return SourceState(SourceStatus.OFF, self.absent, self.expect_gpus)
+        err = self.start()
+        if self.started:
+            return SourceState(SourceStatus.ON, "", self.expect_gpus)
+        return SourceState(SourceStatus.UNAVAILABLE, err or self.absent, self.expect_gpus)
 
     def gpu_index(self) -> GpuIndex:
         return self._gpus
@@ -170,7 +208,33 @@ class NvmlSource:
         return out
 
     def close(self) -> None:
-        if self.started:
+        if self.started and self.lib is not None:
             with contextlib.suppress(self.lib.NVMLError):
                 self.lib.nvmlShutdown()
             self.started = False
+
+
+def driver_lists_gpus(nvidia_proc: str) -> bool:
+    """The loaded driver lists GPUs in ``/proc/driver/nvidia/gpus`` (one directory per GPU)."""
+    return os.path.isdir(nvidia_proc) and bool(os.listdir(nvidia_proc))
+
+
+def read_once(catalog: Catalog, *, search: tuple[str, ...] = DEFAULT_SEARCH, host_root: str = DEFAULT_HOST_ROOT,
+              expect_gpus: bool = False) -> dict[str, Any]:
+    """The source started once, its state, its inventory and one poll, as JSON-ready data
+    (``autoclusters detector inventory``, ``tools/gpu-check.sh``)."""
+    lib, found = load_library(search, host_root)
+    src = NvmlSource(lib, catalog, expect_gpus=expect_gpus, found=found)
+    try:
+        state = src.state()
+        poll = src.poll()
+        return {
+            "state": {"status": str(state.status), "reason": state.reason, "expected": state.expected},
+            "library": found.describe() if found else NO_BINDINGS,
+            "inventory": src.inventory,
+            "poll": {"error": poll.error, "records": [
+                {"code": r.code, "subject": r.subject, "severity": str(r.severity), "name": r.name,
+                 "detail": r.detail} for r in poll.records]},
+        }
+    finally:
+        src.close()
