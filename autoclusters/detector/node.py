@@ -22,6 +22,7 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
 from autoclusters.detector.nvml import NvmlSource, driver_lists_gpus, load_library
+from autoclusters.detector.nvml_library import preload
 from autoclusters.detector.pci import GpuIndex
 from autoclusters.detector.source_records import Poll, SourceState
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
@@ -83,9 +84,10 @@ def advertises_gpus(kube: Kube, node: str) -> bool:
 
 def nvml_source(catalog: Catalog, paths: NodePaths, *, advertised: bool) -> NvmlSource:
     """The NVML source of a node (always there, so that it reports its state: off, unavailable or on)."""
-    has_gpus = driver_lists_gpus(paths.nvidia_proc)
     lib, found = load_library(paths.nvml_search, paths.host_root) if paths.use_nvml else (None, None)
-    return NvmlSource(lib, catalog, expect_gpus=has_gpus or advertised, found=found, enabled=paths.use_nvml)
+    return NvmlSource(lib, catalog, expect_gpus=lambda: advertised or driver_lists_gpus(paths.nvidia_proc),
+                      found=found, enabled=paths.use_nvml,
+                      locate=lambda: preload(paths.nvml_search, paths.host_root))
 
 
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
@@ -66,31 +67,47 @@ def _text(value: Any) -> str:
 class NvmlSource:
     name = "nvml"
 
-    def __init__(self, lib: Any | None, catalog: Catalog, *, expect_gpus: bool, found: Found | None = None,
-                 enabled: bool = True) -> None:
-        """``expect_gpus``: the node has NVIDIA GPUs, so an NVML that cannot start is a problem.
-        ``lib`` None: no bindings; ``found``: where the library was searched for them;
-        ``enabled`` False: turned off by configuration (the source then reads nothing)."""
+    def __init__(self, lib: Any | None, catalog: Catalog, *, expect_gpus: bool | Callable[[], bool],
+                 found: Found | None = None,
+                 locate: Callable[[], Found] | None = None, enabled: bool = True) -> None:
+        """``expect_gpus``: the node has NVIDIA GPUs, so an NVML that cannot start is a problem
+        (a callable is asked each time: a driver loaded after the detector started lists them).
+        ``lib`` None: no bindings; ``found``: where the library was searched for them, and
+        ``locate`` searches again; ``enabled`` False: turned off by configuration (the source
+        then reads nothing)."""
         self.lib: Any = lib  # pynvml, or None
         self.catalog = catalog
-        self.expect_gpus = expect_gpus
+        self._expect = expect_gpus if callable(expect_gpus) else (lambda: bool(expect_gpus))
         self.found = found
+        self.locate = locate
         self.enabled = enabled
         self.started = False
-        self.off = not enabled or lib is None
-        self.absent = TURNED_OFF if not enabled else NO_BINDINGS if lib is None else ""  # why it is off
+        self.off = not enabled or lib is None  # for good: turned off, or no bindings
+        self.absent = TURNED_OFF if not enabled else NO_BINDINGS if lib is None else ""  # why it is not on
         self.inventory: dict[str, Any] | None = None
         self._links_up: dict[int, set[int]] | None = None
         self._gpus = GpuIndex()
+
+    @property
+    def expect_gpus(self) -> bool:
+        return self._expect()
 
     def _code(self, err: Exception) -> int | None:
         value = getattr(err, "value", None)
         return value if isinstance(value, int) else None
 
     def start(self) -> str | None:
-        """Initialises NVML; returns an error text, or None when started or legitimately absent."""
+        """Initialises NVML; returns an error text, or None when started or legitimately absent.
+
+        Until NVML starts, every poll tries again (and searches for the library again when it
+        was not found): the GPU Operator's driver container may come up after the detector."""
         if self.started or self.off:
             return None
+        if self.found is not None and self.found.path is None and self.locate is not None:
+            self.found = self.locate()
+            if self.found.path is None:
+                self._unavailable(self.found.describe())
+                return None
         try:
             self.lib.nvmlInit()
         except self.lib.NVMLError as e:
@@ -98,17 +115,22 @@ class NvmlSource:
             # No libnvidia-ml in reach (not mounted into this container): the source is absent, not broken.
             # No driver is only fine on a node without GPUs; where the driver lists GPUs it is a failure.
             if code == _LIBRARY_NOT_FOUND or (code == _DRIVER_NOT_LOADED and not self.expect_gpus):
-                self.off = True
-                self.absent = self.found.describe() if code == _LIBRARY_NOT_FOUND and self.found \
-                    else f"NVML init failed: {e}"
-                log.info("NVML not available on this node (%s); the NVML source is off", self.absent)
+                self._unavailable(self.found.describe() if code == _LIBRARY_NOT_FOUND and self.found
+                                  else f"NVML init failed: {e}")
                 return None
-            return f"NVML init failed: {e}"
+            self.absent = f"NVML init failed: {e}"
+            return self.absent
         self.started = True
+        self.absent = ""
         self.inventory = read_inventory(self.lib)
         where = self.found.describe() if self.found else "libnvidia-ml.so.1"
         log.info("NVML started (%s): %s", where, summary(self.inventory))
         return None
+
+    def _unavailable(self, reason: str) -> None:
+        if reason != self.absent:
+            log.info("NVML not available on this node (%s); trying again at every poll", reason)
+        self.absent = reason
 
     def state(self) -> SourceState:
         """On, off by configuration, or unavailable and why (NVML is started here if it was not yet)."""
@@ -140,7 +162,7 @@ class NvmlSource:
         err = self.start()
         if err:
             return Poll(self.name, error=err)
-        if self.off:
+        if not self.started:
             return Poll(self.name, snapshot=True)
         lib = self.lib
         records: list[Record] = []
@@ -224,7 +246,7 @@ def read_once(catalog: Catalog, *, search: tuple[str, ...] = DEFAULT_SEARCH, hos
     """The source started once, its state, its inventory and one poll, as JSON-ready data
     (``autoclusters detector inventory``, ``tools/gpu-check.sh``)."""
     lib, found = load_library(search, host_root)
-    src = NvmlSource(lib, catalog, expect_gpus=expect_gpus, found=found)
+    src = NvmlSource(lib, catalog, expect_gpus=expect_gpus, found=found)  # once: no search again
     try:
         state = src.state()
         poll = src.poll()

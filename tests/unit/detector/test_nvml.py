@@ -238,6 +238,32 @@ def test_state_unavailable_names_what_is_missing(tmp_path: Path, stub: Path) -> 
                      "error": None}
 
 
+def test_a_driver_root_that_comes_up_later_is_found_at_a_later_poll(tmp_path: Path, stub: Path) -> None:
+    """The GPU Operator's driver container may start after the detector: until NVML answers,
+    every poll searches again; the GPUs become expected once the driver lists them."""
+    root, proc, state = tmp_path / "host", tmp_path / "proc-gpus", tmp_path / "state"
+    root.mkdir()
+    State(gpus(1)).write(state)
+    res = json.loads(run_python(f"""
+import json, pathlib, shutil
+from autoclusters.detector.node import NodePaths, nvml_source
+from autoclusters.faults.catalog import load_catalog
+paths = NodePaths(nvidia_proc={str(proc)!r}, nvml_search=("/run/nvidia/driver",), host_root={str(root)!r})
+src = nvml_source(load_catalog(), paths, advertised=False)
+def now():
+    s = src.state()
+    return [str(s.status), s.expected, src.poll().ok]
+out = [now()]
+pathlib.Path({str(proc / "0000:10:00.0")!r}).mkdir(parents=True)  # the driver loaded ...
+lib = pathlib.Path({str(root / DRIVER_DIR)!r})
+lib.mkdir(parents=True)
+shutil.copy({str(stub)!r}, lib / {LIBRARY!r})  # ... and its root mounted
+out.append(now())
+print(json.dumps(out))
+""", state))
+    assert res == [["unavailable", False, True], ["on", True, True]]
+
+
 def test_state_from_the_loader_s_path(tmp_path: Path, stub: Path) -> None:
     """What the NVIDIA container runtime injects is on the loader's path: ``loader`` finds it."""
     res = state_of(tmp_path, stub, State(gpus(1)), expect=False, search=(LOADER,), ld_path=stub.parent)
