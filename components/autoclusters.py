@@ -51,7 +51,7 @@ class AutoClusters(pulumi.ComponentResource):
         crds = Crds("crds", CrdsArgs(names=names), after())
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
-                                          await_rollout=not cfg.local), after(rbac))
+                                          await_rollout=not cfg.local, nvml=cfg.nvml), after(rbac))
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
 from components._k8s import k8s_resource
@@ -20,6 +21,7 @@ class DetectorArgs:
     # Wait for a pod on every GPU node. Off on the shared local cluster, where nodes of other
     # pools may be mid-repair (NotReady) and would hold ``pulumi up`` until its timeout.
     await_rollout: bool = True
+    nvml: NvmlReach = field(default_factory=NvmlReach)  # the stack's nvml setting (deploy/nvml.py)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -35,6 +37,6 @@ class Detector(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
-                                                   await_rollout=args.await_rollout), child)
+                                                   await_rollout=args.await_rollout, nvml=args.nvml), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

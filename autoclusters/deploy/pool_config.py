@@ -19,6 +19,7 @@ from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
+from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_config
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -403,6 +404,8 @@ class StackConfig:
     default_pool: Mapping[str, Any] = field(default_factory=lambda: {"consentMode": api.DEFAULT_CONSENT_MODE.value})
     # PodMonitors and a PrometheusRule for the Prometheus Operator (deploy.monitoring)
     monitoring: Monitoring = field(default_factory=Monitoring)
+    # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml: search order, host mount, runtime class)
+    nvml: NvmlReach = field(default_factory=NvmlReach)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -434,6 +437,8 @@ class StackConfig:
             raise PoolConfigError(f"controllerShards must be an integer >= 1, got {self.controller_shards!r}")
         if not isinstance(self.monitoring, Monitoring):
             raise PoolConfigError(f"monitoring must be a Monitoring, got {type(self.monitoring).__name__}")
+        if not isinstance(self.nvml, NvmlReach):
+            raise PoolConfigError(f"nvml must be an NvmlReach, got {type(self.nvml).__name__}")
 
     @property
     def slurm_bridge(self) -> bool:
@@ -453,7 +458,7 @@ class StackConfig:
 STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
-    "defaultPool": "object", "controllerShards": "int", "monitoring": "object",
+    "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "nvml": "object",
 }
 
 
@@ -477,7 +482,16 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         default_pool=raw.get("defaultPool", defaults.default_pool),
         controller_shards=_int(raw.get("controllerShards", defaults.controller_shards), "controllerShards"),
         monitoring=_monitoring(raw.get("monitoring", {})),
+        nvml=_nvml(raw.get("nvml", {})),
     )
+
+
+def _nvml(data: Any) -> NvmlReach:
+    raw = _take(data, {"enabled", "search", "hostRoot", "runtimeClassName"}, "nvml")
+    try:
+        return nvml_from_config(raw, _bool)
+    except NvmlConfigError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _monitoring(data: Any) -> Monitoring:

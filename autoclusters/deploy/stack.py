@@ -23,6 +23,7 @@ from autoclusters.deploy import (
     workloads,
 )
 from autoclusters.deploy.monitoring import monitoring_objects
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
@@ -60,10 +61,12 @@ def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
     return out
 
 
-def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True) -> dict[str, Any]:
+def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
+                       nvml: NvmlReach | None = None) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
-    GPU node (the shared local cluster, where nodes of other pools may be mid-repair)."""
-    obj = workloads.detector_daemonset(names, namespace, image)
+    GPU node (the shared local cluster, where nodes of other pools may be mid-repair); ``nvml``:
+    the stack's ``nvml`` setting (deploy/nvml.py)."""
+    obj = workloads.detector_daemonset(names, namespace, image, nvml)
     if not await_rollout:
         obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
     return obj
@@ -125,7 +128,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         workloads.namespace(ns),
         *crds.crds(names),
         *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
-        detector_daemonset(names, ns, config.image, await_rollout=not config.local),
+        detector_daemonset(names, ns, config.image, await_rollout=not config.local, nvml=config.nvml),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards),

@@ -16,6 +16,7 @@ from autoclusters.deploy import (
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
+from autoclusters.deploy.nvml import NvmlReach, apply_to_pod
 from autoclusters.names import Names
 
 PART_OF = "autoclusters"
@@ -112,22 +113,24 @@ def namespace(name: str) -> dict[str, Any]:
     }
 
 
-def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
+def detector_daemonset(names: Names, ns: str, image: str, nvml: NvmlReach | None = None) -> dict[str, Any]:
     """One detector per GPU node: a node with a GPU product label or in any pool.
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
     maintenance taint, cordon), so it keeps reporting while the node is under repair.
+    ``nvml`` (the stack's ``nvml`` setting; default: ``NvmlReach()``) adds the host mount, the
+    flags and the runtime class through which the detector finds the driver's NVML.
     """
     # /proc/driver/nvidia and /sys/class/infiniband are not mounted: the container's own
     # procfs and sysfs show the host's driver entries and InfiniBand devices there. A mount
     # would keep the pod from starting: runc refuses any mount inside /proc ("cannot be
     # mounted because it is inside /proc"), and on a node without InfiniBand the missing
     # /sys/class/infiniband can be created neither on the host nor in the container's sysfs.
+    # The driver's NVML is reached through the host root mount nvml.apply_to_pod adds.
     host_paths = [
         ("kmsg", "/dev/kmsg", "CharDevice"),
-        ("nvidia-run", "/var/run/nvidia", ""),
     ]
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": DETECTOR, "namespace": ns, "labels": labels(DETECTOR)},
@@ -166,6 +169,9 @@ def detector_daemonset(names: Names, ns: str, image: str) -> dict[str, Any]:
             },
         },
     }
+    pod = obj["spec"]["template"]["spec"]
+    apply_to_pod(nvml or NvmlReach(), pod, pod["containers"][0])
+    return obj
 
 
 def controller_name(shards: int = 1, shard: int = 0) -> str:

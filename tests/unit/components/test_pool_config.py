@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from autoclusters.api import ClassAction, ConsentMode
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.pool_config import (
     NodeBackend,
     PoolConfig,
@@ -120,6 +121,14 @@ def test_stack_config_parses_pools_and_string_booleans():
     assert cfg.pools[0].nodes.count == 2
 
 
+def test_the_nvml_setting_defaults_and_parses() -> None:
+    assert stack_config_from_dict({}).nvml == NvmlReach(True, ("loader", "/run/nvidia/driver", "/"), "/", "")
+    cfg = stack_config_from_dict({"nvml": {"enabled": "true", "search": ["loader"], "hostRoot": "",
+                                           "runtimeClassName": "nvidia"}})
+    assert cfg.nvml == NvmlReach(True, ("loader",), "", "nvidia")
+    assert stack_config_from_dict({"nvml": {"enabled": "false"}}).nvml.detector_args() == ["--no-nvml"]
+
+
 @pytest.mark.parametrize(("config", "message"), [
     ({"domain": "Not A Domain"}, "invalid domain"),
     ({"conditionPrefix": "lower"}, "invalid condition prefix"),
@@ -132,6 +141,14 @@ def test_stack_config_parses_pools_and_string_booleans():
     ({"pools": [{"name": "a100", "nodes": {"backend": "simulated", "count": 1}}]}, "simulated nodes need local: true"),
     ({"pool": []}, "unknown key(s) pool"),
     ({"eventSource": "node pool service"}, "eventSource: event source 'node pool service' must be a Kubernetes"),
+    ({"nvml": {"serach": []}}, "unknown key(s) serach"),
+    ({"nvml": {"search": "loader"}}, "nvml.search must be a list"),
+    ({"nvml": {"search": ["usr/lib"]}}, "nvml.search must be a non-empty list of 'loader' and absolute host"),
+    ({"nvml": {"search": []}}, "nvml.search must be a non-empty list"),
+    ({"nvml": {"hostRoot": "host"}}, "nvml.hostRoot must be an absolute host directory"),
+    ({"nvml": {"hostRoot": ""}}, "nvml.hostRoot '' mounts nothing of the host: nvml.search may then only hold"),
+    ({"nvml": {"enabled": "yes"}}, "nvml.enabled must be true or false"),
+    ({"nvml": {"runtimeClassName": "a b"}}, "nvml.runtimeClassName must be a RuntimeClass name"),
 ])
 def test_bad_stack_values_are_rejected(config, message):
     with pytest.raises(PoolConfigError) as err:

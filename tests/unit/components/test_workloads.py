@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy import workloads
+from autoclusters.deploy.nvml import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.names import Names
 
@@ -26,7 +27,10 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     keys = {t["matchExpressions"][0]["key"] for t in terms}
     assert keys == {"nvidia.com/gpu.product", NAMES.pool_label}
     mounts = {v["hostPath"]["path"] for v in pod["volumes"]}
-    assert {"/dev/kmsg", "/var/run/nvidia"} <= mounts
+    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml.py)
+    host = next(v for v in pod["volumes"] if v["name"] == HOST_ROOT_VOLUME)
+    assert host["hostPath"]["type"] == "Directory"  # never created on the host, always there
+    assert all(v["hostPath"]["type"] for v in pod["volumes"])  # type "" would create a missing path
     # Nothing inside /proc (runc refuses it) or /sys (absent InfiniBand paths cannot be created).
     assert not any(m.startswith(("/proc/", "/sys/")) for m in mounts)
     c = _container(ds, "detector")
@@ -36,7 +40,27 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False,
                                     "readOnlyRootFilesystem": True}
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
-    assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT)]
+    assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT),
+                         "--nvml-search", "loader,/run/nvidia/driver,/", "--host-root", HOST_MOUNT]
+    root_mount = next(m for m in c["volumeMounts"] if m["name"] == HOST_ROOT_VOLUME)
+    assert root_mount == {"name": HOST_ROOT_VOLUME, "mountPath": HOST_MOUNT, "readOnly": True,
+                          "mountPropagation": "HostToContainer"}  # a driver root mounted later is seen
+    assert "runtimeClassName" not in pod and not any(e["name"].startswith("NVIDIA_") for e in c["env"])
+
+
+def test_the_nvml_setting_shapes_the_detector_pod():
+    runtime = workloads.detector_daemonset(NAMES, "ns1", "img:1", NvmlReach(runtime_class_name="nvidia"))
+    pod = runtime["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in _container(runtime, "detector")["env"]}
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "utility")
+    loader_only = workloads.detector_daemonset(NAMES, "ns1", "img:1", NvmlReach(search=("loader",), host_root=""))
+    c = _container(loader_only, "detector")
+    assert c["args"][-2:] == ["--nvml-search", "loader"]
+    assert [v["name"] for v in loader_only["spec"]["template"]["spec"]["volumes"]] == ["kmsg"]
+    off = _container(workloads.detector_daemonset(NAMES, "ns1", "img:1", NvmlReach(enabled=False)), "detector")
+    assert c["args"][:4] == off["args"][:4] and off["args"][-1] == "--no-nvml"
+    assert [m["name"] for m in off["volumeMounts"]] == ["kmsg"]
 
 
 @pytest.mark.parametrize("obj", [workloads.detector_daemonset(NAMES, "ns1", "img:1"),
