@@ -1,6 +1,7 @@
 """The GPU check's steps (``tools/gpu-check.sh`` runs them; docs/benchmarks/detector.md says how).
 
     gpu_check.py all                 every step below, in order, each with its own timeout
+    gpu_check.py nvml                (a child of ``all``) the NVML source once
     gpu_check.py crash VIA           (a child of ``all``) an illegal-address kernel through
                                      VIA: cupy, torch or driver (ctypes on libcuda.so.1)
 
@@ -29,6 +30,8 @@ SITE = REPO / "build" / "gpu-check" / "site"
 sys.path.insert(0, str(REPO))
 sys.path.append(str(SITE))  # after the machine's own packages: only what it lacks
 
+NVML_TIMEOUT_S = 45  # each NVML step, in a child (a GPU that hangs NVML stops only that step)
+CRASH_TIMEOUT_S = 60  # each way to the faulty kernel
 CUDA_ILLEGAL_ADDRESS = 700  # CUDA_ERROR_ILLEGAL_ADDRESS (cuda.h)
 # A kernel that stores to device address 0x10, which no allocation owns: an MMU fault
 # (Xid 31 on current drivers), a CUDA "illegal address" error for the process. PTX, so the
@@ -91,14 +94,37 @@ def environment() -> None:
 
 # --- NVML ------------------------------------------------------------------------------
 def nvml(label: str) -> dict[str, Any] | None:
+    """The NVML step in a child process with a timeout; its data (from its ``json:`` line)."""
     section(f"NVML source, {label} (the detector's read_once: state, inventory, one poll)")
+    try:
+        res = subprocess.run([sys.executable, __file__, "nvml"], capture_output=True, text=True,
+                             timeout=NVML_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        say(e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
+        missing(f"NVML ({label})", f"timed out after {NVML_TIMEOUT_S} s")
+        return None
+    say(res.stdout.rstrip())
+    data = None
+    for line in res.stdout.splitlines():
+        if line.startswith("  could not read "):
+            unreadable.append(line.removeprefix("  could not read "))
+        elif line.startswith("  json: "):
+            data = json.loads(line.removeprefix("  json: "))
+        elif line.startswith("  unreadable: ") and line != "  unreadable: nothing":
+            unreadable.append("NVML " + line.removeprefix("  unreadable: "))
+    if res.returncode != 0:
+        missing(f"NVML ({label})", (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1])
+    return data
+
+
+def nvml_child() -> int:
     try:
         from autoclusters.detector.nvml import driver_lists_gpus, read_once
         from autoclusters.detector.nvml_inventory import render_text
         from autoclusters.faults.catalog import load_catalog
     except Exception as e:  # noqa: BLE001 - an interpreter older than 3.11, a missing package
         missing("the detector's modules", repr(e))
-        return None
+        return 0
     data = read_once(load_catalog(), expect_gpus=driver_lists_gpus("/proc/driver/nvidia/gpus"))
     state = data["state"]
     say(f"  state: {state['status']}" + (f" ({state['reason']})" if state["reason"] else "")
@@ -106,7 +132,6 @@ def nvml(label: str) -> dict[str, Any] | None:
     say(f"  library: {data['library']}")
     if data["inventory"] is not None:
         say("  " + render_text(data["inventory"]).replace("\n", "\n  "))
-        unreadable.extend(f"NVML {u}" for u in data["inventory"]["unreadable"])
     else:
         missing("NVML", state["reason"])
     poll = data["poll"]
@@ -114,35 +139,25 @@ def nvml(label: str) -> dict[str, Any] | None:
     for r in poll["records"]:
         say(f"    {r['subject']}: {r['code']} ({r['severity']}) {r['detail']}".rstrip())
     say("  json: " + json.dumps(data, sort_keys=True))
-    return data
+    return 0
 
 
 # --- the kernel log (read only) -----------------------------------------------------------
 class KernelLog:
-    """New kernel log records since ``mark()``: /dev/kmsg by sequence number, else dmesg."""
+    """The driver's fault lines logged since ``mark()``, as the detector reads them: its own
+    ``/dev/kmsg`` source (the first read drains every record since boot, the next returns
+    the new ones), else the new lines of ``dmesg`` through the detector's interpreter."""
 
-    def __init__(self) -> None:
+    def __init__(self, bus_index: dict[str, int]) -> None:
+        from autoclusters.detector.kernel_log import KernelLogInterpreter
+        from autoclusters.detector.kmsg import DevKmsgSource
+        from autoclusters.detector.pci import GpuIndex
+        from autoclusters.faults.catalog import load_catalog
+
+        self.interp = KernelLogInterpreter(load_catalog(), GpuIndex(bus_index))
+        self.kmsg = DevKmsgSource(self.interp)
         self.how = ""
-        self.seq = -1
         self.dmesg_lines = 0
-
-    def _kmsg(self) -> list[tuple[int, str]]:
-        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-        out = []
-        try:
-            while True:
-                try:
-                    raw = os.read(fd, 8192).decode("utf-8", "replace")
-                except BlockingIOError:
-                    break
-                except BrokenPipeError:  # overwritten while read: the next record follows
-                    continue
-                head = raw.split(";", 1)[0].split(",")
-                if len(head) >= 2 and head[1].isdigit():
-                    out.append((int(head[1]), raw.rstrip("\n")))
-        finally:
-            os.close(fd)
-        return out
 
     def _dmesg(self) -> list[str]:
         res = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30)
@@ -151,55 +166,44 @@ class KernelLog:
         return res.stdout.splitlines()
 
     def mark(self) -> None:
-        try:
-            records = self._kmsg()
-            self.how, self.seq = "/dev/kmsg", max((s for s, _ in records), default=-1)
+        first = self.kmsg.poll()
+        if first.ok:
+            self.how = "/dev/kmsg"
             return
-        except OSError as e:
-            kmsg_error = e
         try:
             self.dmesg_lines = len(self._dmesg())
             self.how = "dmesg"
         except (OSError, subprocess.TimeoutExpired) as e:
-            missing("the kernel log", f"/dev/kmsg: {kmsg_error}; dmesg: {e}")
+            missing("the kernel log", f"{first.error}; dmesg: {e}")
 
-    def new(self) -> list[str]:
+    def new(self) -> list[Any]:
+        """The detector's records of the driver lines logged since the mark."""
         if self.how == "/dev/kmsg":
-            return [text for s, text in self._kmsg() if s > self.seq]
+            poll = self.kmsg.poll()
+            if poll.error:
+                missing("/dev/kmsg", poll.error)
+            return list(poll.records)
         if self.how == "dmesg":
-            return self._dmesg()[self.dmesg_lines:]
+            lines = self._dmesg()[self.dmesg_lines:]
+            return [r for r in map(self.interp.record, lines) if r is not None]
         return []
 
 
-def classify(lines: list[str], bus_index: dict[str, int]) -> int:
-    """Parses every new line with the detector's parser and shows what the catalog says."""
-    from autoclusters.detector.kernel_log import KernelLogInterpreter, parse_line
-    from autoclusters.detector.pci import GpuIndex
-    from autoclusters.faults.catalog import FaultClass, load_catalog
+def classify(records: list[Any]) -> None:
+    """Shows each record and what the catalog says about its code."""
+    from autoclusters.faults.catalog import load_catalog
 
     catalog = load_catalog()
-    interp = KernelLogInterpreter(catalog, GpuIndex(bus_index))
-    found = 0
-    for line in lines:
-        parsed = parse_line(line)
-        if parsed is None:
-            continue
-        found += 1
-        record = interp.record(line)
-        cls = FaultClass.GPU if parsed.kind == "xid" else FaultClass.NVSWITCH
-        entry = catalog.lookup(cls, parsed.code)
-        say(f"  line: {line}")
-        say(f"    parsed: {parsed.kind} {parsed.code} on {parsed.bus_id} (from the kernel: {parsed.from_kernel})")
-        if record is not None:
-            say(f"    record: {record.subject}: {record.code} {record.name!r}, severity {record.severity}, "
-                f"known: {record.known}")
+    for r in records:
+        say(f"  {r.subject}: {r.fault_class} {r.code} {r.name!r}, severity {r.severity}, known: {r.known}"
+            + (f", {r.detail}" if r.detail else ""))
+        entry = catalog.lookup(r.fault_class, r.code)
         if entry is None:
-            say("    catalog: not listed (the catalog's unknown-code rule applies)")
-        else:
-            fields = {k: str(v) for k, v in dataclasses.asdict(entry).items()}
-            say(f"    catalog: {json.dumps(fields, sort_keys=True)}")
-            say(f"    repair: {'none (an application error)' if str(entry.action) == 'none' else entry.action}")
-    return found
+            say("    catalog: not listed (the catalog's rule for unknown codes applies)")
+            continue
+        fields = {k: str(v) for k, v in dataclasses.asdict(entry).items()}
+        say(f"    catalog: {json.dumps(fields, sort_keys=True)}")
+        say(f"    repair: {'none (an application error)' if str(entry.action) == 'none' else entry.action}")
 
 
 # --- the faulty kernel -----------------------------------------------------------------
@@ -259,17 +263,23 @@ def _driver_launch(ptx: Path, *, own_context: bool) -> int:
     return 4
 
 
-def faulty_kernel(log: KernelLog, bus_index: dict[str, int]) -> None:
+def faulty_kernel(bus_index: dict[str, int]) -> None:
     section("an illegal-address kernel in a child process, then the kernel log")
+    try:
+        log = KernelLog(bus_index)
+    except Exception as e:  # noqa: BLE001 - the detector's modules do not import here
+        missing("the kernel log through the detector", repr(e))
+        return
     log.mark()
     if log.how:
         say(f"  kernel log: {log.how}, read only")
     ran = False
     for via in ("cupy", "torch", "driver"):
         try:
-            res = subprocess.run([sys.executable, __file__, "crash", via], capture_output=True, text=True, timeout=90)
+            res = subprocess.run([sys.executable, __file__, "crash", via], capture_output=True, text=True,
+                                 timeout=CRASH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            missing(f"the faulty kernel through {via}", "timed out after 90 s")
+            missing(f"the faulty kernel through {via}", f"timed out after {CRASH_TIMEOUT_S} s")
             continue
         text = (res.stdout + res.stderr).strip().splitlines()
         say(f"  through {via}: exit {res.returncode}: {text[-1] if text else ''}")
@@ -277,24 +287,27 @@ def faulty_kernel(log: KernelLog, bus_index: dict[str, int]) -> None:
             ran = True
             break
         missing(f"the faulty kernel through {via}", text[-1] if text else f"exit {res.returncode}")
-    if not ran:
+    if not ran or not log.how:
         return
-    new: list[str] = []
+    new: list[Any] = []
     for _ in range(10):  # the driver logs the Xid within moments of the fault
         time.sleep(1)
-        new = [line for line in log.new() if "NVRM" in line or "Xid" in line]
-        if any("Xid" in line for line in new):
+        new += log.new()
+        if new:
+            time.sleep(1)  # the lines that follow the first (Xid 13/43 after 31)
+            new += log.new()
             break
-    if not log.how:
-        return
-    say(f"  new driver lines: {len(new)}")
-    if classify(new, bus_index) == 0:
+    say(f"  new driver fault lines in {log.how}: {len(new)}")
+    classify(new)
+    if not new:
         missing("an Xid line after the fault", f"none in {log.how} within 10 s")
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["crash"]:
         return crash(argv[1] if len(argv) > 1 else "driver")
+    if argv[:1] == ["nvml"]:
+        return nvml_child()
     start = time.monotonic()
     say(f"GPU check, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, checkout {REPO}")
     environment()
@@ -307,10 +320,10 @@ def main(argv: list[str]) -> int:
             bus = normalize(g.get("pciBusId") or "")
             if bus:
                 buses[bus] = g["index"]
-    faulty_kernel(KernelLog(), buses)
+    faulty_kernel(buses)
     nvml("after the faulty kernel (an application error leaves no NVML fault)")
     section("could not read")
-    for u in unreadable:
+    for u in dict.fromkeys(unreadable):  # once each, in the order met
         say(f"  {u}")
     if not unreadable:
         say("  nothing")

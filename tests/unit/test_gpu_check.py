@@ -14,7 +14,8 @@ from types import ModuleType
 
 import pytest
 
-from autoclusters.detector.kernel_log import format_xid_line, kmsg_record
+from autoclusters.detector.kernel_log import KernelLogInterpreter, format_xid_line, kmsg_record
+from autoclusters.detector.pci import GpuIndex
 from autoclusters.faults.catalog import FaultClass, load_catalog
 from tests.nvml_stub import REPO, STATE_ENV, State, build, gpus
 
@@ -58,14 +59,15 @@ def test_a_driver_line_is_classified_by_the_catalog() -> None:
     entry = catalog.lookup(FaultClass.GPU, 31)
     assert entry is not None
     line = kmsg_record(900, 1, format_xid_line("0000:3b:00", 31, "Ch 00000008, intr 00000000. MMU Fault"))
+    record = KernelLogInterpreter(catalog, GpuIndex({"0000:3b:00": 3})).record(line)
+    assert record is not None
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert mod.classify(["unrelated line", line], {"0000:3b:00": 3}) == 1
+        mod.classify([record])
     text = out.getvalue()
-    assert "parsed: xid 31 on 0000:3b:00 (from the kernel: True)" in text
-    assert f"record: GPU 3: 31 {entry.name!r}, severity {entry.severity}" in text
+    assert text.startswith(f"  GPU 3: gpu 31 {entry.name!r}, severity {entry.severity}, known: True"), text
     expected = "none (an application error)" if str(entry.action) == "none" else str(entry.action)
-    assert f"repair: {expected}" in text
+    assert f"repair: {expected}" in text and '"code": "31"' in text
 
 
 @pytest.mark.parametrize("via", ["cupy", "torch", "driver"])
