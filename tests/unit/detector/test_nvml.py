@@ -333,3 +333,30 @@ def test_inventory_command_prints_what_nvml_read(tmp_path: Path, stub: Path) -> 
     missing = subprocess.run([*cli[:-4], "--nvml-search", "/", "--host-root", str(tmp_path / "empty")],
                              capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 1 and "NVML source: unavailable (no libnvidia-ml.so.1 in reach" in missing.stdout
+
+
+def test_the_node_agent_always_has_the_nvml_source_and_logs_its_state(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``build_agent`` registers NVML whatever its state, so the state can be reported."""
+    from autoclusters.clock import FakeClock
+    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.node import build_agent
+    from autoclusters.names import Names
+
+    api = FakeApi()
+    try:
+        api.put("/api/v1/nodes/n1", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                                     "status": {"capacity": {"nvidia.com/gpu": "8"}}})
+        for use_nvml, status in ((False, SourceStatus.OFF), (True, SourceStatus.UNAVAILABLE)):
+            paths = NodePaths(kernel_log_file=str(tmp_path / "kmsg"), infiniband=str(tmp_path / "no-ib"),
+                              nvidia_proc=str(tmp_path / "no-proc"), dcgm_command=("no-such-dcgmi",),
+                              use_nvml=use_nvml, nvml_search=("/",), host_root=str(tmp_path / "empty"))
+            caplog.clear()
+            with caplog.at_level("INFO", logger="autoclusters.detector.node"):
+                agent, _, _ = build_agent("n1", api.kube(), FakeClock(), CAT, Names(), AgentConfig(), paths)
+            (nvml,) = [s.source for s in agent.sources if s.source.name == "nvml"]
+            state = nvml.state()  # type: ignore[attr-defined]
+            assert state.status == status and state.expected is True  # the node advertises nvidia.com/gpu
+            assert f"NVML source: {status}" in caplog.text
+    finally:
+        api.close()
