@@ -36,7 +36,7 @@ class Found:
 
 
 def _under(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/")) if root not in ("", "/") else path
+    return os.path.normpath(os.path.join(root, path.lstrip("/"))) if root not in ("", "/") else path
 
 
 def _resolve(host_root: str, path: str) -> str:

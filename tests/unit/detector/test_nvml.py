@@ -114,7 +114,7 @@ def test_nothing_found_names_every_place_searched(tmp_path: Path) -> None:
     assert f.path is None
     text = f.describe()
     assert text.startswith(f"no {LIBRARY} in reach: tried the loader's path, {tmp_path}/run/nvidia/driver, "
-                           f"{tmp_path}/ (each root in usr/lib/x86_64-linux-gnu"), text
+                           f"{tmp_path} (each root in usr/lib/x86_64-linux-gnu"), text
 
 
 # --- the source through the real pynvml ----------------------------------------------
@@ -228,7 +228,7 @@ def test_state_unavailable_names_what_is_missing(tmp_path: Path, stub: Path) -> 
     # no library where the search looks (only under the driver root, which is not searched)
     res = state_of(tmp_path, stub, State(gpus(1)), expect=True, search=("/",))
     assert res["status"] == "unavailable" and res["expected"] is True and res["error"] is None
-    assert res["reason"].startswith(f"no {LIBRARY} in reach: tried {tmp_path}/host/ (each root in "), res
+    assert res["reason"].startswith(f"no {LIBRARY} in reach: tried {tmp_path}/host (each root in "), res
     # the library is there but no driver is loaded: on a GPU node also the source's error
     gpu_node = state_of(tmp_path / "a", stub, State(gpus(1), init_error=9), expect=True)
     assert gpu_node == {"status": "unavailable", "reason": "NVML init failed: Driver Not Loaded", "expected": True,
