@@ -85,6 +85,7 @@ class NvmlSource:
         self.off = not enabled or lib is None  # for good: turned off, or no bindings
         self.absent = TURNED_OFF if not enabled else NO_BINDINGS if lib is None else ""  # why it is not on
         self.inventory: dict[str, Any] | None = None
+        self._tried = False
         self._links_up: dict[int, set[int]] | None = None
         self._gpus = GpuIndex()
 
@@ -103,6 +104,7 @@ class NvmlSource:
         was not found): the GPU Operator's driver container may come up after the detector."""
         if self.started or self.off:
             return None
+        self._tried = True
         if self.found is not None and self.found.path is None and self.locate is not None:
             self.found = self.locate()
             if self.found.path is None:
@@ -133,13 +135,16 @@ class NvmlSource:
         self.absent = reason
 
     def state(self) -> SourceState:
-        """On, off by configuration, or unavailable and why (NVML is started here if it was not yet)."""
+        """On, off by configuration, or unavailable and why, as of the last poll. Asked before
+        the first poll, it starts NVML (the agent asks once at start); after that it only reads
+        what the polls found, so another thread (metrics) may ask at any time."""
         if not self.enabled:
             return SourceState(SourceStatus.OFF, self.absent, self.expect_gpus)
-        err = self.start()
+        if not self._tried and not self.off:
+            self.start()
         if self.started:
             return SourceState(SourceStatus.ON, "", self.expect_gpus)
-        return SourceState(SourceStatus.UNAVAILABLE, err or self.absent, self.expect_gpus)
+        return SourceState(SourceStatus.UNAVAILABLE, self.absent, self.expect_gpus)
 
     def gpu_index(self) -> GpuIndex:
         return self._gpus

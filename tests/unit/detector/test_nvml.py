@@ -250,9 +250,10 @@ from autoclusters.detector.node import NodePaths, nvml_source
 from autoclusters.faults.catalog import load_catalog
 paths = NodePaths(nvidia_proc={str(proc)!r}, nvml_search=("/run/nvidia/driver",), host_root={str(root)!r})
 src = nvml_source(load_catalog(), paths, advertised=False)
-def now():
+def now():  # a poll, then the state as of that poll
+    ok = src.poll().ok
     s = src.state()
-    return [str(s.status), s.expected, src.poll().ok]
+    return [str(s.status), s.expected, ok]
 out = [now()]
 pathlib.Path({str(proc / "0000:10:00.0")!r}).mkdir(parents=True)  # the driver loaded ...
 lib = pathlib.Path({str(root / DRIVER_DIR)!r})
