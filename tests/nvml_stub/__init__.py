@@ -32,7 +32,9 @@ def build(directory: Path) -> Path:
         tool_missing("cc is needed to build the stand-in libnvidia-ml.so.1")
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / "libnvidia-ml.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
+    # gnu11: a C23 default (GCC 15) would bind sscanf/strtoull to glibc 2.38's __isoc23_*
+    # symbols, which the image's glibc (bookworm, 2.36) lacks when the test loads it there.
+    subprocess.run([cc, "-std=gnu11", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
                     "-o", str(out), str(SOURCE)], check=True, capture_output=True, timeout=120)
     return out
 
