@@ -53,7 +53,8 @@ class AutoClusters(pulumi.ComponentResource):
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local,
                                           condition_codes=cfg.detector_condition_codes,
-                                          kernel_log_source=cfg.kernel_log_source, settings=cfg.detector), after(rbac))
+                                          kernel_log_source=cfg.kernel_log_source, settings=cfg.detector,
+                                          nvml=cfg.nvml), after(rbac))
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,

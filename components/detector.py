@@ -9,6 +9,7 @@ import pulumi
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.deploy.detector_settings import DetectorSettings
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
 from components._k8s import k8s_resource
@@ -26,6 +27,7 @@ class DetectorArgs:
     kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE  # kmsg or journal (stack: kernelLogSource)
     # where the detectors read DCGM from (the stack setting ``detector``)
     settings: DetectorSettings = field(default_factory=DetectorSettings)
+    nvml: NvmlReach = field(default_factory=NvmlReach)  # the stack's nvml setting (deploy/nvml.py)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -43,7 +45,7 @@ class Detector(pulumi.ComponentResource):
         ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
                                                    await_rollout=args.await_rollout,
                                                    condition_codes=args.condition_codes,
-                                                   kernel_log_source=args.kernel_log_source, settings=args.settings),
-                        child)
+                                                   kernel_log_source=args.kernel_log_source, settings=args.settings,
+                                                   nvml=args.nvml), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

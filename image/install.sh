@@ -2,10 +2,13 @@
 # The steps the image's root filesystem goes through, shared by the Containerfile (RUN)
 # and tools/build-image.sh (chroot), so both images hold the same thing.
 #
-#   install.sh venv WHEELS   autoclusters into /opt/autoclusters from the wheelhouse that
+#   install.sh venv WHEELS   autoclusters with its nvml extra (nvidia-ml-py: the detector's
+#                            NVML source) into /opt/autoclusters from the wheelhouse that
 #                            wheelhouse.sh made (no index, nothing downloaded)
 #   install.sh slim          remove what a runtime image never reads; add the runtime user
 set -eu
+# The extras the image installs; wheelhouse.sh collects their wheels.
+EXTRAS=nvml
 case ${1:-} in
 venv)
   wheels=$2
@@ -14,7 +17,7 @@ venv)
   # pip runs from its own wheel, so the image carries no pip. Bytecode is compiled now:
   # the root filesystem is read-only in the pods, so nothing could cache it later.
   /opt/autoclusters/bin/python "$pip_wheel/pip" install --quiet --no-index --no-cache-dir \
-    --disable-pip-version-check --find-links "$wheels" autoclusters
+    --disable-pip-version-check --find-links "$wheels" "autoclusters[$EXTRAS]"
   site=$(echo /opt/autoclusters/lib/python3*/site-packages)
   # The kubernetes package ships a second, asyncio client (kubernetes/aio, over a third of
   # the image); autoclusters uses the synchronous one only, and nothing imports aio.
@@ -36,6 +39,8 @@ slim)
   grep -q '^autoclusters:' /etc/passwd ||
     echo 'autoclusters:x:65532:65532:autoclusters:/nonexistent:/usr/sbin/nologin' >>/etc/passwd
   ;;
+extras)  # for wheelhouse.sh: the extras, so both name them once
+  echo "$EXTRAS" ;;
 *)
-  echo "usage: install.sh venv WHEELS | slim" >&2; exit 2 ;;
+  echo "usage: install.sh venv WHEELS | slim | extras" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Collects every wheel the runtime image installs into OUT: the autoclusters wheel built
-# from SRC, its runtime dependencies at the versions requirements.txt pins (only those the
-# package declares: no Pulumi, no test tools), and pip's own wheel, which install.sh runs
+# from SRC, its runtime dependencies and those of the extras install.sh installs (nvml:
+# nvidia-ml-py) at the versions requirements.txt pins (only those the package declares: no
+# Pulumi, no test tools), and pip's own wheel, which install.sh runs
 # from the wheelhouse so that the image carries no pip.
 #
 # Usage: wheelhouse.sh SRC OUT [PYTHON] [--package-only]
@@ -27,4 +28,4 @@ arch=$(uname -m)
   --implementation cp --python-version 3.11 --abi cp311 --abi abi3 --abi none \
   --platform "manylinux_2_36_$arch" --platform "manylinux_2_34_$arch" --platform "manylinux_2_28_$arch" \
   --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" --platform any \
-  --constraint "$src/requirements.txt" "$wheel" pip
+  --constraint "$src/requirements.txt" "$wheel[$(sh "$src/image/install.sh" extras)]" pip

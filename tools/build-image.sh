@@ -75,7 +75,7 @@ build() {
 
   # The dependency wheels change only with the pins; the autoclusters wheel with every change.
   local deps_key only=""
-  deps_key=$(cat "$root/requirements.txt" "$root/pyproject.toml" "$root/image/wheelhouse.sh" | sha256sum | cut -d' ' -f1)
+  deps_key=$(cat "$root/requirements.txt" "$root/pyproject.toml" "$root/image/wheelhouse.sh" "$root/image/install.sh" | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$out/wheels/.deps.sha256" 2>/dev/null)" = "$deps_key" ]; then
     only=--package-only
     log "wheelhouse: the autoclusters wheel (dependency wheels cached)"

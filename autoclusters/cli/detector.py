@@ -13,9 +13,11 @@ from typing import Any
 
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, REPAIR_CODE_PATTERN, KernelLogSource
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
-from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from autoclusters.cli._output import add_output_flag, print_json
+from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.deploy.detector_settings import exporter_url_error
+from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH, HOST_MOUNT, LIBRARY, LOADER
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import CatalogError, load_catalog
@@ -77,6 +79,7 @@ def register(sub: Any) -> None:
                      help="this node's dcgm-exporter metrics page (docs/detector.md says how to reach it). "
                           "Default: none, the dcgm-exporter source is off")
     run.add_argument("--no-nvml", action="store_true", help="do not use NVML even when the bindings are present")
+    _nvml_flags(run)
     run.add_argument("--accept-injected-kmsg", action="store_true",
                      help="count Xid lines written to /dev/kmsg from user space (for fault drills with "
                           "'autoclusters inject-fault --dev-kmsg')")
@@ -84,7 +87,60 @@ def register(sub: Any) -> None:
                      help="serve Prometheus metrics on this port (default: 0, off)")
     run.add_argument("--metrics-address", default="0.0.0.0", help="address for --metrics-port (default: 0.0.0.0)")
     run.set_defaults(func=_run)
+    inv = dsub.add_parser("inventory", help="read this node's GPUs through NVML once and print what NVML said")
+    _nvml_flags(inv)
+    inv.add_argument("--nvidia-proc", default="/proc/driver/nvidia/gpus", metavar="PATH",
+                     help="the driver's GPU listing (NVML is expected when it lists GPUs)")
+    inv.add_argument("--catalog", default=None, metavar="PATH", help="an operator's fault catalog (default: shipped)")
+    add_output_flag(inv)
+    inv.set_defaults(func=_inventory)
     det.set_defaults(func=lambda args: (det.print_help(), EXIT_USAGE)[1])
+
+
+def _nvml_flags(parser: Any) -> None:
+    parser.add_argument("--nvml-search", default=",".join(DEFAULT_SEARCH), metavar="WHERE,...",
+                        help=f"where to look for {LIBRARY}, in order: '{LOADER}' (the loader's path) or host "
+                             f"directories, each searched in its usual library directories "
+                             f"(default: {','.join(DEFAULT_SEARCH)})")
+    parser.add_argument("--host-root", default=DEFAULT_HOST_ROOT, metavar="PATH",
+                        help="where the host's / is seen (the DaemonSet mounts it at "
+                             f"{HOST_MOUNT}; default: {DEFAULT_HOST_ROOT})")
+
+
+def _search(args: argparse.Namespace) -> tuple[str, ...]:
+    search = tuple(filter(None, (p.strip() for p in args.nvml_search.split(","))))
+    bad = [p for p in search if p != LOADER and not p.startswith("/")]
+    if not search or bad:
+        raise CliError(f"--nvml-search: expected '{LOADER}' or absolute directories, got {args.nvml_search!r}",
+                       EXIT_USAGE)
+    return search
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    from autoclusters.detector.nvml import driver_lists_gpus, read_once
+    from autoclusters.detector.nvml_inventory import render_text
+
+    try:
+        catalog = load_catalog(args.catalog)
+    except (CatalogError, OSError) as e:
+        raise CliError(f"cannot load the fault catalog: {e}", EXIT_USAGE) from e
+    data = read_once(catalog, search=_search(args), host_root=args.host_root,
+                     expect_gpus=driver_lists_gpus(args.nvidia_proc))
+    if args.output == "json":
+        print_json(data)
+    else:
+        state = data["state"]
+        print(f"NVML source: {state['status']}" + (f" ({state['reason']})" if state["reason"] else "")
+              + ("; the node has GPUs" if state["expected"] else ""))
+        print(f"library: {data['library']}")
+        if data["inventory"] is not None:
+            print(render_text(data["inventory"]))
+        poll = data["poll"]
+        found = f"{len(poll['records'])} finding(s)"
+        print(f"poll: {poll['error'] or found}")
+        for r in poll["records"]:
+            print(f"  {r['subject']}: {r['code']} ({r['severity']}) {r['detail']}".rstrip())
+    return EXIT_OK if data["state"]["status"] == "on" else EXIT_FAILED
 
 
 def _metrics(args: argparse.Namespace, text: Callable[[Any], str]) -> None:
@@ -188,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
                       nvidia_proc=args.nvidia_proc, dcgm_command=tuple(args.dcgm_command.split()),
                       dcgm_host=args.dcgm_host or None, dcgm_exporter_url=args.dcgm_exporter_url,
                       gpu_map=_gpu_map(args.gpu_map), accept_user_kmsg=args.accept_injected_kmsg,
-                      use_nvml=not args.no_nvml)
+                      use_nvml=not args.no_nvml, nvml_search=_search(args), host_root=args.host_root)
     agent, writer, events = build_agent(args.node, kube, clock, catalog, names, config, paths)
     log.info("detector for node %s (window %.1fs)", args.node, args.window)
     loop = NodeLoop(agent, writer, events, config)

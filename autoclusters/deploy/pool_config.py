@@ -20,6 +20,7 @@ from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
+from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_config
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -430,6 +431,8 @@ class StackConfig:
     kernel_log_source: api.KernelLogSource = api.DEFAULT_KERNEL_LOG_SOURCE
     # where the detectors read DCGM from (deploy.detector_settings)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
+    # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml: search order, host mount, runtime class)
+    nvml: NvmlReach = field(default_factory=NvmlReach)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -475,6 +478,8 @@ class StackConfig:
             raise PoolConfigError(f"detectorConditionCodes must be a list of <class>:<code> (e.g. gpu:13), "
                                   f"got {codes!r}")
         object.__setattr__(self, "detector_condition_codes", tuple(sorted(set(codes))))
+        if not isinstance(self.nvml, NvmlReach):
+            raise PoolConfigError(f"nvml must be an NvmlReach, got {type(self.nvml).__name__}")
 
     @property
     def slurm_bridge(self) -> bool:
@@ -495,7 +500,7 @@ STACK_SETTINGS: dict[str, str] = {
     "pools": "object", "domain": "string", "conditionPrefix": "string", "namespace": "string",
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
-    "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object",
+    "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
 }
 
 
@@ -523,6 +528,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         detector_condition_codes=_codes(raw.get("detectorConditionCodes", [])),
         kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
         detector=_detector(raw.get("detector", {})),
+        nvml=_nvml(raw.get("nvml", {})),
     )
 
 
@@ -537,6 +543,14 @@ def _detector(data: Any) -> DetectorSettings:
     try:
         return DetectorSettings(dcgm_host=raw.get("dcgmHost", ""), dcgm_exporter_url=raw.get("dcgmExporterUrl", ""))
     except DetectorConfigError as e:
+        raise PoolConfigError(str(e)) from None
+
+
+def _nvml(data: Any) -> NvmlReach:
+    raw = _take(data, {"enabled", "search", "hostRoot", "runtimeClassName"}, "nvml")
+    try:
+        return nvml_from_config(raw, _bool)
+    except NvmlConfigError as e:
         raise PoolConfigError(str(e)) from None
 
 

@@ -26,6 +26,7 @@ from autoclusters.deploy import (
 )
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
@@ -66,11 +67,13 @@ def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
 def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
                        condition_codes: tuple[str, ...] = (),
                        kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE,
-                       settings: DetectorSettings | None = None) -> dict[str, Any]:
+                       settings: DetectorSettings | None = None, nvml: NvmlReach | None = None) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
-    GPU node (the shared local cluster, where nodes of other pools may be mid-repair)."""
+    GPU node (the shared local cluster, where nodes of other pools may be mid-repair); ``nvml``:
+    the stack's ``nvml`` setting (deploy/nvml.py)."""
     obj = workloads.detector_daemonset(names, namespace, image, (settings or DetectorSettings()).args(),
-                                       condition_codes=condition_codes, kernel_log_source=kernel_log_source)
+                                       condition_codes=condition_codes, kernel_log_source=kernel_log_source,
+                                       nvml=nvml)
     if not await_rollout:
         obj["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
     return obj
@@ -138,7 +141,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local,
                            condition_codes=config.detector_condition_codes,
-                           kernel_log_source=config.kernel_log_source, settings=config.detector),
+                           kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards, host_reboot_command=config.host_reboot_command),

@@ -20,6 +20,7 @@ from autoclusters.deploy import (
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
+from autoclusters.deploy.nvml import HOST_MOUNT, NvmlReach, apply_to_pod
 from autoclusters.names import Names
 
 PART_OF = "autoclusters"
@@ -124,36 +125,47 @@ def namespace(name: str) -> dict[str, Any]:
 # hostPath is created on the host (containerd; DirectoryOrCreate likewise), and an empty
 # /var/log/journal turns a host's journald (Storage=auto) persistent. /var/log is always there;
 # /run/log at most gains an empty directory on a tmpfs, where journald makes it anyway.
-JOURNAL_ROOT = "/host"
+JOURNAL_ROOT = "/host-log"  # used only where the NVML host-root mount (/host) does not show the host's /
 _JOURNAL_HOST_PATHS = [("journal-var-log", "/var/log", "Directory"),
                        ("journal-run-log", "/run/log", "DirectoryOrCreate")]
 
 
 def detector_daemonset(names: Names, ns: str, image: str, extra_args: Sequence[str] = (), *,
                        condition_codes: tuple[str, ...] = (),
-                       kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE) -> dict[str, Any]:
+                       kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE,
+                       nvml: NvmlReach | None = None) -> dict[str, Any]:
     """One detector per GPU node: a node with a GPU product label or in any pool; ``extra_args``
     after its own (the ``detector`` stack setting's, ``DetectorSettings.args``).
 
     It tolerates every taint a sick or repaired GPU node carries (the GPU taint, the
     maintenance taint, cordon), so it keeps reporting while the node is under repair. It
     reads the kernel log from ``/dev/kmsg`` or, with ``kernel_log_source`` journal, from the
-    host's journal, and mounts only what that source reads.
+    host's journal, and mounts only what that source reads. ``nvml`` (the stack's ``nvml``
+    setting; default: ``NvmlReach()``) adds the host mount, the flags and the runtime class
+    through which the detector finds the driver's NVML.
     """
     # /proc/driver/nvidia and /sys/class/infiniband are not mounted: the container's own
     # procfs and sysfs show the host's driver entries and InfiniBand devices there. A mount
     # would keep the pod from starting: runc refuses any mount inside /proc ("cannot be
     # mounted because it is inside /proc"), and on a node without InfiniBand the missing
     # /sys/class/infiniband can be created neither on the host nor in the container's sysfs.
+    reach = nvml or NvmlReach()
     if kernel_log_source == KernelLogSource.JOURNAL:
-        log_paths = [(n, p, JOURNAL_ROOT + p, t) for n, p, t in _JOURNAL_HOST_PATHS]
-        log_args = ["--kernel-log-source", kernel_log_source.value, "--journal-root", JOURNAL_ROOT]
+        # The host's root, mounted for NVML at HOST_MOUNT (recursively, HostToContainer), already
+        # shows /var/log and /run/log: the journal is read there, with no mounts of its own.
+        # Otherwise it gets its own root, never nested inside a mount of another host directory.
+        if reach.enabled and reach.host_root == "/":
+            root, log_paths = HOST_MOUNT, []
+        else:
+            root, log_paths = JOURNAL_ROOT, [(n, p, JOURNAL_ROOT + p, t) for n, p, t in _JOURNAL_HOST_PATHS]
+        log_args = ["--kernel-log-source", kernel_log_source.value, "--journal-root", root]
     elif kernel_log_source == KernelLogSource.KMSG:
         log_paths, log_args = [("kmsg", "/dev/kmsg", "/dev/kmsg", "CharDevice")], []
     else:
         raise ValueError(f"the DaemonSet reads the kernel log from kmsg or journal, not {kernel_log_source}")
-    host_paths = [*log_paths, ("nvidia-run", "/var/run/nvidia", "/var/run/nvidia", "")]  # name, host, container, type
-    return {
+    # The driver's NVML is reached through the host root mount nvml.apply_to_pod adds.
+    host_paths = log_paths  # name, host, container, type
+    obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": DETECTOR, "namespace": ns, "labels": labels(DETECTOR)},
@@ -197,6 +209,9 @@ def detector_daemonset(names: Names, ns: str, image: str, extra_args: Sequence[s
             },
         },
     }
+    pod = obj["spec"]["template"]["spec"]
+    apply_to_pod(reach, pod, pod["containers"][0])
+    return obj
 
 
 def controller_name(shards: int = 1, shard: int = 0) -> str:

@@ -13,12 +13,12 @@ the faults of the previous boot are gone with it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.clock import Clock
+from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.detector.agent import NodeAgent, Scheduled
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.dcgm import DEFAULT_COMMAND, DcgmSource
@@ -27,12 +27,13 @@ from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.journal import JournalSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import DevKmsgSource, KernelLogFileSource
-from autoclusters.detector.nvml import NvmlSource, load_library
+from autoclusters.detector.nvml import NvmlSource, driver_lists_gpus, load_library
+from autoclusters.detector.nvml_library import preload
 from autoclusters.detector.pci import GpuIndex
-from autoclusters.detector.source_records import Poll, SourceState, SourceStatus
+from autoclusters.detector.source_records import Poll, SourceState
 from autoclusters.detector.writer import ConditionWriter, warning_recorder
 from autoclusters.faults.catalog import Catalog
-from autoclusters.kube import Kube
+from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
 from autoclusters.repeats import RepeatedErrors
@@ -54,6 +55,9 @@ class NodePaths:
     gpu_map: dict[str, int] = field(default_factory=dict)
     accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
     use_nvml: bool = True
+    # where libnvidia-ml.so.1 is searched (deploy/nvml.py), host directories seen under host_root
+    nvml_search: tuple[str, ...] = DEFAULT_SEARCH
+    host_root: str = DEFAULT_HOST_ROOT
 
     @property
     def log_source(self) -> KernelLogSource:
@@ -80,6 +84,28 @@ class _IndexFollowingNvml:
         return result
 
 
+GPU_RESOURCE = "nvidia.com/gpu"  # what the NVIDIA device plugin advertises
+
+
+def advertises_gpus(kube: Kube, node: str) -> bool:
+    """The node's capacity names ``nvidia.com/gpu`` (False when the node cannot be read)."""
+    try:
+        capacity = (kube.get_node(node).get("status") or {}).get("capacity") or {}
+    except KubeError as e:
+        log.warning("%s: cannot read the node's capacity (%s); NVML is expected only if the driver lists GPUs",
+                    node, e)
+        return False
+    return str(capacity.get(GPU_RESOURCE, "0")) not in ("", "0")
+
+
+def nvml_source(catalog: Catalog, paths: NodePaths, *, advertised: bool) -> NvmlSource:
+    """The NVML source of a node (always there, so that it reports its state: off, unavailable or on)."""
+    lib, found = load_library(paths.nvml_search, paths.host_root) if paths.use_nvml else (None, None)
+    return NvmlSource(lib, catalog, expect_gpus=lambda: advertised or driver_lists_gpus(paths.nvidia_proc),
+                      found=found, enabled=paths.use_nvml,
+                      locate=lambda: preload(paths.nvml_search, paths.host_root))
+
+
 def kernel_log_source(paths: NodePaths, interp: KernelLogInterpreter
                       ) -> DevKmsgSource | JournalSource | KernelLogFileSource:
     """The one kernel log source the configuration chose (``/dev/kmsg`` by default)."""
@@ -92,38 +118,17 @@ def kernel_log_source(paths: NodePaths, interp: KernelLogInterpreter
     return DevKmsgSource(interp, paths.kmsg, name=str(KernelLogSource.KMSG))
 
 
-class _Missing:
-    """A source this agent cannot have: it reads nothing and says why."""
-
-    def __init__(self, name: str, state: SourceState) -> None:
-        self.name = name
-        self._state = state
-
-    def state(self) -> SourceState:
-        return self._state
-
-    def poll(self) -> Poll:
-        return Poll(self.name, snapshot=True)
-
-
 def build_agent(node: str, kube: Kube, clock: Clock, catalog: Catalog, names: Names, config: AgentConfig,
                 paths: NodePaths) -> tuple[NodeAgent, ConditionWriter, EventRecorder]:
     gpus = GpuIndex(paths.gpu_map) if paths.gpu_map else GpuIndex.from_proc(paths.nvidia_proc)
     interp = KernelLogInterpreter(catalog, gpus, source=str(paths.log_source),
                                   accept_user_lines=paths.accept_user_kmsg)
     sources: list[Scheduled] = []
-    lib = load_library() if paths.use_nvml else None
-    has_gpus = os.path.isdir(paths.nvidia_proc) and bool(os.listdir(paths.nvidia_proc))
-    if lib is not None:
-        nvml = NvmlSource(lib, catalog, expect_gpus=has_gpus)
-        sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
-    elif not paths.use_nvml:
-        sources.append(Scheduled(_Missing(NvmlSource.name, SourceState(SourceStatus.OFF, "--no-nvml")),
-                                 config.snapshot_poll_s))
-    else:
-        sources.append(Scheduled(_Missing(NvmlSource.name, SourceState(
-            SourceStatus.UNAVAILABLE, "no NVML bindings (nvidia-ml-py) in the image", expected=has_gpus)),
-            config.snapshot_poll_s))
+    nvml = nvml_source(catalog, paths, advertised=advertises_gpus(kube, node))
+    state = nvml.state()
+    log.info("NVML source: %s%s%s", state.status, f" ({state.reason})" if state.reason else "",
+             "; the node has GPUs" if state.expected else "")
+    sources.append(Scheduled(_IndexFollowingNvml(nvml, interp), config.snapshot_poll_s))
     sources.append(Scheduled(kernel_log_source(paths, interp), 0.0))
     sources.append(Scheduled(DcgmSource(catalog, command=paths.dcgm_command, host=paths.dcgm_host),
                              config.snapshot_poll_s))

@@ -8,6 +8,7 @@ its volumes). Nothing here runs the host's virtualenv (tests/integration/image_s
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import json
 import os
@@ -36,13 +37,19 @@ from autoclusters.deploy import (
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.deploy.detector import detector_rbac
+from autoclusters.deploy.nvml import DEFAULT_SEARCH, HOST_ROOT_VOLUME, LOADER
 from autoclusters.detector.kernel_log import format_xid_line
+from autoclusters.detector.nvml import driver_lists_gpus
+from autoclusters.detector.nvml_library import candidates
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
+from tests import nvml_stub
 from tests.integration.helpers import wait_for
 from tests.integration.image_support import Image, PodContainer, built_image, free_port, replace_flag
+from tests.nvml_stub import State
+from tests.nvml_stub import gpus as stub_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "examples" / "policy-samples" / "admission"
@@ -95,6 +102,90 @@ def test_the_image_is_the_cli_as_a_non_root_user_without_pulumi(image: Image) ->
     assert (site / "autoclusters" / "policies" / "admission" / "src.rego").is_file()  # the Rego travels in the wheel
     assert image.archive.name == f"autoclusters-{__version__}.oci.tar"
     assert DEFAULT_IMAGE.endswith(f":{__version__}")
+
+
+def _printed_json(log: str) -> Any:
+    """The JSON document a command printed into a container's log (stdout and stderr in one
+    file: the log lines before or after it are not part of it)."""
+    return json.JSONDecoder().raw_decode(log, log.index("{\n"))[0]
+
+
+def _host_nvml() -> tuple[bool, bool]:
+    """Whether this host has a libnvidia-ml.so.1 where the DaemonSet's search looks, and
+    whether its driver lists GPUs: what the image's detector should then report."""
+    has_library = any(os.path.exists(p) for p in candidates([e for e in DEFAULT_SEARCH if e != LOADER], "/"))
+    return has_library, driver_lists_gpus("/proc/driver/nvidia/gpus")
+
+
+def test_the_image_carries_nvidia_ml_py_and_its_detector_reports_the_nvml_state(
+        image: Image, pods: list[PodContainer], tmp_path: Path) -> None:
+    """The DaemonSet's container as it is (its host mount of / at /host, its NVML flags):
+    ``detector inventory`` and the start of ``detector run`` report the NVML source's state."""
+    site = next((image.rootfs / "opt" / "autoclusters" / "lib").glob("python3*/site-packages"))
+    assert (site / "pynvml.py").is_file() and list(site.glob("nvidia_ml_py-*.dist-info"))
+    ds = workloads.detector_daemonset(Names(), "img-nvml", DEFAULT_IMAGE)
+    det = ds["spec"]["template"]["spec"]["containers"][0]
+    nvml_flags = det["args"][det["args"].index("--nvml-search"):]
+    assert nvml_flags == ["--nvml-search", "loader,/run/nvidia/driver,/", "--host-root", "/host"]
+    has_library, lists_gpus = _host_nvml()
+    # No API server is needed for either: 127.0.0.1:1 refuses at once (the node lookup fails, logged).
+    ca = make_ca("img-nvml", SystemClock().now(), dt.timedelta(hours=1)).cert_pem
+    kw: dict[str, Any] = {"workdir": tmp_path / "pods", "namespace": "img-nvml", "token": "t", "ca_pem": ca,
+                          "api_host": "127.0.0.1", "api_port": 1, "node_name": "img-nvml-node"}
+    inv = PodContainer(image, ds["spec"]["template"]["spec"], "detector",
+                       args=["detector", "inventory", "-o", "json", *nvml_flags], **kw)
+    pods.append(inv)
+    inv.proc.wait(120)
+    out = inv.log()
+    data = _printed_json(out)
+    state = data["state"]
+    assert state["expected"] is lists_gpus, out
+    if not has_library:  # this machine: no NVIDIA driver
+        reason = ("no libnvidia-ml.so.1 in reach: tried the loader's path, /host/run/nvidia/driver, /host "
+                  "(each root in usr/lib/x86_64-linux-gnu, ")
+        assert state["status"] == "unavailable" and state["reason"].startswith(reason), state
+        assert inv.proc.returncode == 1 and data["inventory"] is None
+    else:  # a GPU machine: the host's library, through the host mount
+        assert state["status"] == ("on" if lists_gpus else "unavailable"), state
+        assert data["library"].startswith("libnvidia-ml.so.1 from /host/"), data
+    run_args = [*replace_flag(det["args"], "--metrics-port", str(free_port())), "--kernel-log", "/dev/null"]
+    run = PodContainer(image, ds["spec"]["template"]["spec"], "detector", args=run_args, **kw)
+    pods.append(run)
+    line = wait_for(f"the detector's NVML state at start\n{run.log()}",
+                    lambda: next((x for x in run.log().splitlines() if "NVML source: " in x), None), timeout=60)
+    assert f"NVML source: {state['status']}" in line and (state["reason"] or "") in line, line
+    assert run.running(), run.log()
+
+
+def test_the_image_s_detector_reads_nvml_from_a_gpu_operator_driver_root_through_its_host_mount(
+        image: Image, pods: list[PodContainer], tmp_path: Path) -> None:
+    """The DaemonSet's host mount given a host root whose only libnvidia-ml.so.1 is the
+    stand-in (tests/nvml_stub) in the GPU Operator's driver root: the image's pynvml loads it
+    through the detector's search, and ``detector inventory`` reports the stand-in's GPUs."""
+    host = tmp_path / "host-root"
+    lib_dir = host / "run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    lib_dir.mkdir(parents=True)
+    nvml_stub.build(lib_dir)
+    State(stub_gpus(2), driver="550.90.07").write(host / "nvml-state")
+    ds = workloads.detector_daemonset(Names(), "img-nvml", DEFAULT_IMAGE)
+    spec = copy.deepcopy(ds["spec"]["template"]["spec"])
+    det = spec["containers"][0]
+    det["env"] = [*det["env"], {"name": nvml_stub.STATE_ENV, "value": "/host/nvml-state"}]
+    nvml_flags = det["args"][det["args"].index("--nvml-search"):]
+    ca = make_ca("img-nvml", SystemClock().now(), dt.timedelta(hours=1)).cert_pem
+    inv = PodContainer(image, spec, "detector", workdir=tmp_path / "pods", namespace="img-nvml", token="t",
+                       ca_pem=ca, api_host="127.0.0.1", api_port=1, volumes={HOST_ROOT_VOLUME: host},
+                       args=["detector", "inventory", "-o", "json", *nvml_flags])
+    pods.append(inv)
+    inv.proc.wait(120)
+    out = inv.log()
+    assert inv.proc.returncode == 0, out
+    data = _printed_json(out)
+    assert data["state"]["status"] == "on", data
+    assert data["library"] == f"libnvidia-ml.so.1 from /host/{lib_dir.relative_to(host)}/libnvidia-ml.so.1"
+    inv_ = data["inventory"]
+    assert (inv_["driverVersion"], inv_["gpuCount"]) == ("550.90.07", 2)
+    assert [g["pciBusId"] for g in inv_["gpus"]] == ["00000000:10:00.0", "00000000:20:00.0"]
 
 
 @pytest.fixture()

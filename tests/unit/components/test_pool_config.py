@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from autoclusters.api import ClassAction, ConsentMode
+from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.pool_config import (
     NodeBackend,
     PoolConfig,
@@ -124,6 +125,14 @@ def test_stack_config_parses_pools_and_string_booleans():
     assert cfg.pools[0].nodes.count == 2
 
 
+def test_the_nvml_setting_defaults_and_parses() -> None:
+    assert stack_config_from_dict({}).nvml == NvmlReach(True, ("loader", "/run/nvidia/driver", "/"), "/", "")
+    cfg = stack_config_from_dict({"nvml": {"enabled": "true", "search": ["loader"], "hostRoot": "",
+                                           "runtimeClassName": "nvidia"}})
+    assert cfg.nvml == NvmlReach(True, ("loader",), "", "nvidia")
+    assert stack_config_from_dict({"nvml": {"enabled": "false"}}).nvml.detector_args() == ["--no-nvml"]
+
+
 @pytest.mark.parametrize(("config", "message"), [
     ({"domain": "Not A Domain"}, "invalid domain"),
     ({"conditionPrefix": "lower"}, "invalid condition prefix"),
@@ -138,6 +147,14 @@ def test_stack_config_parses_pools_and_string_booleans():
     ({"eventSource": "node pool service"}, "eventSource: event source 'node pool service' must be a Kubernetes"),
     ({"kernelLogSource": "file"}, "kernelLogSource 'file' must be one of kmsg, journal"),
     ({"kernelLogSource": "dmesg"}, "kernelLogSource 'dmesg' must be one of kmsg, journal"),
+    ({"nvml": {"serach": []}}, "unknown key(s) serach"),
+    ({"nvml": {"search": "loader"}}, "nvml.search must be a list"),
+    ({"nvml": {"search": ["usr/lib"]}}, "nvml.search must be a non-empty list of 'loader' and absolute host"),
+    ({"nvml": {"search": []}}, "nvml.search must be a non-empty list"),
+    ({"nvml": {"hostRoot": "host"}}, "nvml.hostRoot must be an absolute host directory"),
+    ({"nvml": {"hostRoot": ""}}, "nvml.hostRoot '' mounts nothing of the host: nvml.search may then only hold"),
+    ({"nvml": {"enabled": "yes"}}, "nvml.enabled must be true or false"),
+    ({"nvml": {"runtimeClassName": "a b"}}, "nvml.runtimeClassName must be a RuntimeClass name"),
 ])
 def test_bad_stack_values_are_rejected(config, message):
     with pytest.raises(PoolConfigError) as err:
@@ -169,7 +186,8 @@ def test_detector_condition_codes_reach_the_daemonset_and_bad_ones_are_refused()
     assert cfg.detector_condition_codes == ("gpu:13", "gpu:31")
     args = detector_daemonset(cfg.names, cfg.namespace, cfg.image, condition_codes=cfg.detector_condition_codes)[
         "spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-2:] == ["--condition-codes", "gpu:13,gpu:31"]
+    at = args.index("--condition-codes")
+    assert args[at:at + 2] == ["--condition-codes", "gpu:13,gpu:31"]
     plain = detector_daemonset(cfg.names, cfg.namespace, cfg.image)["spec"]["template"]["spec"]["containers"][0]
     assert "--condition-codes" not in plain["args"]
     for bad in (["13"], "gpu:13", ["disk:1"]):

@@ -124,8 +124,9 @@ def test_the_detector_setting_becomes_the_detectors_flags():
     """Unset, the DaemonSet's detectors read no DCGM; set, they ask the hostengine and read the page."""
     assert not any(a.startswith("--dcgm") for a in _detector_args({}))
     args = _detector_args(CONFIGS["gpu-operator-dcgm"])
-    assert args[-4:] == ["--dcgm-host", "nvidia-dcgm.gpu-operator.svc:5555",
-                         "--dcgm-exporter-url", "http://$(HOST_IP):9400/metrics"]
+    at = args.index("--dcgm-host")
+    assert args[at:at + 4] == ["--dcgm-host", "nvidia-dcgm.gpu-operator.svc:5555",
+                               "--dcgm-exporter-url", "http://$(HOST_IP):9400/metrics"]
     from autoclusters.cli.main import build_parser
 
     parsed = build_parser().parse_args(args)  # the detector's own parser takes them

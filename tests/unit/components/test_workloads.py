@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy import workloads
+from autoclusters.deploy.nvml import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.names import Names
 
@@ -26,7 +27,10 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     keys = {t["matchExpressions"][0]["key"] for t in terms}
     assert keys == {"nvidia.com/gpu.product", NAMES.pool_label}
     mounts = {v["hostPath"]["path"] for v in pod["volumes"]}
-    assert {"/dev/kmsg", "/var/run/nvidia"} <= mounts
+    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml.py)
+    host = next(v for v in pod["volumes"] if v["name"] == HOST_ROOT_VOLUME)
+    assert host["hostPath"]["type"] == "Directory"  # never created on the host, always there
+    assert all(v["hostPath"]["type"] for v in pod["volumes"])  # type "" would create a missing path
     # Nothing inside /proc (runc refuses it) or /sys (absent InfiniBand paths cannot be created).
     assert not any(m.startswith(("/proc/", "/sys/")) for m in mounts)
     c = _container(ds, "detector")
@@ -38,7 +42,27 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
     # what an arg such as --dcgm-exporter-url http://$(HOST_IP):9400/metrics expands
     assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in c["env"]
-    assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT)]
+    assert c["args"] == ["detector", "run", "--metrics-port", str(workloads.DETECTOR_METRICS_PORT),
+                         "--nvml-search", "loader,/run/nvidia/driver,/", "--host-root", HOST_MOUNT]
+    root_mount = next(m for m in c["volumeMounts"] if m["name"] == HOST_ROOT_VOLUME)
+    assert root_mount == {"name": HOST_ROOT_VOLUME, "mountPath": HOST_MOUNT, "readOnly": True,
+                          "mountPropagation": "HostToContainer"}  # a driver root mounted later is seen
+    assert "runtimeClassName" not in pod and not any(e["name"].startswith("NVIDIA_") for e in c["env"])
+
+
+def test_the_nvml_setting_shapes_the_detector_pod():
+    runtime = workloads.detector_daemonset(NAMES, "ns1", "img:1", nvml=NvmlReach(runtime_class_name="nvidia"))
+    pod = runtime["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in _container(runtime, "detector")["env"]}
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "utility")
+    loader_only = workloads.detector_daemonset(NAMES, "ns1", "img:1", nvml=NvmlReach(search=("loader",), host_root=""))
+    c = _container(loader_only, "detector")
+    assert c["args"][-2:] == ["--nvml-search", "loader"]
+    assert [v["name"] for v in loader_only["spec"]["template"]["spec"]["volumes"]] == ["kmsg"]
+    off = _container(workloads.detector_daemonset(NAMES, "ns1", "img:1", nvml=NvmlReach(enabled=False)), "detector")
+    assert c["args"][:4] == off["args"][:4] and off["args"][-1] == "--no-nvml"
+    assert [m["name"] for m in off["volumeMounts"]] == ["kmsg"]
 
 
 @pytest.mark.parametrize("obj", [workloads.detector_daemonset(NAMES, "ns1", "img:1"),
@@ -232,9 +256,13 @@ def test_controller_shards_must_be_a_positive_integer(value):
         stack_config_from_dict({"controllerShards": value})
 
 
-def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it(tmp_path):
+@pytest.mark.parametrize("nvml, own_mounts", [({}, False), ({"hostRoot": "", "search": ["loader"]}, True),
+                                              ({"enabled": False}, True)])
+def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it(tmp_path, nvml, own_mounts):
     """Stack config ``kernelLogSource: journal`` -> the DaemonSet's mounts and args -> the source ``detector
-    run`` builds: the mounts put the host's journal directories where that source opens them."""
+    run`` builds: the mounts put the host's journal directories where that source opens them. With the
+    NVML host-root mount (the default) the journal is read through it and has no mounts of its own;
+    without it, its own mounts, under a root of their own (never nested in another host mount)."""
     from autoclusters.api import KernelLogSource
     from autoclusters.cli.main import build_parser
     from autoclusters.deploy.pool_config import stack_config_from_dict
@@ -245,7 +273,7 @@ def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it
     from autoclusters.detector.pci import GpuIndex
     from autoclusters.faults.catalog import load_catalog
 
-    cfg = stack_config_from_dict({"kernelLogSource": "journal"})
+    cfg = stack_config_from_dict({"kernelLogSource": "journal", "nvml": nvml})
     assert cfg.kernel_log_source == KernelLogSource.JOURNAL
     ds = next(o for o in stack_objects(cfg) if o["kind"] == "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -256,14 +284,17 @@ def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it
     assert "/dev/kmsg" not in {v["path"] for v in volumes.values()}  # the journal needs no device
     # /var/log always exists; an absent /run/log may be made (empty, on a tmpfs); never /var/log/journal,
     # whose creation would turn a host's journald persistent
-    assert {volumes[n]["path"]: volumes[n]["type"] for n in mounts if n.startswith("journal")} == {
-        "/var/log": "Directory", "/run/log": "DirectoryOrCreate"}
+    assert {volumes[n]["path"]: volumes[n]["type"] for n in mounts if n.startswith("journal")} == ({
+        "/var/log": "Directory", "/run/log": "DirectoryOrCreate"} if own_mounts else {})
     args = build_parser().parse_args(c["args"])
     assert args.kernel_log_source == "journal"
     container_path = {volumes[n]["path"]: p for n, p in mounts.items()}  # host path -> where the pod sees it
     for d in JOURNAL_DIRS:  # var/log/journal, run/log/journal: under the root the flag names
         parent, leaf = d.rsplit("/", 1)
-        assert f"{args.journal_root}/{d}" == f"{container_path['/' + parent]}/{leaf}"
+        seen = f"{container_path['/' + parent]}/{leaf}" if own_mounts else f"{container_path['/']}/{d}"
+        assert f"{args.journal_root}/{d}" == seen
+    if own_mounts:  # not inside the host-root mount's path, where a mount point could not be made
+        assert not any(p == "/host" or p.startswith("/host/") for p in mounts.values())
     paths = NodePaths(kernel_log_source=KernelLogSource(args.kernel_log_source), journal_root=args.journal_root)
     src = kernel_log_source(paths, KernelLogInterpreter(load_catalog(), GpuIndex()))
     assert isinstance(src, JournalSource) and src.root == args.journal_root and src.name == "journal"

@@ -20,30 +20,30 @@ from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
 from autoclusters.detector.metrics import render
 from autoclusters.detector.node import NodePaths, build_agent
-from autoclusters.detector.nvml import NvmlSource
+from autoclusters.detector.nvml import NO_BINDINGS, NvmlSource
 from autoclusters.detector.pci import GpuIndex
 from autoclusters.detector.source_records import SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 from tests.unit.detector.fakes import FakeKube
-from tests.unit.detector.test_sources import FakeNvml
 
 NAMES = Names()
 CAT = load_catalog()
 HEALTH = NAMES.detector_health_condition
-LIBRARY_NOT_FOUND = 12
 
 
 def agent_with_nvml(tmp_path: Path, *, gpu_node: bool) -> tuple[FakeKube, ConditionWriter, NodeAgent]:
-    """An agent whose NVML cannot find libnvidia-ml, on a node whose driver lists GPUs or not."""
+    """An agent without NVML (no bindings: the real source's unavailable state; the search for the
+    driver's library is tested through the real pynvml in test_nvml.py), on a node whose driver
+    lists GPUs or not."""
     kube = FakeKube(["n1"])
     clock = FakeClock()
     writer = ConditionWriter(kube, clock, WriterConfig(min_interval_s=0, qps=1000))  # type: ignore[arg-type]
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("")
     sources = [Scheduled(KernelLogFileSource(str(kmsg), KernelLogInterpreter(CAT, GpuIndex.simulated()))),
-               Scheduled(NvmlSource(FakeNvml(init_error=LIBRARY_NOT_FOUND), CAT, expect_gpus=gpu_node)),
+               Scheduled(NvmlSource(None, CAT, expect_gpus=gpu_node)),
                Scheduled(InfinibandSource(CAT, clock, str(tmp_path / "no-infiniband")))]
     agent = NodeAgent("n1", sources, catalog=CAT, names=NAMES, writer=writer, events=None, clock=clock, window_s=60)
     agent.poll()
@@ -56,10 +56,9 @@ def test_a_gpu_node_without_nvml_raises_the_warning_condition_which_is_no_gpu_fa
     kube, writer, _ = agent_with_nvml(tmp_path, gpu_node=True)
     health = kube.condition("n1", HEALTH)
     assert (health["status"], health["reason"]) == ("True", "ExpectedFaultSourceUnavailable")
-    assert health["message"].startswith("Unavailable although this node's hardware implies it: nvml: NVML cannot "
-                                        "start: NVML error 12")
+    assert health["message"].startswith(f"Unavailable although this node's hardware implies it: nvml: {NO_BINDINGS}")
     assert parse_sources(health["message"])["nvml"] == SourceState(
-        SourceStatus.UNAVAILABLE, "NVML cannot start: NVML error 12", expected=True)
+        SourceStatus.UNAVAILABLE, NO_BINDINGS, expected=True)
     assert kube.condition("n1", NAMES.gpu_condition)["status"] == "False"
     assert HEALTH not in NAMES.fault_conditions
     assert CAT.fault_from_condition(health, NAMES) is None  # the controller sees no fault to repair
@@ -73,7 +72,7 @@ def test_a_node_without_gpus_lacks_nvml_legitimately(tmp_path: Path) -> None:
     assert (health["status"], health["reason"]) == ("False", "AllFaultSourcesReadable")
     assert health["message"] == (
         f"Every fault source on this node is readable. Sources: infiniband unavailable (no {tmp_path}/no-infiniband: "
-        "no InfiniBand on this node); kmsg on; nvml unavailable (NVML cannot start: NVML error 12).")
+        f"no InfiniBand on this node); kmsg on; nvml unavailable ({NO_BINDINGS}).")
     writer.close()
 
 
@@ -99,8 +98,7 @@ def test_the_agent_logs_each_sources_state_once_at_start_and_again_when_it_chang
     lines = [(r.levelname, r.getMessage()) for r in caplog.records if "source " in r.getMessage()]
     assert lines == [
         ("INFO", "n1: source kmsg is on"),
-        ("WARNING", "n1: source nvml is unavailable although the node's hardware implies it: NVML cannot start: "
-                    "NVML error 12"),
+        ("WARNING", f"n1: source nvml is unavailable although the node's hardware implies it: {NO_BINDINGS}"),
         ("INFO", f"n1: source infiniband is unavailable: no {tmp_path}/no-infiniband: no InfiniBand on this node"),
         ("INFO", "n1: source infiniband is on"),
     ]
@@ -130,7 +128,7 @@ def test_build_agent_lists_every_source_with_its_state(tmp_path: Path, monkeypat
     and expected; the DCGM sources off until configured; InfiniBand unavailable where absent."""
     proc = tmp_path / "gpus"
     (proc / "0000:3b:00.0").mkdir(parents=True)
-    monkeypatch.setattr(node_module, "load_library", lambda: None)
+    monkeypatch.setattr(node_module, "load_library", lambda *_: (None, None))  # an image without the bindings
     kube = FakeKube(["n1"])
     paths = NodePaths(kernel_log_file=str(tmp_path / "kern.log"), infiniband=str(tmp_path / "ib"),
                       nvidia_proc=str(proc))
@@ -138,7 +136,7 @@ def test_build_agent_lists_every_source_with_its_state(tmp_path: Path, monkeypat
     agent.poll()
     assert agent.states == {
         "file": SourceState(SourceStatus.ON, expected=True),  # kernel_log_file: the file source, named so
-        "nvml": SourceState(SourceStatus.UNAVAILABLE, "no NVML bindings (nvidia-ml-py) in the image", expected=True),
+        "nvml": SourceState(SourceStatus.UNAVAILABLE, NO_BINDINGS, expected=True),
         "dcgm": SourceState(SourceStatus.OFF, "no DCGM hostengine configured (--dcgm-host)"),
         "dcgm-exporter": SourceState(SourceStatus.OFF, "no dcgm-exporter URL configured (--dcgm-exporter-url)"),
         "infiniband": SourceState(SourceStatus.UNAVAILABLE, f"no {tmp_path}/ib: no InfiniBand on this node"),
@@ -148,7 +146,7 @@ def test_build_agent_lists_every_source_with_its_state(tmp_path: Path, monkeypat
                                       dcgm_host="nvidia-dcgm.gpu-operator.svc:5555",
                                       dcgm_command=("no-such-dcgmi",)))
     off.poll()
-    assert off.states["nvml"] == SourceState(SourceStatus.OFF, "--no-nvml")
+    assert off.states["nvml"].status == SourceStatus.OFF
     assert off.states["dcgm"] == SourceState(SourceStatus.UNAVAILABLE, "no no-such-dcgmi in the image "
                                              "(see docs/detector.md)", expected=True)
     writer.close()

@@ -1,4 +1,4 @@
-"""The state sources (InfiniBand sysfs, NVML, DCGM) against recorded shapes of their inputs."""
+"""The state sources (InfiniBand sysfs, DCGM) against recorded shapes of their inputs (NVML: test_nvml.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from autoclusters.clock import FakeClock
 from autoclusters.detector.dcgm import DcgmSource, health_output, parse_health
 from autoclusters.detector.infiniband import InfinibandConfig, InfinibandSource
-from autoclusters.detector.nvml import NvmlSource
 from autoclusters.faults.catalog import Severity, load_catalog
 
 CAT = load_catalog()
@@ -78,109 +77,6 @@ def test_unreadable_sysfs_is_an_error_not_a_fault(tmp_path: Path) -> None:
     src = InfinibandSource(CAT, FakeClock(), str(tmp_path))
     src.poll()
     (tmp_path / "mlx5_0" / "ports" / "1" / "counters" / "symbol_error").write_text("garbage\n")
-    p = src.poll()
-    assert not p.ok and p.records == ()
-
-
-# --- NVML ----------------------------------------------------------------------------------
-class NVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"NVML error {value}")
-        self.value = value
-
-
-class FakeNvml:
-    """Answers like pynvml for a few GPUs; ``lost``/``fail`` make calls raise NVML errors."""
-
-    NVMLError = NVMLError
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_VOLATILE_ECC = 0
-    NVML_FEATURE_ENABLED = 1
-    NVML_NVLINK_MAX_LINKS = 18
-
-    def __init__(self, gpus: int = 2, init_error: int | None = None) -> None:
-        self.gpus = gpus
-        self.init_error = init_error
-        self.ecc: dict[int, Any] = {}
-        self.rows: dict[int, Any] = {}
-        self.pending: dict[int, int] = {}
-        self.links: dict[int, set[int]] = {i: {0, 1, 2, 3} for i in range(gpus)}
-        self.lost: set[int] = set()
-        self.fail_count: int | None = None
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise NVMLError(self.init_error)
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        if self.fail_count is not None:
-            raise NVMLError(self.fail_count)
-        return self.gpus
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        if i in self.lost:
-            raise NVMLError(15)
-        return i
-
-    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
-        return type("Pci", (), {"busId": f"00000000:{0x3b + h:02X}:00.0".encode()})()
-
-    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> Any:
-        return self.ecc.get(h, 0)
-
-    def nvmlDeviceGetRemappedRows(self, h: int) -> Any:
-        if h in self.rows and self.rows[h] == "unsupported":
-            raise NVMLError(3)
-        return self.rows.get(h, (0, 0, 0, 0))
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
-        return self.pending.get(h, 0)
-
-    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
-        if link >= 4:
-            raise NVMLError(2)
-        return 1 if link in self.links[h] else 0
-
-
-def test_nvml_absent_is_off() -> None:
-    for code, expect_gpus in ((12, False), (12, True), (9, False)):  # no library; no driver on a GPU-less node
-        p = NvmlSource(FakeNvml(init_error=code), CAT, expect_gpus=expect_gpus).poll()
-        assert p.ok and p.records == (), (code, expect_gpus)
-
-
-def test_nvml_init_failure_on_a_gpu_node_is_an_error_not_a_fault() -> None:
-    p = NvmlSource(FakeNvml(init_error=9), CAT, expect_gpus=True).poll()
-    assert not p.ok and "NVML init failed" in (p.error or "") and p.records == ()
-
-
-def test_nvml_findings() -> None:
-    lib = FakeNvml(gpus=4)
-    src = NvmlSource(lib, CAT, expect_gpus=True)
-    assert codes(src.poll()) == []
-    assert src.gpu_index().index_of("0000:3d:00") == 2
-    lib.ecc[0] = 3
-    lib.rows[1] = (0, 2, 0, 1)
-    lib.pending[2] = 1
-    lib.links[3] = {0, 1}
-    lib.lost.add(2)
-    assert codes(src.poll()) == [("GPU_LOST", "GPU 2"), ("NVLINK_DOWN", "GPU 3"), ("ROW_REMAP_FAILURE", "GPU 1"),
-                                 ("VOLATILE_UNCORRECTABLE_ECC", "GPU 0")]
-
-
-def test_odd_nvml_answers_are_not_faults() -> None:
-    lib = FakeNvml(gpus=2)
-    src = NvmlSource(lib, CAT, expect_gpus=True)
-    src.poll()
-    lib.ecc[0] = "lots"
-    lib.ecc[1] = -5
-    lib.rows[0] = "unsupported"
-    lib.rows[1] = (None,)
-    p = src.poll()
-    assert p.ok and p.records == ()
-    lib.fail_count = 999
     p = src.poll()
     assert not p.ok and p.records == ()
 
