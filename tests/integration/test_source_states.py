@@ -13,6 +13,7 @@ from autoclusters.clock import SystemClock
 from autoclusters.detector import node as node_module
 from autoclusters.detector.config import AgentConfig
 from autoclusters.detector.node import NodePaths, build_agent
+from autoclusters.detector.nvml import NO_BINDINGS
 from autoclusters.detector.source_records import SourceState, SourceStatus
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import load_catalog
@@ -31,7 +32,7 @@ def test_a_gpu_node_without_nvml_is_reported_and_status_shows_its_sources(
     names = cluster.names
     proc = tmp_path / "gpus"
     (proc / "0000:3b:00.0").mkdir(parents=True)  # the driver lists a GPU: NVML is implied
-    monkeypatch.setattr(node_module, "load_library", lambda: None)  # an image without the bindings
+    monkeypatch.setattr(node_module, "load_library", lambda *_: (None, None))  # an image without the bindings
     paths = NodePaths(kernel_log_file=str(tmp_path / "kern.log"), infiniband=str(tmp_path / "no-ib"),
                       nvidia_proc=str(proc))
     agent, writer, _ = build_agent(gpu_node, cluster.kube, SystemClock(), load_catalog(), names,
@@ -53,7 +54,7 @@ def test_a_gpu_node_without_nvml_is_reported_and_status_shows_its_sources(
             "dcgm-exporter": SourceState(SourceStatus.OFF, "no dcgm-exporter URL configured (--dcgm-exporter-url)"),
             "infiniband": SourceState(SourceStatus.UNAVAILABLE, f"no {tmp_path}/no-ib: no InfiniBand on this node"),
             "file": SourceState(SourceStatus.ON),  # the agent reads a kernel log file here: the file source
-            "nvml": SourceState(SourceStatus.UNAVAILABLE, "no NVML bindings (nvidia-ml-py) in the image",
+            "nvml": SourceState(SourceStatus.UNAVAILABLE, NO_BINDINGS,
                                 expected=True),
         }
         assert gpu_node in snap.degraded_detectors and all(f.node != gpu_node for f in snap.faulty)
