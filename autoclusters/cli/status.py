@@ -67,7 +67,8 @@ def _count(v: int | None) -> str:
 
 
 def _labels(f: FaultyNode) -> str:
-    parts = [name for flag, name in ((f.required, "required"), (f.approved, "approved"), (f.tainted, "tainted"),
+    parts = [name for flag, name in ((f.required, "required"), (f.approved and f.required, "approved"),
+                                     (f.stray_approval, "stray-approval"), (f.tainted, "tainted"),
                                      (f.cordoned, "cordoned")) if flag]
     if not f.ready:
         parts.append("NotReady")

@@ -94,11 +94,17 @@ class FaultyNode:
     message: str
     since: datetime | None
     required: bool  # carries <domain>/maintenance-required=true
-    approved: bool  # carries <domain>/maintenance-approved=true
+    approved: bool  # carries <domain>/maintenance-approved=true (an approval only while ``required``)
     tainted: bool
     cordoned: bool
     ready: bool
     repair: Repair | None  # the node's open Remediation record
+
+    @property
+    def stray_approval(self) -> bool:
+        """The approval label without maintenance-required behind it: it approves nothing, and the
+        controller removes it (MaintenanceApprovalRemoved; docs/contract.md, "Admission rules")."""
+        return self.approved and not self.required
 
     @property
     def phase(self) -> str:
@@ -118,6 +124,7 @@ class FaultyNode:
                 "since": utc_iso(self.since) if self.since else None,
                 "ageSeconds": None if age is None else round(age, 1),
                 "labels": {"maintenanceRequired": self.required, "maintenanceApproved": self.approved},
+                "strayApproval": self.stray_approval,
                 "tainted": self.tainted, "cordoned": self.cordoned, "ready": self.ready,
                 "repair": None if self.repair is None else {
                     "name": self.repair.name, "phase": self.repair.phase, "hold": self.repair.hold or None,

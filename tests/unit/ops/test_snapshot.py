@@ -123,3 +123,19 @@ def test_each_nodes_sources_as_its_detector_reports_them(capsys: pytest.CaptureF
                     ["kmsg", "dcgm", "nvml", "(expected)", "b-0"]]
     assert out[4:] == ["  dcgm off on a-0, a-1, b-0: no DCGM hostengine configured (--dcgm-host)",
                        "  nvml unavailable and expected on b-0: NVML cannot start: NVML error 12"]
+
+
+def test_an_approval_without_maintenance_required_is_shown_as_stray_not_as_approved() -> None:
+    """Admission refuses such a label and the controller removes it (MaintenanceApprovalRemoved); until
+    then status must not read it as an approval of the node's repair."""
+    from autoclusters.cli.status import _labels
+
+    nodes = [node("a-0", fault=xid79(), required=True, approved=True), node("a-1", fault=xid79(), approved=True)]
+    snap = build_snapshot(nodes, [pool("a", "propose")], [], NAMES, NOW)
+    real, stray = snap.faulty
+    assert (real.stray_approval, stray.stray_approval) == (False, True)
+    assert _labels(real) == "required,approved,tainted"
+    assert _labels(stray) == "stray-approval"
+    as_json = stray.to_dict(NOW)
+    assert as_json["labels"] == {"maintenanceRequired": False, "maintenanceApproved": True}  # the label as it is
+    assert as_json["strayApproval"] is True and real.to_dict(NOW)["strayApproval"] is False
