@@ -56,6 +56,9 @@ def reboot_request(by: str, until: datetime) -> dict[str, str]:
     (``by``: who asked; the stage reads the time with Go's RFC 3339 parser)."""
     return {REBOOT: by, REBOOT_UNTIL: utc_iso_micro(until)}
 FAILING_IMAGE = "autoclusters.invalid/command-fails"  # kwok's pod stage fails every container of this image
+# kwok's pod stage fails every container of this image with exit 127, as nsenter does for a program
+# the host lacks (the host-reboot provider's "set the host reboot command" failure)
+MISSING_COMMAND_IMAGE = "autoclusters.invalid/command-not-found"
 
 
 def runs_reboot(pod: dict[str, Any]) -> bool:

@@ -19,7 +19,7 @@ from autoclusters.deploy import default_pool
 from autoclusters.deploy.pool_config import StackConfig
 from autoclusters.kube import NotFound
 from autoclusters.providers.hostreboot import COMPONENT
-from autoclusters.sim.hosts import FAILING_IMAGE, boot_id_after
+from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE, boot_id_after
 from autoclusters.sim.nodes import gpu_node_manifest
 from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import parse_time, wait_for
@@ -178,6 +178,23 @@ def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replaceme
     assert "BackoffLimitExceeded" in failed["message"]
     # the container's own words, read from the Job's pod (kwok's failing stage: exit 1)
     assert "its command exited 1: simulated: the command failed" in failed["message"]
+
+
+def test_a_host_without_the_reboot_commands_program_says_which_setting_to_change(
+        ctl: Env, local_hosts: None) -> None:
+    """kwok's stage ends the Job's container as nsenter does on a host without sh (Bottlerocket,
+    Talos): exit 127. The real Job controller fails the Job; the provider reads its pod's exit
+    status and names the operator's setting, then the repair escalates as for any failed reset."""
+    _pool, (node,) = ctl.pool("auto", provider={
+        "reset": {"type": "hostReboot", "hostReboot": {"image": MISSING_COMMAND_IMAGE, "timeoutSeconds": 60}},
+        "replace": {"type": "simulated"}})
+    ctl.raise_fault(node)
+    done = ctl.record_in(node, "Succeeded", timeout=60)
+    assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
+    failed = next(e for e in ctl.events(node) if e["reason"] == n.EVENT_FAILED)
+    assert "'sh' is not on the host (exit 127: simulated: nsenter: failed to execute sh" in failed["message"]
+    assert "--host-reboot-command" in failed["message"] and "hostRebootCommand" in failed["message"]
 
 
 def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ctl: Env) -> None:
