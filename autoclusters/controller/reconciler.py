@@ -60,6 +60,7 @@ from autoclusters.controller.statemachine import (
     Unmark,
     transition,
 )
+from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
@@ -73,6 +74,7 @@ from autoclusters.providers.replacement import ReplacementClaims
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+_UNREADABLE_MAX = 1024  # unreadable records remembered as reported (a handful in practice)
 _PER_POOL_OBJECT_MAX = 1024  # answers kept per pool object (_provider, _policy): a few per pool in use
 
 
@@ -131,7 +133,7 @@ class Settings:
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
-    host_reboot_command: tuple[str, ...] = ()  # what the host-reboot Job runs in the host; (): the default
+    host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host
 
 
 class Reconciler:
@@ -281,7 +283,7 @@ class Reconciler:
         record, version = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
         if self._unreadable.get(record) == version:
             return
-        if len(self._unreadable) >= _PER_POOL_OBJECT_MAX:
+        if len(self._unreadable) >= _UNREADABLE_MAX:
             self._unreadable.clear()  # records fixed or deleted since: start over rather than grow
         self._unreadable[record] = version
         log.warning("node %s: %s; its repairs are held", name, error)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters import api
 from autoclusters.api import RepairAction, generated_rego_module
 
 ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen for
@@ -357,3 +358,8 @@ def host_reboot_argv(text: str) -> tuple[str, ...]:
     if not argv:
         raise ValueError("the host reboot command is empty")
     return argv
+
+
+# api.HOST_REBOOT_COMMAND as argv: the default of every holder of the host command (the provider,
+# its build context, the reconciler's settings), so none needs an "empty means default" sentinel
+DEFAULT_HOST_REBOOT_ARGV = host_reboot_argv(api.HOST_REBOOT_COMMAND)

@@ -34,10 +34,10 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
-from autoclusters.api import HOST_REBOOT_COMMAND, RepairAction
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
-from autoclusters.deploy.providers import host_reboot_argv
+from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
@@ -45,10 +45,9 @@ from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, re
 
 COMPONENT = "autoclusters-host-reboot"
 # The Job enters PID 1's namespaces, then runs the operator's host command there
-# (api.HOST_REBOOT_COMMAND unless --host-reboot-command says otherwise).
+# (api.HOST_REBOOT_COMMAND unless --host-reboot-command says otherwise: DEFAULT_HOST_REBOOT_ARGV).
 NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
-DEFAULT_HOST_COMMAND = host_reboot_argv(HOST_REBOOT_COMMAND)
-REBOOT_COMMAND = (*NSENTER, *DEFAULT_HOST_COMMAND)
+REBOOT_COMMAND = (*NSENTER, *DEFAULT_HOST_REBOOT_ARGV)
 # nsenter's exit statuses when it cannot run the command in the host (util-linux: EX_EXEC_ENOENT,
 # EX_EXEC_FAILED), the shell's the same for a program it cannot find or run
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
@@ -68,7 +67,7 @@ def job_name(op: Operation) -> str:
 
 
 def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names,
-               host_command: tuple[str, ...] = DEFAULT_HOST_COMMAND) -> dict[str, Any]:
+               host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV) -> dict[str, Any]:
     """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
     labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
     annotations = {names.operation_annotation: op.id, names.operation_node_annotation: node}
@@ -118,7 +117,7 @@ class HostRebootProvider:
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
                  timeout: float = 600, nodes: NodeCache | None = None,
-                 host_command: tuple[str, ...] = DEFAULT_HOST_COMMAND) -> None:
+                 host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV) -> None:
         if not image:
             raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "
                                 "image (start it with --provider-image)")

@@ -14,7 +14,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import Clock
-from autoclusters.deploy.providers import ProviderSpec, ProviderType
+from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV, ProviderSpec, ProviderType
 from autoclusters.kube import Kube
 from autoclusters.kube.request_counter import provider_component
 from autoclusters.names import Names
@@ -35,7 +35,7 @@ class BuildContext:
     namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
-    host_reboot_command: tuple[str, ...] = ()  # the operator's host reboot command; (): api.HOST_REBOOT_COMMAND
+    host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
 
 
 Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
@@ -59,11 +59,11 @@ def _clusterapi(s: Mapping[str, Any], c: BuildContext) -> Provider:
 
 
 def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
-    from autoclusters.providers.hostreboot import DEFAULT_HOST_COMMAND, HostRebootProvider
+    from autoclusters.providers.hostreboot import HostRebootProvider
 
     return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
                               image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]),
-                              nodes=c.nodes, host_command=c.host_reboot_command or DEFAULT_HOST_COMMAND)
+                              nodes=c.nodes, host_command=c.host_reboot_command)
 
 
 def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:
