@@ -158,17 +158,24 @@ def test_host_reboot_resets_the_node_through_a_job(ctl: Env, local_hosts: None) 
         ctl.kube.get(f"/apis/batch/v1/namespaces/{ctl.namespace}/jobs/{job['metadata']['name']}")
 
 
-def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replacement(
-        ctl: Env, local_hosts: None) -> None:
+def _reset_by_a_failing_reboot_job(ctl: Env, image: str) -> tuple[str, str, dict[str, Any]]:
+    """A pool resetting through a reboot Job of ``image`` (which kwok's stages fail) and replacing
+    by simulation; a fault on its node, the repair escalated and succeeded: (pool, node, record)."""
     pool, (node,) = ctl.pool("auto", provider={
-        "reset": {"type": "hostReboot", "hostReboot": {"image": FAILING_IMAGE, "timeoutSeconds": 60}},
+        "reset": {"type": "hostReboot", "hostReboot": {"image": image, "timeoutSeconds": 60}},
         "replace": {"type": "simulated"}})
     ctl.raise_fault(node)
     done = ctl.record_in(node, "Succeeded", timeout=60)
     assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
+    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
+    return pool, node, done
+
+
+def test_a_failed_reboot_job_records_action_failed_then_escalates_to_a_replacement(
+        ctl: Env, local_hosts: None) -> None:
+    pool, node, done = _reset_by_a_failing_reboot_job(ctl, FAILING_IMAGE)
     new = done["status"]["replacementNode"]
     assert new and ctl.pool_nodes(pool) == [new]
-    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
     events = sorted(ctl.events(node), key=lambda e: e.get("eventTime") or e.get("firstTimestamp") or "")
     reasons = [e["reason"] for e in events]
     failed = next(e for e in events if e["reason"] == n.EVENT_FAILED)
@@ -185,13 +192,7 @@ def test_a_host_without_the_reboot_commands_program_says_which_setting_to_change
     """kwok's stage ends the Job's container as nsenter does on a host without sh (Bottlerocket,
     Talos): exit 127. The real Job controller fails the Job; the provider reads its pod's exit
     status and names the operator's setting, then the repair escalates as for any failed reset."""
-    _pool, (node,) = ctl.pool("auto", provider={
-        "reset": {"type": "hostReboot", "hostReboot": {"image": MISSING_COMMAND_IMAGE, "timeoutSeconds": 60}},
-        "replace": {"type": "simulated"}})
-    ctl.raise_fault(node)
-    done = ctl.record_in(node, "Succeeded", timeout=60)
-    assert done["status"]["action"] == "replace" and done["status"]["escalated"] is True
-    ctl.wait_reason(node, n.EVENT_SUCCEEDED)  # events trail the record (background sender, in order)
+    _pool, node, _done = _reset_by_a_failing_reboot_job(ctl, MISSING_COMMAND_IMAGE)
     failed = next(e for e in ctl.events(node) if e["reason"] == n.EVENT_FAILED)
     assert "'sh' is not on the host (exit 127: simulated: nsenter: failed to execute sh" in failed["message"]
     assert "--host-reboot-command" in failed["message"] and "hostRebootCommand" in failed["message"]
