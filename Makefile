@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup tools tools-core venv image lint test test-unit test-integration demo manifests clean-cluster slurm training \
-	demo-training journal-remote
+	demo-training journal-remote real-nodes
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -27,6 +27,12 @@ slurm:
 # files with it; apt-get, so root or sudo (tools/install-journal-remote.sh; time in docs/detector.md).
 journal-remote:
 	tools/install-journal-remote.sh
+
+# What the local cluster's real nodes (`dev up --real-nodes N`) run on: Debian's containerd, runc,
+# CNI plugins and iptables, and the pod sandbox image built here (tools/install-real-nodes.sh;
+# root or sudo; docs/real-nodes.md). Their kubelet and kube-proxy come with `make tools`.
+real-nodes:
+	tools/install-real-nodes.sh
 
 # PyTorch for the reference training job (examples/training/), into the project's venv.
 TRAINING_STAMP := $(VENV)/.training
@@ -67,7 +73,7 @@ test-integration: setup image
 # (AUTOCLUSTERS_TEST_KUBECONFIG and its companions, for `pytest tests/integration` against
 # another cluster) would turn the local-only tests into skips, so they are cleared here, and said.
 TEST_CLUSTER_VARS := AUTOCLUSTERS_TEST_KUBECONFIG AUTOCLUSTERS_TEST_OPA_URL AUTOCLUSTERS_TEST_LOCAL
-test: setup image slurm training journal-remote
+test: setup image slurm training journal-remote real-nodes
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	@for v in $(TEST_CLUSTER_VARS); do [ -z "$${!v:-}" ] || \

@@ -5,7 +5,7 @@
 # from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]   (default: all)
+# Usage: tools/build-tools.sh [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -75,14 +75,13 @@ build_etcd() {
   finish etcd "$ETCD_VERSION"
 }
 
-build_kube() {
-  # kubectl joined the set later: a cached set without it is rebuilt.
-  [ -x "$cache/bin/kube-$KUBE_VERSION/kubectl" ] || rm -f "$cache/bin/kube-$KUBE_VERSION/.complete"
-  need kube "$KUBE_VERSION" || return 0
-  local d="$work/kube" v=$KUBE_VERSION minor
+# kube_module DIR -> a wrapper module in DIR that requires k8s.io/kubernetes at KUBE_VERSION,
+# with its staging modules pinned, and the version stamps in $kube_ld.
+kube_module() {
+  local d=$1 v=$KUBE_VERSION minor
   minor=${v#v1.}; minor=${minor%%.*}
   local staging=v0.${v#v1.}
-  wrapper "$d" kube
+  wrapper "$d" "$(basename "$d")"
   # k8s.io/kubernetes requires its staging modules at v0.0.0 with local replaces;
   # pin each to the published v0.MINOR.PATCH instead.
   local modfile
@@ -91,15 +90,35 @@ build_kube() {
     echo "require k8s.io/kubernetes $v"
     grep -oE '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0' "$modfile" | awk -v s="$staging" '{print "replace " $1 " v0.0.0 => " $1 " " s}' | sort -u
   } >>"$d/go.mod"
-  local ld="" p
+  kube_ld="" ; local p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+    kube_ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$d" && go mod download >/dev/null 2>&1 || true
-   cd "$d" && go build -trimpath -tags selinux,notest -ldflags "-s -w $ld" -o "$cache/bin/kube-$v/" \
+  (cd "$d" && go mod download >/dev/null 2>&1 || true)
+}
+
+build_kube() {
+  # kubectl joined the set later: a cached set without it is rebuilt.
+  [ -x "$cache/bin/kube-$KUBE_VERSION/kubectl" ] || rm -f "$cache/bin/kube-$KUBE_VERSION/.complete"
+  need kube "$KUBE_VERSION" || return 0
+  local d="$work/kube" v=$KUBE_VERSION
+  kube_module "$d"
+  (cd "$d" && go build -trimpath -tags selinux,notest -ldflags "-s -w $kube_ld" -o "$cache/bin/kube-$v/" \
      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
      k8s.io/kubernetes/cmd/kubectl)
   finish kube "$v"
+}
+
+build_kube_node() {
+  # The kubelet and kube-proxy of the local cluster's real nodes (`dev up --real-nodes`), from
+  # the same pinned kube module as the control plane; their own set, so that adding it never
+  # rebuilds the control plane's. -mod=mod (GOFLAGS) resolves their extra dependencies.
+  need kube-node "$KUBE_VERSION" || return 0
+  local d="$work/kube-node" v=$KUBE_VERSION
+  kube_module "$d"
+  (cd "$d" && go build -trimpath -tags selinux,notest -ldflags "-s -w $kube_ld" -o "$cache/bin/kube-node-$v/" \
+     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+  finish kube-node "$v"
 }
 
 build_kwok() {
@@ -270,13 +289,14 @@ build_prometheus_operator_crds() {
 
 case "$which" in
   core) steps=(build_etcd build_kwok build_opa build_kube) ;;
+  kube-node) steps=(build_kube_node) ;;
   pulumi) steps=(build_pulumi build_pulumi_kubernetes) ;;
   pulumi-python) steps=(build_pulumi_python) ;;
   karpenter) steps=(build_karpenter) ;;
   cluster-api) steps=(build_cluster_api) ;;
   monitoring) steps=(build_promtool build_prometheus build_prometheus_operator_crds) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_karpenter build_cluster_api build_promtool build_prometheus build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]" >&2; exit 2 ;;
+  all) steps=(build_etcd build_kwok build_opa build_kube build_kube_node build_karpenter build_cluster_api build_promtool build_prometheus build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
+  *) echo "usage: $0 [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }

@@ -37,6 +37,10 @@ def register(sub: Any) -> None:
                     help="duration of a simulated node's Lease, renewed every quarter of it (default "
                          f"{KUBELET_LEASE_SECONDS}, a kubelet's nodeLeaseDurationSeconds); the "
                          "controller-manager's node-monitor-grace-period follows it")
+    up.add_argument("--real-nodes", type=int, default=0, metavar="N",
+                    help="also boot N real nodes (kubelet, containerd, kube-proxy, each in namespaces of its "
+                         "own) where pods really run; needs root, `make real-nodes` and `make tools` "
+                         "(docs/real-nodes.md). Default 0")
     up.set_defaults(func=_up)
 
     down = dsub.add_parser("down", help="stop the local cluster and remove its state")
@@ -68,11 +72,14 @@ def _up(args: argparse.Namespace) -> int:
     from autoclusters.devcluster.handle import ClusterHandle
     from autoclusters.devcluster.heartbeats import Heartbeats
     from autoclusters.devcluster.processes import StartError
+    from autoclusters.devcluster.realnodes import MAX_REAL_NODES
     from autoclusters.devcluster.slurm import SlurmMissing, SlurmSettings
     from autoclusters.devcluster.tools import ToolsMissing
 
     if args.nodes < 1 or args.nodes > 10000:
         raise CliError("--nodes must be between 1 and 10000", 2)
+    if not 0 <= args.real_nodes <= MAX_REAL_NODES:
+        raise CliError(f"--real-nodes must be between 0 and {MAX_REAL_NODES}", 2)
     try:
         heartbeats = Heartbeats(lease_seconds=args.node_lease_seconds, status_seconds=args.node_status_seconds)
     except ValueError as e:
@@ -80,7 +87,7 @@ def _up(args: argparse.Namespace) -> int:
     names = names_from_args(args)
     cluster = LocalCluster(args.name)
     try:
-        cluster.up(progress=_progress, heartbeats=heartbeats)
+        cluster.up(progress=_progress, heartbeats=heartbeats, real_nodes=args.real_nodes)
         if args.karpenter:
             cluster.start_karpenter(progress=_progress)
     except (ToolsMissing, StartError) as e:

@@ -8,6 +8,8 @@ Layout of ``<state root>/<name>/``::
     pki/            throwaway CA, serving cert, service-account keys, client certs
     etcd/           etcd data
     slurm/          Slurm beside the cluster, when started with ``start_slurm`` (devcluster/slurm.py)
+    nodes/<node>/   each real node's disk and configuration, when started with ``real_nodes``
+                    (devcluster/realnodes.py)
     logs/<component>.log
 """
 
@@ -28,6 +30,7 @@ import yaml
 
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.devcluster import processes as p
+from autoclusters.devcluster import realnodes
 from autoclusters.devcluster.heartbeats import Heartbeats
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
@@ -42,6 +45,8 @@ CLIENTS = {
     "admin": ("kubernetes-admin", "system:masters"),
     "controller-manager": ("system:kube-controller-manager", None),
     "scheduler": ("system:kube-scheduler", None),
+    # the API server's identity towards kubelets (logs, exec, port-forward on the real nodes)
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -176,10 +181,11 @@ class LocalCluster:
 
     # --- up --------------------------------------------------------------------------------
     def up(self, progress: Progress = _noop, policies: Path | None = None,
-           heartbeats: Heartbeats | None = None) -> float:
+           heartbeats: Heartbeats | None = None, real_nodes: int = 0) -> float:
         """Starts every component and waits until each is healthy. Returns seconds taken.
         ``heartbeats``: how often the simulated nodes renew their Lease and post their status
-        (a kubelet's defaults when not given)."""
+        (a kubelet's defaults when not given). ``real_nodes``: how many real kubelet nodes to
+        boot beside the kwok nodes (devcluster/realnodes.py; none by default)."""
         if self.is_running():
             progress(f"cluster {self.name!r} is already running ({self.kubeconfig})")
             return 0.0
@@ -188,6 +194,7 @@ class LocalCluster:
         t0 = time.monotonic()
         heartbeats = heartbeats or Heartbeats()
         tools = Tools.locate()
+        node_tools = realnodes.NodeTools.locate() if real_nodes else None
         self.logs.mkdir(parents=True, exist_ok=True)
         progress(f"creating certificates in {self.pki.dir}")
         self.pki.create(CLIENTS)
@@ -195,7 +202,9 @@ class LocalCluster:
         self._write_kubeconfigs(ports["apiserver"])
         procs: list[p.Proc] = []
         try:
-            self._start_all(tools, ports, procs, progress, policies or policies_dir(), heartbeats)
+            self._start_all(tools, ports, procs, progress, policies or policies_dir(), heartbeats, bool(real_nodes))
+            if node_tools is not None:
+                self._start_real_nodes(real_nodes, node_tools, ports, procs, progress, heartbeats)
         except BaseException:
             self._save(procs, ports, {})
             self.down(progress=_noop, keep_logs=True)
@@ -206,8 +215,32 @@ class LocalCluster:
         progress(f"cluster {self.name!r} is up in {took:.1f}s; kubeconfig: {self.kubeconfig}")
         return took
 
+    def _start_real_nodes(self, count: int, tools: realnodes.NodeTools, ports: dict[str, int],
+                          procs: list[p.Proc], progress: Progress, heartbeats: Heartbeats) -> None:
+        nodes = realnodes.prepare(self.name, self.dir, self.logs, self.pki, ports["apiserver"], count, tools,
+                                  realnodes.default_image_archive(), heartbeats.status_seconds,
+                                  heartbeats.lease_seconds)
+        for proc in realnodes.start(nodes, self.dir, self.logs, progress):
+            procs.append(proc)
+            self._save(procs, ports, {})
+        from autoclusters.devcluster.handle import ClusterHandle
+
+        handle = ClusterHandle(str(self.kubeconfig), local=True, state_dir=self.dir)
+        t0 = time.monotonic()
+        try:
+            handle.wait_nodes_ready([n.name for n in nodes], timeout=180)
+        except TimeoutError as e:
+            logs = "\n".join(f"--- {n.name} kubelet:\n{p.tail(str(self.logs / f'{n.name}-kubelet.log'))}"
+                             for n in nodes)
+            raise p.StartError(f"{e}\n{logs}") from e
+        progress(f"  real nodes Ready after {time.monotonic() - t0:.1f}s: {', '.join(n.name for n in nodes)}")
+
+    def real_nodes(self) -> list[realnodes.RealNode]:
+        """The real nodes of this cluster (none unless started with ``real_nodes``)."""
+        return realnodes.real_nodes(self.dir)
+
     def _start_all(self, tools: Tools, ports: dict[str, int], procs: list[p.Proc], progress: Progress,
-                   policies: Path, heartbeats: Heartbeats) -> None:
+                   policies: Path, heartbeats: Heartbeats, real_nodes: bool = False) -> None:
         d, pki = self.dir, self.pki
         ca_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
         admin_crt, admin_key = pki.client_cert("admin")
@@ -232,9 +265,16 @@ class LocalCluster:
                        "--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=4294967296"],
               lambda: p.http_ok(f"{etcd}/health", expect=b'"true"'))
         api = f"https://127.0.0.1:{ports['apiserver']}"
+        # With real nodes the API server is also reached from their network (kubelets, pods through
+        # the `kubernetes` Service), and reaches webhook pods by their endpoints' addresses.
+        network = (["--bind-address=0.0.0.0", f"--advertise-address={realnodes.HOST_IP}",
+                    "--enable-aggregator-routing=true"] if real_nodes
+                   else ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        kubelet_crt, kubelet_key = pki.client_cert("apiserver-kubelet-client")
         start("kube-apiserver", [
-            tools.kube_apiserver, f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+            tools.kube_apiserver, f"--etcd-servers={etcd}", *network, f"--secure-port={ports['apiserver']}",
+            f"--kubelet-client-certificate={kubelet_crt}", f"--kubelet-client-key={kubelet_key}",
+            "--kubelet-preferred-address-types=InternalIP",  # the real nodes' names are in no DNS
             f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}", "--authorization-mode=Node,RBAC",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
@@ -301,6 +341,8 @@ class LocalCluster:
         left = [x.name for x in procs if p.alive(x)]
         if left:
             raise p.StartError(f"could not stop: {', '.join(left)}")
+        if self.real_nodes():
+            realnodes.remove_bridge()
         if existed:
             if keep_logs:
                 for child in self.dir.iterdir():

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from autoclusters.kube import Conflict, Kube, load_kube
+from autoclusters.kube import Conflict, Kube, NotFound, load_kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
@@ -48,7 +48,10 @@ class ClusterHandle:
         deadline = time.monotonic() + timeout
         while pending:
             for name in list(pending):
-                node = self.kube.get_node(name)
+                try:
+                    node = self.kube.get_node(name)
+                except NotFound:  # not registered yet (a kubelet that is still starting)
+                    continue
                 if node_ready(node):
                     pending.discard(name)
             if not pending:

@@ -12,7 +12,8 @@ from autoclusters.certificates import CLIENT_AUTH, SERVER_AUTH, KeyPair, key_pem
 
 VALIDITY = timedelta(days=365)
 SERVING_HOSTS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 "kubernetes.default.svc.cluster.local", "127.0.0.1", "10.96.0.1")
+                 "kubernetes.default.svc.cluster.local", "127.0.0.1", "10.96.0.1",
+                 "10.250.0.1")  # the host on the real nodes' network (devcluster/realnodes.HOST_IP)
 
 
 def _write(cert: Path, key: Path, pair: KeyPair) -> None:

@@ -78,6 +78,37 @@ def karpenter(cluster: ClusterHandle) -> ClusterHandle:
     return cluster
 
 
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """A local cluster of its own with two real nodes (kubelet, containerd, kube-proxy: see
+    devcluster/realnodes.py) beside the kwok ones, started the first time a test asks. Its tests
+    reboot nodes through the shipped reboot Job, so they run only where the nodes are this
+    suite's own: never on a cluster a kubeconfig names."""
+    if os.environ.get("AUTOCLUSTERS_TEST_KUBECONFIG"):
+        pytest.skip("the real-node tests reboot nodes: they run on the local cluster's own real nodes only "
+                    "(make test), never on a cluster AUTOCLUSTERS_TEST_KUBECONFIG names")
+    from autoclusters.devcluster.cluster import LocalCluster
+    from autoclusters.devcluster.realnodes import RealNodesMissing
+    from tests.conftest import tool_missing
+
+    local = LocalCluster(f"pytest-real-{os.getpid()}")
+
+    def progress(msg: str) -> None:
+        print(f"[real-cluster] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        local.up(progress=progress, real_nodes=2)
+    except RealNodesMissing as e:
+        tool_missing(str(e))
+    try:
+        handle = ClusterHandle(str(local.kubeconfig), local=True, opa_url=local.opa_url,
+                               state_dir=tmp_path_factory.mktemp("real-cluster-handle"))
+        handle.dev = local
+        yield handle
+    finally:
+        local.down(progress=progress)
+
+
 def _local_opa_url(kubeconfig: str) -> str | None:
     """The OPA server of a ``dev up`` cluster whose kubeconfig this is, if any."""
     from autoclusters.devcluster.cluster import LocalCluster
