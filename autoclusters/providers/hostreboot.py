@@ -21,10 +21,11 @@ anywhere): one Job per operation, in the controller's namespace, pinned to the n
   be a second reset); ``activeDeadlineSeconds`` stops a Job that never ran.
 
 Success = the node reports a new ``bootID`` and is Ready again within ``timeoutSeconds`` of
-the operation's start; the Job is then deleted. Failure = the Job failed (kept one day for its
-log) or the timeout (the Job is deleted so it cannot reboot the node later). The Job's name
-derives from the operation id, so ``drive`` after a controller restart finds the Job it
-created instead of starting a second reboot.
+the operation's start; the Job is then deleted. Failure = the Job failed before the host
+rebooted (kept one day for its log; a Job whose pod the reboot itself ended counts as run) or
+the timeout (the Job is deleted so it cannot reboot the node later). The Job's name derives
+from the operation id, so ``drive`` after a controller restart finds the Job it created
+instead of starting a second reboot.
 """
 
 from __future__ import annotations
@@ -175,14 +176,18 @@ class HostRebootProvider:
         current = lookup(node)
         if current is None:
             return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its host reboot")
-        if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
+        rebooted = boot_id(current) not in ("", op.boot_id_before)
+        if rebooted and node_ready(current):
             self._delete(op)
             return ProviderView(ProviderState.SUCCEEDED)
         job = self._job(op)
         if job is None:
             return ProviderView(ProviderState.NOT_STARTED)
         failed = _job_condition(job, "Failed")
-        if failed is not None:
+        # A host that went down before its kubelet told the API server the command had exited
+        # leaves the Job's pod failed ("Unknown", exit 255) after the boot: the reboot happened,
+        # so the node's return decides, not the Job (seen on the local cluster's real nodes).
+        if failed is not None and not rebooted:
             return ProviderView(ProviderState.FAILED, self._failure(op, node, failed))
         started = parse_iso((job.get("metadata") or {}).get("creationTimestamp")) or op.started
         deadline = started + timedelta(seconds=self.timeout)

@@ -60,6 +60,9 @@ class FakeKube:
         self.objects[full] = obj
         return copy.deepcopy(obj)
 
+    def list_items(self, path: str, **_: Any) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path]
+
     def delete(self, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
         if path not in self.objects:
             raise NotFound(path)
@@ -154,6 +157,27 @@ def test_new_boot_id_and_ready_succeeds_and_deletes_the_job(env) -> None:
     assert _job_path(op) not in kube.objects
     provider.drive(op, "n1", "p")  # after the cleanup a late drive does not reboot again
     assert kube.creates == 1
+
+
+def test_a_job_the_reboot_itself_ended_is_not_a_failure(env) -> None:
+    """A host can go down before its kubelet reports the command's exit: after the boot the
+    Job's pod is failed (exit 255, reason Unknown), but the reboot happened, so the node's return
+    decides. A Job that failed with the old boot id is still a failure."""
+    _clock, kube, provider, op = env
+    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    provider.drive(op, "n1", "p")
+    kube.objects[_job_path(op)]["status"] = {"conditions": [{"type": "Failed", "status": "True",
+                                                             "reason": "BackoffLimitExceeded"}]}
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2", ready=False)
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
+    assert _job_path(op) not in kube.objects
+    other = Operation("n1-abc-2", RepairAction.RESET, _clock.now(), boot_id_before="boot-2")
+    provider.drive(other, "n1", "p")
+    kube.objects[_job_path(other)]["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    assert provider.progress(other, "n1", "p", lookup).state == ProviderState.FAILED
 
 
 def test_timeout_fails_and_deletes_the_job(env) -> None:
