@@ -58,7 +58,8 @@ class AutoClusters(pulumi.ComponentResource):
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
-                                                      event_source=cfg.event_source, shards=cfg.controller_shards),
+                                                      event_source=cfg.event_source, shards=cfg.controller_shards,
+                                                      host_reboot_command=cfg.host_reboot_command),
                    after(rbac, crds))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
         for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
+from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
@@ -20,6 +21,7 @@ class ControllerArgs:
     replicas: int = stack.CONTROLLER_REPLICAS
     event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
     shards: int = 1  # one Deployment (and PDB) per shard, each owning the pools hashed to it
+    host_reboot_command: str = api.HOST_REBOOT_COMMAND  # what the reboot Job runs in the host
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -46,7 +48,7 @@ class Controller(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         objs = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source,
-                                        shards=args.shards)
+                                        shards=args.shards, host_reboot_command=args.host_reboot_command)
         names = []
         for obj in objs:
             created = k8s_resource(obj, child)

@@ -30,7 +30,25 @@ CONFIGS = {
     "gpu-operator-dcgm": {"pools": EXAMPLE_POOLS,
                           "detector": {"dcgmHost": "nvidia-dcgm.gpu-operator.svc:5555",
                                        "dcgmExporterUrl": "http://$(HOST_IP):9400/metrics"}},
+    # every other setting away from its default, so that a setting the components drop fails
+    # here (hostRebootCommand once did: pulumi up deployed the default command)
+    "operator-settings": {"pools": EXAMPLE_POOLS, "hostRebootCommand": "apiclient reboot",
+                          "opaImage": "registry.example/opa:1", "controllerShards": 2,
+                          "detectorConditionCodes": ["gpu:13"], "kernelLogSource": "journal",
+                          "nvml": {"enabled": False}},
 }
+
+
+def test_every_stack_setting_is_away_from_its_default_in_some_config() -> None:
+    import dataclasses
+
+    from autoclusters.deploy.pool_config import StackConfig
+
+    default = StackConfig()
+    configs = [stack_config_from_dict(c) for c in CONFIGS.values()]
+    same = [f.name for f in dataclasses.fields(StackConfig)
+            if all(getattr(c, f.name) == getattr(default, f.name) for c in configs)]
+    assert same == [], f"no config below sets {same}: a component that drops them would pass unseen"
 
 
 def _key(obj: dict[str, Any]) -> str:
