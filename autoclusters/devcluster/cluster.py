@@ -204,7 +204,7 @@ class LocalCluster:
         try:
             self._start_all(tools, ports, procs, progress, policies or policies_dir(), heartbeats, bool(real_nodes))
             if node_tools is not None:
-                self._start_real_nodes(real_nodes, node_tools, ports, procs, progress, heartbeats)
+                self._start_real_nodes(real_nodes, tools, node_tools, ports, procs, progress, heartbeats)
         except BaseException:
             self._save(procs, ports, {})
             self.down(progress=_noop, keep_logs=True)
@@ -215,11 +215,11 @@ class LocalCluster:
         progress(f"cluster {self.name!r} is up in {took:.1f}s; kubeconfig: {self.kubeconfig}")
         return took
 
-    def _start_real_nodes(self, count: int, tools: realnodes.NodeTools, ports: dict[str, int],
+    def _start_real_nodes(self, count: int, tools: Tools, node_tools: realnodes.NodeTools, ports: dict[str, int],
                           procs: list[p.Proc], progress: Progress, heartbeats: Heartbeats) -> None:
-        nodes = realnodes.prepare(self.name, self.dir, self.logs, self.pki, ports["apiserver"], count, tools,
+        nodes = realnodes.prepare(self.name, self.dir, self.logs, self.pki, ports["apiserver"], count, node_tools,
                                   realnodes.default_image_archive(), heartbeats.status_seconds,
-                                  heartbeats.lease_seconds)
+                                  heartbeats.lease_seconds, opa=tools.opa)
         for proc in realnodes.start(nodes, self.dir, self.logs, progress):
             procs.append(proc)
             self._save(procs, ports, {})

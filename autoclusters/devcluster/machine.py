@@ -5,9 +5,10 @@ local cluster's ``down`` stops it). Each boot:
 
 1. writes a new boot id (the node's ``/proc/sys/kernel/random/boot_id``, which its kubelet
    reports as ``status.nodeInfo.bootID``);
-2. opens a pseudo-terminal, the node's kernel log device: the lines appended to the node's
-   ``kmsg`` file after the boot are written to it one record at a time, so the node's
-   ``/dev/kmsg`` reads them as the kernel's (and this machine's kernel log is never written);
+2. opens pseudo-terminals, the node's kernel log devices (:class:`KernelLog`): the lines
+   appended to the node's ``kmsg`` file after the boot are written to them one record at a
+   time, so the node's ``/dev/kmsg`` reads them as the kernel's (and this machine's kernel log
+   is never written);
 3. starts ``unshare`` with new PID, mount, network, UTS and IPC namespaces and the node's init
    (``devcluster/node_init.py``) as their PID 1, then moves one end of a veth pair into the new
    network namespace as ``eth0`` and puts the other on the host's bridge;
@@ -67,16 +68,26 @@ def _wire(node: RealNode, init_pid: int) -> None:
 
 
 class KernelLog:
-    """The node's kernel log device: a pseudo-terminal in canonical mode without echo, so that
-    each read of the node's ``/dev/kmsg`` returns one record, as the kernel's device does."""
+    """The node's kernel log devices: pseudo-terminals in canonical mode without echo, so that
+    each read returns one record, as the kernel's ``/dev/kmsg`` does.
+
+    The kernel's device gives every reader its own copy of the log; a terminal gives each line to
+    one reader. So there is one per reader of a node's kernel log: :data:`READERS` names them
+    (the node's ``/dev/kmsg``, which pods such as the detector read; the kubelet's own, which its
+    OOM watcher reads), and every line is written to each."""
+
+    READERS = ("node", "kubelet")
 
     def __init__(self, source: Path) -> None:
-        self.master, self.slave = os.openpty()
-        attrs = termios.tcgetattr(self.slave)
-        attrs[3] = (attrs[3] | termios.ICANON) & ~(termios.ECHO | termios.ECHONL)  # lflag
-        attrs[1] = attrs[1] & ~termios.OPOST  # oflag: lines as written
-        termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
-        self.device = os.ttyname(self.slave)
+        self.terminals: dict[str, tuple[int, int]] = {}
+        for reader in self.READERS:
+            master, slave = os.openpty()
+            attrs = termios.tcgetattr(slave)
+            attrs[3] = (attrs[3] | termios.ICANON) & ~(termios.ECHO | termios.ECHONL)  # lflag
+            attrs[1] = attrs[1] & ~termios.OPOST  # oflag: lines as written
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            self.terminals[reader] = (master, slave)
+        self.devices = {r: os.ttyname(slave) for r, (_m, slave) in self.terminals.items()}
         self.source = source
         self._offset = source.stat().st_size if source.exists() else 0  # a boot starts a new log
         self._stop = threading.Event()
@@ -98,16 +109,18 @@ class KernelLog:
                 lines = (partial + data).split(b"\n")
                 partial = lines.pop()
                 for line in lines:
-                    with contextlib.suppress(OSError):
-                        os.write(self.master, line + b"\n")
+                    for master, _slave in self.terminals.values():
+                        with contextlib.suppress(OSError):
+                            os.write(master, line + b"\n")
             self._stop.wait(0.05)
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
-        for fd in (self.master, self.slave):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for pair in self.terminals.values():
+            for fd in pair:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def main(argv: list[str]) -> int:
@@ -130,11 +143,12 @@ def main(argv: list[str]) -> int:
         boot_id = str(uuid.uuid4())
         (node.path / "boot_id").write_text(boot_id + "\n")
         kmsg = KernelLog(node.kmsg)
-        _log(f"boot {boot} of {node.name}: boot id {boot_id}, kernel log {kmsg.device}")
+        _log(f"boot {boot} of {node.name}: boot id {boot_id}, kernel log {kmsg.devices['node']}")
         proc = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount", "--net", "--uts", "--ipc", "--mount-proc",
              "--propagation", "private", "--kill-child", "--",
-             node.python, "-m", "autoclusters.devcluster.node_init", str(node.config), kmsg.device],
+             node.python, "-m", "autoclusters.devcluster.node_init", str(node.config),
+             *(kmsg.devices[r] for r in KernelLog.READERS)],
             stdin=subprocess.DEVNULL)
         current[:] = [proc]
         try:

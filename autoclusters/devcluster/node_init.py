@@ -1,7 +1,8 @@
 """PID 1 of one real node: its mounts, its network, then containerd, the kubelet and kube-proxy.
 
 Started by the node's machine (``devcluster/machine.py``) inside new PID, mount, network, UTS
-and IPC namespaces: ``python -m autoclusters.devcluster.node_init CONFIG KMSG_DEVICE``.
+and IPC namespaces: ``python -m autoclusters.devcluster.node_init CONFIG NODE_KMSG KUBELET_KMSG``
+(the node's kernel log devices, one per reader: machine.KernelLog).
 
 As a node's init it reaps every orphan, restarts a component that exits (as systemd restarts
 the kubelet), and ends the node on a signal:
@@ -53,6 +54,10 @@ def _bind(src: Path | str, dst: str) -> None:
 def mounts(node: RealNode, kmsg_device: str) -> None:
     """The node's own view of the host: a fresh /run (a tmpfs, as a booted host has), its own
     /var/log, /var/lib/cni and /var/lib/kubelet, boot id, machine id and kernel log device."""
+    # unshare made every mount private, cut off from the host's; within the node they are shared
+    # again, as systemd makes them on a host: the kubelet's HostToContainer and Bidirectional
+    # mounts (the detector's host root) need a shared or slave source
+    _sh("mount", "--make-rshared", "/")
     _sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "tmpfs", "/run")
     _bind(node.path / "var-log", "/var/log")
     _bind(node.path / "var-lib-cni", "/var/lib/cni")
@@ -89,6 +94,15 @@ def network(node: RealNode, timeout: float = 10) -> None:
     bridge_nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
     if bridge_nf.exists():  # Services between pods of one node's bridge go through iptables
         bridge_nf.write_text("1\n")
+
+
+def own_kernel_log(device: str) -> list[str]:
+    """The start of a command that runs in a mount namespace of its own where ``/dev/kmsg`` is
+    ``device``; every other mount stays shared with the node's (the kubelet's volume mounts
+    reach containerd). The kubelet's OOM watcher reads /dev/kmsg: with a terminal of its own it
+    takes no line from the node's, which a terminal would give to one reader only."""
+    return ["unshare", "--mount", "--propagation", "unchanged", "--", "sh", "-c",
+            'mount --make-private /dev/kmsg && mount --bind "$0" /dev/kmsg && exec "$@"', device]
 
 
 class Component:
@@ -163,7 +177,7 @@ def _reap(components: list[Component]) -> None:
 
 def main(argv: list[str]) -> int:
     node = RealNode.load(Path(argv[0]))
-    kmsg_device = argv[1]
+    kmsg_device, kubelet_kmsg = argv[1], argv[2]
     logs = Path(node.logs)
     ending: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: ending.append(0))
@@ -183,7 +197,8 @@ def main(argv: list[str]) -> int:
         _log(f"boot failed: {e}")
         return 1
     components = [containerd,
-                  Component("kubelet", [node.kubelet, f"--config={node.path / 'kubelet.yaml'}",
+                  Component("kubelet", [*own_kernel_log(kubelet_kmsg), node.kubelet,
+                                        f"--config={node.path / 'kubelet.yaml'}",
                                         f"--kubeconfig={node.path / 'kubelet.kubeconfig'}",
                                         f"--root-dir={KUBELET_ROOT}", f"--hostname-override={node.name}",
                                         f"--node-ip={node.ip}", f"--node-labels={REAL_NODE_LABEL}=true",

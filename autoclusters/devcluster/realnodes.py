@@ -317,14 +317,56 @@ def containerd_config(node: RealNode) -> str:
     ])
 
 
-def images(image_archive: Path | None, tools: NodeTools) -> list[tuple[str, str]]:
-    """What each node imports into containerd: the pause image and, when built, the runtime image
-    under the name the stack and manifests use (``deploy.DEFAULT_IMAGE``)."""
+def opa_image() -> tuple[str, str]:
+    """The OPA image the stack's webhook pods name by default (``StackConfig.opa_image``), as the
+    repository a containerd import is named under and its tag."""
+    from autoclusters.deploy.pool_config import StackConfig
+
+    ref = StackConfig().opa_image
+    repo, tag = ref.rsplit(":", 1)
+    if "/" in repo and "." not in repo.split("/", 1)[0]:
+        repo = f"docker.io/{repo}"  # how containerd's CRI names an image without a registry
+    return repo, tag
+
+
+def build_opa_image(opa: Path, out: Path, tag: str) -> Path:
+    """An image of the OPA binary ``tools/build-tools.sh`` built (static: CGO off), entrypoint
+    ``/opa`` and user 1000 as upstream's ``-static`` images have, packed by umoci; skipped when
+    newer than the binary. No registry serves upstream's image here."""
+    archive = out / f"opa-{tag}.oci.tar"
+    if archive.exists() and archive.stat().st_mtime >= opa.stat().st_mtime:
+        return archive
+    out.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        layout, bundle = f"{tmp}/oci", f"{tmp}/bundle"
+        for argv in (["umoci", "init", "--layout", layout], ["umoci", "new", "--image", f"{layout}:{tag}"],
+                     ["umoci", "unpack", "--image", f"{layout}:{tag}", bundle]):
+            _run(*argv)
+        shutil.copy2(opa, f"{bundle}/rootfs/opa")
+        for argv in (["umoci", "repack", "--image", f"{layout}:{tag}", bundle],
+                     ["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/opa",
+                      "--config.user", "1000:1000", "--os", "linux", "--architecture", "amd64"],
+                     ["umoci", "gc", "--layout", layout],
+                     ["tar", "-C", layout, "-cf", f"{archive}.tmp", "."]):
+            _run(*argv)
+    Path(f"{archive}.tmp").rename(archive)
+    return archive
+
+
+def images(image_archive: Path | None, tools: NodeTools, opa: Path | None = None) -> list[tuple[str, str]]:
+    """What each node imports into containerd: the pause image, and the images the stack's pods
+    name by default where they are built: the runtime image (``deploy.DEFAULT_IMAGE``, from
+    ``make image``) and OPA's (from the OPA binary of ``make tools``)."""
     from autoclusters.deploy import IMAGE_REPOSITORY
 
     out = [(str(tools.pause_archive), PAUSE_BASE_NAME)]
     if image_archive is not None:
         out.append((str(image_archive), IMAGE_REPOSITORY))
+    if opa is not None:
+        repo, tag = opa_image()
+        out.append((str(build_opa_image(opa, tools.pause_archive.parent, tag)), repo))
     return out
 
 
@@ -337,12 +379,14 @@ def default_image_archive(root: Path | None = None) -> Path | None:
 
 
 def prepare(cluster_name: str, cluster_dir: Path, logs: Path, pki: Pki, api_port: int, count: int,
-            tools: NodeTools, image_archive: Path | None, status_seconds: int, lease_seconds: int) -> list[RealNode]:
+            tools: NodeTools, image_archive: Path | None, status_seconds: int, lease_seconds: int,
+            opa: Path | None = None) -> list[RealNode]:
     """Writes every node's certificates, kubeconfigs and configurations; starts nothing."""
     if not 1 <= count <= MAX_REAL_NODES:
         raise ValueError(f"real nodes: between 1 and {MAX_REAL_NODES}, not {count}")
     ca = KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
     server = f"https://{HOST_IP}:{api_port}"
+    node_images = images(image_archive, tools, opa)
     nodes = []
     for i in range(count):
         nm = node_name(cluster_name, i)
@@ -352,7 +396,7 @@ def prepare(cluster_name: str, cluster_dir: Path, logs: Path, pki: Pki, api_port
         node = RealNode(name=nm, index=i, dir=str(d), logs=str(logs), ip=node_ip(i), pod_cidr=pod_cidr(i),
                         kubelet=str(tools.kubelet), kube_proxy=str(tools.kube_proxy),
                         containerd=str(tools.containerd), ctr=str(tools.ctr), cni_bin=str(tools.cni_bin),
-                        images=images(image_archive, tools), python=sys.executable)
+                        images=node_images, python=sys.executable)
         crt, key = _write_cert(pki, ca, f"node-{nm}", name(f"system:node:{nm}", "system:nodes"), CLIENT_AUTH)
         _kubeconfig(d / "kubelet.kubeconfig", server, pki.ca_cert, crt, key, cluster_name)
         serving = _write_cert(pki, ca, f"node-{nm}-serving", name(f"system:node:{nm}", "system:nodes"), SERVER_AUTH,
