@@ -11,9 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
-from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN, PreDrain
 from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
@@ -23,9 +22,20 @@ def _enum(kind: type[StrEnum], **extra: Any) -> dict[str, Any]:
     return {"type": "string", "enum": [m.value for m in kind], **extra}
 
 
-def _limits(group: str) -> dict[str, Any]:
-    """The integer settings of one object of the pool spec, with default and range (api.POOL_LIMITS)."""
-    return {lim.field: lim.schema() for lim in api.limits_of(group)}
+def _settings(group: str) -> dict[str, Any]:
+    """The settings of one object of the pool spec, from the pool's field table."""
+    return {s.key: s.schema() for s in pool_fields.settings_of(group)}
+
+
+def _rules(group: str, *own: dict[str, str]) -> dict[str, Any]:
+    """The CEL rules of one object of the pool spec: its ``own`` and those of the field table."""
+    rules = [*own, *(r.cel() for r in pool_fields.rules_of(group))]
+    return {"x-kubernetes-validations": rules} if rules else {}
+
+
+def _group(group: str, **extra: Any) -> dict[str, Any]:
+    """An object of the pool spec that holds only settings of the table (absent: every default)."""
+    return _obj(_settings(group), default={}, **_rules(group), **extra)
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -50,8 +60,7 @@ _SELECTOR = _obj({
 
 def pool_schema() -> dict[str, Any]:
     spec = _obj({
-        "consentMode": _enum(ConsentMode, default=api.DEFAULT_CONSENT_MODE.value, description="; ".join(
-            f"{m}: {what}" for m, what in api.CONSENT_MODE_SUMMARY.items()) + "."),
+        **_settings(""),
         "nodeSelector": _SELECTOR,
         "faultClasses": _obj({c.value: _enum(ClassAction, default=ClassAction.DEFAULT.value) for c in FaultClass},
                              description="Per fault class action for the codes that repair; default = the "
@@ -62,37 +71,23 @@ def pool_schema() -> dict[str, Any]:
                         "x-kubernetes-validations": [{
                             "rule": f"self.all(k, k.matches('{api.REPAIR_CODE_PATTERN}'))",
                             "message": "repairCodes keys are <class>:<code>, e.g. gpu:13"}]},
-        **_limits(""),
-        "circuitBreaker": _obj(_limits("circuitBreaker"), default={}, **{"x-kubernetes-validations": [{
-            "rule": "!has(self.closeBelowPercent) || !has(self.openAbovePercent) || "
-                    "self.closeBelowPercent <= self.openAbovePercent",
-            "message": "closeBelowPercent must not exceed openAbovePercent"}]}),
-        "drain": _obj(_limits("drain"), default={}),
-        "escalation": _obj(_limits("escalation"), default={}),
-        "attemptBudget": _obj(_limits("attemptBudget"), default={}),
+        "circuitBreaker": _group("circuitBreaker"),
+        "drain": _group("drain"),
+        "escalation": _group("escalation"),
+        "attemptBudget": _group("attemptBudget"),
         "preDrain": _obj({
-            "waitSeconds": {**api.PRE_DRAIN_WAIT_SECONDS.schema(), "description": (
-                "Longest wait after the warning (node and pod annotations, events, hook) before eviction "
-                "starts; ends early when every acknowledger and every pod labelled drain-wait=true acked.")},
-            "acknowledgers": {"type": "array", "default": [], "items": {
-                "type": "string", "pattern": ACKNOWLEDGER_PATTERN},
-                "description": "Node-level preparers (e.g. slurm) that ack with the node annotation "
-                               "<domain>/drain-ack-<name> = the Remediation's name.",
-                **{"x-kubernetes-list-type": "set"}},
-            "slinky": {"type": "boolean", "default": PreDrain.slinky,
-                       "description": "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning."},
+            **_settings("preDrain"),
             "hook": _obj({
                 "url": {"type": "string", "pattern": "^https?://\\S+$"},
                 "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-                **_limits("preDrain.hook"),
+                **_settings("preDrain.hook"),
             }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",
-                **{"x-kubernetes-validations": [{
-                    "rule": "has(self.url) != has(self.command)",
-                    "message": "preDrain.hook needs exactly one of url or command"}]}),
-        }, default={}),
+                **_rules("preDrain.hook", {"rule": "has(self.url) != has(self.command)",
+                                           "message": "preDrain.hook needs exactly one of url or command"})),
+        }, default={}, **_rules("preDrain")),
         "provider": provider_schema(),
         "slurm": slurm_schema(),
-    }, default={})
+    }, default={}, **_rules(""))
     status = _obj({
         "nodes": {"type": "integer"},
         "faultyNodes": {"type": "integer"},

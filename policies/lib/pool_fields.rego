@@ -1,0 +1,212 @@
+# METADATA
+# title: The pool's field table (generated)
+# description: |
+#   Generated from autoclusters/pool_fields.py by `make manifests`; do not edit.
+#   tests/unit/policy/test_pool_fields_parity.py keeps this file equal to the Python.
+package autoclusters.lib.pool_fields
+
+pool_fields := {
+	"groups": {
+		"attemptBudget": {
+			"at": [
+				"attemptBudget",
+			],
+			"rule": "pool-attempt-budget",
+		},
+		"circuitBreaker": {
+			"at": [
+				"circuitBreaker",
+			],
+			"rule": "pool-circuit-breaker",
+		},
+		"drain": {
+			"at": [
+				"drain",
+			],
+			"rule": "pool-drain",
+		},
+		"escalation": {
+			"at": [
+				"escalation",
+			],
+			"rule": "pool-escalation",
+		},
+		"preDrain": {
+			"at": [
+				"preDrain",
+			],
+			"rule": "pool-pre-drain",
+		},
+		"preDrain.hook": {
+			"at": [
+				"preDrain",
+				"hook",
+			],
+			"rule": "pool-pre-drain",
+		},
+	},
+	"not_above": [
+		{
+			"greater": "circuitBreaker.openAbovePercent",
+			"lesser": "circuitBreaker.closeBelowPercent",
+			"rule": "pool-circuit-breaker",
+		},
+	],
+	"settings": {
+		"attemptBudget.maxRepairs": {
+			"at": [
+				"attemptBudget",
+				"maxRepairs",
+			],
+			"default": 3,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-attempt-budget",
+		},
+		"attemptBudget.windowSeconds": {
+			"at": [
+				"attemptBudget",
+				"windowSeconds",
+			],
+			"default": 604800,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-attempt-budget",
+		},
+		"circuitBreaker.closeBelowPercent": {
+			"at": [
+				"circuitBreaker",
+				"closeBelowPercent",
+			],
+			"default": 20,
+			"kind": "integer",
+			"maximum": 100,
+			"minimum": 1,
+			"rule": "pool-circuit-breaker",
+		},
+		"circuitBreaker.minNodes": {
+			"at": [
+				"circuitBreaker",
+				"minNodes",
+			],
+			"default": 0,
+			"kind": "integer",
+			"minimum": 0,
+			"rule": "pool-circuit-breaker",
+		},
+		"circuitBreaker.openAbovePercent": {
+			"at": [
+				"circuitBreaker",
+				"openAbovePercent",
+			],
+			"default": 30,
+			"kind": "integer",
+			"maximum": 100,
+			"minimum": 1,
+			"rule": "pool-circuit-breaker",
+		},
+		"consentMode": {
+			"at": [
+				"consentMode",
+			],
+			"default": "auto",
+			"kind": "enum",
+			"rule": "pool-consent-mode",
+			"values": [
+				"auto",
+				"propose",
+				"off",
+			],
+		},
+		"drain.replaceDeadlineSeconds": {
+			"at": [
+				"drain",
+				"replaceDeadlineSeconds",
+			],
+			"default": 600,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-drain",
+		},
+		"drain.resetDeadlineSeconds": {
+			"at": [
+				"drain",
+				"resetDeadlineSeconds",
+			],
+			"default": 300,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-drain",
+		},
+		"escalation.refaultWindowSeconds": {
+			"at": [
+				"escalation",
+				"refaultWindowSeconds",
+			],
+			"default": 900,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-escalation",
+		},
+		"escalation.resetMemorySeconds": {
+			"at": [
+				"escalation",
+				"resetMemorySeconds",
+			],
+			"default": 86400,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-escalation",
+		},
+		"maxConcurrentRepairs": {
+			"at": [
+				"maxConcurrentRepairs",
+			],
+			"default": 1,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-max-concurrent-repairs",
+		},
+		"preDrain.acknowledgers": {
+			"at": [
+				"preDrain",
+				"acknowledgers",
+			],
+			"default": [],
+			"kind": "names",
+			"pattern": "^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$",
+			"pattern_words": "a short DNS label (lower case, digits, '-', at most 40 characters)",
+			"rule": "pool-pre-drain",
+		},
+		"preDrain.hook.timeoutSeconds": {
+			"at": [
+				"preDrain",
+				"hook",
+				"timeoutSeconds",
+			],
+			"default": 10,
+			"kind": "integer",
+			"minimum": 1,
+			"rule": "pool-pre-drain",
+		},
+		"preDrain.slinky": {
+			"at": [
+				"preDrain",
+				"slinky",
+			],
+			"default": false,
+			"kind": "boolean",
+			"rule": "pool-pre-drain",
+		},
+		"preDrain.waitSeconds": {
+			"at": [
+				"preDrain",
+				"waitSeconds",
+			],
+			"default": 120,
+			"kind": "integer",
+			"minimum": 0,
+			"rule": "pool-pre-drain",
+		},
+	},
+}

@@ -1,0 +1,90 @@
+"""Valid and invalid pools generated from the pool's field table, each with the verdict it must get.
+
+Every setting gets its limits and one step past each, values of the wrong type, and the rules
+between settings both ways (with and without the other setting given, so the default counts);
+every object of the spec that holds settings gets a value that is not an object. The parser
+(tests/unit/policy/test_pool_fields_parity.py), the Rego through ``opa eval`` (the same) and
+the CRD schema in a real API server (tests/integration/test_pool_fields_crd.py) must each give
+every case its verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autoclusters import pool_fields
+from autoclusters.pool_fields import Kind, Setting
+
+HOOK_URL = "https://example.test/hook"  # a hook needs a url or a command
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # e.g. "drain.resetDeadlineSeconds=0"
+    spec: dict[str, Any]
+    valid: bool
+    rule: str  # the policy rule that refuses it ("" for a valid case)
+
+
+def put(spec: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """``spec`` with ``value`` at the dotted ``path`` (and the url a hook needs)."""
+    *parents, key = path.split(".")
+    at = spec
+    for part in parents:
+        at = at.setdefault(part, {})
+    at[key] = value
+    if path.startswith("preDrain.hook.") or (path == "preDrain.hook" and isinstance(value, dict)):
+        spec["preDrain"]["hook"].setdefault("url", HOOK_URL)
+    return spec
+
+
+def partner(setting: Setting) -> dict[str, Any]:
+    """The other settings of a rule, set so that any valid value of ``setting`` keeps it."""
+    spec: dict[str, Any] = {}
+    for rule in pool_fields.RULES:
+        if rule.lesser is setting:
+            put(spec, rule.greater.path, rule.greater.maximum)
+        elif rule.greater is setting:
+            put(spec, rule.lesser.path, rule.lesser.minimum)
+    return spec
+
+
+def values_of(s: Setting) -> list[tuple[Any, bool]]:
+    """(value, valid) for one setting: its limits, one step past each, the wrong types."""
+    if s.kind == Kind.INTEGER:
+        assert s.minimum is not None
+        out = [(s.minimum, True), (s.default, True), (s.default + 1, True), (s.minimum - 1, False),
+               (s.minimum + 0.5, False), (str(s.default), False), (True, False)]
+        if s.maximum is not None:
+            out += [(s.maximum, True), (s.maximum + 1, False)]
+        return out
+    if s.kind == Kind.BOOLEAN:
+        return [(True, True), (False, True), ("true", False), (1, False)]
+    if s.kind == Kind.ENUM:
+        return [*((v, True) for v in s.values), ("sometimes", False), (s.values[0].upper(), False),
+                (False, False)]  # an unquoted YAML `off` reads as false
+    return [([], True), (["slurm"], True), (["a", "b-1", "x" * 40], True), ("slurm", False), (["Slurm"], False),
+            (["x" * 41], False), (["a", "a"], False), ([1], False), (["-a"], False)]
+
+
+def cases() -> list[Case]:
+    out: list[Case] = [Case("empty spec", {}, True, "")]
+    for s in pool_fields.SETTINGS:
+        for value, valid in values_of(s):
+            out.append(Case(f"{s.path}={value!r}", put(partner(s), s.path, value), valid, "" if valid else s.rule))
+    for rule in pool_fields.RULES:
+        lo, hi = rule.lesser, rule.greater
+        assert lo.minimum is not None and hi.maximum is not None
+        out += [
+            Case(f"{lo.path} == {hi.path}", put(put({}, lo.path, hi.default), hi.path, hi.default), True, ""),
+            Case(f"{lo.path} > {hi.path}", put(put({}, lo.path, hi.default + 1), hi.path, hi.default), False,
+                 rule.rule),
+            Case(f"{lo.path} above {hi.path}'s default", put({}, lo.path, hi.default + 1), False, rule.rule),
+            Case(f"{lo.path} at {hi.path}'s default", put({}, lo.path, hi.default), True, ""),
+            Case(f"{hi.path} below {lo.path}'s default", put({}, hi.path, lo.default - 1), False, rule.rule),
+        ]
+    for group in pool_fields.groups():
+        out += [Case(f"{group}={{}}", put({}, group, {}), True, ""),
+                Case(f"{group}='x'", put({}, group, "x"), False, pool_fields.rule_of(group))]
+    return out
