@@ -260,6 +260,10 @@ RULES: tuple[NotAbove, ...] = (
     NotAbove(BREAKER_CLOSE_BELOW_PERCENT, BREAKER_OPEN_ABOVE_PERCENT),
 )
 
+# The keys of an object of the table that are not settings: structured parts, with their own
+# checks in the parser, the CRD and the Rego. Every other key of a table object is unknown.
+OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command")}
+
 INTEGERS = tuple(s for s in SETTINGS if s.kind == Kind.INTEGER)
 
 
@@ -284,12 +288,19 @@ def groups() -> tuple[str, ...]:
     return tuple(found)
 
 
+def keys_of(group: str) -> tuple[str, ...]:
+    """The keys one object of the table takes: its settings, the objects in it, its other keys."""
+    prefix = f"{group}." if group else ""
+    children = [g.removeprefix(prefix) for g in groups() if g.startswith(prefix) and g != group]
+    return (*(s.key for s in settings_of(group)), *(c for c in children if "." not in c), *OTHER_KEYS.get(group, ()))
+
+
 # --- derived forms -------------------------------------------------------------------------
 def rego_data() -> dict[str, Any]:
     """What the pool policy checks generically (policies/lib/pools.rego)."""
     return {
         "settings": {s.path: s.rego() for s in SETTINGS},
-        "groups": {g: {"at": g.split("."), "rule": rule_of(g)} for g in groups()},
+        "groups": {g: {"at": g.split("."), "rule": rule_of(g), "keys": list(keys_of(g))} for g in groups()},
         "not_above": [r.rego() for r in RULES],
     }
 

@@ -197,11 +197,8 @@ def _written(holder: Any, group: str) -> dict[str, Any]:
 
 
 def _keys(group: str, *structured: str) -> set[str]:
-    """The keys one object of the spec takes: its settings, the objects in it, and ``structured``."""
-    prefix = f"{group}." if group else ""
-    children = {g.removeprefix(prefix) for g in pool_fields.groups() if g.startswith(prefix) and g != group}
-    return ({s.key for s in pool_fields.settings_of(group)} | {c for c in children if "." not in c}
-            | set(structured))
+    """The keys one object of the spec takes (the field table's), and ``structured``."""
+    return {*pool_fields.keys_of(group), *structured}
 
 
 def _given(raw: Mapping[str, Any], group: str) -> dict[str, Any]:
@@ -338,7 +335,7 @@ def _pre_drain_from(data: Any, where: str) -> PreDrain:
     raw = _take(data, _keys("preDrain"), f"{where}: preDrain")
     hook = None
     if raw.get("hook") is not None:
-        h = _take(raw["hook"], _keys("preDrain.hook", "url", "command"), f"{where}: preDrain.hook")
+        h = _take(raw["hook"], _keys("preDrain.hook"), f"{where}: preDrain.hook")
         command = h.get("command", [])
         if not isinstance(command, list):
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "

@@ -11,11 +11,20 @@ pool_fields := {
 			"at": [
 				"attemptBudget",
 			],
+			"keys": [
+				"maxRepairs",
+				"windowSeconds",
+			],
 			"rule": "pool-attempt-budget",
 		},
 		"circuitBreaker": {
 			"at": [
 				"circuitBreaker",
+			],
+			"keys": [
+				"openAbovePercent",
+				"closeBelowPercent",
+				"minNodes",
 			],
 			"rule": "pool-circuit-breaker",
 		},
@@ -23,11 +32,19 @@ pool_fields := {
 			"at": [
 				"drain",
 			],
+			"keys": [
+				"resetDeadlineSeconds",
+				"replaceDeadlineSeconds",
+			],
 			"rule": "pool-drain",
 		},
 		"escalation": {
 			"at": [
 				"escalation",
+			],
+			"keys": [
+				"refaultWindowSeconds",
+				"resetMemorySeconds",
 			],
 			"rule": "pool-escalation",
 		},
@@ -35,12 +52,23 @@ pool_fields := {
 			"at": [
 				"preDrain",
 			],
+			"keys": [
+				"waitSeconds",
+				"acknowledgers",
+				"slinky",
+				"hook",
+			],
 			"rule": "pool-pre-drain",
 		},
 		"preDrain.hook": {
 			"at": [
 				"preDrain",
 				"hook",
+			],
+			"keys": [
+				"timeoutSeconds",
+				"url",
+				"command",
 			],
 			"rule": "pool-pre-drain",
 		},

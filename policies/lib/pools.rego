@@ -88,14 +88,22 @@ _range_words(s) := sprintf("from %d to %d", [s.minimum, s.maximum]) if {
 	s.maximum
 } else := sprintf("of at least %d", [s.minimum])
 
-# An object of the spec that holds settings must be an object.
+# An object of the spec that holds settings must be an object of known keys.
 group_violations(obj) := {v |
 	spec := object.get(obj, "spec", {})
 	some path, group in pool_fields.groups
 	value := object.get(spec, group.at, null)
 	value != null
+	some msg in _group_problems(group, value)
+	v := {"rule": group.rule, "msg": sprintf("spec.%s %s", [path, msg])}
+}
+
+_group_problems(group, value) := {sprintf("%v must be an object", [value])} if {
 	not is_object(value)
-	v := {"rule": group.rule, "msg": sprintf("spec.%s %v must be an object", [path, value])}
+} else := {msg |
+	some key, _ in value
+	not key in {k | some k in group.keys}
+	msg := sprintf("has unknown key %v (allowed: %s)", [key, concat(", ", group.keys)])
 }
 
 # lesser <= greater (circuitBreaker: a close threshold above the open one would make the

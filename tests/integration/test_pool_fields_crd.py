@@ -1,7 +1,8 @@
 """The CRD schema in a real API server gives every pool generated from the pool's field table the
 verdict the parser and the Rego give it (tests/unit/policy/test_pool_fields_parity.py): the
 three accept exactly the same pools. Each case is a dry-run create (validation, defaulting and
-the CEL rules run; nothing is stored)."""
+the CEL rules run; nothing is stored) under strict field validation, kubectl's default, so an
+unknown key is refused rather than pruned."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_the_api_server_gives_every_generated_pool_its_verdict(cluster: ClusterH
         body = {"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": api.POOLS.kind,
                 "metadata": {"name": f"case-{i}"}, "spec": case.spec}
         try:
-            cluster.kube.create(pools_path(names), body, dryRun="All")
+            cluster.kube.create(pools_path(names), body, dryRun="All", fieldValidation="Strict")
         except Invalid as e:
             field = case.name.split("=")[0].split(" ")[0].rsplit(".", 1)[-1]
             if case.valid or field not in str(e):

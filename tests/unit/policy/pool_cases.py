@@ -2,7 +2,8 @@
 
 Every setting gets its limits and one step past each, values of the wrong type, and the rules
 between settings both ways (with and without the other setting given, so the default counts);
-every object of the spec that holds settings gets a value that is not an object. The parser
+every object of the spec that holds settings gets a value that is not an object, and a key it
+does not know (the API server refuses it under strict field validation, kubectl's default). The parser
 (tests/unit/policy/test_pool_fields_parity.py), the Rego through ``opa eval`` (the same) and
 the CRD schema in a real API server (tests/integration/test_pool_fields_crd.py) must each give
 every case its verdict.
@@ -86,5 +87,6 @@ def cases() -> list[Case]:
         ]
     for group in pool_fields.groups():
         out += [Case(f"{group}={{}}", put({}, group, {}), True, ""),
-                Case(f"{group}='x'", put({}, group, "x"), False, pool_fields.rule_of(group))]
+                Case(f"{group}='x'", put({}, group, "x"), False, pool_fields.rule_of(group)),
+                Case(f"{group}.unknownKey=1", put({}, f"{group}.unknownKey", 1), False, pool_fields.rule_of(group))]
     return out
