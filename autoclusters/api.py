@@ -149,6 +149,19 @@ class DriverRecoveryAction(StrEnum):
     DRAIN_AND_RESET = "Drain and Reset"
 
 
+class SignalTarget(StrEnum):
+    """Which processes of a job the Slurm bridge signals (``spec.slurm.signalTo``; scancel's scopes)."""
+
+    STEPS = "steps"  # every job step (srun), not the batch shell: scancel --signal=SIG JOB
+    BATCH = "batch"  # the batch shell only: scancel --batch --signal=SIG JOB
+    ALL = "all"  # the batch shell, its children and every step: scancel --full --signal=SIG JOB
+
+
+# Signals a job may be sent before its requeue (``spec.slurm.signal``; names as scancel takes
+# them, without SIG); "" sends none.
+SLURM_SIGNALS = ("TERM", "USR1", "USR2", "INT", "HUP", "QUIT")
+
+
 class Phase(StrEnum):
     """The phases of a repair (a Remediation's ``status.phase``); docs/controller.md walks them."""
 

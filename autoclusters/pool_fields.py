@@ -25,6 +25,7 @@ This module is plumbing (rank 0): it imports the enums of ``api`` and nothing el
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -55,7 +56,8 @@ class Setting:
     description: str
     minimum: int | None = None  # INTEGER
     maximum: int | None = None  # INTEGER; None: no upper bound
-    enum: type[StrEnum] | None = None  # ENUM
+    enum: type[StrEnum] | None = None  # ENUM: the values of an enum of api.py ...
+    choices: tuple[str, ...] = ()  # ... or these
     pattern: str = ""  # NAMES: each entry
     pattern_words: str = ""  # NAMES: the pattern in words, for messages
     attr: str = ""  # the attribute of the parsed pool that holds it; default: the key in snake case
@@ -63,8 +65,9 @@ class Setting:
     def __post_init__(self) -> None:
         if self.kind == Kind.INTEGER and (self.minimum is None or self.error(self.default)):
             raise ValueError(f"{self.path}: an integer setting needs a minimum and a default within its range")
-        if (self.kind == Kind.ENUM) != (self.enum is not None) or (self.kind == Kind.NAMES) != bool(self.pattern):
-            raise ValueError(f"{self.path}: enum goes with ENUM, pattern with NAMES")
+        if (self.kind == Kind.ENUM) != ((self.enum is not None) != bool(self.choices)) or (
+                self.kind == Kind.NAMES) != bool(self.pattern):
+            raise ValueError(f"{self.path}: an enum or choices go with ENUM, a pattern with NAMES")
         if not self.attr:
             object.__setattr__(self, "attr", _snake(self.key))
 
@@ -85,7 +88,12 @@ class Setting:
 
     @property
     def values(self) -> tuple[str, ...]:
-        return tuple(m.value for m in self.enum) if self.enum is not None else ()
+        return tuple(m.value for m in self.enum) if self.enum is not None else self.choices
+
+    @property
+    def words(self) -> str:
+        """An enum's values for messages ("" written as "")."""
+        return ", ".join(v or '""' for v in self.values)
 
     # --- derived forms -----------------------------------------------------------------
     def schema(self) -> dict[str, Any]:
@@ -114,7 +122,7 @@ class Setting:
             if self.maximum is not None:
                 d["maximum"] = self.maximum
         if self.kind == Kind.ENUM:
-            d["values"] = list(self.values)
+            d["values"], d["words"] = list(self.values), self.words
         if self.kind == Kind.NAMES:
             d["pattern"], d["pattern_words"] = self.pattern, self.pattern_words
         return d
@@ -126,7 +134,7 @@ class Setting:
         if self.kind == Kind.BOOLEAN:
             return "true, false"
         if self.kind == Kind.ENUM:
-            return ", ".join(f"`{v}`" for v in self.values)
+            return ", ".join(f"`{v}`" if v else '`""`' for v in self.values)
         return f"distinct names, each {self.pattern_words}"
 
     # --- checks (the parser's) ---------------------------------------------------------
@@ -143,7 +151,7 @@ class Setting:
         if self.kind == Kind.BOOLEAN:
             return "" if isinstance(value, bool) else f"must be true or false, got {value!r}"
         if self.kind == Kind.ENUM:
-            return "" if value in self.values else f"must be one of {'|'.join(self.values)}, got {value!r}"
+            return "" if value in self.values else f"must be one of {self.words.replace(', ', '|')}, got {value!r}"
         if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
             return f"must be a list of names, got {value!r}"
         for name in value:
@@ -153,8 +161,7 @@ class Setting:
 
     def parse(self, value: Any) -> Any:
         """``value`` (valid: ``error`` says "") in the parsed pool's type."""
-        if self.kind == Kind.ENUM:
-            assert self.enum is not None
+        if self.kind == Kind.ENUM and self.enum is not None:
             return self.enum(value)
         return tuple(value) if self.kind == Kind.NAMES else value
 
@@ -249,11 +256,25 @@ SLINKY = Setting("preDrain.slinky", Kind.BOOLEAN, False,
                  "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning.")
 PRE_DRAIN_HOOK_TIMEOUT_SECONDS = _int("preDrain.hook.timeoutSeconds", 10, 1, description=(
     "The hook's call (HTTP POST or command) is given up after this long."))
+SLURM_ENABLED = Setting("slurm.enabled", Kind.BOOLEAN, False, (
+    "The Slurm bridge drains, signals, requeues and resumes the Slurm node of each of the pool's nodes."))
+SLURM_SIGNAL = Setting("slurm.signal", Kind.ENUM, "TERM", (
+    "Signal sent to the node's jobs when the drain starts (\"\": none)."), choices=("", *api.SLURM_SIGNALS))
+SLURM_SIGNAL_TO = Setting("slurm.signalTo", Kind.ENUM, api.SignalTarget.STEPS, (
+    "Which processes of each job get the signal: steps (every job step), batch (the batch shell), all."),
+    enum=api.SignalTarget)
+SLURM_SIGNAL_LEAD_SECONDS = _int("slurm.signalLeadSeconds", 60, 0, description=(
+    "Time between the signal and the requeue."))
+SLURM_REQUEUE = Setting("slurm.requeue", Kind.BOOLEAN, True, "Requeue each signalled job once it has ended.")
+SLURM_ACT_ON_EXTERNAL_DRAINS = Setting("slurm.actOnExternalDrains", Kind.BOOLEAN, False, (
+    "Cordon the node while an admin or a health check drains its Slurm node; default: report only."))
 
 SETTINGS: tuple[Setting, ...] = (
     CONSENT_MODE, MAX_CONCURRENT_REPAIRS, BREAKER_OPEN_ABOVE_PERCENT, BREAKER_CLOSE_BELOW_PERCENT, BREAKER_MIN_NODES,
     RESET_DEADLINE_SECONDS, REPLACE_DEADLINE_SECONDS, REFAULT_WINDOW_SECONDS, RESET_MEMORY_SECONDS, MAX_REPAIRS,
-    ATTEMPT_WINDOW_SECONDS, PRE_DRAIN_WAIT_SECONDS, ACKNOWLEDGERS, SLINKY, PRE_DRAIN_HOOK_TIMEOUT_SECONDS)
+    ATTEMPT_WINDOW_SECONDS, PRE_DRAIN_WAIT_SECONDS, ACKNOWLEDGERS, SLINKY, PRE_DRAIN_HOOK_TIMEOUT_SECONDS,
+    SLURM_ENABLED, SLURM_SIGNAL, SLURM_SIGNAL_TO, SLURM_SIGNAL_LEAD_SECONDS, SLURM_REQUEUE,
+    SLURM_ACT_ON_EXTERNAL_DRAINS)
 
 RULES: tuple[NotAbove, ...] = (
     # a close threshold above the open one would make the breaker flap
@@ -262,7 +283,7 @@ RULES: tuple[NotAbove, ...] = (
 
 # The keys of an object of the table that are not settings: structured parts, with their own
 # checks in the parser, the CRD and the Rego. Every other key of a table object is unknown.
-OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command")}
+OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command"), "slurm": ("nodeName",)}
 
 INTEGERS = tuple(s for s in SETTINGS if s.kind == Kind.INTEGER)
 
@@ -293,6 +314,17 @@ def keys_of(group: str) -> tuple[str, ...]:
     prefix = f"{group}." if group else ""
     children = [g.removeprefix(prefix) for g in groups() if g.startswith(prefix) and g != group]
     return (*(s.key for s in settings_of(group)), *(c for c in children if "." not in c), *OTHER_KEYS.get(group, ()))
+
+
+def given(raw: Mapping[str, Any], group: str) -> dict[str, Any]:
+    """The settings of ``group`` that ``raw`` (one object of a spec) gives, by the parsed
+    pool's attribute: the keyword arguments of its dataclass (the rest take their defaults)."""
+    return {s.attr: raw[s.key] for s in settings_of(group) if s.key in raw}
+
+
+def spec_of(holder: Any, group: str) -> dict[str, Any]:
+    """The settings of ``group`` as the spec writes them, from the parsed object that holds them."""
+    return {s.key: s.written(getattr(holder, s.attr)) for s in settings_of(group)}
 
 
 # --- derived forms -------------------------------------------------------------------------

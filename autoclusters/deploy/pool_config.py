@@ -168,7 +168,7 @@ def _holder(pool: PoolConfig, group: str) -> Any:
     """The parsed object that holds the settings of one object of the spec (None: absent)."""
     holders: dict[str, Any] = {"": pool, "drain": pool, "escalation": pool, "attemptBudget": pool,
                                "circuitBreaker": pool.circuit_breaker, "preDrain": pool.pre_drain,
-                               "preDrain.hook": pool.pre_drain.hook}
+                               "preDrain.hook": pool.pre_drain.hook, "slurm": pool.slurm}
     return holders[group]
 
 
@@ -191,19 +191,9 @@ def _check_settings(pool: PoolConfig, where: str) -> None:
                 raise PoolConfigError(f"{where}: {why}")
 
 
-def _written(holder: Any, group: str) -> dict[str, Any]:
-    """The settings of one object of the spec, as the spec writes them (the table's order)."""
-    return {s.key: s.written(getattr(holder, s.attr)) for s in pool_fields.settings_of(group)}
-
-
 def _keys(group: str, *structured: str) -> set[str]:
     """The keys one object of the spec takes (the field table's), and ``structured``."""
     return {*pool_fields.keys_of(group), *structured}
-
-
-def _given(raw: Mapping[str, Any], group: str) -> dict[str, Any]:
-    """The settings of ``group`` that ``raw`` gives, by attribute (the rest take their defaults)."""
-    return {s.attr: raw[s.key] for s in pool_fields.settings_of(group) if s.key in raw}
 
 
 def _check_pre_drain(pd: PreDrain, where: str) -> None:
@@ -312,10 +302,11 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         raise PoolConfigError(str(e)) from None
     return PoolConfig(
         name=raw["name"],
-        **_given(raw, ""), **_given(drain, "drain"), **_given(esc, "escalation"), **_given(budget, "attemptBudget"),
+        **pool_fields.given(raw, ""), **pool_fields.given(drain, "drain"), **pool_fields.given(esc, "escalation"),
+        **pool_fields.given(budget, "attemptBudget"),
         fault_classes=_take(raw.get("faultClasses", {}), set(FaultClass), f"{where}: faultClasses"),
         repair_codes=_mapping(raw.get("repairCodes", {}), f"{where}: repairCodes"),
-        circuit_breaker=CircuitBreaker(**_given(cb, "circuitBreaker")),
+        circuit_breaker=CircuitBreaker(**pool_fields.given(cb, "circuitBreaker")),
         provider=provider,
         node_selector=raw.get("nodeSelector"),
         nodes=Nodes(
@@ -340,27 +331,27 @@ def _pre_drain_from(data: Any, where: str) -> PreDrain:
         if not isinstance(command, list):
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                                   "(the program and its arguments)")
-        hook = PreDrainHook(url=h.get("url", ""), command=tuple(command), **_given(h, "preDrain.hook"))
-    return PreDrain(**_given(raw, "preDrain"), hook=hook)
+        hook = PreDrainHook(url=h.get("url", ""), command=tuple(command), **pool_fields.given(h, "preDrain.hook"))
+    return PreDrain(**pool_fields.given(raw, "preDrain"), hook=hook)
 
 
 def pre_drain_spec(pd: PreDrain) -> dict[str, Any]:
     """``spec.preDrain`` with every default written out."""
-    spec = _written(pd, "preDrain")
+    spec = pool_fields.spec_of(pd, "preDrain")
     if pd.hook is not None:
         hook: dict[str, Any] = {"url": pd.hook.url} if pd.hook.url else {"command": list(pd.hook.command)}
-        spec["hook"] = {**hook, **_written(pd.hook, "preDrain.hook")}
+        spec["hook"] = {**hook, **pool_fields.spec_of(pd.hook, "preDrain.hook")}
     return spec
 
 
 def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     """The ``GpuNodePool.spec`` the controller reads; every default written out, so git diffs show it."""
     spec: dict[str, Any] = {
-        **_written(pool, ""),
+        **pool_fields.spec_of(pool, ""),
         "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
         "repairCodes": {key: action.value for key, action in sorted(pool.repair_codes.items())},
-        "circuitBreaker": _written(pool.circuit_breaker, "circuitBreaker"),
-        **{group: _written(pool, group) for group in ("drain", "escalation", "attemptBudget")},
+        "circuitBreaker": pool_fields.spec_of(pool.circuit_breaker, "circuitBreaker"),
+        **{group: pool_fields.spec_of(pool, group) for group in ("drain", "escalation", "attemptBudget")},
         "preDrain": pre_drain_spec(pool.pre_drain),
         "slurm": slurm_spec(pool.slurm),
     }

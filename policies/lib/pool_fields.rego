@@ -72,6 +72,21 @@ pool_fields := {
 			],
 			"rule": "pool-pre-drain",
 		},
+		"slurm": {
+			"at": [
+				"slurm",
+			],
+			"keys": [
+				"enabled",
+				"signal",
+				"signalTo",
+				"signalLeadSeconds",
+				"requeue",
+				"actOnExternalDrains",
+				"nodeName",
+			],
+			"rule": "pool-slurm",
+		},
 	},
 	"not_above": [
 		{
@@ -145,6 +160,7 @@ pool_fields := {
 				"propose",
 				"off",
 			],
+			"words": "auto, propose, off",
 		},
 		"drain.replaceDeadlineSeconds": {
 			"at": [
@@ -235,6 +251,77 @@ pool_fields := {
 			"kind": "integer",
 			"minimum": 0,
 			"rule": "pool-pre-drain",
+		},
+		"slurm.actOnExternalDrains": {
+			"at": [
+				"slurm",
+				"actOnExternalDrains",
+			],
+			"default": false,
+			"kind": "boolean",
+			"rule": "pool-slurm",
+		},
+		"slurm.enabled": {
+			"at": [
+				"slurm",
+				"enabled",
+			],
+			"default": false,
+			"kind": "boolean",
+			"rule": "pool-slurm",
+		},
+		"slurm.requeue": {
+			"at": [
+				"slurm",
+				"requeue",
+			],
+			"default": true,
+			"kind": "boolean",
+			"rule": "pool-slurm",
+		},
+		"slurm.signal": {
+			"at": [
+				"slurm",
+				"signal",
+			],
+			"default": "TERM",
+			"kind": "enum",
+			"rule": "pool-slurm",
+			"values": [
+				"",
+				"TERM",
+				"USR1",
+				"USR2",
+				"INT",
+				"HUP",
+				"QUIT",
+			],
+			"words": "\"\", TERM, USR1, USR2, INT, HUP, QUIT",
+		},
+		"slurm.signalLeadSeconds": {
+			"at": [
+				"slurm",
+				"signalLeadSeconds",
+			],
+			"default": 60,
+			"kind": "integer",
+			"minimum": 0,
+			"rule": "pool-slurm",
+		},
+		"slurm.signalTo": {
+			"at": [
+				"slurm",
+				"signalTo",
+			],
+			"default": "steps",
+			"kind": "enum",
+			"rule": "pool-slurm",
+			"values": [
+				"steps",
+				"batch",
+				"all",
+			],
+			"words": "steps, batch, all",
 		},
 	},
 }

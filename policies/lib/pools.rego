@@ -58,7 +58,7 @@ _boolean_problems(b) := set() if {
 
 _enum_problems(s, value) := set() if {
 	value in s.values
-} else := {sprintf("%v is not one of %s", [value, concat(", ", s.values)])}
+} else := {sprintf("%v is not one of %s", [value, s.words])}
 
 _names_problems(s, names) := {sprintf("%v must be a list of names", [names])} if {
 	not is_array(names)

@@ -63,7 +63,7 @@ def values_of(s: Setting) -> list[tuple[Any, bool]]:
     if s.kind == Kind.BOOLEAN:
         return [(True, True), (False, True), ("true", False), (1, False)]
     if s.kind == Kind.ENUM:
-        return [*((v, True) for v in s.values), ("sometimes", False), (s.values[0].upper(), False),
+        return [*((v, True) for v in s.values), ("sometimes", False), (s.values[-1].swapcase(), False),
                 (False, False)]  # an unquoted YAML `off` reads as false
     return [([], True), (["slurm"], True), (["a", "b-1", "x" * 40], True), ("slurm", False), (["Slurm"], False),
             (["x" * 41], False), (["a", "a"], False), ([1], False), (["-a"], False)]
