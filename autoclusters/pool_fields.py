@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -181,7 +181,6 @@ class NotAbove:
 
     lesser: Setting
     greater: Setting
-    why: str = field(default="", compare=False)  # a comment for readers: what breaks otherwise
 
     def __post_init__(self) -> None:
         if self.lesser.group != self.greater.group or {self.lesser.kind, self.greater.kind} != {Kind.INTEGER}:
@@ -190,6 +189,10 @@ class NotAbove:
     @property
     def group(self) -> str:
         return self.lesser.group
+
+    @property
+    def settings(self) -> tuple[Setting, Setting]:
+        return self.lesser, self.greater
 
     @property
     def message(self) -> str:
@@ -213,6 +216,55 @@ class NotAbove:
 
     def rego(self) -> dict[str, Any]:
         return {"lesser": self.lesser.path, "greater": self.greater.path, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class Excludes:
+    """Two boolean settings that may not both be true (in any objects of the spec)."""
+
+    first: Setting
+    second: Setting
+    why: str  # the message's second half: what would go wrong
+
+    def __post_init__(self) -> None:
+        if {self.first.kind, self.second.kind} != {Kind.BOOLEAN}:
+            raise ValueError(f"{self.first.path} excludes {self.second.path}: two boolean settings")
+
+    @property
+    def group(self) -> str:
+        """The innermost object of the spec that holds both (its CEL rule sits there)."""
+        common: list[str] = []
+        for x, y in zip(self.first.group.split("."), self.second.group.split("."), strict=False):
+            if x != y:
+                break
+            common.append(x)
+        return ".".join(common)
+
+    @property
+    def settings(self) -> tuple[Setting, Setting]:
+        return self.first, self.second
+
+    @property
+    def message(self) -> str:
+        return f"{self.first.path} and {self.second.path} exclude each other: {self.why}"
+
+    @property
+    def rule(self) -> str:
+        return rule_of(self.first.path)
+
+    def cel(self) -> dict[str, str]:
+        def true(s: Setting) -> str:  # the setting is given and true (has() on each object on the way)
+            parts = s.path.split(".")[len(self.group.split(".")) if self.group else 0:]
+            steps = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+            return " && ".join([*(f"has(self.{p})" for p in steps), f"self.{steps[-1]}"])
+
+        return {"rule": f"!({true(self.first)} && {true(self.second)})", "message": self.message}
+
+    def error(self, first: bool, second: bool) -> str:
+        return self.message if first and second else ""
+
+    def rego(self) -> dict[str, Any]:
+        return {"settings": [self.first.path, self.second.path], "rule": self.rule, "message": self.message}
 
 
 # --- the table -----------------------------------------------------------------------------
@@ -276,9 +328,11 @@ SETTINGS: tuple[Setting, ...] = (
     SLURM_ENABLED, SLURM_SIGNAL, SLURM_SIGNAL_TO, SLURM_SIGNAL_LEAD_SECONDS, SLURM_REQUEUE,
     SLURM_ACT_ON_EXTERNAL_DRAINS)
 
-RULES: tuple[NotAbove, ...] = (
+RULES: tuple[NotAbove | Excludes, ...] = (
     # a close threshold above the open one would make the breaker flap
     NotAbove(BREAKER_CLOSE_BELOW_PERCENT, BREAKER_OPEN_ABOVE_PERCENT),
+    Excludes(SLURM_ENABLED, SLINKY, "on a Slinky cluster slurm-operator drains and undrains Slurm itself (from the "
+                                    "cordon reason)"),
 )
 
 # The keys of an object of the table that are not settings: structured parts, with their own
@@ -293,7 +347,7 @@ def settings_of(group: str) -> tuple[Setting, ...]:
     return tuple(s for s in SETTINGS if s.group == group)
 
 
-def rules_of(group: str) -> tuple[NotAbove, ...]:
+def rules_of(group: str) -> tuple[NotAbove | Excludes, ...]:
     return tuple(r for r in RULES if r.group == group)
 
 
@@ -333,7 +387,8 @@ def rego_data() -> dict[str, Any]:
     return {
         "settings": {s.path: s.rego() for s in SETTINGS},
         "groups": {g: {"at": g.split("."), "rule": rule_of(g), "keys": list(keys_of(g))} for g in groups()},
-        "not_above": [r.rego() for r in RULES],
+        "not_above": [r.rego() for r in RULES if isinstance(r, NotAbove)],
+        "excludes": [r.rego() for r in RULES if isinstance(r, Excludes)],
     }
 
 
@@ -353,7 +408,9 @@ def docs_table() -> str:
         words = re.sub(r"(\S*<[^>]+>\S*)", r"`\1`", s.description)  # <domain> is code, not HTML
         lines.append(f"| `{s.path}` | {default} | {s.allowed()} | {words} |")
     for r in RULES:
-        lines.append(f"| `{r.lesser.path}` ≤ `{r.greater.path}` | — | — | {r.message} |")
+        shown = (f"`{r.lesser.path}` ≤ `{r.greater.path}`" if isinstance(r, NotAbove)
+                 else f"not both `{r.first.path}` and `{r.second.path}`")
+        lines.append(f"| {shown} | — | — | {r.message} |")
     return "\n".join(lines)
 
 

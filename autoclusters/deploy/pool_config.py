@@ -158,9 +158,6 @@ class PoolConfig:
             self.slurm.check(where)
         except SlurmSpecError as e:
             raise PoolConfigError(str(e)) from None
-        if self.slurm.enabled and self.pre_drain.slinky:
-            raise PoolConfigError(f"{where}: slurm.enabled and preDrain.slinky exclude each other: on a Slinky "
-                                  "cluster slurm-operator drains and undrains Slurm itself (from the cordon reason)")
         _check_pre_drain(self.pre_drain, where)
 
 
@@ -185,8 +182,10 @@ def _check_settings(pool: PoolConfig, where: str) -> None:
             if why:
                 raise PoolConfigError(f"{where}: {setting.path} {why}")
             object.__setattr__(holder, setting.attr, setting.parse(value))
-        for rule in pool_fields.rules_of(group):
-            why = rule.error(getattr(holder, rule.lesser.attr), getattr(holder, rule.greater.attr))
+    for rule in pool_fields.RULES:
+        holders = [_holder(pool, s.group) for s in rule.settings]
+        if None not in holders:
+            why = rule.error(*(getattr(h, s.attr) for h, s in zip(holders, rule.settings, strict=True)))
             if why:
                 raise PoolConfigError(f"{where}: {why}")
 

@@ -6,6 +6,16 @@
 package autoclusters.lib.pool_fields
 
 pool_fields := {
+	"excludes": [
+		{
+			"message": "slurm.enabled and preDrain.slinky exclude each other: on a Slinky cluster slurm-operator drains and undrains Slurm itself (from the cordon reason)",
+			"rule": "pool-slurm",
+			"settings": [
+				"slurm.enabled",
+				"preDrain.slinky",
+			],
+		},
+	],
 	"groups": {
 		"attemptBudget": {
 			"at": [

@@ -22,7 +22,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
-pool_violations(obj, cfg) := (((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | provider_violations(obj)) | hook_violations(obj) if {
+pool_violations(obj, cfg) := ((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -119,6 +119,16 @@ not_above_violations(obj) := {v |
 	_in_range(greater, hi)
 	lesser > greater
 	v := {"rule": r.rule, "msg": sprintf("spec.%s %v must not exceed %s %v", [r.lesser, lesser, hi.at[count(hi.at) - 1], greater])}
+}
+
+# Two booleans that may not both be true (a missing one takes its default, as in the CRD).
+excludes_violations(obj) := {v |
+	spec := object.get(obj, "spec", {})
+	some r in pool_fields.excludes
+	every path in r.settings {
+		object.get(spec, pool_fields.settings[path].at, pool_fields.settings[path].default) == true
+	}
+	v := {"rule": r.rule, "msg": sprintf("spec: %s", [r.message])}
 }
 
 # --- the structured parts of the spec ---------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoclusters import pool_fields
-from autoclusters.pool_fields import Kind, Setting
+from autoclusters.pool_fields import Excludes, Kind, NotAbove, Setting
 
 HOOK_URL = "https://example.test/hook"  # a hook needs a url or a command
 
@@ -44,6 +44,8 @@ def partner(setting: Setting) -> dict[str, Any]:
     """The other settings of a rule, set so that any valid value of ``setting`` keeps it."""
     spec: dict[str, Any] = {}
     for rule in pool_fields.RULES:
+        if not isinstance(rule, NotAbove):
+            continue  # an Excludes rule's other setting defaults to false
         if rule.lesser is setting:
             put(spec, rule.greater.path, rule.greater.maximum)
         elif rule.greater is setting:
@@ -75,6 +77,12 @@ def cases() -> list[Case]:
         for value, valid in values_of(s):
             out.append(Case(f"{s.path}={value!r}", put(partner(s), s.path, value), valid, "" if valid else s.rule))
     for rule in pool_fields.RULES:
+        if isinstance(rule, Excludes):
+            a, b = rule.first.path, rule.second.path
+            out += [Case(f"{a} and {b} true", put(put({}, a, True), b, True), False, rule.rule),
+                    Case(f"{a} true, {b} false", put(put({}, a, True), b, False), True, ""),
+                    Case(f"{a} false, {b} true", put(put({}, a, False), b, True), True, "")]
+            continue
         lo, hi = rule.lesser, rule.greater
         assert lo.minimum is not None and hi.maximum is not None
         out += [

@@ -45,7 +45,7 @@ def test_the_cases_cover_every_setting_rule_and_object_both_ways() -> None:
         verdicts = {c.valid for c in CASES if c.name.startswith(f"{s.path}=")}
         assert verdicts == {True, False}, s.path
     for r in pool_fields.RULES:
-        assert {c.valid for c in CASES if c.name.startswith(r.lesser.path + " ")} == {True, False}
+        assert {c.valid for c in CASES if c.name.startswith(r.settings[0].path + " ")} == {True, False}
     for group in pool_fields.groups():
         assert {c.valid for c in CASES if c.name.startswith(f"{group}=")} == {True, False}
     assert any(c.name == "drain.resetDeadlineSeconds=0" and not c.valid for c in CASES)  # issue 27's case
