@@ -338,6 +338,8 @@ RULES: tuple[NotAbove | Excludes, ...] = (
 # The keys of an object of the table that are not settings: structured parts, with their own
 # checks in the parser, the CRD and the Rego. Every other key of a table object is unknown.
 OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command"), "slurm": ("nodeName",)}
+# preDrain.hook.url (the hook's other form is a command: a non-empty list of non-empty strings).
+HOOK_URL_PATTERN = r"^https?://\S+$"
 
 INTEGERS = tuple(s for s in SETTINGS if s.kind == Kind.INTEGER)
 
@@ -389,6 +391,7 @@ def rego_data() -> dict[str, Any]:
         "groups": {g: {"at": g.split("."), "rule": rule_of(g), "keys": list(keys_of(g))} for g in groups()},
         "not_above": [r.rego() for r in RULES if isinstance(r, NotAbove)],
         "excludes": [r.rego() for r in RULES if isinstance(r, Excludes)],
+        "hook_url_pattern": HOOK_URL_PATTERN,
     }
 
 

@@ -78,7 +78,7 @@ def pool_schema() -> dict[str, Any]:
         "preDrain": _obj({
             **_settings("preDrain"),
             "hook": _obj({
-                "url": {"type": "string", "pattern": "^https?://\\S+$"},
+                "url": {"type": "string", "pattern": pool_fields.HOOK_URL_PATTERN},
                 "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
                 **_settings("preDrain.hook"),
             }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",

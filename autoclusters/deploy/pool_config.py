@@ -201,8 +201,7 @@ def _check_pre_drain(pd: PreDrain, where: str) -> None:
         return
     if bool(hook.url) == bool(hook.command):
         raise PoolConfigError(f"{where}: preDrain.hook needs exactly one of url or command")
-    if hook.url and (not isinstance(hook.url, str) or not hook.url.startswith(("http://", "https://"))
-                     or any(c.isspace() for c in hook.url)):
+    if hook.url and (not isinstance(hook.url, str) or not re.match(pool_fields.HOOK_URL_PATTERN, hook.url)):
         raise PoolConfigError(f"{where}: preDrain.hook.url {hook.url!r} must be an http:// or https:// URL")
     if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
         raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
@@ -326,11 +325,13 @@ def _pre_drain_from(data: Any, where: str) -> PreDrain:
     hook = None
     if raw.get("hook") is not None:
         h = _take(raw["hook"], _keys("preDrain.hook"), f"{where}: preDrain.hook")
-        command = h.get("command", [])
-        if not isinstance(command, list):
+        url, command = h.get("url"), h.get("command")  # each, when given, as the CRD takes it
+        if command is not None and (not isinstance(command, list) or not command):
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                                   "(the program and its arguments)")
-        hook = PreDrainHook(url=h.get("url", ""), command=tuple(command), **pool_fields.given(h, "preDrain.hook"))
+        if url is not None and not (isinstance(url, str) and re.match(pool_fields.HOOK_URL_PATTERN, url)):
+            raise PoolConfigError(f"{where}: preDrain.hook.url {url!r} must be an http:// or https:// URL")
+        hook = PreDrainHook(url=url or "", command=tuple(command or ()), **pool_fields.given(h, "preDrain.hook"))
     return PreDrain(**pool_fields.given(raw, "preDrain"), hook=hook)
 
 

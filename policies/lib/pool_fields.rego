@@ -98,6 +98,7 @@ pool_fields := {
 			"rule": "pool-slurm",
 		},
 	},
+	"hook_url_pattern": "^https?://\\S+$",
 	"not_above": [
 		{
 			"greater": "circuitBreaker.openAbovePercent",

@@ -168,12 +168,36 @@ _repair_code_violation(key, action) := {
 	not action in repair_actions
 }
 
-# The pre-drain hook is a URL or a command, not both.
+# The pre-drain hook is a URL or a command (a non-empty list of non-empty strings), not both.
 hook_violations(obj) := {v |
 	hook := obj.spec.preDrain.hook
 	is_object(hook)
+	some msg in _hook_problems(hook)
+	v := {"rule": "pool-pre-drain", "msg": msg}
+}
+
+_hook_problems(hook) := {"spec.preDrain.hook needs exactly one of url or command"} if {
 	count({k | some k in ["url", "command"]; object.get(hook, k, null) != null}) != 1
-	v := {"rule": "pool-pre-drain", "msg": "spec.preDrain.hook needs exactly one of url or command"}
+} else := {sprintf("spec.preDrain.hook.url %v must be an http:// or https:// URL", [hook.url])} if {
+	hook.url != null
+	not _hook_url(hook.url)
+} else := {sprintf("spec.preDrain.hook.command %v must be a list of non-empty strings", [hook.command])} if {
+	hook.command != null
+	not _hook_command(hook.command)
+}
+
+_hook_url(url) if {
+	is_string(url)
+	regex.match(pool_fields.hook_url_pattern, url)
+}
+
+_hook_command(command) if {
+	is_array(command)
+	count(command) > 0
+	every arg in command {
+		is_string(arg)
+		arg != ""
+	}
 }
 
 # spec.provider: the provider types and their settings come from policies/lib/providers.rego,

@@ -26,6 +26,11 @@ class Case:
     spec: dict[str, Any]
     valid: bool
     rule: str  # the policy rule that refuses it ("" for a valid case)
+    field: str = ""  # the word a refusal names; default: the last key of the path the name starts with
+
+    def __post_init__(self) -> None:
+        if not self.field:
+            object.__setattr__(self, "field", self.name.split("=")[0].split(" ")[0].rsplit(".", 1)[-1])
 
 
 def put(spec: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -97,4 +102,33 @@ def cases() -> list[Case]:
         out += [Case(f"{group}={{}}", put({}, group, {}), True, ""),
                 Case(f"{group}='x'", put({}, group, "x"), False, pool_fields.rule_of(group)),
                 Case(f"{group}.unknownKey=1", put({}, f"{group}.unknownKey", 1), False, pool_fields.rule_of(group))]
-    return out
+    return out + structured()
+
+
+def structured() -> list[Case]:
+    """The structured parts the three check by their own code: the hook, the per-class actions,
+    the repair codes."""
+    def hook(h: dict[str, Any]) -> dict[str, Any]:
+        return {"preDrain": {"hook": h}}
+
+    pre, classes, codes = "pool-pre-drain", "pool-fault-class-action", "pool-repair-codes"
+    return [
+        Case("preDrain.hook.command=['/bin/x', '-v']", hook({"command": ["/bin/x", "-v"]}), True, ""),
+        Case("preDrain.hook.url='http://x/y'", hook({"url": "http://x/y"}), True, ""),
+        Case("preDrain.hook.url='ftp://x'", hook({"url": "ftp://x"}), False, pre),
+        Case("preDrain.hook.url='https://a b'", hook({"url": "https://a b"}), False, pre),
+        Case("preDrain.hook.url=''", hook({"url": ""}), False, pre),
+        Case("preDrain.hook.url='' with a command", hook({"url": "", "command": ["x"]}), False, pre),
+        Case("preDrain.hook.url=5", hook({"url": 5}), False, pre),
+        Case("preDrain.hook.command=[]", hook({"command": []}), False, pre),
+        Case("preDrain.hook.command=['']", hook({"command": [""]}), False, pre),
+        Case("preDrain.hook.command='x'", hook({"command": "x"}), False, pre),
+        Case("preDrain.hook with url and command", hook({"url": HOOK_URL, "command": ["x"]}), False, pre),
+        Case("preDrain.hook with neither", hook({"timeoutSeconds": 5}), False, pre),
+        Case("faultClasses.gpu='off'", {"faultClasses": {"gpu": "off"}}, True, ""),
+        Case("faultClasses.gpu='reboot'", {"faultClasses": {"gpu": "reboot"}}, False, classes),
+        Case("faultClasses.disk='reset'", {"faultClasses": {"disk": "reset"}}, False, classes),
+        Case("repairCodes.gpu:13='reset'", {"repairCodes": {"gpu:13": "reset"}}, True, ""),
+        Case("repairCodes.gpu:13='reboot'", {"repairCodes": {"gpu:13": "reboot"}}, False, codes, field="gpu:13"),
+        Case("repairCodes.disk:1='reset'", {"repairCodes": {"disk:1": "reset"}}, False, codes, field="repairCodes"),
+    ]
