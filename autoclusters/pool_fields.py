@@ -1,11 +1,12 @@
 """The pool's field table: every scalar setting of ``GpuNodePool.spec``, declared once.
 
-Each ``Setting`` gives its path in the spec, its kind, default, limits and description;
-``NotAbove`` is a rule between two settings of one object (``closeBelowPercent`` may not
-exceed ``openAbovePercent``). Everything else is derived from this table:
+Each ``Setting`` gives its path in the spec, its kind, default, limits and description; a rule
+between settings is a ``NotAbove`` (``closeBelowPercent`` may not exceed ``openAbovePercent``)
+or an ``Excludes`` (two booleans that may not both be true). Everything else is derived from
+this table:
 
-- the strict parser and the writer (``deploy/pool_config.py``: the keys each object of the
-  spec takes, the checks, the spec written with every default),
+- the strict parser and the writer (``deploy/pool_config.py``, ``deploy/pool_slurm.py``: the
+  keys each object of the spec takes, the checks, the spec written with every default),
 - the CRD schema with its CEL rules (``deploy/crds.py``),
 - the Rego data the pool policy checks generically (``policies/lib/pool_fields.rego``,
   generated from ``rego_data`` by ``make manifests``),
@@ -16,8 +17,9 @@ through the parser and ``opa eval``, ``tests/integration/test_pool_fields_crd.py
 API server: the three accept exactly the same pools.
 
 The structured parts of the spec (``faultClasses``, ``repairCodes``, ``nodeSelector``,
-``preDrain.hook``'s ``url`` and ``command``, ``provider``, ``slurm``) keep their own code:
-each is a map, a selector, a choice between two keys or a plug-in's settings, not one value.
+``preDrain.hook``'s ``url`` and ``command``, ``slurm.nodeName``, ``provider``) keep their own
+code: each is a map, a selector, a choice between two keys or a plug-in's settings, not one
+value (``OTHER_KEYS`` names those inside the table's objects).
 
 This module is plumbing (rank 0): it imports the enums of ``api`` and nothing else.
 """
@@ -38,7 +40,7 @@ class Kind(StrEnum):
 
     INTEGER = "integer"  # a whole number in minimum..maximum
     BOOLEAN = "boolean"
-    ENUM = "enum"  # one value of a StrEnum of api.py
+    ENUM = "enum"  # one value of a StrEnum of api.py, or of a list of choices
     NAMES = "names"  # a list of distinct strings, each matching a pattern
 
 
