@@ -385,6 +385,21 @@ def spec_of(holder: Any, group: str) -> dict[str, Any]:
     return {s.key: s.written(getattr(holder, s.attr)) for s in settings_of(group)}
 
 
+# --- label selectors (spec.nodeSelector, slurm.nodeName) ---------------------------------
+# The syntax of Kubernetes label keys (a name of at most 63 characters with an optional DNS
+# subdomain prefix) and values (at most 63 characters), as k8s.io/apimachinery's validation
+# (IsQualifiedName, IsValidLabelValue) defines them; "[.]" rather than an escaped dot, so that a
+# pattern reads the same in Python, RE2 (the CRD, OPA) and a CEL string.
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")  # a matchExpressions operator
+SELECTOR_OPERATORS_WITH_VALUES = ("In", "NotIn")  # these need values; the others take none
+# The most matchLabels a pool's selector takes: the bound that keeps the CRD's CEL check of
+# every key within the API server's cost budget (a pool selects on a few labels).
+SELECTOR_MAX_LABELS = 64
+
+
 # --- derived forms -------------------------------------------------------------------------
 def rego_data() -> dict[str, Any]:
     """What the pool policy checks generically (policies/lib/pools.rego)."""
@@ -394,6 +409,9 @@ def rego_data() -> dict[str, Any]:
         "not_above": [r.rego() for r in RULES if isinstance(r, NotAbove)],
         "excludes": [r.rego() for r in RULES if isinstance(r, Excludes)],
         "hook_url_pattern": HOOK_URL_PATTERN,
+        "selector": {"key_pattern": LABEL_KEY_PATTERN, "value_pattern": LABEL_VALUE_PATTERN,
+                     "operators": list(SELECTOR_OPERATORS), "with_values": list(SELECTOR_OPERATORS_WITH_VALUES),
+                     "max_labels": SELECTOR_MAX_LABELS},
     }
 
 

@@ -42,13 +42,21 @@ def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "properties": props, **extra}
 
 
+_WITH_VALUES = ", ".join(f"'{o}'" for o in pool_fields.SELECTOR_OPERATORS_WITH_VALUES)
 _SELECTOR = _obj({
-    "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "matchLabels": {"type": "object", "maxProperties": pool_fields.SELECTOR_MAX_LABELS,
+                    "additionalProperties": {"type": "string", "pattern": pool_fields.LABEL_VALUE_PATTERN},
+                    "x-kubernetes-validations": [{
+                        "rule": f"self.all(k, k.matches('{pool_fields.LABEL_KEY_PATTERN}'))",
+                        "message": "matchLabels keys are label keys"}]},
     "matchExpressions": {"type": "array", "items": _obj({
-        "key": {"type": "string"},
-        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-        "values": {"type": "array", "items": {"type": "string"}},
-    }, required=["key", "operator"])},
+        "key": {"type": "string", "pattern": pool_fields.LABEL_KEY_PATTERN},
+        "operator": {"type": "string", "enum": list(pool_fields.SELECTOR_OPERATORS)},
+        "values": {"type": "array", "items": {"type": "string", "pattern": pool_fields.LABEL_VALUE_PATTERN}},
+    }, required=["key", "operator"], **{"x-kubernetes-validations": [{
+        "rule": f"(self.operator in [{_WITH_VALUES}]) == (has(self.values) && size(self.values) > 0)",
+        "message": "the operators " + ", ".join(pool_fields.SELECTOR_OPERATORS_WITH_VALUES) + " need values, "
+                   "the others take none"}]})},
 }, description="Nodes of the pool (see docs/operations.md for the membership rule); default: nodes whose "
                "pool label equals the pool's name.",
     **{"x-kubernetes-validations": [{

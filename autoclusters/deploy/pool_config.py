@@ -38,9 +38,8 @@ from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(pool_fields.LABEL_VALUE_PATTERN)
+_LABEL_KEY = re.compile(pool_fields.LABEL_KEY_PATTERN)
 
 
 class PoolConfigError(ValueError):
@@ -221,9 +220,6 @@ def _positive(value: Any, where: str) -> None:
         raise PoolConfigError(f"{where} must be an integer >= 1, got {value!r}")
 
 
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
 def _label_selector(value: Any, where: str) -> dict[str, Any]:
     """A pool's ``nodeSelector``: a Kubernetes label selector that selects something.
 
@@ -235,6 +231,9 @@ def _label_selector(value: Any, where: str) -> dict[str, Any]:
     labels = sel.get("matchLabels") or {}
     if not isinstance(labels, Mapping):
         raise PoolConfigError(f"{where}.matchLabels must be a mapping of label keys to values")
+    if len(labels) > pool_fields.SELECTOR_MAX_LABELS:
+        raise PoolConfigError(f"{where}.matchLabels has {len(labels)} labels, at most "
+                              f"{pool_fields.SELECTOR_MAX_LABELS} are allowed")
     for key, val in labels.items():
         if not isinstance(key, str) or not _LABEL_KEY.match(key):
             raise PoolConfigError(f"{where}.matchLabels key {key!r} is not a label key")
@@ -247,15 +246,16 @@ def _label_selector(value: Any, where: str) -> dict[str, Any]:
         e = _take(raw, {"key", "operator", "values"}, f"{where}.matchExpressions[{i}]")
         if not isinstance(e.get("key"), str) or not _LABEL_KEY.match(e["key"]):
             raise PoolConfigError(f"{where}.matchExpressions[{i}].key {e.get('key')!r} is not a label key")
-        if e.get("operator") not in _SELECTOR_OPERATORS:
+        if e.get("operator") not in pool_fields.SELECTOR_OPERATORS:
             raise PoolConfigError(f"{where}.matchExpressions[{i}].operator must be one of "
-                                  f"{'|'.join(_SELECTOR_OPERATORS)}, got {e.get('operator')!r}")
+                                  f"{'|'.join(pool_fields.SELECTOR_OPERATORS)}, got {e.get('operator')!r}")
         values = e.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise PoolConfigError(f"{where}.matchExpressions[{i}].values must be a list of strings")
-        if (e["operator"] in ("In", "NotIn")) != bool(values):
+        if not isinstance(values, list) or not all(isinstance(v, str) and _LABEL_VALUE.match(v) for v in values):
+            raise PoolConfigError(f"{where}.matchExpressions[{i}].values must be a list of label values")
+        needs = e["operator"] in pool_fields.SELECTOR_OPERATORS_WITH_VALUES
+        if needs != bool(values):
             raise PoolConfigError(f"{where}.matchExpressions[{i}]: operator {e['operator']} "
-                                  + ("needs values" if e["operator"] in ("In", "NotIn") else "takes no values"))
+                                  + ("needs values" if needs else "takes no values"))
     if not labels and not exprs:
         raise PoolConfigError(f"{where} is empty, which would select every node; give matchLabels or "
                               "matchExpressions, or leave nodeSelector out to use the pool label")

@@ -16,8 +16,7 @@ from typing import Any
 from autoclusters import pool_fields
 from autoclusters.api import SignalTarget as SignalTarget  # the bridge names it here
 
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_KEY = re.compile(pool_fields.LABEL_KEY_PATTERN)
 
 
 class SlurmSpecError(ValueError):
@@ -70,6 +69,11 @@ def slurm_from_config(data: Any, where: str) -> SlurmPolicy:
     mapping = data.get("nodeName") or {}
     if not isinstance(mapping, Mapping) or set(mapping) - {"fromLabel", "fromAnnotation"}:
         raise SlurmSpecError(f"{where}: slurm.nodeName takes fromLabel or fromAnnotation, got {mapping!r}")
+    if len(mapping) > 1:  # given, even empty (as the CRD counts them)
+        raise SlurmSpecError(f"{where}: slurm.nodeName takes one of fromLabel or fromAnnotation")
+    for label, key in mapping.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise SlurmSpecError(f"{where}: slurm.nodeName.{label} {key!r} is not a label/annotation key")
     policy = SlurmPolicy(**pool_fields.given(data, "slurm"), node_name_label=mapping.get("fromLabel", ""),
                          node_name_annotation=mapping.get("fromAnnotation", ""))
     policy.check(where)
@@ -94,7 +98,8 @@ def slurm_schema() -> dict[str, Any]:
         "properties": {
             **{s.key: s.schema() for s in pool_fields.settings_of("slurm")},
             "nodeName": {"type": "object",
-                         "properties": {"fromLabel": {"type": "string"}, "fromAnnotation": {"type": "string"}},
+                         "properties": {k: {"type": "string", "pattern": pool_fields.LABEL_KEY_PATTERN}
+                                        for k in ("fromLabel", "fromAnnotation")},
                          "description": "Where the Slurm node's name is; default: the Kubernetes node's name.",
                          "x-kubernetes-validations": [{
                              "rule": "!(has(self.fromLabel) && has(self.fromAnnotation))",

@@ -106,6 +106,21 @@ pool_fields := {
 			"rule": "pool-circuit-breaker",
 		},
 	],
+	"selector": {
+		"key_pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+		"max_labels": 64,
+		"operators": [
+			"In",
+			"NotIn",
+			"Exists",
+			"DoesNotExist",
+		],
+		"value_pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$",
+		"with_values": [
+			"In",
+			"NotIn",
+		],
+	},
 	"settings": {
 		"attemptBudget.maxRepairs": {
 			"at": [

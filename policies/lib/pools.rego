@@ -22,7 +22,7 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
-pool_violations(obj, cfg) := ((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj) if {
+pool_violations(obj, cfg) := ((((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj)) | node_selector_violations(obj)) | node_name_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
@@ -198,6 +198,110 @@ _hook_command(command) if {
 		is_string(arg)
 		arg != ""
 	}
+}
+
+# spec.nodeSelector: a label selector that selects something (an empty one would select every
+# node), of label keys and values, each expression's values as its operator needs.
+node_selector_violations(obj) := {v |
+	sel := obj.spec.nodeSelector
+	some msg in _selector_problems(sel)
+	v := {"rule": "pool-node-selector", "msg": sprintf("spec.nodeSelector%s", [msg])}
+}
+
+_selector_problems(sel) := {sprintf(" %v must be an object", [sel])} if {
+	not is_object(sel)
+} else := (({msg |
+	some key, _ in sel
+	not key in {"matchLabels", "matchExpressions"}
+	msg := sprintf(" has unknown key %v", [key])
+} | _match_labels_problems(object.get(sel, "matchLabels", {}))) | _match_expressions_problems(object.get(sel, "matchExpressions", []))) | {msg |
+	count(object.get(sel, "matchLabels", {})) == 0
+	count(object.get(sel, "matchExpressions", [])) == 0
+	msg := " is empty, which would select every node (leave it out to use the pool label)"
+}
+
+_match_labels_problems(labels) := {sprintf(".matchLabels %v must be an object", [labels])} if {
+	not is_object(labels)
+} else := {sprintf(".matchLabels has %d labels, at most %d are allowed", [count(labels), pool_fields.selector.max_labels])} if {
+	count(labels) > pool_fields.selector.max_labels
+} else := {msg |
+	some key, value in labels
+	some msg in _label_problems(key, value)
+}
+
+_label_problems(key, value) := {sprintf(".matchLabels key %v is not a label key", [key])} if {
+	not regex.match(pool_fields.selector.key_pattern, key)
+} else := {sprintf(".matchLabels value %v for %s is not a label value", [value, key])} if {
+	not _label_value(value)
+} else := set()
+
+_label_value(value) if {
+	is_string(value)
+	regex.match(pool_fields.selector.value_pattern, value)
+}
+
+_match_expressions_problems(exprs) := {sprintf(".matchExpressions %v must be a list", [exprs])} if {
+	not is_array(exprs)
+} else := {msg |
+	some i, e in exprs
+	some problem in _expression_problems(e)
+	msg := sprintf(".matchExpressions[%d]%s", [i, problem])
+}
+
+_expression_problems(e) := {sprintf(" %v must be an object", [e])} if {
+	not is_object(e)
+} else := ((({msg |
+	some key, _ in e
+	not key in {"key", "operator", "values"}
+	msg := sprintf(" has unknown key %v", [key])
+} | {msg |
+	not _label_key(object.get(e, "key", null))
+	msg := sprintf(".key %v is not a label key", [object.get(e, "key", null)])
+}) | {msg |
+	not object.get(e, "operator", null) in {o | some o in pool_fields.selector.operators}
+	msg := sprintf(".operator must be one of %s", [concat(", ", pool_fields.selector.operators)])
+}) | {msg |
+	not _expression_values(object.get(e, "values", []))
+	msg := ".values must be a list of label values"
+}) | {msg |
+	needs := object.get(e, "operator", null) in {o | some o in pool_fields.selector.with_values}
+	given := count(object.get(e, "values", [])) > 0
+	needs != given
+	msg := sprintf(": operator %v %s", [e.operator, {true: "needs values", false: "takes no values"}[needs]])
+}
+
+_label_key(key) if {
+	is_string(key)
+	regex.match(pool_fields.selector.key_pattern, key)
+}
+
+_expression_values(values) if {
+	is_array(values)
+	every v in values {
+		_label_value(v)
+	}
+}
+
+# spec.slurm.nodeName: a label or an annotation key, not both.
+node_name_violations(obj) := {v |
+	mapping := obj.spec.slurm.nodeName
+	some msg in _node_name_problems(mapping)
+	v := {"rule": "pool-slurm", "msg": sprintf("spec.slurm.nodeName%s", [msg])}
+}
+
+_node_name_problems(mapping) := {sprintf(" %v must be an object", [mapping])} if {
+	not is_object(mapping)
+} else := {" takes one of fromLabel or fromAnnotation"} if {
+	count({k | some k in ["fromLabel", "fromAnnotation"]; k in object.keys(mapping)}) > 1
+} else := {msg |
+	some key, value in mapping
+	not key in {"fromLabel", "fromAnnotation"}
+	msg := sprintf(" has unknown key %v", [key])
+} | {msg |
+	some key in ["fromLabel", "fromAnnotation"]
+	value := mapping[key]
+	not _label_key(value)
+	msg := sprintf(".%s %v is not a label/annotation key", [key, value])
 }
 
 # spec.provider: the provider types and their settings come from policies/lib/providers.rego,

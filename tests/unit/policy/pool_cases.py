@@ -131,4 +131,55 @@ def structured() -> list[Case]:
         Case("repairCodes.gpu:13='reset'", {"repairCodes": {"gpu:13": "reset"}}, True, ""),
         Case("repairCodes.gpu:13='reboot'", {"repairCodes": {"gpu:13": "reboot"}}, False, codes, field="gpu:13"),
         Case("repairCodes.disk:1='reset'", {"repairCodes": {"disk:1": "reset"}}, False, codes, field="repairCodes"),
+        *_selectors(),
+        *_node_names(),
+    ]
+
+
+def _selectors() -> list[Case]:
+    def sel(name: str, selector: Any, valid: bool, field: str = "nodeSelector") -> Case:
+        return Case(f"nodeSelector {name}", {"nodeSelector": selector}, valid, "" if valid else "pool-node-selector",
+                    field=field)
+
+    def expr(**e: Any) -> dict[str, Any]:
+        return {"matchExpressions": [e]}
+
+    labels, exprs = "matchLabels", "matchExpressions"
+    return [
+        sel("of labels", {labels: {"gpu": "h100", "example.com/pool": "a-1"}}, True),
+        sel("of an In", expr(key="gpu", operator="In", values=["h100", "b200"]), True),
+        sel("of an Exists", expr(key="example.com/gpu", operator="Exists"), True),
+        sel("of no labels and an expression", {labels: {}, **expr(key="gpu", operator="DoesNotExist")}, True),
+        sel("empty", {}, False),
+        sel("of empty parts", {labels: {}, exprs: []}, False),
+        sel("not an object", "gpu=h100", False),
+        sel("with an unknown key", {labels: {"gpu": "h100"}, "matchFields": []}, False, field="matchFields"),
+        sel("with a bad label key", {labels: {"-gpu": "h100"}}, False, field=labels),
+        sel("with a bad label value", {labels: {"gpu": "h 100"}}, False, field=labels),
+        sel("with a label value too long", {labels: {"gpu": "x" * 64}}, False, field=labels),
+        sel("of the most labels", {labels: {f"l{i}": "x" for i in range(pool_fields.SELECTOR_MAX_LABELS)}}, True),
+        sel("of too many labels", {labels: {f"l{i}": "x" for i in range(pool_fields.SELECTOR_MAX_LABELS + 1)}}, False,
+            field=labels),
+        sel("with an operator it does not know", expr(key="gpu", operator="Gt", values=["1"]), False, field=exprs),
+        sel("with an In without values", expr(key="gpu", operator="In"), False, field=exprs),
+        sel("with an Exists with values", expr(key="gpu", operator="Exists", values=["x"]), False, field=exprs),
+        sel("with an expression without a key", expr(operator="Exists"), False, field=exprs),
+        sel("with a bad expression key", expr(key="gpu/", operator="Exists"), False, field=exprs),
+        sel("with a bad expression value", expr(key="gpu", operator="In", values=["a b"]), False, field=exprs),
+    ]
+
+
+def _node_names() -> list[Case]:
+    def named(name: str, mapping: Any, valid: bool) -> Case:
+        return Case(f"slurm.nodeName {name}", {"slurm": {"nodeName": mapping}}, valid, "" if valid else "pool-slurm",
+                    field="nodeName")
+
+    return [
+        named("from a label", {"fromLabel": "slurm.example.com/name"}, True),
+        named("from an annotation", {"fromAnnotation": "slurm-name"}, True),
+        named("from both", {"fromLabel": "a", "fromAnnotation": "b"}, False),
+        named("from a bad key", {"fromLabel": "not a key"}, False),
+        named("from an empty key", {"fromLabel": ""}, False),
+        named("from an empty label and an annotation", {"fromLabel": "", "fromAnnotation": "b"}, False),
+        named("with an unknown key", {"label": "a"}, False),
     ]
