@@ -1,10 +1,13 @@
-"""The API of autoclusters, written once: its objects, enums and the defaults of a pool.
+"""The API of autoclusters, written once: its objects, enums and the controller's defaults.
 
-Everything that names a consent mode, a fault class, a repair action, a phase or a pool
-default takes it from here:
+(A pool's settings, their defaults and ranges, are the pool's field table,
+``autoclusters/pool_fields.py``, which builds on the enums here.)
 
-- the CRD schemas (``deploy/crds.py``: enums, defaults, ranges),
-- the strict pool parser (``deploy/pools.py``) and with it the Pulumi components' args,
+Everything that names a consent mode, a fault class, a repair action or a phase takes it
+from here:
+
+- the CRD schemas (``deploy/crds.py``: enums),
+- the strict pool parser (``deploy/pool_config.py``) and with it the Pulumi components' args,
 - the controller (every module imports the enums from here; its ``RepairPolicy`` and
   ``ControllerConfig`` take their defaults from here) and the CLI's choices,
 - the Rego policies, through ``policies/lib/api.rego``, generated from ``rego_data`` by
@@ -146,6 +149,19 @@ class DriverRecoveryAction(StrEnum):
     DRAIN_AND_RESET = "Drain and Reset"
 
 
+class SignalTarget(StrEnum):
+    """Which processes of a job the Slurm bridge signals (``spec.slurm.signalTo``; scancel's scopes)."""
+
+    STEPS = "steps"  # every job step (srun), not the batch shell: scancel --signal=SIG JOB
+    BATCH = "batch"  # the batch shell only: scancel --batch --signal=SIG JOB
+    ALL = "all"  # the batch shell, its children and every step: scancel --full --signal=SIG JOB
+
+
+# Signals a job may be sent before its requeue (``spec.slurm.signal``; names as scancel takes
+# them, without SIG); "" sends none.
+SLURM_SIGNALS = ("TERM", "USR1", "USR2", "INT", "HUP", "QUIT")
+
+
 class Phase(StrEnum):
     """The phases of a repair (a Remediation's ``status.phase``); docs/controller.md walks them."""
 
@@ -171,59 +187,6 @@ class BreakerState(StrEnum):
 
     CLOSED = "Closed"
     OPEN = "Open"
-
-
-# --- pool defaults and ranges --------------------------------------------------------------
-@dataclass(frozen=True)
-class Limit:
-    """One integer setting of ``GpuNodePool.spec``: its path, default and range."""
-
-    path: str  # in the spec, dotted: "drain.resetDeadlineSeconds"
-    default: int
-    minimum: int
-    maximum: int | None = None
-
-    @property
-    def field(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
-
-    def schema(self) -> dict[str, Any]:
-        s: dict[str, Any] = {"type": "integer", "minimum": self.minimum, "default": self.default}
-        if self.maximum is not None:
-            s["maximum"] = self.maximum
-        return s
-
-    def error(self, value: Any) -> str:
-        """Why ``value`` is not a valid setting ("" when it is)."""
-        if isinstance(value, int) and not isinstance(value, bool) and value >= self.minimum and (
-                self.maximum is None or value <= self.maximum):
-            return ""
-        if self.maximum is not None:
-            return f"must be an integer in {self.minimum}..{self.maximum}, got {value!r}"
-        return f"must be an integer >= {self.minimum}, got {value!r}"
-
-
-MAX_CONCURRENT_REPAIRS = Limit("maxConcurrentRepairs", 1, 1)
-BREAKER_OPEN_ABOVE_PERCENT = Limit("circuitBreaker.openAbovePercent", 30, 1, 100)
-BREAKER_CLOSE_BELOW_PERCENT = Limit("circuitBreaker.closeBelowPercent", 20, 1, 100)
-BREAKER_MIN_NODES = Limit("circuitBreaker.minNodes", 0, 0)
-RESET_DEADLINE_SECONDS = Limit("drain.resetDeadlineSeconds", 300, 1)
-REPLACE_DEADLINE_SECONDS = Limit("drain.replaceDeadlineSeconds", 600, 1)
-REFAULT_WINDOW_SECONDS = Limit("escalation.refaultWindowSeconds", 900, 1)
-RESET_MEMORY_SECONDS = Limit("escalation.resetMemorySeconds", 86400, 1)
-MAX_REPAIRS = Limit("attemptBudget.maxRepairs", 3, 1)
-ATTEMPT_WINDOW_SECONDS = Limit("attemptBudget.windowSeconds", 604800, 1)
-PRE_DRAIN_WAIT_SECONDS = Limit("preDrain.waitSeconds", 120, 0)
-PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1)
-
-POOL_LIMITS = (MAX_CONCURRENT_REPAIRS, BREAKER_OPEN_ABOVE_PERCENT, BREAKER_CLOSE_BELOW_PERCENT, BREAKER_MIN_NODES,
-               RESET_DEADLINE_SECONDS, REPLACE_DEADLINE_SECONDS, REFAULT_WINDOW_SECONDS, RESET_MEMORY_SECONDS,
-               MAX_REPAIRS, ATTEMPT_WINDOW_SECONDS, PRE_DRAIN_WAIT_SECONDS, PRE_DRAIN_HOOK_TIMEOUT_SECONDS)
-
-
-def limits_of(group: str) -> tuple[Limit, ...]:
-    """The settings of one object of the spec (``"drain"``), or its top level (``""``)."""
-    return tuple(lim for lim in POOL_LIMITS if lim.path.rpartition(".")[0] == group)
 
 
 # --- controller defaults (flags of `autoclusters controller run`) --------------------------
@@ -270,9 +233,6 @@ def rego_data() -> dict[str, Any]:
         "pool_kind": POOLS.kind,
         "group_prefix": GROUP_PREFIX,
         "version": VERSION,
-        "limits": {lim.path: {"default": lim.default, "minimum": lim.minimum,
-                              **({"maximum": lim.maximum} if lim.maximum is not None else {})}
-                   for lim in POOL_LIMITS},
     }
 
 
@@ -294,7 +254,7 @@ def generated_rego_module(*, package: str, rule: str, title: str, source: str, t
 def rego_module() -> str:
     """``policies/lib/api.rego``: the data above as a Rego module (a test keeps the file equal)."""
     return generated_rego_module(package="autoclusters.lib.api", rule="api",
-                                 title="The autoclusters API's enums and pool defaults",
+                                 title="The autoclusters API's enums",
                                  source="autoclusters/api.py", test="tests/unit/policy/test_api_parity.py",
                                  data=rego_data())
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import IN_PROGRESS, TERMINAL, Phase, RepairAction
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller import breaker as brk
@@ -128,7 +128,7 @@ class PoolRefusals:
 @dataclass(frozen=True)
 class Settings:
     policy: RepairPolicy
-    attempt_window_default: float = api.ATTEMPT_WINDOW_SECONDS.default
+    attempt_window_default: float = pool_fields.ATTEMPT_WINDOW_SECONDS.default
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run

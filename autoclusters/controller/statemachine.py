@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 import autoclusters.controller.messages as words
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters import names as n
 
 # The enums of the API are written once in autoclusters/api.py; import them from there (mypy's
@@ -205,16 +205,16 @@ class Observation:
 
 @dataclass(frozen=True)
 class RepairPolicy:
-    reset_drain_seconds: float = api.RESET_DEADLINE_SECONDS.default
-    replace_drain_seconds: float = api.REPLACE_DEADLINE_SECONDS.default
-    refault_window_seconds: float = api.REFAULT_WINDOW_SECONDS.default
-    reset_memory_seconds: float = api.RESET_MEMORY_SECONDS.default
-    max_repairs: int = api.MAX_REPAIRS.default
+    reset_drain_seconds: float = pool_fields.RESET_DEADLINE_SECONDS.default
+    replace_drain_seconds: float = pool_fields.REPLACE_DEADLINE_SECONDS.default
+    refault_window_seconds: float = pool_fields.REFAULT_WINDOW_SECONDS.default
+    reset_memory_seconds: float = pool_fields.RESET_MEMORY_SECONDS.default
+    max_repairs: int = pool_fields.MAX_REPAIRS.default
     verify_timeout_seconds: float = api.VERIFY_TIMEOUT_SECONDS
     operation_timeout_seconds: float = api.OPERATION_TIMEOUT_SECONDS
     poll_seconds: float = api.POLL_SECONDS
     hold_recheck_seconds: float = api.HOLD_RECHECK_SECONDS
-    pre_drain_wait_seconds: float = api.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning
+    pre_drain_wait_seconds: float = pool_fields.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning
     acknowledgers: tuple[str, ...] = ()  # node-level preparers the wait is for (e.g. "slurm")
     slinky: bool = False  # the warning also writes Slinky's node-cordon-reason (before the cordon)
     approval_label: str = n.Names().maintenance_approved  # the label the approval message tells users to add

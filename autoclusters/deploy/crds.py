@@ -11,9 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
-from autoclusters.deploy.pool_config import ACKNOWLEDGER_PATTERN, PreDrain
 from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
@@ -23,22 +22,41 @@ def _enum(kind: type[StrEnum], **extra: Any) -> dict[str, Any]:
     return {"type": "string", "enum": [m.value for m in kind], **extra}
 
 
-def _limits(group: str) -> dict[str, Any]:
-    """The integer settings of one object of the pool spec, with default and range (api.POOL_LIMITS)."""
-    return {lim.field: lim.schema() for lim in api.limits_of(group)}
+def _settings(group: str) -> dict[str, Any]:
+    """The settings of one object of the pool spec, from the pool's field table."""
+    return {s.key: s.schema() for s in pool_fields.settings_of(group)}
+
+
+def _rules(group: str, *own: dict[str, str]) -> dict[str, Any]:
+    """The CEL rules of one object of the pool spec: its ``own`` and those of the field table."""
+    rules = [*own, *(r.cel() for r in pool_fields.rules_of(group))]
+    return {"x-kubernetes-validations": rules} if rules else {}
+
+
+def _group(group: str, **extra: Any) -> dict[str, Any]:
+    """An object of the pool spec that holds only settings of the table (absent: every default)."""
+    return _obj(_settings(group), default={}, **_rules(group), **extra)
 
 
 def _obj(props: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "properties": props, **extra}
 
 
+_WITH_VALUES = ", ".join(f"'{o}'" for o in pool_fields.SELECTOR_OPERATORS_WITH_VALUES)
 _SELECTOR = _obj({
-    "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "matchLabels": {"type": "object", "maxProperties": pool_fields.SELECTOR_MAX_LABELS,
+                    "additionalProperties": {"type": "string", "pattern": pool_fields.LABEL_VALUE_PATTERN},
+                    "x-kubernetes-validations": [{
+                        "rule": f"self.all(k, k.matches('{pool_fields.LABEL_KEY_PATTERN}'))",
+                        "message": "matchLabels keys are label keys"}]},
     "matchExpressions": {"type": "array", "items": _obj({
-        "key": {"type": "string"},
-        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-        "values": {"type": "array", "items": {"type": "string"}},
-    }, required=["key", "operator"])},
+        "key": {"type": "string", "pattern": pool_fields.LABEL_KEY_PATTERN},
+        "operator": {"type": "string", "enum": list(pool_fields.SELECTOR_OPERATORS)},
+        "values": {"type": "array", "items": {"type": "string", "pattern": pool_fields.LABEL_VALUE_PATTERN}},
+    }, required=["key", "operator"], **{"x-kubernetes-validations": [{
+        "rule": f"(self.operator in [{_WITH_VALUES}]) == (has(self.values) && size(self.values) > 0)",
+        "message": "the operators " + ", ".join(pool_fields.SELECTOR_OPERATORS_WITH_VALUES) + " need values, "
+                   "the others take none"}]})},
 }, description="Nodes of the pool (see docs/operations.md for the membership rule); default: nodes whose "
                "pool label equals the pool's name.",
     **{"x-kubernetes-validations": [{
@@ -50,8 +68,7 @@ _SELECTOR = _obj({
 
 def pool_schema() -> dict[str, Any]:
     spec = _obj({
-        "consentMode": _enum(ConsentMode, default=api.DEFAULT_CONSENT_MODE.value, description="; ".join(
-            f"{m}: {what}" for m, what in api.CONSENT_MODE_SUMMARY.items()) + "."),
+        **_settings(""),
         "nodeSelector": _SELECTOR,
         "faultClasses": _obj({c.value: _enum(ClassAction, default=ClassAction.DEFAULT.value) for c in FaultClass},
                              description="Per fault class action for the codes that repair; default = the "
@@ -62,37 +79,23 @@ def pool_schema() -> dict[str, Any]:
                         "x-kubernetes-validations": [{
                             "rule": f"self.all(k, k.matches('{api.REPAIR_CODE_PATTERN}'))",
                             "message": "repairCodes keys are <class>:<code>, e.g. gpu:13"}]},
-        **_limits(""),
-        "circuitBreaker": _obj(_limits("circuitBreaker"), default={}, **{"x-kubernetes-validations": [{
-            "rule": "!has(self.closeBelowPercent) || !has(self.openAbovePercent) || "
-                    "self.closeBelowPercent <= self.openAbovePercent",
-            "message": "closeBelowPercent must not exceed openAbovePercent"}]}),
-        "drain": _obj(_limits("drain"), default={}),
-        "escalation": _obj(_limits("escalation"), default={}),
-        "attemptBudget": _obj(_limits("attemptBudget"), default={}),
+        "circuitBreaker": _group("circuitBreaker"),
+        "drain": _group("drain"),
+        "escalation": _group("escalation"),
+        "attemptBudget": _group("attemptBudget"),
         "preDrain": _obj({
-            "waitSeconds": {**api.PRE_DRAIN_WAIT_SECONDS.schema(), "description": (
-                "Longest wait after the warning (node and pod annotations, events, hook) before eviction "
-                "starts; ends early when every acknowledger and every pod labelled drain-wait=true acked.")},
-            "acknowledgers": {"type": "array", "default": [], "items": {
-                "type": "string", "pattern": ACKNOWLEDGER_PATTERN},
-                "description": "Node-level preparers (e.g. slurm) that ack with the node annotation "
-                               "<domain>/drain-ack-<name> = the Remediation's name.",
-                **{"x-kubernetes-list-type": "set"}},
-            "slinky": {"type": "boolean", "default": PreDrain.slinky,
-                       "description": "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning."},
+            **_settings("preDrain"),
             "hook": _obj({
-                "url": {"type": "string", "pattern": "^https?://\\S+$"},
+                "url": {"type": "string", "pattern": pool_fields.HOOK_URL_PATTERN},
                 "command": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-                **_limits("preDrain.hook"),
+                **_settings("preDrain.hook"),
             }, description="Called once with node, fault, record and deadline (HTTP POST or a command).",
-                **{"x-kubernetes-validations": [{
-                    "rule": "has(self.url) != has(self.command)",
-                    "message": "preDrain.hook needs exactly one of url or command"}]}),
-        }, default={}),
+                **_rules("preDrain.hook", {"rule": "has(self.url) != has(self.command)",
+                                           "message": "preDrain.hook needs exactly one of url or command"})),
+        }, default={}, **_rules("preDrain")),
         "provider": provider_schema(),
         "slurm": slurm_schema(),
-    }, default={})
+    }, default={}, **_rules(""))
     status = _obj({
         "nodes": {"type": "integer"},
         "faultyNodes": {"type": "integer"},

@@ -4,6 +4,11 @@ The same configuration arrives three ways (a Pulumi component argument, the stac
 ``autoclusters:pools`` config list, a pool object kept in git), so it is parsed in one place
 with a strict schema: an unknown key or a bad value fails here with a message that names
 the pool and the field, not later as a controller that silently ignores a typo.
+
+Every scalar setting (its key, default, limits, the rules between settings) comes from the
+pool's field table, ``autoclusters/pool_fields.py``: the keys each object of the spec takes,
+the checks and the spec written out are derived from it here. The dataclasses below hold the
+parsed values; each setting's attribute takes the table's default (a unit test checks it).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
@@ -33,9 +38,8 @@ from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(pool_fields.LABEL_VALUE_PATTERN)
+_LABEL_KEY = re.compile(pool_fields.LABEL_KEY_PATTERN)
 
 
 class PoolConfigError(ValueError):
@@ -51,15 +55,9 @@ class NodeBackend(enum.StrEnum):
 
 @dataclass(frozen=True)
 class CircuitBreaker:
-    open_above_percent: int = api.BREAKER_OPEN_ABOVE_PERCENT.default
-    close_below_percent: int = api.BREAKER_CLOSE_BELOW_PERCENT.default
-    min_nodes: int = api.BREAKER_MIN_NODES.default
-
-
-# A pre-drain acknowledger's name: it becomes the annotation key <domain>/drain-ack-<name>.
-# The CRD schema and the pool Rego rule use this same pattern (a unit test compares them).
-ACKNOWLEDGER_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
-_ACKNOWLEDGER = re.compile(ACKNOWLEDGER_PATTERN)
+    open_above_percent: int = pool_fields.BREAKER_OPEN_ABOVE_PERCENT.default
+    close_below_percent: int = pool_fields.BREAKER_CLOSE_BELOW_PERCENT.default
+    min_nodes: int = pool_fields.BREAKER_MIN_NODES.default
 
 
 @dataclass(frozen=True)
@@ -69,17 +67,17 @@ class PreDrainHook:
 
     url: str = ""
     command: tuple[str, ...] = ()
-    timeout_seconds: int = api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS.default
+    timeout_seconds: int = pool_fields.PRE_DRAIN_HOOK_TIMEOUT_SECONDS.default
 
 
 @dataclass(frozen=True)
 class PreDrain:
     """The warning before the drain: how long eviction may wait and for whom."""
 
-    wait_seconds: int = api.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning before eviction
-    acknowledgers: tuple[str, ...] = ()  # node-level preparers, e.g. ("slurm",): <domain>/drain-ack-<name>
+    wait_seconds: int = pool_fields.PRE_DRAIN_WAIT_SECONDS.default  # the longest wait after the warning
+    acknowledgers: tuple[str, ...] = pool_fields.ACKNOWLEDGERS.default  # e.g. ("slurm",): <domain>/drain-ack-<name>
     hook: PreDrainHook | None = None
-    slinky: bool = False  # write Slinky's node-cordon-reason before cordoning
+    slinky: bool = pool_fields.SLINKY.default  # write Slinky's node-cordon-reason before cordoning
 
 
 @dataclass(frozen=True)
@@ -99,17 +97,17 @@ class PoolConfig:
     """One GPU node pool; field names mirror ``GpuNodePool.spec`` in snake case."""
 
     name: str
-    consent_mode: ConsentMode = api.DEFAULT_CONSENT_MODE
+    consent_mode: ConsentMode = pool_fields.CONSENT_MODE.default
     fault_classes: Mapping[str, ClassAction] = field(default_factory=dict)
     repair_codes: Mapping[str, RepairAction] = field(default_factory=dict)  # "gpu:13" -> reset (explicit opt-in)
-    max_concurrent_repairs: int = api.MAX_CONCURRENT_REPAIRS.default
+    max_concurrent_repairs: int = pool_fields.MAX_CONCURRENT_REPAIRS.default
     circuit_breaker: CircuitBreaker = CircuitBreaker()
-    reset_deadline_seconds: int = api.RESET_DEADLINE_SECONDS.default
-    replace_deadline_seconds: int = api.REPLACE_DEADLINE_SECONDS.default
-    refault_window_seconds: int = api.REFAULT_WINDOW_SECONDS.default
-    reset_memory_seconds: int = api.RESET_MEMORY_SECONDS.default
-    max_repairs: int = api.MAX_REPAIRS.default
-    attempt_window_seconds: int = api.ATTEMPT_WINDOW_SECONDS.default
+    reset_deadline_seconds: int = pool_fields.RESET_DEADLINE_SECONDS.default  # drain.*, escalation.* and
+    replace_deadline_seconds: int = pool_fields.REPLACE_DEADLINE_SECONDS.default  # attemptBudget.* live here
+    refault_window_seconds: int = pool_fields.REFAULT_WINDOW_SECONDS.default
+    reset_memory_seconds: int = pool_fields.RESET_MEMORY_SECONDS.default
+    max_repairs: int = pool_fields.MAX_REPAIRS.default
+    attempt_window_seconds: int = pool_fields.ATTEMPT_WINDOW_SECONDS.default
     provider: ProviderChoice = NO_PROVIDER  # none: repairs are held, never guessed
     node_selector: Mapping[str, Any] | None = None
     nodes: Nodes = Nodes()
@@ -120,7 +118,6 @@ class PoolConfig:
         where = f"pool {self.name!r}"
         if not isinstance(self.name, str) or not _DNS_LABEL.match(self.name):
             raise PoolConfigError(f"pool name {self.name!r} must be a DNS label (lower case, digits, '-')")
-        object.__setattr__(self, "consent_mode", _enum(ConsentMode, self.consent_mode, f"{where}: consentMode"))
         actions = {}
         for cls, action in dict(self.fault_classes).items():
             if cls not in set(FaultClass):
@@ -135,21 +132,7 @@ class PoolConfig:
                                       f"{', '.join(FaultClass)} (e.g. gpu:13)")
             codes[key] = _enum(RepairAction, repair, f"{where}: repairCodes.{key}")
         object.__setattr__(self, "repair_codes", codes)
-        cb = self.circuit_breaker
-        for limit, value in ((api.MAX_CONCURRENT_REPAIRS, self.max_concurrent_repairs),
-                             (api.BREAKER_OPEN_ABOVE_PERCENT, cb.open_above_percent),
-                             (api.BREAKER_CLOSE_BELOW_PERCENT, cb.close_below_percent),
-                             (api.BREAKER_MIN_NODES, cb.min_nodes),
-                             (api.RESET_DEADLINE_SECONDS, self.reset_deadline_seconds),
-                             (api.REPLACE_DEADLINE_SECONDS, self.replace_deadline_seconds),
-                             (api.REFAULT_WINDOW_SECONDS, self.refault_window_seconds),
-                             (api.RESET_MEMORY_SECONDS, self.reset_memory_seconds),
-                             (api.MAX_REPAIRS, self.max_repairs),
-                             (api.ATTEMPT_WINDOW_SECONDS, self.attempt_window_seconds)):
-            _in_range(limit, value, where)
-        if cb.close_below_percent > cb.open_above_percent:
-            raise PoolConfigError(f"{where}: circuitBreaker.closeBelowPercent ({cb.close_below_percent}) must not "
-                                  f"exceed openAbovePercent ({cb.open_above_percent})")
+        _check_settings(self, where)
         if self.node_selector is not None:
             object.__setattr__(self, "node_selector", _label_selector(self.node_selector, f"{where}: nodeSelector"))
         if not isinstance(self.provider, ProviderChoice):
@@ -174,36 +157,54 @@ class PoolConfig:
             self.slurm.check(where)
         except SlurmSpecError as e:
             raise PoolConfigError(str(e)) from None
-        if self.slurm.enabled and self.pre_drain.slinky:
-            raise PoolConfigError(f"{where}: slurm.enabled and preDrain.slinky exclude each other: on a Slinky "
-                                  "cluster slurm-operator drains and undrains Slurm itself (from the cordon reason)")
         _check_pre_drain(self.pre_drain, where)
 
 
+def _holder(pool: PoolConfig, group: str) -> Any:
+    """The parsed object that holds the settings of one object of the spec (None: absent)."""
+    holders: dict[str, Any] = {"": pool, "drain": pool, "escalation": pool, "attemptBudget": pool,
+                               "circuitBreaker": pool.circuit_breaker, "preDrain": pool.pre_drain,
+                               "preDrain.hook": pool.pre_drain.hook, "slurm": pool.slurm}
+    return holders[group]
+
+
+def _check_settings(pool: PoolConfig, where: str) -> None:
+    """Every setting of the field table and every rule between settings; valid values take the
+    parsed form (a consent mode its enum, a list of names a tuple)."""
+    for group in ("", *pool_fields.groups()):
+        holder = _holder(pool, group)
+        if holder is None:
+            continue
+        for setting in pool_fields.settings_of(group):
+            value = getattr(holder, setting.attr)
+            why = setting.error(value)
+            if why:
+                raise PoolConfigError(f"{where}: {setting.path} {why}")
+            object.__setattr__(holder, setting.attr, setting.parse(value))
+    for rule in pool_fields.RULES:
+        holders = [_holder(pool, s.group) for s in rule.settings]
+        if None not in holders:
+            why = rule.error(*(getattr(h, s.attr) for h, s in zip(holders, rule.settings, strict=True)))
+            if why:
+                raise PoolConfigError(f"{where}: {why}")
+
+
+def _keys(group: str, *structured: str) -> set[str]:
+    """The keys one object of the spec takes (the field table's), and ``structured``."""
+    return {*pool_fields.keys_of(group), *structured}
+
+
 def _check_pre_drain(pd: PreDrain, where: str) -> None:
-    _in_range(api.PRE_DRAIN_WAIT_SECONDS, pd.wait_seconds, where)
-    if isinstance(pd.acknowledgers, str | bytes) or not isinstance(pd.acknowledgers, tuple | list):
-        raise PoolConfigError(f"{where}: preDrain.acknowledgers must be a list of names, got {pd.acknowledgers!r}")
-    for ack in pd.acknowledgers:
-        if not isinstance(ack, str) or not _ACKNOWLEDGER.match(ack):
-            raise PoolConfigError(f"{where}: preDrain.acknowledgers entry {ack!r} must be a short DNS label "
-                                  "(lower case, digits, '-', at most 40 characters)")
-    if len(set(pd.acknowledgers)) != len(pd.acknowledgers):
-        raise PoolConfigError(f"{where}: preDrain.acknowledgers lists a name twice")
-    if not isinstance(pd.slinky, bool):
-        raise PoolConfigError(f"{where}: preDrain.slinky must be true or false, got {pd.slinky!r}")
     hook = pd.hook
     if hook is None:
         return
     if bool(hook.url) == bool(hook.command):
         raise PoolConfigError(f"{where}: preDrain.hook needs exactly one of url or command")
-    if hook.url and (not isinstance(hook.url, str) or not hook.url.startswith(("http://", "https://"))
-                     or any(c.isspace() for c in hook.url)):
+    if hook.url and (not isinstance(hook.url, str) or not re.match(pool_fields.HOOK_URL_PATTERN, hook.url)):
         raise PoolConfigError(f"{where}: preDrain.hook.url {hook.url!r} must be an http:// or https:// URL")
     if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
         raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                               "(the program and its arguments)")
-    _in_range(api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS, hook.timeout_seconds, where)
 
 
 def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
@@ -214,18 +215,9 @@ def _enum(kind: type[enum.StrEnum], value: Any, where: str) -> Any:
         raise PoolConfigError(f"{where} must be one of {allowed}, got {value!r}") from None
 
 
-def _in_range(limit: api.Limit, value: Any, where: str) -> None:
-    why = limit.error(value)
-    if why:
-        raise PoolConfigError(f"{where}: {limit.path} {why}")
-
-
 def _positive(value: Any, where: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise PoolConfigError(f"{where} must be an integer >= 1, got {value!r}")
-
-
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 def _label_selector(value: Any, where: str) -> dict[str, Any]:
@@ -239,6 +231,9 @@ def _label_selector(value: Any, where: str) -> dict[str, Any]:
     labels = sel.get("matchLabels") or {}
     if not isinstance(labels, Mapping):
         raise PoolConfigError(f"{where}.matchLabels must be a mapping of label keys to values")
+    if len(labels) > pool_fields.SELECTOR_MAX_LABELS:
+        raise PoolConfigError(f"{where}.matchLabels has {len(labels)} labels, at most "
+                              f"{pool_fields.SELECTOR_MAX_LABELS} are allowed")
     for key, val in labels.items():
         if not isinstance(key, str) or not _LABEL_KEY.match(key):
             raise PoolConfigError(f"{where}.matchLabels key {key!r} is not a label key")
@@ -251,15 +246,16 @@ def _label_selector(value: Any, where: str) -> dict[str, Any]:
         e = _take(raw, {"key", "operator", "values"}, f"{where}.matchExpressions[{i}]")
         if not isinstance(e.get("key"), str) or not _LABEL_KEY.match(e["key"]):
             raise PoolConfigError(f"{where}.matchExpressions[{i}].key {e.get('key')!r} is not a label key")
-        if e.get("operator") not in _SELECTOR_OPERATORS:
+        if e.get("operator") not in pool_fields.SELECTOR_OPERATORS:
             raise PoolConfigError(f"{where}.matchExpressions[{i}].operator must be one of "
-                                  f"{'|'.join(_SELECTOR_OPERATORS)}, got {e.get('operator')!r}")
+                                  f"{'|'.join(pool_fields.SELECTOR_OPERATORS)}, got {e.get('operator')!r}")
         values = e.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise PoolConfigError(f"{where}.matchExpressions[{i}].values must be a list of strings")
-        if (e["operator"] in ("In", "NotIn")) != bool(values):
+        if not isinstance(values, list) or not all(isinstance(v, str) and _LABEL_VALUE.match(v) for v in values):
+            raise PoolConfigError(f"{where}.matchExpressions[{i}].values must be a list of label values")
+        needs = e["operator"] in pool_fields.SELECTOR_OPERATORS_WITH_VALUES
+        if needs != bool(values):
             raise PoolConfigError(f"{where}.matchExpressions[{i}]: operator {e['operator']} "
-                                  + ("needs values" if e["operator"] in ("In", "NotIn") else "takes no values"))
+                                  + ("needs values" if needs else "takes no values"))
     if not labels and not exprs:
         raise PoolConfigError(f"{where} is empty, which would select every node; give matchLabels or "
                               "matchExpressions, or leave nodeSelector out to use the pool label")
@@ -283,15 +279,13 @@ def _mapping(data: Any, where: str) -> dict[str, Any]:
 
 def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     """Parses one pool written in the stack config / GpuNodePool spec vocabulary (camelCase)."""
-    raw = _take(data, {"name", "consentMode", "faultClasses", "repairCodes", "maxConcurrentRepairs", "circuitBreaker",
-                       "drain", "escalation", "attemptBudget", "provider", "nodeSelector", "nodes", "preDrain",
-                       "slurm"}, "pool")
+    raw = _take(data, _keys("", "name", "faultClasses", "repairCodes", "provider", "nodeSelector", "nodes", "slurm"),
+                "pool")
     if "name" not in raw:
         raise PoolConfigError("pool: 'name' is required")
     where = f"pool {raw['name']!r}"
-    cb, drain, esc, budget = (
-        _take(raw.get(group, {}), {lim.field for lim in api.limits_of(group)}, f"{where}: {group}")
-        for group in ("circuitBreaker", "drain", "escalation", "attemptBudget"))
+    cb, drain, esc, budget = (_take(raw.get(group, {}), _keys(group), f"{where}: {group}")
+                              for group in ("circuitBreaker", "drain", "escalation", "attemptBudget"))
     nodes = _take(raw.get("nodes", {}), {"backend", "count", "selector", "gpuProduct", "gpusPerNode", "instanceType"},
                   f"{where}: nodes")
     try:
@@ -306,18 +300,11 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
         raise PoolConfigError(str(e)) from None
     return PoolConfig(
         name=raw["name"],
-        consent_mode=raw.get("consentMode", api.DEFAULT_CONSENT_MODE),
+        **pool_fields.given(raw, ""), **pool_fields.given(drain, "drain"), **pool_fields.given(esc, "escalation"),
+        **pool_fields.given(budget, "attemptBudget"),
         fault_classes=_take(raw.get("faultClasses", {}), set(FaultClass), f"{where}: faultClasses"),
         repair_codes=_mapping(raw.get("repairCodes", {}), f"{where}: repairCodes"),
-        max_concurrent_repairs=_value(raw, api.MAX_CONCURRENT_REPAIRS),
-        circuit_breaker=CircuitBreaker(_value(cb, api.BREAKER_OPEN_ABOVE_PERCENT),
-                                       _value(cb, api.BREAKER_CLOSE_BELOW_PERCENT), _value(cb, api.BREAKER_MIN_NODES)),
-        reset_deadline_seconds=_value(drain, api.RESET_DEADLINE_SECONDS),
-        replace_deadline_seconds=_value(drain, api.REPLACE_DEADLINE_SECONDS),
-        refault_window_seconds=_value(esc, api.REFAULT_WINDOW_SECONDS),
-        reset_memory_seconds=_value(esc, api.RESET_MEMORY_SECONDS),
-        max_repairs=_value(budget, api.MAX_REPAIRS),
-        attempt_window_seconds=_value(budget, api.ATTEMPT_WINDOW_SECONDS),
+        circuit_breaker=CircuitBreaker(**pool_fields.given(cb, "circuitBreaker")),
         provider=provider,
         node_selector=raw.get("nodeSelector"),
         nodes=Nodes(
@@ -333,57 +320,38 @@ def pool_from_config(data: Mapping[str, Any]) -> PoolConfig:
     )
 
 
-def _value(raw: Mapping[str, Any], limit: api.Limit) -> Any:
-    """``raw``'s value of the setting (checked by PoolConfig), or its default."""
-    return raw.get(limit.field, limit.default)
-
-
 def _pre_drain_from(data: Any, where: str) -> PreDrain:
-    raw = _take(data, {"waitSeconds", "acknowledgers", "hook", "slinky"}, f"{where}: preDrain")
-    defaults = PreDrain()
-    acks = raw.get("acknowledgers", [])
-    if not isinstance(acks, list):
-        raise PoolConfigError(f"{where}: preDrain.acknowledgers must be a list of names, got {acks!r}")
+    raw = _take(data, _keys("preDrain"), f"{where}: preDrain")
     hook = None
     if raw.get("hook") is not None:
-        h = _take(raw["hook"], {"url", "command", "timeoutSeconds"}, f"{where}: preDrain.hook")
-        command = h.get("command", [])
-        if not isinstance(command, list):
+        h = _take(raw["hook"], _keys("preDrain.hook"), f"{where}: preDrain.hook")
+        url, command = h.get("url"), h.get("command")  # each, when given, as the CRD takes it
+        if command is not None and (not isinstance(command, list) or not command):
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                                   "(the program and its arguments)")
-        hook = PreDrainHook(url=h.get("url", ""), command=tuple(command),
-                            timeout_seconds=_value(h, api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS))
-    return PreDrain(wait_seconds=_value(raw, api.PRE_DRAIN_WAIT_SECONDS), acknowledgers=tuple(acks),
-                    hook=hook, slinky=raw.get("slinky", defaults.slinky))
+        if url is not None and not (isinstance(url, str) and re.match(pool_fields.HOOK_URL_PATTERN, url)):
+            raise PoolConfigError(f"{where}: preDrain.hook.url {url!r} must be an http:// or https:// URL")
+        hook = PreDrainHook(url=url or "", command=tuple(command or ()), **pool_fields.given(h, "preDrain.hook"))
+    return PreDrain(**pool_fields.given(raw, "preDrain"), hook=hook)
 
 
 def pre_drain_spec(pd: PreDrain) -> dict[str, Any]:
     """``spec.preDrain`` with every default written out."""
-    spec: dict[str, Any] = {"waitSeconds": pd.wait_seconds, "acknowledgers": list(pd.acknowledgers),
-                            "slinky": pd.slinky}
+    spec = pool_fields.spec_of(pd, "preDrain")
     if pd.hook is not None:
         hook: dict[str, Any] = {"url": pd.hook.url} if pd.hook.url else {"command": list(pd.hook.command)}
-        spec["hook"] = {**hook, "timeoutSeconds": pd.hook.timeout_seconds}
+        spec["hook"] = {**hook, **pool_fields.spec_of(pd.hook, "preDrain.hook")}
     return spec
 
 
 def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     """The ``GpuNodePool.spec`` the controller reads; every default written out, so git diffs show it."""
     spec: dict[str, Any] = {
-        "consentMode": pool.consent_mode.value,
+        **pool_fields.spec_of(pool, ""),
         "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
         "repairCodes": {key: action.value for key, action in sorted(pool.repair_codes.items())},
-        "maxConcurrentRepairs": pool.max_concurrent_repairs,
-        "circuitBreaker": {
-            "openAbovePercent": pool.circuit_breaker.open_above_percent,
-            "closeBelowPercent": pool.circuit_breaker.close_below_percent,
-            "minNodes": pool.circuit_breaker.min_nodes,
-        },
-        "drain": {"resetDeadlineSeconds": pool.reset_deadline_seconds,
-                  "replaceDeadlineSeconds": pool.replace_deadline_seconds},
-        "escalation": {"refaultWindowSeconds": pool.refault_window_seconds,
-                       "resetMemorySeconds": pool.reset_memory_seconds},
-        "attemptBudget": {"maxRepairs": pool.max_repairs, "windowSeconds": pool.attempt_window_seconds},
+        "circuitBreaker": pool_fields.spec_of(pool.circuit_breaker, "circuitBreaker"),
+        **{group: pool_fields.spec_of(pool, group) for group in ("drain", "escalation", "attemptBudget")},
         "preDrain": pre_drain_spec(pool.pre_drain),
         "slurm": slurm_spec(pool.slurm),
     }

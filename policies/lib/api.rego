@@ -1,5 +1,5 @@
 # METADATA
-# title: The autoclusters API's enums and pool defaults (generated)
+# title: The autoclusters API's enums (generated)
 # description: |
 #   Generated from autoclusters/api.py by `make manifests`; do not edit.
 #   tests/unit/policy/test_api_parity.py keeps this file equal to the Python.
@@ -24,58 +24,6 @@ api := {
 		"interconnect",
 	],
 	"group_prefix": "remediation",
-	"limits": {
-		"attemptBudget.maxRepairs": {
-			"default": 3,
-			"minimum": 1,
-		},
-		"attemptBudget.windowSeconds": {
-			"default": 604800,
-			"minimum": 1,
-		},
-		"circuitBreaker.closeBelowPercent": {
-			"default": 20,
-			"maximum": 100,
-			"minimum": 1,
-		},
-		"circuitBreaker.minNodes": {
-			"default": 0,
-			"minimum": 0,
-		},
-		"circuitBreaker.openAbovePercent": {
-			"default": 30,
-			"maximum": 100,
-			"minimum": 1,
-		},
-		"drain.replaceDeadlineSeconds": {
-			"default": 600,
-			"minimum": 1,
-		},
-		"drain.resetDeadlineSeconds": {
-			"default": 300,
-			"minimum": 1,
-		},
-		"escalation.refaultWindowSeconds": {
-			"default": 900,
-			"minimum": 1,
-		},
-		"escalation.resetMemorySeconds": {
-			"default": 86400,
-			"minimum": 1,
-		},
-		"maxConcurrentRepairs": {
-			"default": 1,
-			"minimum": 1,
-		},
-		"preDrain.hook.timeoutSeconds": {
-			"default": 10,
-			"minimum": 1,
-		},
-		"preDrain.waitSeconds": {
-			"default": 120,
-			"minimum": 0,
-		},
-	},
 	"phases": [
 		"AwaitingApproval",
 		"Scheduled",

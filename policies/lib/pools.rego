@@ -2,17 +2,17 @@
 # title: GpuNodePool rules
 # description: |
 #   Checks on GpuNodePool objects that a CRD schema alone reports poorly in a GitOps
-#   pipeline: the consent mode, the per-class actions, the repair concurrency and the
-#   warning before the drain.
+#   pipeline: every setting of the pool's field table (kind, range, the rules between
+#   settings), the per-class actions, the repair codes, the pre-drain hook and the provider.
 package autoclusters.lib.pools
 
 import data.autoclusters.lib.api.api
+import data.autoclusters.lib.pool_fields.pool_fields
 import data.autoclusters.lib.providers.providers
 
-# The enums and defaults come from policies/lib/api.rego, generated from autoclusters/api.py,
-# so this policy, the CRD and the parser agree (tests/unit/policy/test_api_parity.py).
-consent_modes := {m | some m in api.consent_modes}
-
+# The enums come from policies/lib/api.rego, generated from autoclusters/api.py, and the
+# settings from policies/lib/pool_fields.rego, generated from autoclusters/pool_fields.py, so
+# this policy, the CRD and the parser agree (tests/unit/policy/test_pool_fields_parity.py).
 fault_classes := {c | some c in api.fault_classes}
 
 fault_class_actions := {a | some a in api.class_actions}
@@ -22,19 +22,116 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
-pool_violations(obj, cfg) := (((((consent_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | concurrency_violations(obj)) | breaker_violations(obj)) | provider_violations(obj)) | pre_drain_violations(obj) if {
+pool_violations(obj, cfg) := ((((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj)) | node_selector_violations(obj)) | node_name_violations(obj) if {
 	is_pool(obj, cfg)
 } else := set()
 
-consent_violations(obj) := {v |
-	some mode in _consent_mode(obj)
-	not mode in consent_modes
-	v := {
-		"rule": "pool-consent-mode",
-		"msg": sprintf("spec.consentMode %v is not one of %s", [mode, concat(", ", api.consent_modes)]),
-	}
+# --- the settings of the field table, checked generically -----------------------------------
+# A missing setting takes the CRD default, so only present values are checked (a null is
+# present: the parser refuses it).
+setting_violations(obj) := {v |
+	spec := object.get(obj, "spec", {})
+	some path, setting in pool_fields.settings
+	value := object.get(spec, setting.at, _missing)
+	value != _missing
+	some msg in _setting_problems(setting, value)
+	v := {"rule": setting.rule, "msg": sprintf("spec.%s %s", [path, msg])}
 }
 
+_missing := {"autoclusters.lib.pools": "missing"}
+
+_setting_problems(s, value) := _integer_problems(s, value) if {
+	s.kind == "integer"
+} else := _boolean_problems(value) if {
+	s.kind == "boolean"
+} else := _enum_problems(s, value) if {
+	s.kind == "enum"
+} else := _names_problems(s, value)
+
+_integer_problems(s, n) := set() if {
+	_in_range(n, s)
+} else := {sprintf("%v must be an integer %s", [n, _range_words(s)])}
+
+_boolean_problems(b) := set() if {
+	is_boolean(b)
+} else := {sprintf("%v must be true or false", [b])}
+
+_enum_problems(s, value) := set() if {
+	value in s.values
+} else := {sprintf("%v is not one of %s", [value, s.words])}
+
+_names_problems(s, names) := {sprintf("%v must be a list of names", [names])} if {
+	not is_array(names)
+} else := {msg |
+	some name in names
+	not _name(s, name)
+	msg := sprintf("entry %v must be %s", [name, s.pattern_words])
+} | {msg |
+	count({n | some n in names}) != count(names)
+	msg := "lists a name twice"
+}
+
+_name(s, name) if {
+	is_string(name)
+	regex.match(s.pattern, name)
+}
+
+# An integer in the setting's range.
+_in_range(n, s) if {
+	is_number(n)
+	n == round(n)
+	n >= s.minimum
+	n <= object.get(s, "maximum", n)
+}
+
+_range_words(s) := sprintf("from %d to %d", [s.minimum, s.maximum]) if {
+	s.maximum
+} else := sprintf("of at least %d", [s.minimum])
+
+# An object of the spec that holds settings must be an object of known keys.
+group_violations(obj) := {v |
+	spec := object.get(obj, "spec", {})
+	some path, group in pool_fields.groups
+	value := object.get(spec, group.at, null)
+	value != null
+	some msg in _group_problems(group, value)
+	v := {"rule": group.rule, "msg": sprintf("spec.%s %s", [path, msg])}
+}
+
+_group_problems(group, value) := {sprintf("%v must be an object", [value])} if {
+	not is_object(value)
+} else := {msg |
+	some key, _ in value
+	not key in {k | some k in group.keys}
+	msg := sprintf("has unknown key %v (allowed: %s)", [key, concat(", ", group.keys)])
+}
+
+# lesser <= greater (circuitBreaker: a close threshold above the open one would make the
+# breaker flap); a missing one takes its default, as in the CRD.
+not_above_violations(obj) := {v |
+	spec := object.get(obj, "spec", {})
+	some r in pool_fields.not_above
+	lo := pool_fields.settings[r.lesser]
+	hi := pool_fields.settings[r.greater]
+	lesser := object.get(spec, lo.at, lo.default)
+	greater := object.get(spec, hi.at, hi.default)
+	_in_range(lesser, lo)
+	_in_range(greater, hi)
+	lesser > greater
+	v := {"rule": r.rule, "msg": sprintf("spec.%s %v must not exceed %s %v", [r.lesser, lesser, hi.at[count(hi.at) - 1], greater])}
+}
+
+# Two booleans that may not both be true (a missing one takes its default, as in the CRD).
+excludes_violations(obj) := {v |
+	spec := object.get(obj, "spec", {})
+	some r in pool_fields.excludes
+	every path in r.settings {
+		object.get(spec, pool_fields.settings[path].at, pool_fields.settings[path].default) == true
+	}
+	v := {"rule": r.rule, "msg": sprintf("spec: %s", [r.message])}
+}
+
+# --- the structured parts of the spec ---------------------------------------------------------
 fault_class_violations(obj) := {v |
 	some class, action in object.get(obj, ["spec", "faultClasses"], {})
 	v := _fault_class_violation(class, action)
@@ -71,95 +168,141 @@ _repair_code_violation(key, action) := {
 	not action in repair_actions
 }
 
-concurrency_violations(obj) := {v |
-	some n in _max_concurrent(obj)
-	not _in_range(n, "maxConcurrentRepairs")
-	v := {
-		"rule": "pool-max-concurrent-repairs",
-		"msg": sprintf("spec.maxConcurrentRepairs %v must be an integer %s", [n, _range_words("maxConcurrentRepairs")]),
-	}
-}
-
-# The breaker opens above one share of faulty nodes and closes below another; a close
-# threshold above the open one would make it flap (the CRD rejects it too, but only at apply time).
-breaker_violations(obj) := {v |
-	b := object.get(obj, ["spec", "circuitBreaker"], {})
-	open := object.get(b, "openAbovePercent", api.limits["circuitBreaker.openAbovePercent"].default)
-	close := object.get(b, "closeBelowPercent", api.limits["circuitBreaker.closeBelowPercent"].default)
-	some msg in _breaker_problems(open, close)
-	v := {"rule": "pool-circuit-breaker", "msg": msg}
-}
-
-_breaker_problems(open, close) := {msg |
-	some [name, value] in [["openAbovePercent", open], ["closeBelowPercent", close]]
-	not _in_range(value, concat(".", ["circuitBreaker", name]))
-	msg := sprintf("spec.circuitBreaker.%s %v must be an integer %s", [name, value, _range_words(concat(".", ["circuitBreaker", name]))])
-} | {msg |
-	_in_range(open, "circuitBreaker.openAbovePercent")
-	_in_range(close, "circuitBreaker.closeBelowPercent")
-	close > open
-	msg := sprintf("spec.circuitBreaker.closeBelowPercent %v must not exceed openAbovePercent %v", [close, open])
-}
-
-# The warning before the drain: a wait in whole seconds, acknowledgers named as the node
-# annotation they write (<domain>/drain-ack-<name>) needs, and a hook that is a URL or a
-# command, not both.
-pre_drain_violations(obj) := {v |
-	pd := object.get(obj, ["spec", "preDrain"], {})
-	some msg in _pre_drain_problems(pd)
+# The pre-drain hook is a URL or a command (a non-empty list of non-empty strings), not both.
+hook_violations(obj) := {v |
+	hook := obj.spec.preDrain.hook
+	is_object(hook)
+	some msg in _hook_problems(hook)
 	v := {"rule": "pool-pre-drain", "msg": msg}
 }
 
-_pre_drain_problems(pd) := (_wait_problems(pd) | _acknowledger_problems(pd)) | _hook_problems(pd)
-
-_wait_problems(pd) := {msg |
-	some w in {w | w := pd.waitSeconds}
-	not _in_range(w, "preDrain.waitSeconds")
-	msg := sprintf("spec.preDrain.waitSeconds %v must be an integer %s", [w, _range_words("preDrain.waitSeconds")])
+_hook_problems(hook) := {"spec.preDrain.hook needs exactly one of url or command"} if {
+	count({k | some k in ["url", "command"]; object.get(hook, k, null) != null}) != 1
+} else := {sprintf("spec.preDrain.hook.url %v must be an http:// or https:// URL", [hook.url])} if {
+	hook.url != null
+	not _hook_url(hook.url)
+} else := {sprintf("spec.preDrain.hook.command %v must be a list of non-empty strings", [hook.command])} if {
+	hook.command != null
+	not _hook_command(hook.command)
 }
 
-_acknowledger_problems(pd) := {msg |
-	acks := pd.acknowledgers
-	not is_array(acks)
-	msg := sprintf("spec.preDrain.acknowledgers %v must be a list of names", [acks])
+_hook_url(url) if {
+	is_string(url)
+	regex.match(pool_fields.hook_url_pattern, url)
+}
+
+_hook_command(command) if {
+	is_array(command)
+	count(command) > 0
+	every arg in command {
+		is_string(arg)
+		arg != ""
+	}
+}
+
+# spec.nodeSelector: a label selector that selects something (an empty one would select every
+# node), of label keys and values, each expression's values as its operator needs.
+node_selector_violations(obj) := {v |
+	sel := obj.spec.nodeSelector
+	some msg in _selector_problems(sel)
+	v := {"rule": "pool-node-selector", "msg": sprintf("spec.nodeSelector%s", [msg])}
+}
+
+_selector_problems(sel) := {sprintf(" %v must be an object", [sel])} if {
+	not is_object(sel)
+} else := (({msg |
+	some key, _ in sel
+	not key in {"matchLabels", "matchExpressions"}
+	msg := sprintf(" has unknown key %v", [key])
+} | _match_labels_problems(object.get(sel, "matchLabels", {}))) | _match_expressions_problems(object.get(sel, "matchExpressions", []))) | {msg |
+	count(object.get(sel, "matchLabels", {})) == 0
+	count(object.get(sel, "matchExpressions", [])) == 0
+	msg := " is empty, which would select every node (leave it out to use the pool label)"
+}
+
+_match_labels_problems(labels) := {sprintf(".matchLabels %v must be an object", [labels])} if {
+	not is_object(labels)
+} else := {sprintf(".matchLabels has %d labels, at most %d are allowed", [count(labels), pool_fields.selector.max_labels])} if {
+	count(labels) > pool_fields.selector.max_labels
+} else := {msg |
+	some key, value in labels
+	some msg in _label_problems(key, value)
+}
+
+_label_problems(key, value) := {sprintf(".matchLabels key %v is not a label key", [key])} if {
+	not regex.match(pool_fields.selector.key_pattern, key)
+} else := {sprintf(".matchLabels value %v for %s is not a label value", [value, key])} if {
+	not _label_value(value)
+} else := set()
+
+_label_value(value) if {
+	is_string(value)
+	regex.match(pool_fields.selector.value_pattern, value)
+}
+
+_match_expressions_problems(exprs) := {sprintf(".matchExpressions %v must be a list", [exprs])} if {
+	not is_array(exprs)
+} else := {msg |
+	some i, e in exprs
+	some problem in _expression_problems(e)
+	msg := sprintf(".matchExpressions[%d]%s", [i, problem])
+}
+
+_expression_problems(e) := {sprintf(" %v must be an object", [e])} if {
+	not is_object(e)
+} else := ((({msg |
+	some key, _ in e
+	not key in {"key", "operator", "values"}
+	msg := sprintf(" has unknown key %v", [key])
 } | {msg |
-	is_array(pd.acknowledgers)
-	some a in pd.acknowledgers
-	not _acknowledger(a)
-	msg := sprintf("spec.preDrain.acknowledgers entry %v must be a lower-case DNS label of at most 40 characters", [a])
+	not _label_key(object.get(e, "key", null))
+	msg := sprintf(".key %v is not a label key", [object.get(e, "key", null)])
+}) | {msg |
+	not object.get(e, "operator", null) in {o | some o in pool_fields.selector.operators}
+	msg := sprintf(".operator must be one of %s", [concat(", ", pool_fields.selector.operators)])
+}) | {msg |
+	not _expression_values(object.get(e, "values", []))
+	msg := ".values must be a list of label values"
+}) | {msg |
+	needs := object.get(e, "operator", null) in {o | some o in pool_fields.selector.with_values}
+	given := count(object.get(e, "values", [])) > 0
+	needs != given
+	msg := sprintf(": operator %v %s", [e.operator, {true: "needs values", false: "takes no values"}[needs]])
 }
 
-_hook_problems(pd) := {msg |
-	hook := pd.hook
-	is_object(hook)
-	_hook_kinds(hook) != 1
-	msg := "spec.preDrain.hook needs exactly one of url or command"
+_label_key(key) if {
+	is_string(key)
+	regex.match(pool_fields.selector.key_pattern, key)
 }
 
-_hook_kinds(hook) := count({k | some k in ["url", "command"]; object.get(hook, k, null) != null})
-
-_acknowledger(a) if {
-	is_string(a)
-	regex.match(`^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$`, a)
+_expression_values(values) if {
+	is_array(values)
+	every v in values {
+		_label_value(v)
+	}
 }
 
-# An integer in the range autoclusters/api.py gives the setting at path (policies/lib/api.rego).
-_in_range(n, path) if {
-	is_number(n)
-	n == round(n)
-	n >= api.limits[path].minimum
-	n <= object.get(api.limits[path], "maximum", n)
+# spec.slurm.nodeName: a label or an annotation key, not both.
+node_name_violations(obj) := {v |
+	mapping := obj.spec.slurm.nodeName
+	some msg in _node_name_problems(mapping)
+	v := {"rule": "pool-slurm", "msg": sprintf("spec.slurm.nodeName%s", [msg])}
 }
 
-_range_words(path) := sprintf("from %d to %d", [lim.minimum, lim.maximum]) if {
-	lim := api.limits[path]
-	lim.maximum
-} else := sprintf("of at least %d", [api.limits[path].minimum])
-
-# A missing field takes the CRD default, so only present values are checked.
-_consent_mode(obj) := {m | m := obj.spec.consentMode}
-
-_max_concurrent(obj) := {n | n := obj.spec.maxConcurrentRepairs}
+_node_name_problems(mapping) := {sprintf(" %v must be an object", [mapping])} if {
+	not is_object(mapping)
+} else := {" takes one of fromLabel or fromAnnotation"} if {
+	count({k | some k in ["fromLabel", "fromAnnotation"]; k in object.keys(mapping)}) > 1
+} else := {msg |
+	some key, value in mapping
+	not key in {"fromLabel", "fromAnnotation"}
+	msg := sprintf(" has unknown key %v", [key])
+} | {msg |
+	some key in ["fromLabel", "fromAnnotation"]
+	value := mapping[key]
+	not _label_key(value)
+	msg := sprintf(".%s %v is not a label/annotation key", [key, value])
+}
 
 # spec.provider: the provider types and their settings come from policies/lib/providers.rego,
 # generated from the Python definition, so this policy, the CRD and the parser agree.

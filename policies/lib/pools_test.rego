@@ -111,3 +111,61 @@ test_pre_drain if {
 	rules(pool({"preDrain": {"hook": {}}})) == {"pool-pre-drain"}
 	rules(pool({"preDrain": {"hook": {"url": "https://h.example/x", "command": ["/bin/x"]}}})) == {"pool-pre-drain"}
 }
+
+# The generic checks of the field table (policies/lib/pool_fields.rego): every kind, the
+# objects that hold settings, the rules between settings.
+test_settings_of_each_kind if {
+	rules(pool({"drain": {"resetDeadlineSeconds": 1}, "slurm": {"enabled": true, "signal": ""}})) == set()
+	rules(pool({"drain": {"resetDeadlineSeconds": 0}})) == {"pool-drain"}
+	rules(pool({"escalation": {"refaultWindowSeconds": "900"}})) == {"pool-escalation"}
+	rules(pool({"attemptBudget": {"maxRepairs": 1.5}})) == {"pool-attempt-budget"}
+	rules(pool({"circuitBreaker": {"openAbovePercent": 101}})) == {"pool-circuit-breaker"}
+	rules(pool({"slurm": {"requeue": "yes"}})) == {"pool-slurm"}
+	rules(pool({"slurm": {"signal": "KILL"}})) == {"pool-slurm"}
+	rules(pool({"preDrain": {"acknowledgers": ["a", "a"]}})) == {"pool-pre-drain"}
+	some v in pools.pool_violations(pool({"preDrain": {"acknowledgers": ["a", "a"]}}), cfg)
+	v.msg == "spec.preDrain.acknowledgers lists a name twice"
+}
+
+test_objects_of_settings if {
+	rules(pool({"drain": "fast"})) == {"pool-drain"}
+	rules(pool({"drain": {"resetDeadline": 5}})) == {"pool-drain"}
+	rules(pool({"preDrain": {"hook": {"url": "https://h.example/x", "timeout": 5}}})) == {"pool-pre-drain"}
+}
+
+test_rules_between_settings if {
+	rules(pool({"circuitBreaker": {"closeBelowPercent": 31}})) == {"pool-circuit-breaker"}
+	rules(pool({"slurm": {"enabled": true}, "preDrain": {"slinky": true}})) == {"pool-slurm"}
+	rules(pool({"slurm": {"enabled": true}, "preDrain": {"slinky": false}})) == set()
+}
+
+test_hook_forms if {
+	every hook in [{"url": "ftp://x"}, {"url": ""}, {"url": 5}, {"command": []}, {"command": [""]}, {"command": "x"}] {
+		rules(pool({"preDrain": {"hook": hook}})) == {"pool-pre-drain"}
+	}
+}
+
+test_node_selector if {
+	rules(pool({"nodeSelector": {"matchLabels": {"gpu": "h100"}}})) == set()
+	rules(pool({"nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a"]}]}})) == set()
+	rules(pool({"nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}})) == set()
+	every sel in [
+		{}, "gpu", {"matchFields": []}, {"matchLabels": "gpu"}, {"matchLabels": {"-gpu": "a"}},
+		{"matchLabels": {"gpu": "a b"}}, {"matchLabels": {sprintf("l%d", [i]): "x" | some i in numbers.range(0, 64)}},
+		{"matchExpressions": "gpu"}, {"matchExpressions": ["gpu"]},
+		{"matchExpressions": [{"key": "gpu", "operator": "Exists", "x": 1}]},
+		{"matchExpressions": [{"operator": "Exists"}]}, {"matchExpressions": [{"key": "gpu", "operator": "Gt"}]},
+		{"matchExpressions": [{"key": "gpu", "operator": "In"}]},
+		{"matchExpressions": [{"key": "gpu", "operator": "Exists", "values": ["a"]}]},
+		{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a b"]}]},
+	] {
+		rules(pool({"nodeSelector": sel})) == {"pool-node-selector"}
+	}
+}
+
+test_slurm_node_name if {
+	rules(pool({"slurm": {"nodeName": {"fromLabel": "slurm.example.com/name"}}})) == set()
+	every mapping in ["x", {"fromLabel": "a", "fromAnnotation": "b"}, {"label": "a"}, {"fromAnnotation": "not a key"}] {
+		rules(pool({"slurm": {"nodeName": mapping}})) == {"pool-slurm"}
+	}
+}

@@ -11,7 +11,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.controller.config import ControllerConfig
 
@@ -31,20 +31,10 @@ def _number(text: str) -> float:
     return float(re.sub(r"[^\d.]", "", text.split()[0]))
 
 
-def pool_settings_table() -> str:
-    """docs/contract.md's pool settings table, as api.POOL_LIMITS makes it."""
-    lines = ["| setting | default | allowed |", "|---|---|---|"]
-    for lim in api.POOL_LIMITS:
-        allowed = f"{lim.minimum} to {lim.maximum}" if lim.maximum is not None else f"≥ {lim.minimum}"
-        lines.append(f"| `{lim.path}` | {lim.default:,} | {allowed} |")
-    return "\n".join(lines)
-
-
-def test_the_pool_settings_table_is_api_pool_limits() -> None:
-    text = (DOCS / "contract.md").read_text().split("<!-- pool-settings-table", 1)[1].split("\n", 1)[1]
-    shown = "\n".join(itertools.takewhile(lambda line: line.startswith("|"), text.splitlines()))
-    expected = pool_settings_table()
-    assert shown == expected, f"docs/contract.md's pool settings table should read:\n{expected}"
+def test_the_pool_settings_table_is_the_field_table() -> None:
+    text = (DOCS / "contract.md").read_text()
+    assert pool_fields.docs_table() in text
+    assert pool_fields.with_docs_table(text) == text, "docs/contract.md's pool settings table is stale: make manifests"
 
 
 def test_the_consent_modes_table_lists_each_mode_in_order_and_marks_the_default() -> None:
@@ -54,7 +44,7 @@ def test_the_consent_modes_table_lists_each_mode_in_order_and_marks_the_default(
 
 
 def test_the_timings_table_shows_the_defaults() -> None:
-    limits = {lim.path: lim for lim in api.POOL_LIMITS}
+    limits = {lim.path: lim for lim in pool_fields.INTEGERS}
     config = ControllerConfig()
     checked = 0
     for _, default, source in _rows("contract.md", "timings-table"):
@@ -160,14 +150,14 @@ def test_every_fault_class_reaches_a_condition_and_is_read_back() -> None:
 
 def test_the_prose_states_the_same_defaults() -> None:
     """Defaults the other pages mention in passing."""
-    close, top = api.BREAKER_CLOSE_BELOW_PERCENT, api.BREAKER_OPEN_ABOVE_PERCENT
-    days = api.ATTEMPT_WINDOW_SECONDS.default // 86400
+    close, top = pool_fields.BREAKER_CLOSE_BELOW_PERCENT, pool_fields.BREAKER_OPEN_ABOVE_PERCENT
+    days = pool_fields.ATTEMPT_WINDOW_SECONDS.default // 86400
     mentions = {
         "admission.md": [f"outside {top.minimum}\u2013{top.maximum}",
                          f"(defaults {close.default} and {top.default} apply"],
         "operations.md": [f"`openAbovePercent` (default {top.default} %)",
-                          f"(default {api.MAX_REPAIRS.default} in {days} days)"],
-        "workloads.md": [f"(`drain.resetDeadlineSeconds`, default {api.RESET_DEADLINE_SECONDS.default} s"],
+                          f"(default {pool_fields.MAX_REPAIRS.default} in {days} days)"],
+        "workloads.md": [f"(`drain.resetDeadlineSeconds`, default {pool_fields.RESET_DEADLINE_SECONDS.default} s"],
     }
     for doc, phrases in mentions.items():
         text = (DOCS / doc).read_text()

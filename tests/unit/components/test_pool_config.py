@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from autoclusters import pool_fields
 from autoclusters.api import ClassAction, ConsentMode
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.pool_config import (
@@ -28,11 +29,9 @@ def test_consent_mode_defaults_to_auto_and_every_default_is_written():
     assert spec["consentMode"] == "auto"
     assert spec["faultClasses"] == {"gpu": "default", "nvswitch": "default", "dcgm": "default",
                                     "interconnect": "default"}
-    assert spec["maxConcurrentRepairs"] == 1
-    assert spec["circuitBreaker"] == {"openAbovePercent": 30, "closeBelowPercent": 20, "minNodes": 0}
-    assert spec["drain"] == {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600}
-    assert spec["escalation"] == {"refaultWindowSeconds": 900, "resetMemorySeconds": 86400}
-    assert spec["attemptBudget"] == {"maxRepairs": 3, "windowSeconds": 604800}
+    for group in ("circuitBreaker", "drain", "escalation", "attemptBudget"):  # each object, whole
+        assert spec[group] == {s.key: s.default for s in pool_fields.settings_of(group)}, group
+    assert spec["maxConcurrentRepairs"] == pool_fields.MAX_CONCURRENT_REPAIRS.default
     assert "provider" not in spec  # none configured: the controller holds repairs, never picks one
     assert pool.provider.missing() == ("reset", "replace")
     assert "nodeSelector" not in spec
@@ -53,7 +52,7 @@ def test_pool_fields_reach_the_spec():
     assert spec["faultClasses"]["gpu"] == "default"
     assert spec["maxConcurrentRepairs"] == 4
     assert spec["circuitBreaker"] == {"openAbovePercent": 50, "closeBelowPercent": 10, "minNodes": 3}
-    assert spec["drain"] == {"resetDeadlineSeconds": 30, "replaceDeadlineSeconds": 600}
+    assert spec["drain"] == {**{s.key: s.default for s in pool_fields.settings_of("drain")}, "resetDeadlineSeconds": 30}
     assert spec["attemptBudget"]["maxRepairs"] == 5
     assert spec["nodeSelector"] == {"matchLabels": {"gpu": "h100"}}
     assert spec["provider"] == {"type": "command", "command": {"command": ["/bin/fix"], "timeoutSeconds": 900},

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters import api
+from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.deploy.crds import crds, pool_schema, remediation_schema
 from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, pool_from_config, pool_spec
@@ -72,8 +72,8 @@ def test_the_phase_roles_are_disjoint_phases() -> None:
         api.HOLDING & api.IN_PROGRESS)
 
 
-@pytest.mark.parametrize("limit", api.POOL_LIMITS, ids=lambda lim: lim.path)
-def test_crd_parser_and_spec_share_each_default_and_range(limit: api.Limit) -> None:
+@pytest.mark.parametrize("limit", pool_fields.INTEGERS, ids=lambda lim: lim.path)
+def test_crd_parser_and_spec_share_each_default_and_range(limit: pool_fields.Setting) -> None:
     schema = _at(pool_schema(), "spec." + limit.path)
     assert (schema["default"], schema["minimum"], schema.get("maximum")) == (
         limit.default, limit.minimum, limit.maximum)
@@ -85,16 +85,17 @@ def test_crd_parser_and_spec_share_each_default_and_range(limit: api.Limit) -> N
             inner = {"preDrain": {"hook": {"url": "https://example.test/hook", **inner}}}
         elif group:
             inner = {group: inner}
-        if limit is api.BREAKER_CLOSE_BELOW_PERCENT:  # close may not exceed open
-            inner["circuitBreaker"]["openAbovePercent"] = api.BREAKER_OPEN_ABOVE_PERCENT.maximum
-        if limit is api.BREAKER_OPEN_ABOVE_PERCENT:
-            inner["circuitBreaker"]["closeBelowPercent"] = api.BREAKER_CLOSE_BELOW_PERCENT.minimum
+        if limit is pool_fields.BREAKER_CLOSE_BELOW_PERCENT:  # close may not exceed open
+            inner["circuitBreaker"]["openAbovePercent"] = pool_fields.BREAKER_OPEN_ABOVE_PERCENT.maximum
+        if limit is pool_fields.BREAKER_OPEN_ABOVE_PERCENT:
+            inner["circuitBreaker"]["closeBelowPercent"] = pool_fields.BREAKER_CLOSE_BELOW_PERCENT.minimum
         return {"name": "p", **inner}
 
     written: Any = pool_spec(pool_from_config({"name": "p", "preDrain": {"hook": {"url": "https://example.test/hook"}}}))
     for part in limit.path.split("."):
         written = written[part]
     assert written == limit.default  # the parser's default, written out
+    assert limit.minimum is not None
     pool_from_config(raw(limit.minimum))
     with pytest.raises(PoolConfigError, match=limit.path.replace(".", r"\.")):
         pool_from_config(raw(limit.minimum - 1))
@@ -112,9 +113,9 @@ def test_pool_config_and_the_controller_default_to_the_api() -> None:
     assert pool.consent_mode is api.DEFAULT_CONSENT_MODE
     assert (pool.reset_deadline_seconds, pool.replace_deadline_seconds, pool.refault_window_seconds,
             pool.reset_memory_seconds, pool.max_repairs, pool.pre_drain.wait_seconds) == (
-        api.RESET_DEADLINE_SECONDS.default, api.REPLACE_DEADLINE_SECONDS.default,
-        api.REFAULT_WINDOW_SECONDS.default, api.RESET_MEMORY_SECONDS.default, api.MAX_REPAIRS.default,
-        api.PRE_DRAIN_WAIT_SECONDS.default)
+        pool_fields.RESET_DEADLINE_SECONDS.default, pool_fields.REPLACE_DEADLINE_SECONDS.default,
+        pool_fields.REFAULT_WINDOW_SECONDS.default, pool_fields.RESET_MEMORY_SECONDS.default,
+        pool_fields.MAX_REPAIRS.default, pool_fields.PRE_DRAIN_WAIT_SECONDS.default)
     policy, config = RepairPolicy(), ControllerConfig()
     assert (policy.reset_drain_seconds, policy.replace_drain_seconds, policy.refault_window_seconds,
             policy.reset_memory_seconds, policy.max_repairs, policy.pre_drain_wait_seconds) == (
@@ -167,11 +168,11 @@ def _opa(query: str, input_doc: Any = None) -> Any:
 
 
 def test_opa_sees_the_same_sets() -> None:
-    value = _opa('{"consent_modes": data.autoclusters.lib.pools.consent_modes, '
+    value = _opa('{"consent_modes": data.autoclusters.lib.pool_fields.pool_fields.settings.consentMode.values, '
                  '"fault_classes": data.autoclusters.lib.pools.fault_classes, '
                  '"class_actions": data.autoclusters.lib.pools.fault_class_actions, '
                  '"api": data.autoclusters.lib.api.api}')
-    assert set(value["consent_modes"]) == set(_values(ConsentMode))
+    assert value["consent_modes"] == _values(ConsentMode)
     assert set(value["fault_classes"]) == set(_values(FaultClass))
     assert set(value["class_actions"]) == set(_values(ClassAction))
     assert value["api"] == api.rego_data()
@@ -193,9 +194,9 @@ def test_the_pool_policy_accepts_every_value_and_refuses_others() -> None:
     assert rules({"consentMode": "sometimes"}) == {"pool-consent-mode"}
     assert rules({"faultClasses": {"disk": "reset"}}) == {"pool-fault-class-action"}
     assert rules({"faultClasses": {"gpu": "reboot"}}) == {"pool-fault-class-action"}
-    close = api.BREAKER_OPEN_ABOVE_PERCENT.default + 1  # only valid if open's default were higher
+    close = pool_fields.BREAKER_OPEN_ABOVE_PERCENT.default + 1  # only valid if open's default were higher
     assert rules({"circuitBreaker": {"closeBelowPercent": close}}) == {"pool-circuit-breaker"}
-    assert rules({"circuitBreaker": {"openAbovePercent": api.BREAKER_CLOSE_BELOW_PERCENT.default - 1}}) == {
+    assert rules({"circuitBreaker": {"openAbovePercent": pool_fields.BREAKER_CLOSE_BELOW_PERCENT.default - 1}}) == {
         "pool-circuit-breaker"}
 
 
@@ -238,13 +239,15 @@ def test_the_pool_policy_checks_the_api_ranges() -> None:
                "metadata": {"name": "p"}, "spec": spec}
         return {v["rule"] for v in _opa("data.autoclusters.pools.violations", obj) or []}
 
-    lim = api.MAX_CONCURRENT_REPAIRS
+    lim = pool_fields.MAX_CONCURRENT_REPAIRS
+    assert lim.minimum is not None
     assert rules({"maxConcurrentRepairs": lim.minimum}) == set()
     assert rules({"maxConcurrentRepairs": lim.minimum - 1}) == {"pool-max-concurrent-repairs"}
-    lim = api.PRE_DRAIN_WAIT_SECONDS
+    lim = pool_fields.PRE_DRAIN_WAIT_SECONDS
+    assert lim.minimum is not None
     assert rules({"preDrain": {"waitSeconds": lim.minimum}}) == set()
     assert rules({"preDrain": {"waitSeconds": lim.minimum - 1}}) == {"pool-pre-drain"}
-    top = api.BREAKER_OPEN_ABOVE_PERCENT.maximum
+    top = pool_fields.BREAKER_OPEN_ABOVE_PERCENT.maximum
     assert top is not None
     assert rules({"circuitBreaker": {"openAbovePercent": top}}) == set()
     assert rules({"circuitBreaker": {"openAbovePercent": top + 1}}) == {"pool-circuit-breaker"}
