@@ -214,7 +214,11 @@ RESET_MEMORY_SECONDS = Limit("escalation.resetMemorySeconds", 86400, 1)
 MAX_REPAIRS = Limit("attemptBudget.maxRepairs", 3, 1)
 ATTEMPT_WINDOW_SECONDS = Limit("attemptBudget.windowSeconds", 604800, 1)
 PRE_DRAIN_WAIT_SECONDS = Limit("preDrain.waitSeconds", 120, 0)
-PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1)
+# The most a pool may give its pre-drain hook: a hook is a notice, not a wait (a preparer that
+# needs time acknowledges, docs/contract.md), and each running hook holds one of the
+# controller's hook threads. Refused above it (CRD, parser, Rego), never clamped: the pool's
+# author learns at admission, not from a hook cut short later.
+PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1, 300)
 
 POOL_LIMITS = (MAX_CONCURRENT_REPAIRS, BREAKER_OPEN_ABOVE_PERCENT, BREAKER_CLOSE_BELOW_PERCENT, BREAKER_MIN_NODES,
                RESET_DEADLINE_SECONDS, REPLACE_DEADLINE_SECONDS, REFAULT_WINDOW_SECONDS, RESET_MEMORY_SECONDS,
@@ -232,6 +236,14 @@ OPERATION_TIMEOUT_SECONDS = 1800.0  # a provider operation has failed after
 POLL_SECONDS = 2.0  # how often a repair in progress is looked at
 HOLD_RECHECK_SECONDS = 10.0  # how often a held repair re-checks its guards
 RETENTION_DAYS = 90.0  # closed Remediation records are kept
+# What the controller keeps of an operator's program (the pre-drain hook, the command
+# provider's script): at most this many bytes of each output stream and of a hook's HTTP
+# answer, the last ones; what it reports of them (events, logs, the record) is cut further
+# to OUTPUT_REPORT_CHARS, redacted (autoclusters/redact.py), the cut said in the text.
+OUTPUT_CAPTURE_BYTES = 4096
+OUTPUT_REPORT_CHARS = 300
+# Threads that run pre-drain hooks, beside the reconcile workers (which never wait for one).
+HOOK_WORKERS = 4
 # The simulated provider (kwok nodes of the local cluster): how long a reset / replacement
 # takes unless the pool's provider.simulated settings say otherwise.
 SIM_RESET_SECONDS = 30.0

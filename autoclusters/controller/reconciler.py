@@ -233,6 +233,7 @@ class Reconciler:
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
+        self._act.report_hooks(name, self._fleet.node(name))  # hooks that ended requeued the node
         try:
             facts = self._facts(name)
         except rec.UnreadableRecord as e:
@@ -433,7 +434,9 @@ class Reconciler:
         obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods_view,
                           history=self._history(records, active, pool), provider=provider_view,
                           replacement_ready=replacement_ready, replacement_node=replacement,
-                          provider_blocks=blocks)
+                          provider_blocks=blocks,
+                          has_hook=pool is not None and pool.config.pre_drain.hook is not None,
+                          hook_running=active is not None and self._act.hooks.running(active["metadata"]["name"]))
         if state is None and active is None and fault is not None:
             record_name = rec.record_name(name, str((cond or {}).get("type", "")),
                                           str((cond or {}).get("lastTransitionTime", "")), len(records))

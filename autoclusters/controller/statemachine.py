@@ -198,6 +198,8 @@ class Observation:
     replacement_ready: bool = False
     replacement_node: str = ""  # the new node found for a replacement no provider named (Verifying)
     provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
+    has_hook: bool = False  # the pool has a pre-drain hook (a Warn that calls it starts it)
+    hook_running: bool = False  # the repair's pre-drain hook was started and has not ended yet
 
     def provider_block(self, action: RepairAction) -> ProviderBlock | None:
         return next((b for b in self.provider_blocks if b.action == action), None)
@@ -318,7 +320,23 @@ def transition(state: RepairState | None, obs: Observation, now: datetime, polic
         state = cur
         decision = _step(state, obs, now, policy, record_name)
         actions.extend(decision.actions)
-    return Decision(decision.state, normalise(actions), decision.requeue_after)
+    return _after_the_hook(Decision(decision.state, normalise(actions), decision.requeue_after), obs, policy)
+
+
+def _after_the_hook(d: Decision, o: Observation, p: RepairPolicy) -> Decision:
+    """The pre-drain hook ends before anything is evicted or the provider is asked: a plan that
+    starts the hook, or one decided while it runs, leaves out its drain and its provider call
+    (each asked again on every look of its phase, so nothing is lost) and looks again after a
+    poll at the latest; the hook's end requeues the node sooner. The hook runs off the reconcile
+    workers and is bounded by its timeout (at most ``PRE_DRAIN_HOOK_TIMEOUT_SECONDS.maximum``),
+    so this wait is too."""
+    if not (o.hook_running or (o.has_hook and any(isinstance(a, Warn) and a.call_hook for a in d.actions))):
+        return d
+    kept = tuple(a for a in d.actions if not isinstance(a, Drain | DriveProvider))
+    if len(kept) == len(d.actions):
+        return d
+    wait = p.poll_seconds if d.requeue_after is None else min(d.requeue_after, p.poll_seconds)
+    return Decision(d.state, kept, wait)
 
 
 def normalise(actions: list[Effect] | tuple[Effect, ...]) -> tuple[Effect, ...]:

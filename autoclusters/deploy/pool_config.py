@@ -31,6 +31,7 @@ from autoclusters.deploy.providers import (
 )
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
+from autoclusters.redact import redact
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -199,7 +200,8 @@ def _check_pre_drain(pd: PreDrain, where: str) -> None:
         raise PoolConfigError(f"{where}: preDrain.hook needs exactly one of url or command")
     if hook.url and (not isinstance(hook.url, str) or not hook.url.startswith(("http://", "https://"))
                      or any(c.isspace() for c in hook.url)):
-        raise PoolConfigError(f"{where}: preDrain.hook.url {hook.url!r} must be an http:// or https:// URL")
+        raise PoolConfigError(f"{where}: preDrain.hook.url {redact(str(hook.url))!r} must be an http:// or "
+                              "https:// URL")  # the pool's Valid condition and its event show this
     if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
         raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                               "(the program and its arguments)")

@@ -69,6 +69,7 @@ api := {
 		},
 		"preDrain.hook.timeoutSeconds": {
 			"default": 10,
+			"maximum": 300,
 			"minimum": 1,
 		},
 		"preDrain.waitSeconds": {

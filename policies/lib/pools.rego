@@ -134,6 +134,13 @@ _hook_problems(pd) := {msg |
 	is_object(hook)
 	_hook_kinds(hook) != 1
 	msg := "spec.preDrain.hook needs exactly one of url or command"
+} | {msg |
+	some t in {t | t := pd.hook.timeoutSeconds}
+	not _in_range(t, "preDrain.hook.timeoutSeconds")
+	msg := sprintf(
+		"spec.preDrain.hook.timeoutSeconds %v must be an integer %s",
+		[t, _range_words("preDrain.hook.timeoutSeconds")],
+	)
 }
 
 _hook_kinds(hook) := count({k | some k in ["url", "command"]; object.get(hook, k, null) != null})

@@ -244,6 +244,12 @@ def test_the_pool_policy_checks_the_api_ranges() -> None:
     lim = api.PRE_DRAIN_WAIT_SECONDS
     assert rules({"preDrain": {"waitSeconds": lim.minimum}}) == set()
     assert rules({"preDrain": {"waitSeconds": lim.minimum - 1}}) == {"pool-pre-drain"}
+    lim = api.PRE_DRAIN_HOOK_TIMEOUT_SECONDS
+    assert lim.maximum is not None
+    hook = {"url": "https://example.test/hook"}
+    assert rules({"preDrain": {"hook": {**hook, "timeoutSeconds": lim.maximum}}}) == set()
+    assert rules({"preDrain": {"hook": {**hook, "timeoutSeconds": lim.maximum + 1}}}) == {"pool-pre-drain"}
+    assert rules({"preDrain": {"hook": {**hook, "timeoutSeconds": lim.minimum - 1}}}) == {"pool-pre-drain"}
     top = api.BREAKER_OPEN_ABOVE_PERCENT.maximum
     assert top is not None
     assert rules({"circuitBreaker": {"openAbovePercent": top}}) == set()
