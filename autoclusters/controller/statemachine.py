@@ -81,6 +81,10 @@ class Operation:
     started: datetime
     boot_id_before: str = ""
     new_node: str = ""
+    # The provider it was started with (its spec, ``ProviderSpec.key()``): every later look and
+    # call goes to that provider, whatever the pool's settings say since. "" in a record written
+    # before operations were bound: the pool's provider of the moment, as then.
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -198,11 +202,16 @@ class Observation:
     replacement_ready: bool = False
     replacement_node: str = ""  # the new node found for a replacement no provider named (Verifying)
     provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
+    # the pool's provider for each action (``ProviderSpec.key()``), which an operation started now is bound to
+    provider_specs: tuple[tuple[RepairAction, str], ...] = ()
     has_hook: bool = False  # the pool has a pre-drain hook (a Warn that calls it starts it)
     hook_running: bool = False  # the repair's pre-drain hook was started and has not ended yet
 
     def provider_block(self, action: RepairAction) -> ProviderBlock | None:
         return next((b for b in self.provider_blocks if b.action == action), None)
+
+    def provider_spec(self, action: RepairAction) -> str:
+        return next((spec for a, spec in self.provider_specs if a == action), "")
 
 
 @dataclass(frozen=True)
@@ -606,7 +615,8 @@ def _provider_gone(s: RepairState, o: Observation) -> bool:
 def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     marking = _marking(s, o, p)
     if o.pods.evictable == 0:
-        op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
+        op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id,
+                       provider=o.provider_spec(s.action))
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
         return Decision(_to(s, Phase.ACTING, now, msg, operation=op, attempts=s.attempts + 1),
                         (*marking, DriveProvider(op)), p.poll_seconds)
