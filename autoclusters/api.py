@@ -215,10 +215,13 @@ MAX_REPAIRS = Limit("attemptBudget.maxRepairs", 3, 1)
 ATTEMPT_WINDOW_SECONDS = Limit("attemptBudget.windowSeconds", 604800, 1)
 PRE_DRAIN_WAIT_SECONDS = Limit("preDrain.waitSeconds", 120, 0)
 # The most a pool may give its pre-drain hook: a hook is a notice, not a wait (a preparer that
-# needs time acknowledges, docs/contract.md), and each running hook holds one of the
-# controller's hook threads. Refused above it (CRD, parser, Rego), never clamped: the pool's
-# author learns at admission, not from a hook cut short later.
-PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1, 300)
+# needs time acknowledges, docs/workloads.md), each running hook holds one of the
+# controller's hook threads, and eviction waits for the hook's end. At most the default
+# pre-drain wait, so under the defaults the hook ends by the warning's deadline and never
+# pushes eviction towards the drain deadlines (300 s, 600 s), when pods are deleted.
+# Refused above it (CRD, parser, Rego), never clamped: the pool's author learns at admission,
+# not from a hook cut short later.
+PRE_DRAIN_HOOK_TIMEOUT_SECONDS = Limit("preDrain.hook.timeoutSeconds", 10, 1, PRE_DRAIN_WAIT_SECONDS.default)
 
 POOL_LIMITS = (MAX_CONCURRENT_REPAIRS, BREAKER_OPEN_ABOVE_PERCENT, BREAKER_CLOSE_BELOW_PERCENT, BREAKER_MIN_NODES,
                RESET_DEADLINE_SECONDS, REPLACE_DEADLINE_SECONDS, REFAULT_WINDOW_SECONDS, RESET_MEMORY_SECONDS,

@@ -69,7 +69,7 @@ api := {
 		},
 		"preDrain.hook.timeoutSeconds": {
 			"default": 10,
-			"maximum": 300,
+			"maximum": 120,
 			"minimum": 1,
 		},
 		"preDrain.waitSeconds": {
