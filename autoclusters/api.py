@@ -195,6 +195,14 @@ OPERATION_TIMEOUT_SECONDS = 1800.0  # a provider operation has failed after
 POLL_SECONDS = 2.0  # how often a repair in progress is looked at
 HOLD_RECHECK_SECONDS = 10.0  # how often a held repair re-checks its guards
 RETENTION_DAYS = 90.0  # closed Remediation records are kept
+# What the controller keeps of an operator's program (the pre-drain hook, the command
+# provider's script): at most this many bytes of each output stream and of a hook's HTTP
+# answer, the last ones; what it reports of them (events, logs, the record) is cut further
+# to OUTPUT_REPORT_CHARS, redacted (autoclusters/redact.py), the cut said in the text.
+OUTPUT_CAPTURE_BYTES = 4096
+OUTPUT_REPORT_CHARS = 300
+# Threads that run pre-drain hooks, beside the reconcile workers (which never wait for one).
+HOOK_WORKERS = 4
 # The simulated provider (kwok nodes of the local cluster): how long a reset / replacement
 # takes unless the pool's provider.simulated settings say otherwise.
 SIM_RESET_SECONDS = 30.0

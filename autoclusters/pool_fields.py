@@ -308,8 +308,15 @@ ACKNOWLEDGERS = Setting("preDrain.acknowledgers", Kind.NAMES, (), (
     pattern_words="a short DNS label (lower case, digits, '-', at most 40 characters)")
 SLINKY = Setting("preDrain.slinky", Kind.BOOLEAN, False,
                  "Write nodeset.slinky.slurm.net/node-cordon-reason before cordoning.")
-PRE_DRAIN_HOOK_TIMEOUT_SECONDS = _int("preDrain.hook.timeoutSeconds", 10, 1, description=(
-    "The hook's call (HTTP POST or command) is given up after this long."))
+# The most a pool may give its pre-drain hook: a hook is a notice, not a wait (a preparer that
+# needs time acknowledges, docs/workloads.md), each running hook holds one of the controller's
+# hook threads, and eviction waits for the hook's end. At most the default pre-drain wait, so
+# under the defaults the hook ends by the warning's deadline and never pushes eviction towards
+# the drain deadlines (300 s, 600 s), when pods are deleted. Refused above it (CRD, parser,
+# Rego), never clamped: the pool's author learns at admission, not from a hook cut short later.
+PRE_DRAIN_HOOK_TIMEOUT_SECONDS = _int("preDrain.hook.timeoutSeconds", 10, 1, PRE_DRAIN_WAIT_SECONDS.default,
+                                      description="The hook's call (HTTP POST or command) is given up after this "
+                                                  "long; at most the default pre-drain wait.")
 SLURM_ENABLED = Setting("slurm.enabled", Kind.BOOLEAN, False, (
     "The Slurm bridge drains, signals, requeues and resumes the Slurm node of each of the pool's nodes."))
 SLURM_SIGNAL = Setting("slurm.signal", Kind.ENUM, "TERM", (

@@ -30,7 +30,7 @@ from typing import Any
 from autoclusters import names as n
 from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.controller import drain as drainrules
-from autoclusters.controller import hook as hooks
+from autoclusters.controller import hook as hookcalls
 from autoclusters.controller import messages as words
 from autoclusters.controller.notifier import Notifier
 from autoclusters.controller.statemachine import (
@@ -61,12 +61,13 @@ JSON = dict[str, Any]
 
 class Actuator:
     def __init__(self, kube: Kube, names: Names, recorder: EventRecorder, notifier: Notifier,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, hooks: hookcalls.HookRunner | None = None) -> None:
         self._kube = kube
         self._names = names
         self._recorder = recorder
         self._notifier = notifier
         self._clock = clock or SystemClock()
+        self.hooks = hooks or hookcalls.HookRunner()  # pre-drain hooks run there, never on the caller's thread
 
     def run(self, actions: tuple[Effect, ...], node: str, node_obj: JSON | None, state: RepairState | None,
             provider: Provider | None, hook: PreDrainHook | None = None,
@@ -333,12 +334,21 @@ class Actuator:
             self._call_hook(node, state, action, hook)
 
     def _call_hook(self, node: JSON, state: RepairState, action: Warn, hook: PreDrainHook) -> None:
-        ref = ObjectRef("Node", state.node, uid=node["metadata"].get("uid", ""))
-        try:
-            answer = hooks.call(hook, hooks.payload(state, action.deadline, action.reason))
-            log.info("pre-drain hook for %s (%s): %s", state.node, state.name, answer)
-        except hooks.HookFailed as e:
-            self._recorder.emit(ref, n.EVENT_HOOK_FAILED, words.hook_failed(str(e)), warning=True)
+        """Started on the hook runner's threads; this returns at once (``report_hooks`` tells)."""
+        if not self.hooks.start(hook, hookcalls.payload(state, action.deadline, action.reason)):
+            log.info("pre-drain hook for %s (%s) is still running; not started again", state.node, state.name)
+
+    def report_hooks(self, name: str, node: JSON | None) -> None:
+        """The node's hooks that ended since its last reconcile: a failure as a Warning event on
+        the node, a success in the log. (Their answers were redacted where they were read.)"""
+        for result in self.hooks.take(name):
+            if result.ok:
+                log.info("pre-drain hook for %s (%s): %s", name, result.record, result.answer)
+                continue
+            log.warning("pre-drain hook for %s (%s) failed: %s", name, result.record, result.answer)
+            uid = ((node or {}).get("metadata") or {}).get("uid", "")
+            self._recorder.emit(ObjectRef("Node", name, uid=uid), n.EVENT_HOOK_FAILED,
+                                words.hook_failed(result.answer), warning=True)
 
     # --- drain ---------------------------------------------------------------------------------
     def drain(self, node: str, *, force: bool, pods: list[JSON] | None = None) -> drainrules.DrainPass:

@@ -20,6 +20,7 @@ from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, Fleet
 from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.hook import HookRunner
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
 from autoclusters.controller.reconciler import Reconciler, Settings
@@ -80,7 +81,8 @@ class Controller:
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
-        self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock)
+        self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock,
+                                 hooks=HookRunner(requeue=self.queue.add))
         c = self.config
         policy = RepairPolicy(verify_timeout_seconds=c.verify_timeout_seconds,
                         operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,
@@ -139,6 +141,7 @@ class Controller:
 
     def _shutdown(self) -> None:
         self.queue.close()
+        self.actuator.hooks.close()
         self.recorder.flush()
         self.fleet.stop()
         for t in self._threads:

@@ -7,6 +7,10 @@ import logging
 import urllib.request
 from typing import Any, Protocol
 
+from autoclusters import api
+from autoclusters.capture import json_post, read_bounded
+from autoclusters.redact import redact
+
 log = logging.getLogger(__name__)
 
 
@@ -20,20 +24,19 @@ class LogNotifier:
 
 
 class WebhookNotifier:
-    """POSTs ``{"subject", "details"}`` as JSON; a failed delivery is logged, never fatal."""
+    """POSTs ``{"subject", "details"}`` as JSON; a failed delivery is logged, never fatal. The URL
+    (it may carry credentials) is logged only redacted."""
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"notifier URL {url!r} must be http(s)")
+            raise ValueError(f"notifier URL {redact(url)!r} must be http(s)")
         self._url = url
         self._timeout = timeout
 
     def notify(self, subject: str, details: dict[str, Any]) -> None:
         body = json.dumps({"subject": subject, "details": details}, default=str).encode()
-        req = urllib.request.Request(self._url, data=body, headers={"Content-Type": "application/json"},
-                                     method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
-                resp.read()
-        except OSError as e:
-            log.warning("notifier %s failed: %s", self._url, e)
+            with urllib.request.urlopen(json_post(self._url, body), timeout=self._timeout) as resp:
+                read_bounded(resp, api.OUTPUT_CAPTURE_BYTES)
+        except (OSError, ValueError) as e:
+            log.warning("notifier %s failed: %s", redact(self._url), redact(str(e)))

@@ -20,10 +20,11 @@ Pools are reconciled under the key ``pool:<name>``: their status and circuit bre
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -49,6 +50,7 @@ from autoclusters.controller.statemachine import (
     HistoryView,
     NodeView,
     Observation,
+    Operation,
     Outcome,
     PodsView,
     PoolView,
@@ -60,7 +62,12 @@ from autoclusters.controller.statemachine import (
     Unmark,
     transition,
 )
-from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
+from autoclusters.deploy.providers import (
+    DEFAULT_HOST_REBOOT_ARGV,
+    ProviderSettingsError,
+    ProviderSpec,
+    parse_provider_choice,
+)
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
@@ -76,6 +83,15 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 _UNREADABLE_MAX = 1024  # unreadable records remembered as reported (a handful in practice)
 _PER_POOL_OBJECT_MAX = 1024  # answers kept per pool object (_provider, _policy): a few per pool in use
+
+
+def _bound_spec(op: Operation) -> ProviderSpec:
+    """The provider spec an operation was started with, checked as a pool's (raises
+    ``ProviderSettingsError`` naming the field)."""
+    spec = parse_provider_choice({op.action.value: json.loads(op.provider)},
+                                 "status.operation.provider").for_action(op.action)
+    assert spec is not None  # parse_provider_choice keeps the action it was given
+    return spec
 
 
 class RecordDeleted(Exception):
@@ -208,18 +224,49 @@ class Reconciler:
                 action, HOLD_NO_PROVIDER, f"no repair provider configured for {action} in pool {pool.name} "
                 f"(spec.provider)")
         cache_key = (pool.name, spec.key())
-        with self._plock:
-            cached = self._providers.get(cache_key)
-            if cached is None:
-                try:
-                    cached = build_provider(spec, self._build_context)
-                except ProviderError as e:
-                    cached = str(e)
-                self._providers[cache_key] = cached
+        cached = self._built(cache_key, lambda: spec)
         if isinstance(cached, str):
             return cache_key, cached, None, ProviderBlock(
                 action, HOLD_PROVIDER_INVALID, f"the provider settings of pool {pool.name} are invalid: {cached}")
         return cache_key, cached, cached, None
+
+    def _built(self, cache_key: tuple[str, str], spec: Callable[[], ProviderSpec]) -> Provider | str:
+        """The provider kept for (pool, spec), built on first use; a string: why it cannot be."""
+        with self._plock:
+            cached = self._providers.get(cache_key)
+            if cached is None:
+                try:
+                    cached = build_provider(spec(), self._build_context)
+                except (ProviderError, ProviderSettingsError) as e:
+                    cached = str(e)
+                self._providers[cache_key] = cached
+        return cached
+
+    def _operation_provider(self, pool: Pool | None, state: RepairState) -> tuple[Provider | None,
+                                                                                ProviderBlock | None]:
+        """The provider of the repair's operation: the one it was started with (``Operation.provider``,
+        in the record), whatever the pool's settings are now, so that one operation never starts
+        a second provider (a changed spec builds a new one, which knows nothing of the operation
+        and would start it again). It is kept beside the pool's providers under the same key, so
+        the operation's first look finds the very provider that started it. A record from before
+        the binding: the pool's provider of the moment."""
+        op = state.operation
+        assert op is not None
+        if not op.provider:
+            return self._provider(pool, op.action)
+        cached = self._built((state.pool, op.provider), lambda: _bound_spec(op))
+        if isinstance(cached, str):
+            return None, ProviderBlock(op.action, HOLD_PROVIDER_INVALID,
+                                       f"the provider operation {op.id} was started with cannot be used: {cached}")
+        return cached, None
+
+    @staticmethod
+    def _provider_specs(pool: Pool | None) -> tuple[tuple[RepairAction, str], ...]:
+        """The pool's provider spec for each action it has one for: what an operation started now
+        is bound to."""
+        if pool is None or pool.provider_error:
+            return ()
+        return tuple((a, spec.key()) for a in RepairAction if (spec := pool.provider_for(a)) is not None)
 
     def _provider_blocks(self, pool: Pool, node: JSON | None) -> tuple[ProviderBlock, ...]:
         blocks = []
@@ -233,6 +280,7 @@ class Reconciler:
 
     # --- node ------------------------------------------------------------------------------
     def reconcile_node(self, name: str) -> float | None:
+        self._act.report_hooks(name, self._fleet.node(name))  # hooks that ended requeued the node
         try:
             facts = self._facts(name)
         except rec.UnreadableRecord as e:
@@ -370,7 +418,8 @@ class Reconciler:
                 log.info("node %s record %s: %s -> %s (pool in progress %s): %s", name, decision.state.name,
                          state.phase.value if state else "-", decision.state.phase.value,
                          obs.pool.in_progress if obs.pool else "-", decision.state.message)
-        provider, _ = self._provider(pool, decision.state.action)
+        # only a DriveProvider uses it, and it drives the state's operation
+        provider = self._operation_provider(pool, decision.state)[0] if decision.state.operation else None
         self._act.run(decision.actions, name, f.node, decision.state, provider,
                       hook=pool.config.pre_drain.hook if pool else None, pods=plan.snapshot.pods,
                       node_written=self._fleet.node_written)  # also when a later write of the plan fails
@@ -419,21 +468,29 @@ class Reconciler:
         pods_view = self._pods_view(pods) if pods is not None and self._wants_pods(f) else PodsView()
         provider_view = ProviderView()
         replacement_ready, replacement = False, ""
+        op_block: ProviderBlock | None = None
         if state is not None and state.operation is not None and state.phase == Phase.ACTING:
-            provider, block = self._provider(pool, state.operation.action)
+            provider, op_block = self._operation_provider(pool, state)
             if provider is not None:
                 provider_view = provider.progress(state.operation, name, state.pool, self._fleet.node)
-            elif block is not None:  # the pool's provider was removed or broken mid-operation
-                provider_view = ProviderView(ProviderState.FAILED, block.message)
+            elif op_block is not None:  # the operation's provider cannot be asked (gone from the pool, broken)
+                provider_view = ProviderView(ProviderState.FAILED, op_block.message)
         if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
             replacement_ready, replacement = self._replacement_ready(state)
         blocks: tuple[ProviderBlock, ...] = ()
         if pool is not None and (fault is not None or (state is not None and state.phase not in TERMINAL)):
             blocks = self._provider_blocks(pool, node)  # also in Acting/Verifying: a failed reset escalates
+        if state is not None and state.operation is not None and state.operation.provider \
+                and state.phase == Phase.ACTING:
+            # the operation's own provider answers for its action, not the pool's of the moment
+            blocks = tuple(b for b in blocks if b.action != state.operation.action) + \
+                ((op_block,) if op_block is not None else ())
         obs = Observation(node=view, fault=fault, fault_action=action, pool=pool_view, pods=pods_view,
                           history=self._history(records, active, pool), provider=provider_view,
                           replacement_ready=replacement_ready, replacement_node=replacement,
-                          provider_blocks=blocks)
+                          provider_blocks=blocks, provider_specs=self._provider_specs(pool),
+                          has_hook=pool is not None and pool.config.pre_drain.hook is not None,
+                          hook_running=active is not None and self._act.hooks.running(active["metadata"]["name"]))
         if state is None and active is None and fault is not None:
             record_name = rec.record_name(name, str((cond or {}).get("type", "")),
                                           str((cond or {}).get("lastTransitionTime", "")), len(records))
@@ -502,7 +559,8 @@ class Reconciler:
             status = rec.status_of(state)
             if (active.get("status") or {}) == status:
                 return active
-            body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]}, "status": status}
+            body = {"metadata": {"resourceVersion": active["metadata"]["resourceVersion"]},
+                    "status": rec.status_patch(active.get("status") or {}, status)}
             stored = self._kube.patch(
                 Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural, state.name) + "/status", body)
         except Conflict:

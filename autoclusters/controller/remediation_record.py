@@ -8,6 +8,7 @@ knows after a restart is exactly what it wrote.
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
@@ -98,7 +99,26 @@ def status_of(s: RepairState) -> JSON:
         op = s.operation
         status["operation"] = {"id": op.id, "action": op.action.value, "started": utc_iso(op.started),
                                "bootIdBefore": op.boot_id_before, "newNode": op.new_node}
+        if op.provider:  # the spec as the pool wrote it (type and settings), readable in the record
+            status["operation"]["provider"] = json.loads(op.provider)
     return status
+
+
+def status_patch(old: JSON, new: JSON) -> JSON:
+    """The JSON merge patch (RFC 7386) that turns the stored status ``old`` into ``new``: what
+    changed, and ``null`` for each key ``new`` no longer has, so nothing of an earlier state
+    lingers under a merge (an operation bound to another provider type than the one before
+    it: its spec's keys differ)."""
+    patch: JSON = {k: None for k in old if k not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = status_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif value != before or key not in old:
+            patch[key] = value
+    return patch
 
 
 def _time(value: Any, field: str) -> datetime:
@@ -149,9 +169,14 @@ def _operation(op: Any) -> Operation | None:
         raise UnreadableRecord("status.operation has no id")
     if op.get("action") not in _ACTIONS:
         raise UnreadableRecord(f"status.operation.action {op.get('action')!r} is not one of {', '.join(_ACTIONS)}")
+    provider = op.get("provider")
+    if provider is not None and not isinstance(provider, dict):
+        raise UnreadableRecord("status.operation.provider is not an object")
     return Operation(id=op["id"], action=RepairAction(op["action"]),
                      started=_time(op.get("started"), "operation.started"),
-                     boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""))
+                     boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""),
+                     # the same string as ProviderSpec.key(): canonical JSON of the same object
+                     provider=json.dumps(provider, sort_keys=True) if provider else "")
 
 
 _ACTIONS = tuple(a.value for a in RepairAction)

@@ -81,6 +81,10 @@ class Operation:
     started: datetime
     boot_id_before: str = ""
     new_node: str = ""
+    # The provider it was started with (its spec, ``ProviderSpec.key()``): every later look and
+    # call goes to that provider, whatever the pool's settings say since. "" in a record written
+    # before operations were bound: the pool's provider of the moment, as then.
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -198,9 +202,16 @@ class Observation:
     replacement_ready: bool = False
     replacement_node: str = ""  # the new node found for a replacement no provider named (Verifying)
     provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
+    # the pool's provider for each action (``ProviderSpec.key()``), which an operation started now is bound to
+    provider_specs: tuple[tuple[RepairAction, str], ...] = ()
+    has_hook: bool = False  # the pool has a pre-drain hook (a Warn that calls it starts it)
+    hook_running: bool = False  # the repair's pre-drain hook was started and has not ended yet
 
     def provider_block(self, action: RepairAction) -> ProviderBlock | None:
         return next((b for b in self.provider_blocks if b.action == action), None)
+
+    def provider_spec(self, action: RepairAction) -> str:
+        return next((spec for a, spec in self.provider_specs if a == action), "")
 
 
 @dataclass(frozen=True)
@@ -318,7 +329,23 @@ def transition(state: RepairState | None, obs: Observation, now: datetime, polic
         state = cur
         decision = _step(state, obs, now, policy, record_name)
         actions.extend(decision.actions)
-    return Decision(decision.state, normalise(actions), decision.requeue_after)
+    return _after_the_hook(Decision(decision.state, normalise(actions), decision.requeue_after), obs, policy)
+
+
+def _after_the_hook(d: Decision, o: Observation, p: RepairPolicy) -> Decision:
+    """The pre-drain hook ends before anything is evicted or the provider is asked: a plan that
+    starts the hook, or one decided while it runs, leaves out its drain and its provider call
+    (each asked again on every look of its phase, so nothing is lost) and looks again after a
+    poll at the latest; the hook's end requeues the node sooner. The hook runs off the reconcile
+    workers and is bounded by its timeout (at most ``PRE_DRAIN_HOOK_TIMEOUT_SECONDS.maximum``),
+    so this wait is too."""
+    if not (o.hook_running or (o.has_hook and any(isinstance(a, Warn) and a.call_hook for a in d.actions))):
+        return d
+    kept = tuple(a for a in d.actions if not isinstance(a, Drain | DriveProvider))
+    if len(kept) == len(d.actions):
+        return d
+    wait = p.poll_seconds if d.requeue_after is None else min(d.requeue_after, p.poll_seconds)
+    return Decision(d.state, kept, wait)
 
 
 def normalise(actions: list[Effect] | tuple[Effect, ...]) -> tuple[Effect, ...]:
@@ -588,7 +615,8 @@ def _provider_gone(s: RepairState, o: Observation) -> bool:
 def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     marking = _marking(s, o, p)
     if o.pods.evictable == 0:
-        op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id)
+        op = Operation(id=f"{s.name}-{s.attempts + 1}", action=s.action, started=now, boot_id_before=o.node.boot_id,
+                       provider=o.provider_spec(s.action))
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
         return Decision(_to(s, Phase.ACTING, now, msg, operation=op, attempts=s.attempts + 1),
                         (*marking, DriveProvider(op)), p.poll_seconds)

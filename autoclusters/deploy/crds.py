@@ -144,7 +144,10 @@ def remediation_schema() -> dict[str, Any]:
         "evictionStarted": {"type": "string", "format": "date-time"},
         "operation": _obj({"id": {"type": "string"}, "action": {"type": "string"},
                            "started": {"type": "string", "format": "date-time"},
-                           "bootIdBefore": {"type": "string"}, "newNode": {"type": "string"}}),
+                           "bootIdBefore": {"type": "string"}, "newNode": {"type": "string"},
+                           "provider": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                        "description": "The provider (type and settings) the operation was "
+                                                       "started with; it is driven by that one to its end."}}),
         "verifyStarted": {"type": "string", "format": "date-time"},
         "hold": {"type": "string"},
         "outcome": {"type": "string"},

@@ -36,6 +36,7 @@ from autoclusters.deploy.providers import (
 )
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import Names, event_source_error
+from autoclusters.redact import redact
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(pool_fields.LABEL_VALUE_PATTERN)
@@ -201,7 +202,8 @@ def _check_pre_drain(pd: PreDrain, where: str) -> None:
     if bool(hook.url) == bool(hook.command):
         raise PoolConfigError(f"{where}: preDrain.hook needs exactly one of url or command")
     if hook.url and (not isinstance(hook.url, str) or not re.match(pool_fields.HOOK_URL_PATTERN, hook.url)):
-        raise PoolConfigError(f"{where}: preDrain.hook.url {hook.url!r} must be an http:// or https:// URL")
+        raise PoolConfigError(f"{where}: preDrain.hook.url {redact(str(hook.url))!r} must be an http:// or "
+                              "https:// URL")  # the pool's Valid condition and its event show this
     if hook.command and (isinstance(hook.command, str) or not all(isinstance(a, str) and a for a in hook.command)):
         raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                               "(the program and its arguments)")
@@ -330,7 +332,8 @@ def _pre_drain_from(data: Any, where: str) -> PreDrain:
             raise PoolConfigError(f"{where}: preDrain.hook.command must be a list of non-empty strings "
                                   "(the program and its arguments)")
         if url is not None and not (isinstance(url, str) and re.match(pool_fields.HOOK_URL_PATTERN, url)):
-            raise PoolConfigError(f"{where}: preDrain.hook.url {url!r} must be an http:// or https:// URL")
+            raise PoolConfigError(f"{where}: preDrain.hook.url {redact(str(url))!r} must be an http:// or "
+                                  "https:// URL")  # the pool's Valid condition and its event show this
         hook = PreDrainHook(url=url or "", command=tuple(command or ()), **pool_fields.given(h, "preDrain.hook"))
     return PreDrain(**pool_fields.given(raw, "preDrain"), hook=hook)
 

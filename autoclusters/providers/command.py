@@ -15,14 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoclusters import api, capture
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +36,26 @@ class CommandResult:
 
 
 def run_command(argv: Sequence[str], op: Operation, node: str, pool: str, timeout: float) -> CommandResult:
+    """Runs the script with a bounded capture (``capture``); the message it reports (the
+    record's, the events', the log's) is redacted and cut (``autoclusters.redact``)."""
     env = {**os.environ, "AUTOCLUSTERS_ACTION": str(op.action), "AUTOCLUSTERS_NODE": node,
            "AUTOCLUSTERS_POOL": pool, "AUTOCLUSTERS_OPERATION_ID": op.id}
+    program = redact(argv[0])
     try:
-        proc = subprocess.run([*argv, str(op.action), node], env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return CommandResult(False, f"{argv[0]} did not finish within {timeout:g}s")
+        proc = capture.run([*argv, str(op.action), node], env=env, timeout=timeout, limit=api.OUTPUT_CAPTURE_BYTES)
     except OSError as e:
-        return CommandResult(False, f"{argv[0]} could not run: {e}")
+        return CommandResult(False, f"{program} could not run: {redact(str(e))}")
+    if proc.returncode is None:
+        return CommandResult(False, f"{program} did not finish within {timeout:g}s")
+    stdout = proc.stdout.decode(errors="replace")
     new = ""
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("new-node="):
             new = line.split("=", 1)[1].strip()
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-        return CommandResult(False, f"{argv[0]} exited {proc.returncode}: {tail[0][:200]}")
+        tail = (proc.stderr.decode(errors="replace") or stdout).strip().splitlines()[-1:] or [""]
+        return CommandResult(False, f"{program} exited {proc.returncode}: "
+                                    f"{redact(tail[0], api.OUTPUT_REPORT_CHARS)}")
     return CommandResult(True, "", new)
 
 

@@ -35,6 +35,7 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
+from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
@@ -43,6 +44,7 @@ from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
+from autoclusters.redact import redact
 
 COMPONENT = "autoclusters-host-reboot"
 # The Job enters PID 1's namespaces, then runs the operator's host command there
@@ -239,5 +241,7 @@ class HostRebootProvider:
         return {}
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(str(text).split())[:limit].rstrip(".")
+def _one_line(text: str, limit: int = api.OUTPUT_REPORT_CHARS) -> str:
+    """The container's words (its termination message: the end of its log) as the record and
+    the events show them: one line, redacted as every program's output is, cut."""
+    return redact(" ".join(str(text).split()), limit).rstrip(".")

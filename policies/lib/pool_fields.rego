@@ -256,6 +256,7 @@ pool_fields := {
 			],
 			"default": 10,
 			"kind": "integer",
+			"maximum": 120,
 			"minimum": 1,
 			"rule": "pool-pre-drain",
 		},

@@ -1,15 +1,18 @@
 """Providers on the local cluster: no provider holds the repair, the simulated provider never
 touches a node the simulator does not manage, invalid settings reach the pool, the host-reboot
 provider resets through a real Job (only the reboot itself is played by the simulator), two
-replacements whose script names no new node never count one new node, and the cluster
-default policy covers nodes whose pool label names no GpuNodePool."""
+replacements whose script names no new node never count one new node, a change of the pool's
+provider settings mid-operation does not start the operation again, and the cluster default
+policy covers nodes whose pool label names no GpuNodePool."""
 
 from __future__ import annotations
 
 import json
 import secrets
+import sys
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -238,6 +241,35 @@ def test_two_replacements_whose_script_names_no_node_never_count_one_new_node(ct
     ann = ctl.node(new)["metadata"].get("annotations") or {}
     assert ann[ctl.names.operation_annotation] == done["status"]["operation"]["id"]
     assert ann[f"{ctl.names.api_group}/replaces"] == winner
+
+
+def test_a_change_of_the_pools_provider_settings_mid_operation_does_not_start_it_again(
+        ctl: Env, tmp_path: Path) -> None:
+    """The command provider's script notes its run and waits; meanwhile the pool's provider
+    settings change (a new spec: a new provider). The controller has seen the change (the
+    pool's observedGeneration) before the script ends, and the operation still ends with its
+    one run: it is bound to the spec it started with, which the record keeps through the real
+    API server (the CRD's schema for status.operation.provider)."""
+    runs, release = tmp_path / "runs", tmp_path / "release"
+    script = [sys.executable, "-c",
+              f"import os, time\nopen({str(runs)!r}, 'a').write(os.environ['AUTOCLUSTERS_OPERATION_ID'] + '\\n')\n"
+              f"end = time.monotonic() + 60\nwhile not os.path.exists({str(release)!r}) and time.monotonic() < end:\n"
+              "    time.sleep(0.05)\n"]
+    first: dict[str, Any] = {"type": "command", "command": {"command": script, "timeoutSeconds": 900}}
+    pool, (node,) = ctl.pool("auto", provider=first)
+    ctl.raise_fault(node)
+    acting = ctl.record_in(node, "Acting", timeout=30)
+    op = acting["status"]["operation"]
+    assert op["provider"] == first
+    wait_for("the script to run", lambda: runs.exists() and runs.read_text().strip())
+    ctl.patch_pool(pool, {"provider": {**first, "command": {**first["command"], "timeoutSeconds": 901}}})
+    generation = ctl.get_pool(pool)["metadata"]["generation"]
+    wait_for("the controller to see the new settings",
+             lambda: (ctl.get_pool(pool).get("status") or {}).get("observedGeneration") == generation)
+    release.touch()
+    done = ctl.record_in(node, "Verifying", "Succeeded", "Failed", timeout=40)
+    assert runs.read_text().splitlines() == [op["id"]]
+    assert done["status"]["operation"]["id"] == op["id"] and done["status"]["operation"]["provider"] == first
 
 
 def test_the_cluster_default_policy_covers_nodes_whose_pool_label_names_no_pool(ctl: Env) -> None:

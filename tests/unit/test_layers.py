@@ -19,6 +19,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # ``autoclusters`` package; OUTSIDE holds the top-level folders around it.
 RANKS = {
     "api": 0, "pool_fields": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
+    "redact": 0, "capture": 0,
     "kube": 1,
     "faults": 2, "deploy": 2,
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,

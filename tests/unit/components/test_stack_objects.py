@@ -15,7 +15,7 @@ from components.render import EXAMPLE_POOLS, manifest
 
 # Fixed PEMs, so the test also sees them reach the Secret and the caBundle.
 PEMS = {"ca_pem": "-----CA-----\n", "cert_pem": "-----CERT-----\n", "key_pem": "-----KEY-----\n"}
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "rendered": {"pools": EXAMPLE_POOLS},
     "brand": {"pools": EXAMPLE_POOLS, "domain": "crusoe.ai", "conditionPrefix": "Crusoe",
               "eventSource": "nodepool-service"},

@@ -19,6 +19,7 @@ from autoclusters import api
 from autoclusters.clock import FakeClock, parse_iso, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
+from autoclusters.controller.hook import HookRunner
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import Shard
@@ -45,6 +46,24 @@ class Notes:
 
     def notify(self, subject: str, details: dict[str, Any]) -> None:
         self.sent.append((subject, details))
+
+
+class HookThreads:
+    """Stands in for the hook runner's threads: hooks started by a reconcile wait here until
+    ``run`` (the harness's loop calls it before each key), so a test sees a reconcile end
+    with its hook not yet run, and the hook's end requeue the node as the real threads do."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+
+    def submit(self, call: Callable[[], None]) -> None:
+        self.pending.append(call)
+
+    def run(self) -> int:
+        calls, self.pending = self.pending, []
+        for call in calls:
+            call()
+        return len(calls)
 
 
 class KwokReboots:
@@ -103,7 +122,9 @@ class Harness:
         self.fleet = Fleet(self.kube, NAMES, load_catalog(), self.queue.add, namespace=NAMESPACE, shard=shard)
         self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-controller", instance="test")
         self.notes = Notes()
-        self.actuator = Actuator(self.kube, NAMES, self.recorder, self.notes, clock=self.clock)
+        self.hook_threads = HookThreads()
+        self.actuator = Actuator(self.kube, NAMES, self.recorder, self.notes, clock=self.clock,
+                                 hooks=HookRunner(submit=self.hook_threads.submit, requeue=self.queue.add))
         self.policy = RepairPolicy(poll_seconds=poll_seconds, hold_recheck_seconds=10, verify_timeout_seconds=600,
                              operation_timeout_seconds=1800, approval_label=NAMES.maintenance_approved)
         self.metrics = Metrics()
@@ -203,7 +224,8 @@ class Harness:
                     self.clear_fault(node)
 
     def step(self) -> str | None:
-        """One due key reconciled (None: nothing due now)."""
+        """One due key reconciled (None: nothing due now), after the hooks started so far ran."""
+        self.hook_threads.run()
         self.api.settle()
         key = self.queue.get(timeout=0)
         if key is None:

@@ -133,6 +133,17 @@ def test_another_exit_status_is_named_with_the_commands_last_words(reboot: Any) 
     assert "--host-reboot-command" not in view.message
 
 
+def test_the_commands_last_words_are_redacted_and_cut(reboot: Any) -> None:
+    """The termination message is the end of the container's log: a host command that prints a
+    URL with credentials (a BMC's) reaches the record and the events only redacted."""
+    api_, provider, op = reboot
+    _failed_job(api_, op, provider, "br-1", {"exitCode": 1, "message": "x" * 5000 + "\ncurl: (22) "
+                                             "https://admin:hunter2@bmc.example/reboot?token=hunter2 returned 401"})
+    view = _view(api_, provider, op)
+    assert "its command exited 1: [cut to the last 300 characters] " in view.message
+    assert "https://***@bmc.example/reboot?token=*** returned 401" in view.message and "hunter2" not in view.message
+
+
 def test_a_failed_job_without_a_pod_keeps_the_job_controllers_words_and_says_where_to_look(reboot: Any) -> None:
     api_, provider, op = reboot
     _failed_job(api_, op, provider, "br-1", None)  # the pod never ran (or is gone)

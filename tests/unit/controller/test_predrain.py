@@ -345,6 +345,8 @@ def test_pre_drain_defaults_are_written_out_and_reach_the_policy() -> None:
     ({"hook": {"url": "http://x", "command": ["/bin/true"]}}, "exactly one of url or command"),
     ({"hook": {"command": "/bin/true"}}, "preDrain.hook.command must be a list"),
     ({"hook": {"command": ["/bin/true"], "timeoutSeconds": 0}}, "preDrain.hook.timeoutSeconds must be"),
+    ({"hook": {"command": ["/bin/true"], "timeoutSeconds": 121}},
+     "preDrain.hook.timeoutSeconds must be an integer in 1..120, got 121"),
 ])
 def test_bad_pre_drain_settings_are_named(pre_drain: dict[str, object], message: str) -> None:
     with pytest.raises(PoolConfigError, match=re.escape(message)) as err:

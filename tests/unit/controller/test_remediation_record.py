@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from autoclusters.api import ConsentMode, Phase, RepairAction
-from autoclusters.controller.remediation_record import record_name, state_of, status_of
+from autoclusters.controller.remediation_record import record_name, state_of, status_of, status_patch
 from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
+from tests.unit.fakeapi import merge_patch
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -83,3 +84,18 @@ def test_each_status_holds_its_own_steps_and_an_unknown_phase_is_none() -> None:
                               {"phase": "Acting", "time": "2026-03-01T12:00:00Z", "message": "y"}]
     assert [phase_of({"status": {"phase": p}}) for p in ("Acting", "Nonsense", "", None, 3)] == \
         [Phase.ACTING, None, None, None, None]
+
+
+def test_the_status_patch_removes_what_the_new_status_no_longer_has() -> None:
+    """A merge patch merges objects: without ``null`` for a key gone, an earlier operation's
+    provider settings (or an operation itself) would stay in the stored status."""
+    old = {"phase": "Acting", "hold": "", "operation": {"id": "r-1", "provider": {
+        "type": "hostReboot", "hostReboot": {"image": "x", "timeoutSeconds": 60}}}, "steps": [1]}
+    new = {"phase": "Acting", "hold": "", "operation": {"id": "r-2", "provider": {
+        "type": "simulated", "simulated": {}}}, "steps": [1, 2]}
+    patch = status_patch(old, new)
+    assert patch == {"operation": {"id": "r-2", "provider": {"type": "simulated", "simulated": {},
+                                                             "hostReboot": None}}, "steps": [1, 2]}
+    assert merge_patch(old, patch) == new
+    assert status_patch(new, {"phase": "Scheduled"}) == {"phase": "Scheduled", "hold": None,
+                                                             "operation": None, "steps": None}

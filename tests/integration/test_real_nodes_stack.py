@@ -1,0 +1,146 @@
+"""The stack as a user deploys it, on the local cluster's real nodes: ``pulumi up`` through the
+CLI with ``local`` off and the locally built image, so that every part runs as pods and
+becomes Ready there (issue 23, item 2), then one repair on those pods: a fault written into
+one node's own kernel log reaches its detector pod, the controller pods label, cordon and drain
+the node and reboot it through the shipped reboot Job, and the node comes back clean.
+
+The nodes' kernel logs are their own (a pseudo-terminal over each node's ``/dev/kmsg``,
+devcluster/machine.py): the fault line is never written into this machine's kernel log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoclusters import api
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.node_init import REBOOT_VERB
+from autoclusters.devcluster.realnodes import RealNode
+from autoclusters.kube import Kube, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.hostreboot import boot_id
+from tests.integration.helpers import kubectl, wait_for
+from tests.integration.test_pulumi_cli import Project
+
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus."
+
+
+@pytest.fixture()
+def deployed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Project, str, str, list[RealNode]]]:
+    assert real_cluster.dev is not None
+    nodes = real_cluster.dev.real_nodes()
+    suffix = uuid.uuid4().hex[:6]
+    ns, pool = f"acr-{suffix}", f"real{suffix}"
+    names = Names()
+    for node in nodes:  # the operator puts the GPU nodes into the pool, as on any cluster
+        real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: pool}}})
+    proj = Project(tmp_path)
+    (tmp_path / "state").mkdir()
+    proj.pulumi("login", f"file://{tmp_path / 'state'}")
+    proj.pulumi("stack", "init", "real")
+    proj.pulumi("config", "set", "kubernetes:kubeconfig", real_cluster.kubeconfig)
+    for key, value in (("local", "false"), ("namespace", ns), ("hostRebootCommand", REBOOT_VERB)):
+        proj.pulumi("config", "set", f"autoclusters:{key}", value)
+    for path, value, kind in (("autoclusters:pools[0].name", pool, "string"),
+                              ("autoclusters:pools[0].consentMode", "auto", "string"),
+                              ("autoclusters:pools[0].provider.type", "hostReboot", "string"),
+                              ("autoclusters:pools[0].provider.hostReboot.timeoutSeconds", "180", "int"),
+                              ("autoclusters:pools[0].drain.resetDeadlineSeconds", "20", "int")):
+        proj.pulumi("config", "set", "--path", path, value, "--type", kind)
+    try:
+        yield proj, ns, pool, nodes
+    finally:
+        with contextlib.suppress(AssertionError):
+            proj.pulumi("destroy", "--yes", check=False)
+        print(proj.log.read_text()[-6000:], file=sys.stderr)
+        for node in nodes:
+            with contextlib.suppress(NotFound):
+                real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+
+
+def _pods(cluster: ClusterHandle, ns: str) -> list[dict[str, Any]]:
+    return cluster.kube.list_items(f"/api/v1/namespaces/{ns}/pods")
+
+
+def test_pulumi_up_runs_every_part_as_pods_on_the_real_nodes(
+        real_cluster: ClusterHandle, deployed: tuple[Project, str, str, list[RealNode]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    proj, ns, _pool, nodes = deployed
+    t0 = time.monotonic()
+    proj.pulumi("up", "--yes", timeout=900)
+    took = time.monotonic() - t0
+    with capsys.disabled():
+        print(f"\npulumi up on the real nodes: {took:.1f}s\n"
+              + kubectl(real_cluster.kubeconfig, "get", "pods", "-o", "wide", "-n", ns), file=sys.stderr)
+    pods = _pods(real_cluster, ns)
+    real = {n.name for n in nodes}
+    by_part: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        by_part.setdefault(pod["metadata"]["labels"].get("app.kubernetes.io/name", ""), []).append(pod)
+    for part, want in (("autoclusters-controller", 2), ("autoclusters-webhook", 2), ("autoclusters-detector", 2)):
+        got = by_part.get(part, [])
+        assert len(got) == want, (part, [p["metadata"]["name"] for p in got])
+        for pod in got:
+            ready = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}.get("Ready")
+            assert pod["spec"]["nodeName"] in real and ready == "True", (part, pod["status"])
+    assert {p["spec"]["nodeName"] for p in by_part["autoclusters-detector"]} == real  # one per GPU node
+    # the API server reaches the webhook pods through their Service: a pool change is reviewed
+    wait_for("an approval refused by the webhook", lambda: _refused_approval(real_cluster, nodes[0].name),
+             timeout=60)
+
+
+def _refused_approval(cluster: ClusterHandle, node: str) -> bool:
+    from autoclusters.kube import KubeError
+
+    names = Names()
+    try:
+        cluster.kube.patch_node(node, {"metadata": {"labels": {names.maintenance_approved: "true"}}})
+    except KubeError as e:
+        return "maintenance" in str(e).lower()
+    cluster.kube.patch_node(node, {"metadata": {"labels": {names.maintenance_approved: None}}})
+    return False
+
+
+def test_a_fault_in_a_real_nodes_kernel_log_is_repaired_by_the_pods(
+        real_cluster: ClusterHandle, deployed: tuple[Project, str, str, list[RealNode]]) -> None:
+    proj, _ns, _pool, nodes = deployed
+    proj.pulumi("up", "--yes", timeout=900)
+    names = Names()
+    node = nodes[0]
+    kube = real_cluster.kube
+    before = boot_id(kube.get_node(node.name))
+    t0 = time.monotonic()
+    node.write_kernel_log(f"4,1201,{int(time.monotonic() * 1e6)},-;{XID79}")
+
+    def labelled() -> bool:
+        n = kube.get_node(node.name)
+        return (n["metadata"].get("labels") or {}).get(names.maintenance_required) == "true"
+
+    wait_for("the maintenance label", labelled, timeout=120)
+    marked = time.monotonic() - t0
+    wait_for("the cordon", lambda: bool(kube.get_node(node.name)["spec"].get("unschedulable")), timeout=120)
+    cordoned = time.monotonic() - t0
+
+    def repaired() -> bool:
+        n = kube.get_node(node.name)
+        labels = n["metadata"].get("labels") or {}
+        return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
+                and names.maintenance_required not in labels
+                and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
+
+    wait_for("the node rebooted, verified and uncordoned", repaired, timeout=300)
+    done = time.monotonic() - t0
+    print(f"\nreal-node repair: labelled {marked:.1f}s, cordoned {cordoned:.1f}s, repaired {done:.1f}s",
+          file=sys.stderr)
+    path = Kube.custom_path(names.api_group, api.VERSION, "remediations")
+    records = [r for r in kube.list_items(path) if r["spec"]["node"] == node.name]
+    assert records and records[-1]["status"]["phase"] == "Succeeded", records
