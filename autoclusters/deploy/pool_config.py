@@ -510,9 +510,10 @@ def _codes(value: Any) -> tuple[str, ...]:
 
 
 def _detector(data: Any) -> DetectorSettings:
-    raw = _take(data, {"dcgmHost", "dcgmExporterUrl"}, "detector")
+    raw = _take(data, {"dcgmHost", "dcgmExporterUrl", "windowSeconds"}, "detector")
     try:
-        return DetectorSettings(dcgm_host=raw.get("dcgmHost", ""), dcgm_exporter_url=raw.get("dcgmExporterUrl", ""))
+        return DetectorSettings(dcgm_host=raw.get("dcgmHost", ""), dcgm_exporter_url=raw.get("dcgmExporterUrl", ""),
+                                window_seconds=raw.get("windowSeconds"))
     except DetectorConfigError as e:
         raise PoolConfigError(str(e)) from None
 

@@ -152,11 +152,23 @@ def test_the_detector_setting_becomes_the_detectors_flags():
                                                             "http://$(HOST_IP):9400/metrics")
 
 
+def test_the_detectors_window_is_a_setting_its_own_parser_takes():
+    """Durations are configuration: a cluster (or a test) shortens the 60 s window on the pods."""
+    from autoclusters.cli.main import build_parser
+
+    assert "--window" not in _detector_args({})  # unset: the detector's own default
+    args = _detector_args({"pools": EXAMPLE_POOLS, "detector": {"windowSeconds": 5}})
+    assert args[args.index("--window") + 1] == "5"
+    assert build_parser().parse_args(args).window == 5.0
+
+
 @pytest.mark.parametrize("detector, error", [
+    ({"windowSeconds": -1}, "detector.windowSeconds must be a number of seconds >= 0"),
+    ({"windowSeconds": "60s"}, "detector.windowSeconds must be a number of seconds >= 0"),
     ({"dcgmExporterUrl": "nvidia-dcgm-exporter:9400"}, "detector.dcgmExporterUrl: expected an http:// or https:// URL"),
     ({"dcgmHost": "nvidia-dcgm 5555"}, "detector.dcgmHost must be an address"),
     ({"dcgm_host": "x"}, r"detector: unknown key\(s\) dcgm_host"),
-], ids=["url-without-scheme", "host-with-a-space", "unknown-key"])
+], ids=["negative-window", "window-with-a-unit", "url-without-scheme", "host-with-a-space", "unknown-key"])
 def test_a_bad_detector_setting_is_a_configuration_error(detector, error):
     from autoclusters.deploy.pool_config import PoolConfigError
 
