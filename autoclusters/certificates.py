@@ -42,9 +42,11 @@ class KeyPair:
         return key
 
     def due(self, now: dt.datetime, fraction: float) -> bool:
-        """Less than ``fraction`` of the certificate's life is left."""
+        """Less than ``fraction`` of the certificate's life is left; its life counted from its
+        issue, not from the back-dated start (``SKEW``), so that a lifetime of seconds (tests) is
+        renewed as one of days is."""
         c = self.cert
-        life = c.not_valid_after_utc - c.not_valid_before_utc
+        life = max(c.not_valid_after_utc - c.not_valid_before_utc - SKEW, dt.timedelta(0))
         return c.not_valid_after_utc - now <= life * fraction
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import KINDS
-from autoclusters.deploy.workloads import cluster_role_binding
+from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET, cluster_role_binding
 from autoclusters.names import Names
 
 LEASE_NAME = "autoclusters-controller"
@@ -41,8 +41,20 @@ def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool) -> list[di
     return out
 
 
-def controller_cluster_role(names: Names, name: str = "autoclusters-controller") -> dict[str, Any]:
+def webhook_certificate_rules(config_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What keeping the webhook's certificate takes (controller/webhook_certs.py): the caBundle
+    of its own configuration (cluster-wide, by name), and its two Secrets in the controller's
+    namespace (by name; ``create`` cannot be limited to names, RBAC knows none before it exists)."""
+    return ({**_rule(["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "patch"]),
+             "resourceNames": [config_name]},
+            [{**_rule([""], ["secrets"], ["get", "patch"]), "resourceNames": [WEBHOOK_TLS_SECRET, WEBHOOK_CA_SECRET]},
+             _rule([""], ["secrets"], ["create"])])
+
+
+def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
+                            webhook_config: str | None = None) -> dict[str, Any]:
     g = names.api_group
+    certs = [webhook_certificate_rules(webhook_config)[0]] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -56,7 +68,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller")
             _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
             _rule([g], [api.REMEDIATIONS.plural], ["get", "list", "watch", "create", "delete"]),
             _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
-        ], namespaced=False),
+        ], namespaced=False) + certs,
     }
 
 
@@ -65,8 +77,9 @@ def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: st
     return cluster_role_binding(name, service_account, namespace)
 
 
-def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader"
-                          ) -> dict[str, Any]:
+def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader",
+                          webhook_config: str | None = None) -> dict[str, Any]:
+    certs = webhook_certificate_rules(webhook_config)[1] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -74,7 +87,7 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
                                   # the cluster default policy's ConfigMap (deploy.default_pool)
                                   _rule([""], ["configmaps"], ["get", "list", "watch"])],
-                                 namespaced=True),
+                                 namespaced=True) + certs,
     }
 
 
@@ -90,12 +103,14 @@ def controller_lease_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str 
 
 
 def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
-                    service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """ClusterRole + binding and the namespaced Lease role + binding, for one service account."""
+                    service_account: str = CONTROLLER_SERVICE_ACCOUNT, *,
+                    webhook_config: str | None = None) -> list[dict[str, Any]]:
+    """ClusterRole + binding and the namespaced Lease role + binding, for one service account;
+    with ``webhook_config``, the rights to keep the webhook's certificate."""
     cr = "autoclusters-controller" if namespace == DEFAULT_NAMESPACE else f"autoclusters-controller-{namespace}"
     return [
-        controller_cluster_role(names, cr),
+        controller_cluster_role(names, cr, webhook_config),
         controller_cluster_role_binding(namespace, cr, service_account),
-        controller_lease_role(namespace),
+        controller_lease_role(namespace, webhook_config=webhook_config),
         controller_lease_role_binding(namespace, service_account=service_account),
     ]

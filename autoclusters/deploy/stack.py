@@ -39,29 +39,17 @@ def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False) ->
     """Every service account, role and binding of the system, service accounts first; the
     Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace)]
+        names, namespace, webhook_config=webhook_config_name(namespace))]
     objs += detector.detector_rbac(names, namespace)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
-    objs += _scoped(admission.webhook_rbac(
-        namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
-        tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
+    objs += admission.webhook_rbac(namespace)
     order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
     return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
 
-def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
-    """``webhook_rbac`` names its ClusterRole and binding without the namespace; give them the
-    suffix every other cluster-scoped object of a second installation carries."""
-    out = []
-    for obj in objs:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            obj = {**obj, "metadata": {**obj["metadata"],
-                                       "name": cluster_scoped_name(obj["metadata"]["name"], namespace)}}
-            if "roleRef" in obj:
-                obj["roleRef"] = {**obj["roleRef"], "name": cluster_scoped_name(obj["roleRef"]["name"], namespace)}
-        out.append(obj)
-    return out
+def webhook_config_name(namespace: str) -> str:
+    return cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace)
 
 
 def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
@@ -87,7 +75,8 @@ def controller_objects(names: Names, namespace: str, image: str, replicas: int =
     out = []
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
-                                                shard=shard, host_reboot_command=host_reboot_command),
+                                                shard=shard, host_reboot_command=host_reboot_command,
+                                                webhook_config=webhook_config_name(namespace)),
                 workloads.controller_pdb(namespace, shards=shards, shard=shard)]
     return out
 
@@ -103,7 +92,7 @@ def policy_name(namespace: str) -> str:
 
 def webhook_configuration(names: Names, namespace: str, webhook_url: str | None, ca_pem: str = "") -> dict[str, Any]:
     return admission.webhook_configuration(names, ca_bundle=ca_pem.encode(), url=webhook_url, namespace=namespace,
-                                           name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace))
+                                           name=webhook_config_name(namespace))
 
 
 def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *, webhook_url: str | None = None,
