@@ -3,7 +3,8 @@
 The bridge (``autoclusters slurm-bridge run``) runs where Slurm's client commands work, a
 host or a pod with the cluster's munge key, not in the stack's namespace as a workload of
 its own; what the stack gives it is the identity it talks to the API server with. Its code
-reads pools and nodes through informers (get, list, watch), patches nodes (its drain
+reads pools, nodes and Remediation records through informers (get, list, watch; a drain
+warning on a node counts only when its record backs it), patches nodes (its drain
 acknowledgement, the cordon marker, the jobs it signalled) and writes events on them
 (``kube/events.py``: create, then patch a repeat). It touches neither maintenance label, so
 the admission rules let its patches through. The stack creates these objects when one of
@@ -33,6 +34,8 @@ def slurm_bridge_cluster_role(names: Names, name: str = ROLE_NAME) -> dict[str, 
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
             {"apiGroups": [names.api_group], "resources": [api.POOLS.plural], "verbs": ["get", "list", "watch"]},
+            # the records a drain warning on a node is checked against (slurm/bridge.py, ``warning``)
+            {"apiGroups": [names.api_group], "resources": [api.REMEDIATIONS.plural], "verbs": ["get", "list", "watch"]},
         ],
     }
 
