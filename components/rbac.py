@@ -1,5 +1,6 @@
 """``Rbac``: the three service accounts (four with the Slurm bridge's) and each one's least-privilege roles, with the
-admission policy that keeps each detector to writing its own node.
+admission policies that keep each detector to writing its own node, the controller's pod patches to the warning's
+annotations and the bridge's node patches to its own keys (``deploy.patch_limits``).
 
 The roles come from the module of the code that uses them (``deploy.controller``,
 ``deploy.detector``, ``deploy.admission``, ``deploy.slurm_bridge``; ``deploy.stack.rbac_objects`` lists them), so a

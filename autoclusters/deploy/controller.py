@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, cluster_scoped_name
+from autoclusters.deploy.patch_limits import controller_pod_patch_policy, policy_binding
 from autoclusters.deploy.providers import KINDS
 from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET, cluster_role_binding
 from autoclusters.names import Names
@@ -106,11 +107,15 @@ def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
                     service_account: str = CONTROLLER_SERVICE_ACCOUNT, *,
                     webhook_config: str | None = None) -> list[dict[str, Any]]:
     """ClusterRole + binding and the namespaced Lease role + binding, for one service account;
-    with ``webhook_config``, the rights to keep the webhook's certificate."""
+    with ``webhook_config``, the rights to keep the webhook's certificate; and the admission
+    policy that holds its pod patches to the warning's annotations (``deploy.patch_limits``)."""
     cr = "autoclusters-controller" if namespace == DEFAULT_NAMESPACE else f"autoclusters-controller-{namespace}"
+    pod_policy = cluster_scoped_name("autoclusters-controller-pod-patches", namespace)
     return [
         controller_cluster_role(names, cr, webhook_config),
         controller_cluster_role_binding(namespace, cr, service_account),
         controller_lease_role(namespace, webhook_config=webhook_config),
         controller_lease_role_binding(namespace, service_account=service_account),
+        controller_pod_patch_policy(names, namespace, pod_policy, service_account),
+        policy_binding(pod_policy),
     ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, SLURM_BRIDGE_SERVICE_ACCOUNT, cluster_scoped_name
+from autoclusters.deploy.patch_limits import policy_binding, slurm_bridge_node_patch_policy
 from autoclusters.deploy.workloads import PART_OF, cluster_role_binding
 from autoclusters.deploy.workloads import service_account as service_account_object
 from autoclusters.names import Names
@@ -42,8 +43,11 @@ def slurm_bridge_cluster_role(names: Names, name: str = ROLE_NAME) -> dict[str, 
 
 def slurm_bridge_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
                       service_account: str = SLURM_BRIDGE_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """Service account, ClusterRole and its binding; the cluster-scoped names carry a second
-    installation's namespace (``cluster_scoped_name``)."""
+    """Service account, ClusterRole and its binding, and the admission policy that holds its node
+    patches to its own annotations and ``spec.unschedulable`` (``deploy.patch_limits``); the
+    cluster-scoped names carry a second installation's namespace (``cluster_scoped_name``)."""
     role = cluster_scoped_name(ROLE_NAME, namespace)
+    policy = cluster_scoped_name("autoclusters-slurm-bridge-node-patches", namespace)
     return [service_account_object(service_account, namespace), slurm_bridge_cluster_role(names, role),
-            cluster_role_binding(role, service_account, namespace)]
+            cluster_role_binding(role, service_account, namespace),
+            slurm_bridge_node_patch_policy(names, namespace, policy, service_account), policy_binding(policy)]

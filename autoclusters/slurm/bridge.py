@@ -42,7 +42,7 @@ from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
-from autoclusters.names import Names
+from autoclusters.names import SLURM_ACKNOWLEDGER, Names
 from autoclusters.repeats import RepeatedErrors
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 def _ignore(name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
     """The bridge reads the stores at each poll; it needs no callback per change."""
-ACKNOWLEDGER = "slurm"  # the name a pool lists in preDrain.acknowledgers
+ACKNOWLEDGER = SLURM_ACKNOWLEDGER  # the name a pool lists in preDrain.acknowledgers
 UNBACKED_GRACE = timedelta(seconds=30)  # a drain warning no record backs is reported after this
 
 
@@ -108,7 +108,7 @@ class SlurmBridge:
     @property
     def cordon_marker(self) -> str:
         """Node annotation: the bridge cordoned this node for an external Slurm drain."""
-        return f"{self.names.domain}/slurm-cordoned"
+        return self.names.slurm_cordoned
 
     # --- loop ----------------------------------------------------------------------------------
     def run(self) -> None:

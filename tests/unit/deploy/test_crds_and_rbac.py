@@ -18,4 +18,5 @@ def test_crds_and_rbac_shape() -> None:
     cols = [c["name"] for c in rem_crd["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert {"Node", "Phase", "Outcome", "Action"} <= set(cols)
     kinds = [o["kind"] for o in controller_rbac(NAMES)]
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding"]
