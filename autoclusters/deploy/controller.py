@@ -3,19 +3,21 @@
 Cluster-wide: nodes (labels, taint, cordon), pods (list, evict, delete after the drain
 deadline, patch for the warning's annotations), events (on nodes, pools and the warned
 pods), our two custom resources. Namespaced: the leader-election Lease, in the controller's
-own namespace only. On top, what each repair provider needs (``Rule`` entries of
-``deploy.providers.KINDS``: node create/delete for the simulated one, Machines for Cluster
-API, Jobs in the controller's namespace for host reboot), merged per resource.
+own namespace only. On top, what each repair provider the installation grants needs (``Rule``
+entries of ``deploy.providers.KINDS``: node create/delete for the simulated one, only on a
+local cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot),
+merged per resource.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from autoclusters import api
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, cluster_scoped_name
 from autoclusters.deploy.patch_limits import controller_pod_patch_policy, policy_binding
-from autoclusters.deploy.providers import KINDS
+from autoclusters.deploy.providers import KINDS, ProviderType
 from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET, cluster_role_binding
 from autoclusters.names import Names
 
@@ -26,10 +28,12 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
-def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool) -> list[dict[str, Any]]:
-    """``rules`` plus every provider's rules of that scope; verbs of one resource merged, in order."""
+def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool,
+                    providers: Iterable[ProviderType]) -> list[dict[str, Any]]:
+    """``rules`` plus the rules of that scope of each of ``providers``; verbs of one resource
+    merged, in order."""
     out = [dict(r, verbs=list(r["verbs"])) for r in rules]
-    for kind in KINDS.values():
+    for kind in (KINDS[t] for t in providers):
         for need in kind.rbac:
             if need.namespaced != namespaced:
                 continue
@@ -53,7 +57,8 @@ def webhook_certificate_rules(config_name: str) -> tuple[dict[str, Any], list[di
 
 
 def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
-                            webhook_config: str | None = None) -> dict[str, Any]:
+                            webhook_config: str | None = None,
+                            providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
     g = names.api_group
     certs = [webhook_certificate_rules(webhook_config)[0]] if webhook_config else []
     return {
@@ -69,7 +74,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
             _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
             _rule([g], [api.REMEDIATIONS.plural], ["get", "list", "watch", "create", "delete"]),
             _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
-        ], namespaced=False) + certs,
+        ], namespaced=False, providers=providers) + certs,
     }
 
 
@@ -79,7 +84,8 @@ def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: st
 
 
 def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader",
-                          webhook_config: str | None = None) -> dict[str, Any]:
+                          webhook_config: str | None = None,
+                          providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
     certs = webhook_certificate_rules(webhook_config)[1] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -88,7 +94,7 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
                                   # the cluster default policy's ConfigMap (deploy.default_pool)
                                   _rule([""], ["configmaps"], ["get", "list", "watch"])],
-                                 namespaced=True) + certs,
+                                 namespaced=True, providers=providers) + certs,
     }
 
 
@@ -105,16 +111,18 @@ def controller_lease_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str 
 
 def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
                     service_account: str = CONTROLLER_SERVICE_ACCOUNT, *,
-                    webhook_config: str | None = None) -> list[dict[str, Any]]:
-    """ClusterRole + binding and the namespaced Lease role + binding, for one service account;
+                    webhook_config: str | None = None,
+                    providers: Iterable[ProviderType] = tuple(KINDS)) -> list[dict[str, Any]]:
+    """ClusterRole + binding and the namespaced Lease role + binding, for one service account,
+    with the rights of ``providers`` (``deploy.providers.granted_providers``: the stack's);
     with ``webhook_config``, the rights to keep the webhook's certificate; and the admission
     policy that holds its pod patches to the warning's annotations (``deploy.patch_limits``)."""
     cr = "autoclusters-controller" if namespace == DEFAULT_NAMESPACE else f"autoclusters-controller-{namespace}"
     pod_policy = cluster_scoped_name("autoclusters-controller-pod-patches", namespace)
     return [
-        controller_cluster_role(names, cr, webhook_config),
+        controller_cluster_role(names, cr, webhook_config, providers),
         controller_cluster_role_binding(namespace, cr, service_account),
-        controller_lease_role(namespace, webhook_config=webhook_config),
+        controller_lease_role(namespace, webhook_config=webhook_config, providers=providers),
         controller_lease_role_binding(namespace, service_account=service_account),
         controller_pod_patch_policy(names, namespace, pod_policy, service_account),
         policy_binding(pod_policy),

@@ -166,6 +166,13 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
 )}
 
 
+def granted_providers(local: bool) -> tuple[ProviderType, ...]:
+    """The providers whose rights an installation's controller gets: every one but the
+    simulated, whose node create/delete and nodes/status patch only a local (kwok) cluster
+    needs (its provider refuses every node kwok does not manage)."""
+    return tuple(t for t in KINDS if local or t != ProviderType.SIMULATED)
+
+
 @dataclass(frozen=True)
 class ProviderSpec:
     """One provider and its checked settings (camelCase, defaults filled in)."""

@@ -29,17 +29,20 @@ from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
+from autoclusters.deploy.providers import granted_providers
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
 CONTROLLER_REPLICAS = 2
 
 
-def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False) -> list[dict[str, Any]]:
+def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False
+                 ) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
-    Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm)."""
+    Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
+    the simulated provider's rights on a local cluster only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace, webhook_config=webhook_config_name(namespace))]
+        names, namespace, webhook_config=webhook_config_name(namespace), providers=granted_providers(local))]
     objs += detector.detector_rbac(names, namespace)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
@@ -127,7 +130,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     return [
         workloads.namespace(ns),
         *crds.crds(names),
-        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
+        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local,
                            condition_codes=config.detector_condition_codes,
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),
