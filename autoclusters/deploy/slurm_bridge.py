@@ -3,7 +3,7 @@
 The bridge (``autoclusters slurm-bridge run``) runs where Slurm's client commands work, a
 host or a pod with the cluster's munge key, not in the stack's namespace as a workload of
 its own; what the stack gives it is the identity it talks to the API server with. Its code
-reads pools, nodes and Remediation records through informers (get, list, watch; a drain
+reads pools, nodes and Remediation records through informers (list, watch; a drain
 warning on a node counts only when its record backs it), patches nodes (its drain
 acknowledgement, the cordon marker, the jobs it signalled) and writes events on them
 (``kube/events.py``: create, then patch a repeat). It touches neither maintenance label, so
@@ -32,11 +32,12 @@ def slurm_bridge_cluster_role(names: Names, name: str = ROLE_NAME) -> dict[str, 
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": PART_OF}},
         "rules": [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+            # informers (list + watch; nothing is read one by one) and the bridge's merge patches
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-            {"apiGroups": [names.api_group], "resources": [api.POOLS.plural], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [names.api_group], "resources": [api.POOLS.plural], "verbs": ["list", "watch"]},
             # the records a drain warning on a node is checked against (slurm/bridge.py, ``warning``)
-            {"apiGroups": [names.api_group], "resources": [api.REMEDIATIONS.plural], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [names.api_group], "resources": [api.REMEDIATIONS.plural], "verbs": ["list", "watch"]},
         ],
     }
 

@@ -43,7 +43,7 @@ def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, lo
     the simulated provider's rights on a local cluster only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
         names, namespace, webhook_config=webhook_config_name(namespace), providers=granted_providers(local))]
-    objs += detector.detector_rbac(names, namespace)
+    objs += detector.detector_rbac(names, namespace, local=local)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
     objs += admission.webhook_rbac(namespace)

@@ -81,8 +81,7 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
             cluster.kube.delete(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
             for obj in rbac:
                 if obj["kind"] != "ServiceAccount":  # the namespace takes its service account along
-                    cluster.kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/"
-                                        f"{obj['metadata']['name']}")
+                    cluster.kube.delete_object(obj)
             cluster.kube.delete(f"/api/v1/namespaces/{namespace}")
 
 

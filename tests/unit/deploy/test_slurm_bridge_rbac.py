@@ -21,11 +21,11 @@ def test_the_rules_name_the_installations_api_group_and_nothing_beyond_the_bridg
     assert sa["metadata"] == {"name": "autoclusters-slurm-bridge", "namespace": "autoclusters-system",
                               "labels": {"app.kubernetes.io/part-of": "autoclusters"}}
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
-    assert rules == {(("",), ("nodes",)): {"get", "list", "watch", "patch"},
+    assert rules == {(("",), ("nodes",)): {"list", "watch", "patch"},
                      (("",), ("events",)): {"create", "patch"},
-                     ((names.api_group,), (api.POOLS.plural,)): {"get", "list", "watch"},
+                     ((names.api_group,), (api.POOLS.plural,)): {"list", "watch"},
                      # the records its drain warnings are checked against
-                     ((names.api_group,), (api.REMEDIATIONS.plural,)): {"get", "list", "watch"}}
+                     ((names.api_group,), (api.REMEDIATIONS.plural,)): {"list", "watch"}}
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "autoclusters-slurm-bridge"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "autoclusters-slurm-bridge",
                                     "namespace": "autoclusters-system"}]
