@@ -1,4 +1,5 @@
-"""RBAC of the remediation controller: exactly the verbs its code paths use.
+"""RBAC of the remediation controller: exactly the verbs its code paths use
+(``tests/unit/test_rbac_calls.py`` runs them and holds the two equal).
 
 Cluster-wide: nodes (labels, taint, cordon), pods (list, evict, delete after the drain
 deadline, patch for the warning's annotations), events (on nodes, pools and the warned
@@ -67,12 +68,14 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "rules": _with_providers([
             _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
-            _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
+            # pods: listed per node for the drain, annotated with the warning, deleted at the deadline
+            _rule([""], ["pods"], ["list", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
-            _rule([g], [api.POOLS.plural], ["get", "list", "watch"]),
+            # the custom resources through informers: listed and watched, never read one by one
+            _rule([g], [api.POOLS.plural], ["list", "watch"]),
             _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
-            _rule([g], [api.REMEDIATIONS.plural], ["get", "list", "watch", "create", "delete"]),
+            _rule([g], [api.REMEDIATIONS.plural], ["list", "watch", "create", "delete"]),
             _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
         ], namespaced=False, providers=providers) + certs,
     }
@@ -93,7 +96,7 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
                                   # the cluster default policy's ConfigMap (deploy.default_pool)
-                                  _rule([""], ["configmaps"], ["get", "list", "watch"])],
+                                  _rule([""], ["configmaps"], ["list", "watch"])],
                                  namespaced=True, providers=providers) + certs,
     }
 

@@ -142,3 +142,73 @@ def test_the_detectors_rules_are_its_calls_on_a_node(tmp_path: Path) -> None:
     # a local cluster's detectors are the simulated fleet, which lists and watches the nodes it serves
     local = grants(detector_rbac(NAMES, local=True), _subject(DETECTOR_SERVICE_ACCOUNT))
     assert {(g.resource, g.verb) for g in local - given} == {("nodes", "list"), ("nodes", "watch")}
+
+
+def test_the_controllers_own_rules_are_its_calls() -> None:
+    """The controller's real pieces (tests/unit/controller/harness.py) through a whole repair of
+    a node with pods (one evicted, one a PodDisruptionBudget holds, deleted at the deadline), its
+    leader election, the webhook's certificate and the collection of old records. Its calls are
+    all granted (the simulated provider's rights with them: a local installation's); and every
+    rule but the other providers' (tests/unit/policy/test_provider_parity.py holds those to the
+    provider table) is used."""
+    from autoclusters.controller.manager import Controller
+    from autoclusters.controller.shards import LayoutGuard
+    from autoclusters.controller.webhook_certs import WebhookCertKeeper
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+    from autoclusters.deploy.admission import webhook_configuration
+    from autoclusters.deploy.providers import KINDS
+    from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET
+    from autoclusters.kube.events import ObjectRef
+    from autoclusters.kube.leader import LeaderElector
+    from autoclusters.webhook.certs import CertPolicy
+    from tests.unit.controller.harness import Harness
+
+    h = Harness()
+    h.pool("p", drain={"resetDeadlineSeconds": 60, "replaceDeadlineSeconds": 600})
+    h.node("n1")
+    h.pod("n1", "evicted")
+    h.pod("n1", "held")
+    h.api.pdb_blocked.add("default/held")
+    ns = DEFAULT_NAMESPACE
+    config_name = stack_objects.webhook_config_name(ns)
+    h.api.put("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+              webhook_configuration(NAMES, ca_bundle=b"", name=config_name))
+    h.start()
+    try:
+        h.run()
+        h.fault("n1")
+        h.run(lambda: h.phase("n1") == "Succeeded", seconds=600)
+        assert h.phase("n1") == "Succeeded"
+        assert h.api.read("/api/v1/namespaces/default/pods/held") is None  # deleted after the deadline
+        # the recorder's aggregation: the same event again within its window patches the first
+        for _ in range(2):
+            h.recorder.emit(ObjectRef("Node", "n1", uid="u"), "MaintenanceRequired", "again")
+        h.recorder.flush()
+        assert LayoutGuard(h.kube, h.clock, namespace=ns, base="autoclusters-controller", shards=1).may_lead()
+        # a guarded node patch that lost a race reads the node again
+        stale = h.api.read("/api/v1/nodes/n1")
+        assert stale is not None
+        h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["labels"].update(team="research"))
+        h.kube.patch_node_guarded(stale, lambda n: [] if n["metadata"]["resourceVersion"] != stale["metadata"][
+            "resourceVersion"] else [{"op": "add", "path": "/metadata/labels/x", "value": "y"}])
+        elector = LeaderElector(h.kube, h.clock, namespace=ns, name="autoclusters-controller", identity="a")
+        assert elector.try_acquire_or_renew()  # the Lease created
+        h.clock.advance(2)
+        assert elector.try_acquire_or_renew()  # and renewed
+        keeper = WebhookCertKeeper(h.kube, h.clock, namespace=ns, tls_secret=WEBHOOK_TLS_SECRET,
+                                   ca_secret=WEBHOOK_CA_SECRET, config_name=config_name,
+                                   hosts=["autoclusters-webhook.autoclusters-system.svc"], policy=CertPolicy())
+        keeper.sync()  # the Secrets made
+        h.clock.advance(91 * 86400)
+        keeper.sync()  # renewed
+        collector = type("C", (), {"kube": h.kube, "names": NAMES, "fleet": h.fleet, "clock": h.clock,
+                                   "config": type("K", (), {"retention_days": 90.0})()})()
+        assert Controller.collect_garbage(collector) == 1
+    finally:
+        h.stop()
+    given = grants(stack_objects.rbac_objects(NAMES, ns, local=True), _subject(CONTROLLER_SERVICE_ACCOUNT))
+    made = calls(h.api)
+    assert ungranted(made, given) == []
+    providers = {f"{v} {r.group or 'core'}/{r.resource}" for k in KINDS.values() for r in k.rbac for v in r.verbs}
+    assert [u for u in unused(made, given) if u not in providers] == []
+
