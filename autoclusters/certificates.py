@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -108,3 +109,22 @@ def make_leaf(ca: KeyPair, subject: x509.Name, now: dt.datetime, lifetime: dt.ti
 def make_serving(ca: KeyPair, hosts: Sequence[str], now: dt.datetime, lifetime: dt.timedelta) -> KeyPair:
     """A serving certificate for ``hosts`` (the first one is also its common name)."""
     return make_leaf(ca, name(hosts[0]), now, lifetime, hosts=hosts, usage=SERVER_AUTH)
+
+
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """``ca`` signed ``cert``."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def covers(cert: x509.Certificate, hosts: Sequence[str]) -> bool:
+    """``cert``'s subject alternative names include every one of ``hosts``."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(san.get_values_for_type(x509.DNSName))
+    return set(hosts) <= have

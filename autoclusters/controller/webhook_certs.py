@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 
-from autoclusters.certificates import KeyPair, make_ca, make_serving
+from autoclusters.certificates import KeyPair, covers, issued_by, make_ca, make_serving
 from autoclusters.clock import Clock
 from autoclusters.kube import Kube, NotFound
 from autoclusters.webhook.certs import CA_NAME, CertPolicy
@@ -80,23 +79,6 @@ def _pair(cert: bytes | None, key: bytes | None) -> KeyPair | None:
     return pair
 
 
-def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def _covers(cert: x509.Certificate, hosts: Sequence[str]) -> bool:
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return False
-    have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(san.get_values_for_type(x509.DNSName))
-    return set(hosts) <= have
-
-
 def plan(ca_data: Data | None, tls_data: Data | None, hosts: Sequence[str], now: dt.datetime,
          policy: CertPolicy) -> Plan:
     """What the two Secrets and the bundle must hold at ``now``; equal data when nothing is due."""
@@ -105,11 +87,11 @@ def plan(ca_data: Data | None, tls_data: Data | None, hosts: Sequence[str], now:
     retired = [c for c in _certs(ca_data.get(RETIRED)) if c.not_valid_after_utc > now]
     serving = _pair(tls_data.get(TLS_CERT), tls_data.get(TLS_KEY))
     if serving is not None and serving.cert.not_valid_after_utc > now and (
-            ca is None or not _issued_by(serving.cert, ca.cert)):
+            ca is None or not issued_by(serving.cert, ca.cert)):
         # Served now but signed by a CA we do not hold (the stack's first certificate): its
         # issuer stays trusted until it expires, so the swap below never breaks a handshake.
         for issuer in _certs(tls_data.get(TLS_BUNDLE)):
-            if (_issued_by(serving.cert, issuer) and issuer.not_valid_after_utc > now
+            if (issued_by(serving.cert, issuer) and issuer.not_valid_after_utc > now
                     and issuer not in retired and (ca is None or issuer != ca.cert)):
                 retired.append(issuer)
     if ca is None or ca.due(now, policy.renew_fraction):
@@ -117,8 +99,8 @@ def plan(ca_data: Data | None, tls_data: Data | None, hosts: Sequence[str], now:
             retired.append(ca.cert)
         ca = make_ca(CA_NAME, now, policy.ca_lifetime)
         log.info("generated a new webhook CA, valid until %s", ca.cert.not_valid_after_utc)
-    if (serving is None or serving.due(now, policy.renew_fraction) or not _issued_by(serving.cert, ca.cert)
-            or not _covers(serving.cert, hosts)):
+    if (serving is None or serving.due(now, policy.renew_fraction) or not issued_by(serving.cert, ca.cert)
+            or not covers(serving.cert, hosts)):
         serving = make_serving(ca, list(hosts), now, policy.serving_lifetime)
         log.info("issued a new webhook serving certificate for %s, valid until %s", ",".join(hosts),
                  serving.cert.not_valid_after_utc)

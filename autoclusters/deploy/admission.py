@@ -110,6 +110,12 @@ def _verb_cel(old: str, new: str) -> str:
     return f"({old} == {absent} ? 'add' : ({new} == {absent} ? 'remove' : 'change'))"
 
 
+def validating_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of the system; it fails closed (``failurePolicy: Fail``)."""
+    return {"apiVersion": ADMISSION_V1, "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": dict(_PART_OF)}, "spec": {"failurePolicy": "Fail", **spec}}
+
+
 def admission_policy(names: Names, controllers: list[str] | None = None, *, name: str = POLICY_NAME,
                      node_agents: list[str] | None = None) -> dict[str, Any]:
     """The CEL floor: the four node-label rules, for every identity but the controller. The
@@ -117,12 +123,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
     controllers = controllers or default_controllers()
     req, appr = names.maintenance_required, names.maintenance_approved
     absent = _cel_str(ABSENT)
-    return {
-        "apiVersion": ADMISSION_V1,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(_PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
+    return validating_policy(name, {
             "matchConstraints": {
                 "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
                                    "resources": list(NODE_RESOURCES)}],
@@ -172,8 +173,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
                         + f" + {_verb_cel('variables.oldApproved', 'variables.newApproved')} + ' it'"),
                 },
             ],
-        },
-    }
+    })
 
 
 def admission_policy_binding(*, policy_name: str = POLICY_NAME, name: str | None = None,

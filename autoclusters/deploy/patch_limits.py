@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, SLURM_BRIDGE_SERVICE_ACCOUNT
-from autoclusters.deploy.admission import ADMISSION_V1, _cel_str
+from autoclusters.deploy.admission import _cel_str, admission_policy_binding, validating_policy
 from autoclusters.names import Names
 
-_PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
 # A Node's spec fields (core/v1 NodeSpec) but ``unschedulable``: the bridge changes none of them.
 NODE_SPEC_FIELDS = ("podCIDR", "podCIDRs", "providerID", "taints", "configSource", "externalID")
 
@@ -71,26 +70,18 @@ def _metadata_validations(who: str, what: str, allowed: Sequence[str]) -> list[d
 
 def _policy(name: str, username: str, resource: str, allowed: Sequence[str], validations: list[dict[str, Any]]
             ) -> dict[str, Any]:
-    return {
-        "apiVersion": ADMISSION_V1,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(_PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                    "operations": ["UPDATE"], "resources": [resource]}]},
-            "matchConditions": [{"name": "is-the-identity",
-                                 "expression": f"request.userInfo.username == {_cel_str(username)}"}],
-            "variables": _variables(allowed),
-            "validations": validations,
-        },
-    }
+    return validating_policy(name, {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                "operations": ["UPDATE"], "resources": [resource]}]},
+        "matchConditions": [{"name": "is-the-identity",
+                             "expression": f"request.userInfo.username == {_cel_str(username)}"}],
+        "variables": _variables(allowed),
+        "validations": validations,
+    })
 
 
 def policy_binding(name: str) -> dict[str, Any]:
-    return {"apiVersion": ADMISSION_V1, "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name, "labels": dict(_PART_OF)},
-            "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    return admission_policy_binding(policy_name=name)
 
 
 def controller_pod_patch_policy(names: Names, namespace: str = DEFAULT_NAMESPACE,

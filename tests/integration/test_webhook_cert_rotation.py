@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 
+from autoclusters.certificates import issued_by
 from autoclusters.clock import SystemClock
 from autoclusters.controller.webhook_certs import TLS_BUNDLE, WebhookCertKeeper, _decode
 from autoclusters.deploy.controller import webhook_certificate_rules
@@ -173,21 +173,13 @@ def test_approvals_keep_being_admitted_through_serving_certificate_and_ca_rotati
     assert len({_signer(c, mounted) for c in served}) >= 2
 
 
-def _signed(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
 def _signer(cert: x509.Certificate, mounted: list[dict[str, bytes]]) -> bytes:
     """The public key of the CA (from any bundle the volume held) that signed ``cert``."""
     from cryptography.hazmat.primitives import serialization
 
     for data in mounted:
         for ca in x509.load_pem_x509_certificates(data[TLS_BUNDLE]):
-            if _signed(cert, ca):
+            if issued_by(cert, ca):
                 return ca.public_key().public_bytes(serialization.Encoding.PEM,
                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
     raise AssertionError(f"no CA of the bundles signed {cert.serial_number}")
