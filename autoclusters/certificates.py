@@ -100,6 +100,16 @@ def make_leaf(ca: KeyPair, subject: x509.Name, now: dt.datetime, lifetime: dt.ti
                .not_valid_before(now - SKEW).not_valid_after(min(now + lifetime, ca_cert.not_valid_after_utc))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+    # The leaf names its CA by key, not only by subject (RFC 5280, 4.2.1.1): a bundle holds a CA and
+    # the one it replaced under the same name, and a verifier that picks the issuer by name alone
+    # (OpenSSL) would try the wrong one.
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        ski = None
+    if ski is not None:
+        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski),
+                                        critical=False)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca.private_key(), hashes.SHA256())

@@ -71,13 +71,25 @@ def _keeper_identity(admission: Admission) -> str:
     return admission.cluster.service_account_kubeconfig(ns, "keeper")
 
 
-def _served(port: int) -> x509.Certificate:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", port), 2) as raw, ctx.wrap_socket(raw) as tls:
+def _served(port: int, bundle: bytes) -> x509.Certificate:
+    """The certificate served now, by a fresh handshake that verifies it against ``bundle`` as
+    the API server does on a new connection (the API server keeps its connections to a
+    webhook open, so its own requests alone would not show a bundle that stopped trusting)."""
+    ctx = ssl.create_default_context(cadata=bundle.decode())
+    with socket.create_connection(("127.0.0.1", port), 2) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
+
+
+def _bundle(admission: Admission) -> bytes:
+    """The caBundle the API server holds for the webhook now."""
+    import base64
+
+    cfg = admission.kube.get(f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+                             f"{admission.webhook_name}")
+    return base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"])
 
 
 class Loop(threading.Thread):
@@ -123,22 +135,26 @@ def test_approvals_keep_being_admitted_through_serving_certificate_and_ca_rotati
             mounted.append(data)
 
     kubelet()
-    log = open(admission.workdir / "webhook-rotation.log", "ab")  # noqa: SIM115 - handed to the child
-    admission.proc = subprocess.Popen(
-        [sys.executable, "-m", "autoclusters.cli.main", "webhook", "run", "--listen", "127.0.0.1",
-         "--port", str(admission.port), "--opa-url", admission.cluster.opa_url, "--webhook-config", "",
-         "--tls-cert", str(volume / "tls.crt"), "--tls-key", str(volume / "tls.key"),
-         "--cert-check-interval", "0.5"], stdout=log, stderr=subprocess.STDOUT)
-    ctx = ssl.create_default_context(cadata=first.bundle.decode())
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{admission.port}/readyz", timeout=1, context=ctx):
-                break
-        except OSError:
-            assert admission.proc.poll() is None, (admission.workdir / "webhook-rotation.log").read_text()
-            assert time.monotonic() < deadline, "the webhook is not ready"
-            time.sleep(0.2)
+
+    def start_webhook(bundle: bytes) -> None:
+        log = open(admission.workdir / "webhook-rotation.log", "ab")  # noqa: SIM115 - handed to the child
+        admission.proc = subprocess.Popen(
+            [sys.executable, "-m", "autoclusters.cli.main", "webhook", "run", "--listen", "127.0.0.1",
+             "--port", str(admission.port), "--opa-url", admission.cluster.opa_url, "--webhook-config", "",
+             "--tls-cert", str(volume / "tls.crt"), "--tls-key", str(volume / "tls.key"),
+             "--cert-check-interval", "0.5"], stdout=log, stderr=subprocess.STDOUT)
+        ctx = ssl.create_default_context(cadata=bundle.decode())
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{admission.port}/readyz", timeout=1, context=ctx):
+                    return
+            except OSError:
+                assert admission.proc.poll() is None, (admission.workdir / "webhook-rotation.log").read_text()
+                assert time.monotonic() < deadline, "the webhook is not ready"
+                time.sleep(0.2)
+
+    start_webhook(first.bundle)
     admission.apply_webhook_config(first.bundle)
     admission.wait_enforced(WEBHOOK_MARK)
 
@@ -161,7 +177,7 @@ def test_approvals_keep_being_admitted_through_serving_certificate_and_ca_rotati
             r = kubectl(admission.user, "label", "node", node, f"{appr}=yes")
             assert r.returncode != 0 and WEBHOOK_MARK in r.stderr, r.stderr
             approvals += 1
-            cert = _served(admission.port)
+            cert = _served(admission.port, _bundle(admission))
             if not served or served[-1] != cert:
                 served.append(cert)
     finally:
@@ -171,6 +187,11 @@ def test_approvals_keep_being_admitted_through_serving_certificate_and_ca_rotati
     assert len(served) >= 4, f"only {len(served)} serving certificates were served in {RUN_SECONDS}s"
     # the CA itself was renewed once at least: the served certificates come from two CAs
     assert len({_signer(c, mounted) for c in served}) >= 2
+    # a webhook started again (a new pod): the API server's new connection trusts what it serves
+    admission.webhook_stop(remove_config=False)
+    start_webhook(_bundle(admission))
+    r = kubectl(admission.user, "label", "node", node, f"{appr}=true")
+    assert r.returncode == 0, f"the approval after the restart was refused: {r.stderr}"
 
 
 def _signer(cert: x509.Certificate, mounted: list[dict[str, bytes]]) -> bytes:

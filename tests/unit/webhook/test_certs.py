@@ -120,3 +120,36 @@ def test_a_certificate_with_another_ones_key_is_never_loaded(tmp_path: Path) -> 
     (tmp_path / "tls.key").write_bytes(other[1])
     r.ensure()
     assert r.not_after == x509.load_pem_x509_certificate(other[0]).not_valid_after_utc
+
+
+def test_a_leaf_verifies_against_a_bundle_of_two_cas_of_one_name(tmp_path: Path) -> None:
+    """A CA and the one it replaced share their name: the leaf's authority key id makes
+    OpenSSL pick the right one (without it, a handshake fails with a signature failure)."""
+    import socket
+    import ssl
+    import threading
+
+    from autoclusters import certificates
+
+    now = dt.datetime.now(dt.UTC)
+    old, new = (certificates.make_ca("autoclusters-webhook-ca", now, dt.timedelta(days=1)) for _ in range(2))
+    leaf = certificates.make_serving(new, ["127.0.0.1"], now, dt.timedelta(hours=1))
+    (tmp_path / "tls.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "tls.key").write_bytes(leaf.key_pem)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def accept() -> None:
+            conn, _ = listener.accept()
+            with server.wrap_socket(conn, server_side=True):
+                pass
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        client = ssl.create_default_context(cadata=(old.cert_pem + new.cert_pem).decode())
+        with socket.create_connection(("127.0.0.1", port), 2) as raw, \
+                client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.getpeercert() is not None
+        t.join(5)
