@@ -110,6 +110,12 @@ def plan(ca_data: Data | None, tls_data: Data | None, hosts: Sequence[str], now:
                 bundle=bundle)
 
 
+def _valid(tls: Data | None, now: dt.datetime) -> bool:
+    """``tls`` holds a certificate and its key, not expired."""
+    pair = _pair((tls or {}).get(TLS_CERT), (tls or {}).get(TLS_KEY))
+    return pair is not None and pair.cert.not_valid_after_utc > now
+
+
 def _decode(secret: dict | None) -> Data | None:
     if secret is None:
         return None
@@ -155,9 +161,15 @@ class WebhookCertKeeper:
                                                "data": _encode(data)})
 
     def sync(self) -> Plan:
+        """One pass; returns the plan. While the webhook configuration does not exist (the
+        stack creates it last), a serving certificate that is still valid is left as it is:
+        the configuration will be created with the bundle that trusts it, and the swap comes at
+        the first pass that has written the new bundle."""
+        now = self.clock.now()
         ca_secret, tls_secret = self._read(self.ca_secret), self._read(self.tls_secret)
-        out = plan(_decode(ca_secret), _decode(tls_secret), self.hosts, self.clock.now(), self.policy)
+        current = _decode(tls_secret)
+        out = plan(_decode(ca_secret), current, self.hosts, now, self.policy)
         self._write(self.ca_secret, ca_secret, out.ca, "Opaque")
-        write_ca_bundle(self.kube, self.config_name, out.bundle)
-        self._write(self.tls_secret, tls_secret, out.tls, "kubernetes.io/tls")
+        if write_ca_bundle(self.kube, self.config_name, out.bundle) or not _valid(current, now):
+            self._write(self.tls_secret, tls_secret, out.tls, "kubernetes.io/tls")
         return out

@@ -157,3 +157,28 @@ def test_the_keeper_needs_a_host() -> None:
     with pytest.raises(ValueError, match="at least one host"):
         WebhookCertKeeper(FakeApi().kube(), FakeClock(T0), namespace="ns", tls_secret="t", ca_secret="c",
                           config_name="cfg", hosts=[], policy=POLICY)
+
+
+def test_before_the_configuration_exists_a_valid_certificate_is_not_swapped() -> None:
+    """The stack creates the webhook configuration last, with the bundle of the certificate it
+    issued: swapping that certificate before the configuration exists would leave the API
+    server distrusting the webhook until the next pass."""
+    api, clock = FakeApi(), FakeClock(T0)
+    seed_ca = certificates.make_ca("seed", T0, dt.timedelta(days=825))
+    seed = certificates.make_serving(seed_ca, HOSTS, T0, dt.timedelta(days=825))
+    api.put(SECRETS, {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "tls"},
+                      "data": {k: base64.b64encode(v).decode() for k, v in
+                               {TLS_CERT: seed.cert_pem, TLS_KEY: seed.key_pem, TLS_BUNDLE: seed_ca.cert_pem}.items()}})
+    keeper = _keeper(api, clock)
+    keeper.sync()
+    assert _data(api, "tls")[TLS_CERT] == seed.cert_pem
+    api.put(CONFIGS, webhook_configuration(Names(), ca_bundle=seed_ca.cert_pem, name="cfg"))
+    p = keeper.sync()
+    assert _data(api, "tls") == p.tls and p.tls[TLS_CERT] != seed.cert_pem
+    cfg = api.read(f"{CONFIGS}/cfg")
+    assert cfg is not None and base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"]) == p.bundle
+    assert seed_ca.cert in _bundle(p)
+    # with no Secret at all, or an expired one, there is nothing to keep: it is written at once
+    api2 = FakeApi()
+    _keeper(api2, clock).sync()
+    assert _data(api2, "tls")[TLS_CERT]
