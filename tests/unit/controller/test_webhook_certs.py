@@ -182,3 +182,22 @@ def test_before_the_configuration_exists_a_valid_certificate_is_not_swapped() ->
     api2 = FakeApi()
     _keeper(api2, clock).sync()
     assert _data(api2, "tls")[TLS_CERT]
+
+
+@pytest.mark.parametrize(("secret", "shards", "shard", "keeps"), [
+    ("", 1, 0, False),  # the default: someone else's certificate (cert-manager, the local mode)
+    ("autoclusters-webhook-tls", 1, 0, True),
+    ("autoclusters-webhook-tls", 3, 0, True),
+    ("autoclusters-webhook-tls", 3, 1, False),  # one keeper per installation: shard 0's leader
+])
+def test_the_controller_keeps_the_certificate_only_when_asked_and_only_on_shard_0(
+        secret: str, shards: int, shard: int, keeps: bool) -> None:
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.manager import Controller
+
+    c = Controller(FakeApi().kube(), ControllerConfig(metrics_port=0, shards=shards, shard=shard,
+                                                      webhook_tls_secret=secret, namespace="ns"))
+    assert (c.webhook_certs is not None) is keeps
+    if c.webhook_certs is not None:
+        assert c.webhook_certs.hosts == ["autoclusters-webhook.ns.svc", "autoclusters-webhook.ns.svc.cluster.local"]
+        assert c.webhook_certs.policy == CertPolicy()  # 30 days and a year by default
