@@ -147,7 +147,7 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                  (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
                           "one when the cluster does not serve it).",
                           default=CLUSTERAPI_VERSIONS[0], values=tuple(sorted(CLUSTERAPI_VERSIONS))),),
-                 (Rule("cluster.x-k8s.io", "machines", ("get", "list", "patch", "delete")),)),
+                 (Rule("cluster.x-k8s.io", "machines", ("get", "patch", "delete")),)),
     ProviderKind(ProviderType.HOST_REBOOT, (RepairAction.RESET.value,),
                  "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
                  "node reports a new boot id and is Ready.",

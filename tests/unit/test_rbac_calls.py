@@ -7,6 +7,7 @@ does a rule no call used (the role drifted past the code)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,8 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
     a node with pods (one evicted, one a PodDisruptionBudget holds, deleted at the deadline), its
     leader election, the webhook's certificate and the collection of old records. Its calls are
     all granted (the simulated provider's rights with them: a local installation's); and every
-    rule but the other providers' (tests/unit/policy/test_provider_parity.py holds those to the
-    provider table) is used."""
+    rule but the providers' is used. Each provider with rules has its own case below; the
+    command provider has none."""
     from autoclusters.controller.manager import Controller
     from autoclusters.controller.shards import LayoutGuard
     from autoclusters.controller.webhook_certs import WebhookCertKeeper
@@ -212,3 +213,132 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
     providers = {f"{v} {r.group or 'core'}/{r.resource}" for k in KINDS.values() for r in k.rbac for v in r.verbs}
     assert [u for u in unused(made, given) if u not in providers] == []
 
+
+
+def _provider_grants(kind: Any, namespace: str) -> set[Any]:
+    from tests.unit.rbac_calls import Grant
+
+    return {Grant(r.group, r.resource, v, namespace if r.namespaced else None, frozenset())
+            for r in kind.rbac for v in r.verbs}
+
+
+def test_the_cluster_api_providers_rules_are_its_calls() -> None:
+    """A reset (the Machine's remediation annotation) and a replacement (the Machine deleted, a
+    new node of the pool matched), as tests/unit/controller/test_clusterapi.py drives them."""
+    from autoclusters.api import RepairAction
+    from autoclusters.controller.statemachine import Operation
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+    from autoclusters.deploy.providers import KINDS, ProviderType
+    from tests.unit.controller.test_clusterapi import World
+
+    w = World()
+    w.node("old", "m-old")
+    w.node("other", "m-other")
+    w.clock.advance(5)
+    reset = Operation("r-1", RepairAction.RESET, w.clock.now())
+    w.step(reset, "other")
+    w.step(reset, "other")
+    replace = Operation("r-2", RepairAction.REPLACE, w.clock.now())
+    w.step(replace, "old")
+    w.clock.advance(5)
+    w.node("new", "m-new")
+    w.api.remove("/api/v1/nodes/old")
+    w.step(replace, "old")
+    own = grants(stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE), _subject(CONTROLLER_SERVICE_ACCOUNT))
+    mine = _provider_grants(KINDS[ProviderType.CLUSTERAPI], DEFAULT_NAMESPACE)
+    made = calls(w.api)
+    assert ungranted(made, own) == []
+    assert unused(made, mine) == []
+
+
+def test_the_karpenter_providers_rules_are_its_calls() -> None:
+    """Two replacements through a stand-in for Karpenter (tests/unit/controller/
+    test_karpenter_requests.py): one node naming its NodeClaim in its owner references (read by
+    name), one that does not (the claims listed)."""
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+    from autoclusters.deploy.providers import KINDS, ProviderType
+    from tests.unit.controller.harness import ROW_REMAP_FAILURE
+    from tests.unit.controller.test_karpenter_requests import harness
+
+    h = harness(terminate_after=4, launch_after=6)
+    h.api.edit("/api/v1/nodes/k2", lambda n: n["metadata"].pop("ownerReferences"))
+    h.start()
+    try:
+        h.run()
+        for node in ("k1", "k2"):
+            h.fault(node, ROW_REMAP_FAILURE)
+            h.run(functools.partial(lambda n: h.phase(n) == "Succeeded", node), seconds=300)
+            assert h.phase(node) == "Succeeded"
+    finally:
+        h.stop()
+    own = grants(stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE), _subject(CONTROLLER_SERVICE_ACCOUNT))
+    made = calls(h.api)
+    assert ungranted(made, own) == []
+    assert unused(made, _provider_grants(KINDS[ProviderType.KARPENTER], DEFAULT_NAMESPACE)) == []
+
+
+def test_the_host_reboot_providers_rules_are_its_calls() -> None:
+    """A reboot Job created, polled, and deleted once the node is back with a new boot id; and
+    a failed one, whose pod is read for its exit status (tests/unit/controller/
+    test_host_reboot_command.py drives them the same way)."""
+    from autoclusters.api import RepairAction
+    from autoclusters.controller.statemachine import Operation
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+    from autoclusters.deploy.providers import KINDS, ProviderType
+    from autoclusters.providers.hostreboot import HostRebootProvider
+    from tests.unit.controller.test_host_reboot_command import NS, _failed_job
+
+    clock = FakeClock()
+    fake = FakeApi(clock=clock.now)
+    for n in ("a", "b"):
+        fake.put("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
+                                   "status": {"nodeInfo": {"bootID": "boot-1"},
+                                              "conditions": [{"type": "Ready", "status": "True"}]}})
+    ns = DEFAULT_NAMESPACE
+    assert ns == NS  # where _failed_job writes the Job controller's verdict
+    provider = HostRebootProvider(fake.kube(), clock, NAMES, namespace=ns, image="img:1", timeout=600)
+
+    def progress(op: Operation, node: str) -> Any:
+        return provider.progress(op, node, "p", lambda name: fake.read(f"/api/v1/nodes/{name}"))
+
+    ok = Operation("rec-a", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
+    provider.drive(ok, "a", "p")
+    progress(ok, "a")
+    fake.edit("/api/v1/nodes/a", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
+    assert progress(ok, "a").state.name == "SUCCEEDED"  # and its Job deleted
+    failed = Operation("rec-b", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
+    provider.drive(failed, "b", "p")
+    _failed_job(fake, failed, provider, "b", {"exitCode": 1, "message": "reboot: Operation not permitted"})
+    assert progress(failed, "b").state.name == "FAILED"
+    own = grants(stack_objects.rbac_objects(NAMES, ns), _subject(CONTROLLER_SERVICE_ACCOUNT))
+    made = calls(fake)
+    assert ungranted(made, own) == []
+    assert unused(made, _provider_grants(KINDS[ProviderType.HOST_REBOOT], ns)) == []
+
+
+def test_the_simulated_providers_rules_are_its_calls() -> None:
+    """A reset that fails escalates to a replacement: a new kwok node made (its status posted as
+    its kubelet would), the old one deleted (tests/unit/controller/test_reconciler.py's case).
+    Its rules are a local installation's only."""
+    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
+    from autoclusters.deploy.providers import KINDS, ProviderType
+    from tests.unit.controller.harness import Harness
+
+    h = Harness()
+    h.pool()
+    h.node("n1")
+    h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["annotations"].update(
+        {"sim.autoclusters.io/fail-reset": "true"}))
+    h.start()
+    try:
+        h.run()
+        h.fault("n1")
+        h.run(lambda: h.phase("n1") == "Succeeded", seconds=120)
+        assert h.records("n1")[0]["status"]["action"] == "replace" and h.node_obj("n1") is None
+    finally:
+        h.stop()
+    own = grants(stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE, local=True),
+                 _subject(CONTROLLER_SERVICE_ACCOUNT))
+    made = calls(h.api)
+    assert ungranted(made, own) == []
+    assert unused(made, _provider_grants(KINDS[ProviderType.SIMULATED], DEFAULT_NAMESPACE)) == []
