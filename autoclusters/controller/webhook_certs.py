@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from autoclusters.certificates import KeyPair, covers, issued_by, make_ca, make_serving
 from autoclusters.clock import Clock
@@ -62,8 +63,6 @@ def _certs(pem: bytes | None) -> list[x509.Certificate]:
 
 
 def _pem(certs: Sequence[x509.Certificate]) -> bytes:
-    from cryptography.hazmat.primitives.serialization import Encoding
-
     return b"".join(c.public_bytes(Encoding.PEM) for c in certs)
 
 
