@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -42,9 +43,11 @@ class KeyPair:
         return key
 
     def due(self, now: dt.datetime, fraction: float) -> bool:
-        """Less than ``fraction`` of the certificate's life is left."""
+        """Less than ``fraction`` of the certificate's life is left; its life counted from its
+        issue, not from the back-dated start (``SKEW``), so that a lifetime of seconds (tests) is
+        renewed as one of days is."""
         c = self.cert
-        life = c.not_valid_after_utc - c.not_valid_before_utc
+        life = max(c.not_valid_after_utc - c.not_valid_before_utc - SKEW, dt.timedelta(0))
         return c.not_valid_after_utc - now <= life * fraction
 
 
@@ -97,6 +100,16 @@ def make_leaf(ca: KeyPair, subject: x509.Name, now: dt.datetime, lifetime: dt.ti
                .not_valid_before(now - SKEW).not_valid_after(min(now + lifetime, ca_cert.not_valid_after_utc))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+    # The leaf names its CA by key, not only by subject (RFC 5280, 4.2.1.1): a bundle holds a CA and
+    # the one it replaced under the same name, and a verifier that picks the issuer by name alone
+    # (OpenSSL) would try the wrong one.
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        ski = None
+    if ski is not None:
+        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski),
+                                        critical=False)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca.private_key(), hashes.SHA256())
@@ -106,3 +119,22 @@ def make_leaf(ca: KeyPair, subject: x509.Name, now: dt.datetime, lifetime: dt.ti
 def make_serving(ca: KeyPair, hosts: Sequence[str], now: dt.datetime, lifetime: dt.timedelta) -> KeyPair:
     """A serving certificate for ``hosts`` (the first one is also its common name)."""
     return make_leaf(ca, name(hosts[0]), now, lifetime, hosts=hosts, usage=SERVER_AUTH)
+
+
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """``ca`` signed ``cert``."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def covers(cert: x509.Certificate, hosts: Sequence[str]) -> bool:
+    """``cert``'s subject alternative names include every one of ``hosts``."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(san.get_values_for_type(x509.DNSName))
+    return set(hosts) <= have

@@ -73,6 +73,8 @@ EVENT_STRAY_APPROVAL_REMOVED = "MaintenanceApprovalRemoved"  # an approval no ma
 # Slurm node's state onto each slurmd pod (SlurmNodeStateAllocated, ...Drain, ...).
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 SLINKY_STATE_PREFIX = "SlurmNodeState"
+# The name the Slurm bridge acknowledges a drain under (a pool lists it in preDrain.acknowledgers).
+SLURM_ACKNOWLEDGER = "slurm"
 # The Slurm reason prefix that marks a drain as ours (the Slurm bridge resumes only these).
 DRAIN_REASON_PREFIX = "autoclusters:"
 
@@ -173,6 +175,16 @@ class Names:
         """Node annotation written by the Slurm bridge: the node's Slurm drain that someone else
         (an admin, a HealthCheckProgram) set, as ``<reason> (by <user> at <time>)``."""
         return f"{self.domain}/slurm-external-drain"
+
+    @property
+    def slurm_cordoned(self) -> str:
+        """Node annotation written by the Slurm bridge: it cordoned this node for an external Slurm drain."""
+        return f"{self.domain}/slurm-cordoned"
+
+    @property
+    def slurm_bridge_annotations(self) -> tuple[str, ...]:
+        """Every node annotation the Slurm bridge writes (its admission policy allows it these alone)."""
+        return (self.drain_ack(SLURM_ACKNOWLEDGER), self.slurm_cordoned, self.slurm_jobs, self.slurm_external_drain)
 
     @property
     def pod_drain_ack(self) -> str:

@@ -45,8 +45,7 @@ class AdmissionPolicyArgs:
 
     @property
     def certificate_names(self) -> tuple[list[str], list[str]]:
-        svc = workloads.webhook_service_dns(self.namespace)
-        dns, ips = [svc, f"{svc}.cluster.local"], []
+        dns, ips = workloads.webhook_certificate_hosts(self.namespace), []
         host = urlparse(self.webhook_url).hostname if self.webhook_url else None
         if host:
             try:

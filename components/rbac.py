@@ -1,5 +1,6 @@
 """``Rbac``: the three service accounts (four with the Slurm bridge's) and each one's least-privilege roles, with the
-admission policy that keeps each detector to writing its own node.
+admission policies that keep each detector to writing its own node, the controller's pod patches to the warning's
+annotations and the bridge's node patches to its own keys (``deploy.patch_limits``).
 
 The roles come from the module of the code that uses them (``deploy.controller``,
 ``deploy.detector``, ``deploy.admission``, ``deploy.slurm_bridge``; ``deploy.stack.rbac_objects`` lists them), so a
@@ -26,6 +27,7 @@ class RbacArgs:
     names: Names = field(default_factory=Names)
     namespace: str = DEFAULT_NAMESPACE
     slurm_bridge: bool = False  # the Slurm bridge's identity too (deploy.slurm_bridge)
+    local: bool = False  # a local (kwok) cluster: the simulated provider's rights too (deploy.providers)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Rbac")
@@ -36,7 +38,7 @@ class Rbac(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RbacArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Rbac", name, None, opts)
-        objs = rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge)
+        objs = rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge, local=args.local)
         created: dict[tuple[str, str], pulumi.Resource] = {}
         for obj in objs:
             # A binding waits for its role and subject, so no request runs against a half-made grant.

@@ -48,6 +48,14 @@ _FLAGS: dict[str, str] = {
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
     "catalog_path": "an operator's fault catalog instead of the shipped one",
     "event_source": "the events' source (source.component, reportingComponent)",
+    "webhook_tls_secret": "keep the webhook's serving certificate in this TLS Secret of --namespace, renewed "
+                          "before expiry (empty: someone else issues it; docs/admission.md, Certificates)",
+    "webhook_ca_secret": "the Secret holding the CA that signs the webhook's certificate (the controller's only)",
+    "webhook_config": "the ValidatingWebhookConfiguration whose caBundle the controller keeps current",
+    "webhook_hosts": "comma-separated names/IPs of the webhook's certificate (empty: its Service's DNS names)",
+    "webhook_ca_lifetime_seconds": "lifetime of the webhook's CA",
+    "webhook_cert_lifetime_seconds": "lifetime of the webhook's serving certificate (renewed with a third left)",
+    "webhook_cert_check_seconds": "how often the leader checks the webhook's certificate",
 }
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME
 from autoclusters.deploy.controller import LEASE_NAME
-from autoclusters.deploy.workloads import CONTROLLER
+from autoclusters.deploy.workloads import CONTROLLER, WEBHOOK_CA_SECRET
+from autoclusters.webhook.certs import CertPolicy
+
+_CERTS = CertPolicy()
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,16 @@ class ControllerConfig:
     # source.component / reportingComponent of every event; "nodepool-service" matches the
     # reference system (docs/operations.md)
     event_source: str = CONTROLLER
+    # The webhook's serving certificate (controller/webhook_certs.py): the leader of shard 0 keeps
+    # it in this TLS Secret when it is set (the deployed controller's arguments set it; empty: the
+    # certificate is someone else's, cert-manager's or the local mode's).
+    webhook_tls_secret: str = ""
+    webhook_ca_secret: str = WEBHOOK_CA_SECRET
+    webhook_config: str = WEBHOOK_CONFIG_NAME
+    webhook_hosts: str = ""  # comma-separated names/IPs; empty: the webhook Service's DNS names
+    webhook_ca_lifetime_seconds: float = _CERTS.ca_lifetime.total_seconds()
+    webhook_cert_lifetime_seconds: float = _CERTS.serving_lifetime.total_seconds()
+    webhook_cert_check_seconds: float = 60
 
     def with_identity(self) -> ControllerConfig:
         if self.identity:
@@ -59,3 +74,8 @@ class ControllerConfig:
         from dataclasses import replace
 
         return replace(self, identity=f"{socket.gethostname()}-{os.getpid()}")
+
+    def webhook_cert_policy(self) -> CertPolicy:
+        return CertPolicy(ca_lifetime=timedelta(seconds=self.webhook_ca_lifetime_seconds),
+                          serving_lifetime=timedelta(seconds=self.webhook_cert_lifetime_seconds),
+                          renew_fraction=_CERTS.renew_fraction)

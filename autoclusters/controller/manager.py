@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +27,9 @@ from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotif
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
+from autoclusters.controller.webhook_certs import WebhookCertKeeper
 from autoclusters.deploy.providers import host_reboot_argv
+from autoclusters.deploy.workloads import webhook_certificate_hosts
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
@@ -99,6 +102,12 @@ class Controller:
                                      name=lease_name(c.lease_name, c.shards, c.shard), identity=c.identity,
                                      lease_seconds=c.lease_seconds, renew_deadline=c.renew_deadline_seconds,
                                      retry_period=c.retry_period_seconds, may_acquire=self.layouts.may_lead)
+        # One keeper of the webhook's certificate per installation: shard 0's leader.
+        self.webhook_certs = (WebhookCertKeeper(
+            kube, self.clock, namespace=c.namespace, tls_secret=c.webhook_tls_secret, ca_secret=c.webhook_ca_secret,
+            config_name=c.webhook_config,
+            hosts=[h for h in c.webhook_hosts.split(",") if h] or webhook_certificate_hosts(c.namespace),
+            policy=c.webhook_cert_policy()) if c.webhook_tls_secret and self.shard.shard == 0 else None)
         self._threads: list[threading.Thread] = []
         self.lost_leadership = False
         self._node_reconciles = self.metrics.reconciles.labels("node")
@@ -127,7 +136,10 @@ class Controller:
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        for target, name in ((self._resync_loop, "resync"), (self._gc_loop, "gc")):
+        loops = [(self._resync_loop, "resync"), (self._gc_loop, "gc")]
+        if self.webhook_certs is not None:
+            loops.append((self._webhook_cert_loop, "webhook-certs"))
+        for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -197,18 +209,29 @@ class Controller:
                 self.queue.add(POOL_KEY + pool)
 
     def _gc_loop(self) -> None:
+        self._every(self.config.gc_interval_seconds, "garbage collection", self.collect_garbage)
+
+    def _webhook_cert_loop(self) -> None:
+        assert self.webhook_certs is not None
+        self._every(self.config.webhook_cert_check_seconds, "the webhook's certificate check", self.webhook_certs.sync)
+
+    def _every(self, seconds: float, what: str, call: Callable[[], object]) -> None:
+        """``call`` now and then every ``seconds`` until the controller stops; a failure is that
+        round's alone (an API error logged in one line, a bug of ours with a traceback once)."""
         bugs = RepeatedErrors()
         while not self.stop_event.is_set():
             try:
-                self.collect_garbage()
-            except Exception as e:  # a bug of ours: this round's alone, the collector goes on
+                call()
+            except KubeError as e:
+                log.warning("%s failed: %s; trying again in %gs", what, e, seconds)
+            except Exception as e:
                 if bugs.is_new("", e):
-                    log.exception("garbage collection failed; trying again in %gs", self.config.gc_interval_seconds)
+                    log.exception("%s failed; trying again in %gs", what, seconds)
                 else:
-                    log.warning("garbage collection failed again: %r", e)
+                    log.warning("%s failed again: %r", what, e)
             else:
                 bugs.succeeded("")
-            if self.stop_event.wait(self.config.gc_interval_seconds):
+            if self.stop_event.wait(seconds):
                 return
 
     def collect_garbage(self) -> int:

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.api import ConsentMode
-from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
-from autoclusters.deploy.workloads import CONTROLLER
+from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.workloads import CONTROLLER, WEBHOOK_TLS_SECRET
 from autoclusters.devcluster import pulumi_env
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.kube import load_kube
 
 STACK = "demo"
 # A finished resource step of `pulumi up`'s output: " +  kubernetes:core/v1:Namespace ns-x created (0.03s)".
@@ -83,9 +82,9 @@ class DemoStack:
             raise RuntimeError(f"the stack reports pool modes {pools}, expected {self.pool}={consent_mode}")
 
     def webhook_tls(self, into: Path) -> tuple[Path, Path]:
-        """The serving certificate the stack issued, read with the webhook's own token."""
-        sa = self.handle.service_account_kubeconfig(self.namespace, WEBHOOK_SERVICE_ACCOUNT)
-        secret = load_kube(sa).get(f"/api/v1/namespaces/{self.namespace}/secrets/autoclusters-webhook-tls")
+        """The serving certificate the stack issued, read as the kubelet would mount it into the
+        webhook's pod (the webhook's own identity has no API rights)."""
+        secret = self.handle.kube.get(f"/api/v1/namespaces/{self.namespace}/secrets/{WEBHOOK_TLS_SECRET}")
         into.mkdir(parents=True, exist_ok=True)
         paths = []
         for key in ("tls.crt", "tls.key"):

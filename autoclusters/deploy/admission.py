@@ -110,6 +110,12 @@ def _verb_cel(old: str, new: str) -> str:
     return f"({old} == {absent} ? 'add' : ({new} == {absent} ? 'remove' : 'change'))"
 
 
+def validating_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of the system; it fails closed (``failurePolicy: Fail``)."""
+    return {"apiVersion": ADMISSION_V1, "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": dict(_PART_OF)}, "spec": {"failurePolicy": "Fail", **spec}}
+
+
 def admission_policy(names: Names, controllers: list[str] | None = None, *, name: str = POLICY_NAME,
                      node_agents: list[str] | None = None) -> dict[str, Any]:
     """The CEL floor: the four node-label rules, for every identity but the controller. The
@@ -117,12 +123,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
     controllers = controllers or default_controllers()
     req, appr = names.maintenance_required, names.maintenance_approved
     absent = _cel_str(ABSENT)
-    return {
-        "apiVersion": ADMISSION_V1,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": dict(_PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
+    return validating_policy(name, {
             "matchConstraints": {
                 "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(NODE_OPERATIONS),
                                    "resources": list(NODE_RESOURCES)}],
@@ -172,8 +173,7 @@ def admission_policy(names: Names, controllers: list[str] | None = None, *, name
                         + f" + {_verb_cel('variables.oldApproved', 'variables.newApproved')} + ' it'"),
                 },
             ],
-        },
-    }
+    })
 
 
 def admission_policy_binding(*, policy_name: str = POLICY_NAME, name: str | None = None,
@@ -260,32 +260,13 @@ def ca_bundle_patch(config: dict[str, Any], ca_bundle: bytes) -> list[dict[str, 
             for i in range(len(config.get("webhooks") or []))]
 
 
-def webhook_rbac(namespace: str = DEFAULT_NAMESPACE, *, config_name: str = WEBHOOK_CONFIG_NAME,
-                 tls_secret: str = "autoclusters-webhook-tls",
+def webhook_rbac(namespace: str = DEFAULT_NAMESPACE, *,
                  service_account: str = WEBHOOK_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """The webhook needs only to keep its certificate: read/patch its own webhook
-    configuration (the caBundle) and its own TLS Secret. It reads no nodes: the
-    AdmissionReview carries both objects."""
-    meta = {"labels": dict(_PART_OF)}
-    subject = [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]
-    role_name = "autoclusters-webhook"
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": service_account, "namespace": namespace, **meta}},
-        {"apiVersion": RBAC_V1, "kind": "ClusterRole", "metadata": {"name": role_name, **meta},
-         "rules": [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
-                    "resourceNames": [config_name], "verbs": ["get", "patch"]}]},
-        {"apiVersion": RBAC_V1, "kind": "ClusterRoleBinding", "metadata": {"name": role_name, **meta},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-         "subjects": subject},
-        {"apiVersion": RBAC_V1, "kind": "Role", "metadata": {"name": role_name, "namespace": namespace, **meta},
-         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [tls_secret],
-                    "verbs": ["get", "update", "patch"]},
-                   {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]},
-        {"apiVersion": RBAC_V1, "kind": "RoleBinding", "metadata": {"name": role_name, "namespace": namespace, **meta},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-         "subjects": subject},
-    ]
+    """The webhook's identity, with no API rights and no token: the AdmissionReview carries
+    both objects, OPA is on loopback, and its serving certificate is a mounted Secret that
+    someone else renews (the controller, ``controller/webhook_certs.py``, or cert-manager)."""
+    return [{"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+             "metadata": {"name": service_account, "namespace": namespace, "labels": dict(_PART_OF)}}]
 
 
 def admission_objects(names: Names, *, ca_bundle: bytes, namespace: str = DEFAULT_NAMESPACE,

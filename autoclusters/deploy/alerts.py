@@ -40,6 +40,11 @@ APPROVAL_WAIT_ALERT_SECONDS = 6 * 3600
 LEADERS_PER_SHARD = ("sum by (shard, shards) (autoclusters_controller_leader * on(job, instance) "
                      "group_left(shard, shards) autoclusters_controller_shard)")
 CRITICAL, WARNING = "critical", "warning"
+# The webhook's serving certificate is renewed with a third of its life left (10 days of the
+# controller's 30; cert-manager renews at a third by default too), so one with less than this
+# left means renewal has failed for days, and there is still a week to mend it before every
+# approval and pool change is refused (failurePolicy: Fail).
+WEBHOOK_CERT_ALERT_SECONDS = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,17 @@ _ALERTS: tuple[Alert, ...] = (
           "is failing or has no policy loaded. Such a review is refused, so people and "
           "automation cannot write the maintenance labels (approvals included); the controller's "
           "own writes are exempt. Check the OPA sidecar's log and the policy ConfigMap."),
+    # "> 0": a webhook that has loaded no certificate yet exports the gauge at 0.
+    Alert("AutoclustersWebhookCertificateExpiring",
+          "(autoclusters_webhook_certificate_expiry_timestamp_seconds > 0) - time() < "
+          f"{WEBHOOK_CERT_ALERT_SECONDS}", "10m", CRITICAL,
+          "The admission webhook on {{ $labels.instance }} serves a certificate that expires within "
+          + spoken_duration(WEBHOOK_CERT_ALERT_SECONDS),
+          "The serving certificate of the webhook on {{ $labels.instance }} has less than "
+          + spoken_duration(WEBHOOK_CERT_ALERT_SECONDS) + " left, so its renewal has failed for days. When it "
+          "expires the API server refuses every approval and pool change (failurePolicy: Fail). Check the "
+          "controller's log (it renews the Secret autoclusters-webhook-tls) or cert-manager's Certificate, "
+          "and that the webhook's pods see the Secret (docs/admission.md, Certificates)."),
 )
 
 # The approval alert (its threshold is a setting) comes after the failed repairs'.

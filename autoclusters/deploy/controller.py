@@ -1,21 +1,25 @@
-"""RBAC of the remediation controller: exactly the verbs its code paths use.
+"""RBAC of the remediation controller: exactly the verbs its code paths use
+(``tests/unit/test_rbac_calls.py`` runs them and holds the two equal).
 
 Cluster-wide: nodes (labels, taint, cordon), pods (list, evict, delete after the drain
 deadline, patch for the warning's annotations), events (on nodes, pools and the warned
 pods), our two custom resources. Namespaced: the leader-election Lease, in the controller's
-own namespace only. On top, what each repair provider needs (``Rule`` entries of
-``deploy.providers.KINDS``: node create/delete for the simulated one, Machines for Cluster
-API, Jobs in the controller's namespace for host reboot), merged per resource.
+own namespace only. On top, what each repair provider the installation grants needs (``Rule``
+entries of ``deploy.providers.KINDS``: node create/delete for the simulated one, only on a
+local cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot),
+merged per resource.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
-from autoclusters.deploy.providers import KINDS
-from autoclusters.deploy.workloads import cluster_role_binding
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, cluster_scoped_name
+from autoclusters.deploy.patch_limits import controller_pod_patch_policy, policy_binding
+from autoclusters.deploy.providers import KINDS, ProviderType
+from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET, cluster_role_binding
 from autoclusters.names import Names
 
 LEASE_NAME = "autoclusters-controller"
@@ -25,10 +29,12 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
-def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool) -> list[dict[str, Any]]:
-    """``rules`` plus every provider's rules of that scope; verbs of one resource merged, in order."""
+def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool,
+                    providers: Iterable[ProviderType]) -> list[dict[str, Any]]:
+    """``rules`` plus the rules of that scope of each of ``providers``; verbs of one resource
+    merged, in order."""
     out = [dict(r, verbs=list(r["verbs"])) for r in rules]
-    for kind in KINDS.values():
+    for kind in (KINDS[t] for t in providers):
         for need in kind.rbac:
             if need.namespaced != namespaced:
                 continue
@@ -41,22 +47,37 @@ def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool) -> list[di
     return out
 
 
-def controller_cluster_role(names: Names, name: str = "autoclusters-controller") -> dict[str, Any]:
+def webhook_certificate_rules(config_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What keeping the webhook's certificate takes (controller/webhook_certs.py): the caBundle
+    of its own configuration (cluster-wide, by name), and its two Secrets in the controller's
+    namespace (by name; ``create`` cannot be limited to names, RBAC knows none before it exists)."""
+    return ({**_rule(["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "patch"]),
+             "resourceNames": [config_name]},
+            [{**_rule([""], ["secrets"], ["get", "patch"]), "resourceNames": [WEBHOOK_TLS_SECRET, WEBHOOK_CA_SECRET]},
+             _rule([""], ["secrets"], ["create"])])
+
+
+def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
+                            webhook_config: str | None = None,
+                            providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
     g = names.api_group
+    certs = [webhook_certificate_rules(webhook_config)[0]] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "rules": _with_providers([
             _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
-            _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
+            # pods: listed per node for the drain, annotated with the warning, deleted at the deadline
+            _rule([""], ["pods"], ["list", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
-            _rule([g], [api.POOLS.plural], ["get", "list", "watch"]),
+            # the custom resources through informers: listed and watched, never read one by one
+            _rule([g], [api.POOLS.plural], ["list", "watch"]),
             _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
-            _rule([g], [api.REMEDIATIONS.plural], ["get", "list", "watch", "create", "delete"]),
+            _rule([g], [api.REMEDIATIONS.plural], ["list", "watch", "create", "delete"]),
             _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
-        ], namespaced=False),
+        ], namespaced=False, providers=providers) + certs,
     }
 
 
@@ -65,16 +86,18 @@ def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: st
     return cluster_role_binding(name, service_account, namespace)
 
 
-def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader"
-                          ) -> dict[str, Any]:
+def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader",
+                          webhook_config: str | None = None,
+                          providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
+    certs = webhook_certificate_rules(webhook_config)[1] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
                                   # the cluster default policy's ConfigMap (deploy.default_pool)
-                                  _rule([""], ["configmaps"], ["get", "list", "watch"])],
-                                 namespaced=True),
+                                  _rule([""], ["configmaps"], ["list", "watch"])],
+                                 namespaced=True, providers=providers) + certs,
     }
 
 
@@ -90,12 +113,20 @@ def controller_lease_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str 
 
 
 def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
-                    service_account: str = CONTROLLER_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """ClusterRole + binding and the namespaced Lease role + binding, for one service account."""
+                    service_account: str = CONTROLLER_SERVICE_ACCOUNT, *,
+                    webhook_config: str | None = None,
+                    providers: Iterable[ProviderType] = tuple(KINDS)) -> list[dict[str, Any]]:
+    """ClusterRole + binding and the namespaced Lease role + binding, for one service account,
+    with the rights of ``providers`` (``deploy.providers.granted_providers``: the stack's);
+    with ``webhook_config``, the rights to keep the webhook's certificate; and the admission
+    policy that holds its pod patches to the warning's annotations (``deploy.patch_limits``)."""
     cr = "autoclusters-controller" if namespace == DEFAULT_NAMESPACE else f"autoclusters-controller-{namespace}"
+    pod_policy = cluster_scoped_name("autoclusters-controller-pod-patches", namespace)
     return [
-        controller_cluster_role(names, cr),
+        controller_cluster_role(names, cr, webhook_config, providers),
         controller_cluster_role_binding(namespace, cr, service_account),
-        controller_lease_role(namespace),
+        controller_lease_role(namespace, webhook_config=webhook_config, providers=providers),
         controller_lease_role_binding(namespace, service_account=service_account),
+        controller_pod_patch_policy(names, namespace, pod_policy, service_account),
+        policy_binding(pod_policy),
     ]

@@ -35,13 +35,17 @@ def detector_service_account(namespace: str = DEFAULT_NAMESPACE,
             "metadata": {"name": service_account, "namespace": namespace, "labels": dict(PART_OF)}}
 
 
-def detector_cluster_role(name: str = "autoclusters-detector") -> dict[str, Any]:
+def detector_cluster_role(name: str = "autoclusters-detector", *, simulated_fleet: bool = False) -> dict[str, Any]:
+    """The agent on its node reads it (``get``), patches its conditions and creates warning
+    events; the simulated fleet (``detector run --simulate``, a local cluster's only) also lists
+    and watches the nodes it serves."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": dict(PART_OF)},
         "rules": [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"],
+             "verbs": ["get", *(["list", "watch"] if simulated_fleet else [])]},
             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         ],
@@ -119,14 +123,15 @@ def node_self_write_policy_binding(name: str = "autoclusters-detector-own-node")
 
 
 def detector_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
-                  service_account: str = DETECTOR_SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """Service account, ClusterRole + binding, and the own-node admission policy + binding."""
+                  service_account: str = DETECTOR_SERVICE_ACCOUNT, *, local: bool = False) -> list[dict[str, Any]]:
+    """Service account, ClusterRole + binding, and the own-node admission policy + binding;
+    ``local``: a local (kwok) cluster, whose simulated fleet lists and watches nodes."""
     sfx = _suffix(namespace)
     role = f"autoclusters-detector{sfx}"
     policy = f"autoclusters-detector-own-node{sfx}"
     return [
         detector_service_account(namespace, service_account),
-        detector_cluster_role(role),
+        detector_cluster_role(role, simulated_fleet=local),
         detector_cluster_role_binding(namespace, role, service_account),
         node_self_write_policy(names, namespace, service_account, policy),
         node_self_write_policy_binding(policy),

@@ -147,7 +147,7 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                  (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
                           "one when the cluster does not serve it).",
                           default=CLUSTERAPI_VERSIONS[0], values=tuple(sorted(CLUSTERAPI_VERSIONS))),),
-                 (Rule("cluster.x-k8s.io", "machines", ("get", "list", "patch", "delete")),)),
+                 (Rule("cluster.x-k8s.io", "machines", ("get", "patch", "delete")),)),
     ProviderKind(ProviderType.HOST_REBOOT, (RepairAction.RESET.value,),
                  "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
                  "node reports a new boot id and is Ready.",
@@ -164,6 +164,13 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                           "nodes only for Pending pods).", minimum=1, default=900),),
                  (Rule("karpenter.sh", "nodeclaims", ("get", "list", "patch", "delete")),)),
 )}
+
+
+def granted_providers(local: bool) -> tuple[ProviderType, ...]:
+    """The providers whose rights an installation's controller gets: every one but the
+    simulated, whose node create/delete and nodes/status patch only a local (kwok) cluster
+    needs (its provider refuses every node kwok does not manage)."""
+    return tuple(t for t in KINDS if local or t != ProviderType.SIMULATED)
 
 
 @dataclass(frozen=True)

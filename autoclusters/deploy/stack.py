@@ -29,39 +29,30 @@ from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
+from autoclusters.deploy.providers import granted_providers
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
 CONTROLLER_REPLICAS = 2
 
 
-def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False) -> list[dict[str, Any]]:
+def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False
+                 ) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
-    Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm)."""
+    Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
+    the simulated provider's rights on a local cluster only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace)]
-    objs += detector.detector_rbac(names, namespace)
+        names, namespace, webhook_config=webhook_config_name(namespace), providers=granted_providers(local))]
+    objs += detector.detector_rbac(names, namespace, local=local)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
-    objs += _scoped(admission.webhook_rbac(
-        namespace, config_name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace),
-        tls_secret=workloads.WEBHOOK_TLS_SECRET), namespace)
+    objs += admission.webhook_rbac(namespace)
     order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
     return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
 
-def _scoped(objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
-    """``webhook_rbac`` names its ClusterRole and binding without the namespace; give them the
-    suffix every other cluster-scoped object of a second installation carries."""
-    out = []
-    for obj in objs:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            obj = {**obj, "metadata": {**obj["metadata"],
-                                       "name": cluster_scoped_name(obj["metadata"]["name"], namespace)}}
-            if "roleRef" in obj:
-                obj["roleRef"] = {**obj["roleRef"], "name": cluster_scoped_name(obj["roleRef"]["name"], namespace)}
-        out.append(obj)
-    return out
+def webhook_config_name(namespace: str) -> str:
+    return cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace)
 
 
 def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollout: bool = True,
@@ -87,7 +78,8 @@ def controller_objects(names: Names, namespace: str, image: str, replicas: int =
     out = []
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
-                                                shard=shard, host_reboot_command=host_reboot_command),
+                                                shard=shard, host_reboot_command=host_reboot_command,
+                                                webhook_config=webhook_config_name(namespace)),
                 workloads.controller_pdb(namespace, shards=shards, shard=shard)]
     return out
 
@@ -103,7 +95,7 @@ def policy_name(namespace: str) -> str:
 
 def webhook_configuration(names: Names, namespace: str, webhook_url: str | None, ca_pem: str = "") -> dict[str, Any]:
     return admission.webhook_configuration(names, ca_bundle=ca_pem.encode(), url=webhook_url, namespace=namespace,
-                                           name=cluster_scoped_name(admission.WEBHOOK_CONFIG_NAME, namespace))
+                                           name=webhook_config_name(namespace))
 
 
 def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *, webhook_url: str | None = None,
@@ -138,7 +130,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     return [
         workloads.namespace(ns),
         *crds.crds(names),
-        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge),
+        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local,
                            condition_codes=config.detector_condition_codes,
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),

@@ -36,6 +36,8 @@ DETECTOR_METRICS_PORT = 9103
 METRICS_PORT_NAME = "metrics"  # the containers' metrics port, by name (the PodMonitors scrape it)
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # which controller shard a pod runs (sharded only)
 WEBHOOK_TLS_SECRET = "autoclusters-webhook-tls"
+# The CA that signs it, which the controller keeps (controller/webhook_certs.py); the webhook never reads it.
+WEBHOOK_CA_SECRET = "autoclusters-webhook-ca"
 POLICY_CONFIGMAP = "autoclusters-policies"
 # The policy ConfigMap's data document (data.autoclusters.config): OPA loads a .json file among its
 # paths as data at the root, so the sidecar has this installation's names from its own start.
@@ -80,6 +82,13 @@ def scrape_annotations(port: int, scheme: str = "http") -> dict[str, str]:
 def webhook_service_dns(ns: str) -> str:
     """The name the API server calls the webhook by, which its serving certificate is for."""
     return f"{WEBHOOK}.{ns}.svc"
+
+
+def webhook_certificate_hosts(ns: str) -> list[str]:
+    """The DNS names the webhook's serving certificate is for: the name the API server calls
+    and its cluster-domain form."""
+    svc = webhook_service_dns(ns)
+    return [svc, f"{svc}.cluster.local"]
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -230,17 +239,21 @@ def _controller_selector(shards: int, shard: int) -> dict[str, Any]:
 
 def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                           event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0,
-                          host_reboot_command: str = api.HOST_REBOOT_COMMAND) -> dict[str, Any]:
+                          host_reboot_command: str = api.HOST_REBOOT_COMMAND,
+                          webhook_config: str | None = None) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
     the other takes over when the leader is lost. ``event_source`` is what its events carry
     as ``source.component`` / ``reportingComponent``. With ``shards`` > 1, the Deployment of
     shard ``shard``: its own replicas, Lease and pods (``--shards``/``--shard``; the pools it
-    owns: controller.shards)."""
+    owns: controller.shards). With ``webhook_config``, shard 0's leader keeps the webhook's
+    serving certificate (``WEBHOOK_TLS_SECRET``) and that configuration's caBundle."""
     name = controller_name(shards, shard)
     selector = _controller_selector(shards, shard)
     sharding = ["--shards", str(shards), "--shard", str(shard)] if shards > 1 else []
     reboot = ([] if host_reboot_command == api.HOST_REBOOT_COMMAND
               else ["--host-reboot-command", host_reboot_command])
+    certs = (["--webhook-tls-secret", WEBHOOK_TLS_SECRET, "--webhook-config", webhook_config]
+             if webhook_config and shard == 0 else [])
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -262,7 +275,7 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                         "image": image,
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
                                  "--metrics-port", str(CONTROLLER_METRICS_PORT), "--provider-image", image,
-                                 *sharding, *reboot],
+                                 *sharding, *reboot, *certs],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
                                 {"name": EVENT_SOURCE_ENV, "value": event_source}],
@@ -314,6 +327,9 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
                 "metadata": {"labels": labels(WEBHOOK), "annotations": scrape_annotations(WEBHOOK_PORT, "https")},
                 "spec": {
                     "serviceAccountName": WEBHOOK_SERVICE_ACCOUNT,
+                    # No API rights and nothing in its deployed mode calls the API
+                    # (deploy.admission.webhook_rbac): no token in the pod either.
+                    "automountServiceAccountToken": False,
                     "containers": [
                         {
                             "name": "webhook",

@@ -30,17 +30,19 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import Clock, SystemClock, parse_iso
+from autoclusters.controller.remediation_record import is_active
 from autoclusters.deploy.membership import Membership
 from autoclusters.deploy.pool_config import PoolConfig
 from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
-from autoclusters.names import Names
+from autoclusters.names import SLURM_ACKNOWLEDGER, Names
 from autoclusters.repeats import RepeatedErrors
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
@@ -50,7 +52,8 @@ log = logging.getLogger(__name__)
 
 def _ignore(name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
     """The bridge reads the stores at each poll; it needs no callback per change."""
-ACKNOWLEDGER = "slurm"  # the name a pool lists in preDrain.acknowledgers
+ACKNOWLEDGER = SLURM_ACKNOWLEDGER  # the name a pool lists in preDrain.acknowledgers
+UNBACKED_GRACE = timedelta(seconds=30)  # a drain warning no record backs is reported after this
 
 
 @dataclass
@@ -87,25 +90,36 @@ class SlurmBridge:
         self._node_bugs = RepeatedErrors()  # per node: its sync's unexpected error
         self._poll_bugs = RepeatedErrors()  # the poll's outside the per-node part (one key, "")
         self._failed_in_a_row = 0  # whole polls that failed since the last that succeeded
+        # per node: the unbacked warning seen (record, deadline), since when, and whether reported
+        self._unbacked: dict[str, tuple[tuple[str, str], datetime, bool]] = {}
         self.pools = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION, api.POOLS.plural),
                               _ignore, name=api.POOLS.plural)
         self.nodes = Informer(self.kube, "/api/v1/nodes", _ignore, name="nodes")
+        # The Remediation records, against which a drain warning on a node is checked before the
+        # bridge acts on it: the node's annotations alone can be forged by anyone who may patch it.
+        self.records = Informer(self.kube, Kube.custom_path(self.names.api_group, api.VERSION,
+                                                            api.REMEDIATIONS.plural), _ignore,
+                                name=api.REMEDIATIONS.plural)
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return self.pools, self.nodes, self.records
 
     @property
     def cordon_marker(self) -> str:
         """Node annotation: the bridge cordoned this node for an external Slurm drain."""
-        return f"{self.names.domain}/slurm-cordoned"
+        return self.names.slurm_cordoned
 
     # --- loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        for informer in (self.pools, self.nodes):
+        for informer in self.informers:
             informer.start()
-        for informer in (self.pools, self.nodes):
+        for informer in self.informers:
             while not informer.synced.wait(5.0) and not self._stop.is_set():
                 log.info("slurm bridge: waiting for the first list of %s", informer.name)
         while not self._stop.is_set():
             self._stop.wait(self.poll())
-        for informer in (self.pools, self.nodes):
+        for informer in self.informers:
             informer.stop()
 
     def poll(self) -> float:
@@ -185,18 +199,32 @@ class SlurmBridge:
                 self._node_bugs.succeeded(name)
         for gone in set(self.memory) - seen:
             del self.memory[gone]
+        for gone in set(self._unbacked) - seen:
+            del self._unbacked[gone]
         self._node_bugs.keep_only(seen)
 
     # --- one node ------------------------------------------------------------------------------
+    def warning(self, node: Mapping[str, Any]) -> d.Repair | None:
+        """The controller's drain warning on ``node``, when the Remediation record it names backs
+        it: the record is this node's, still open, and holds the same pre-drain deadline (the
+        deadline is the record's). None when there is no warning or nothing backs it."""
+        meta = node.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        deadline = parse_iso(ann.get(self.names.drain_deadline))
+        if deadline is None:
+            return None
+        name = ann.get(self.names.remediation, "")
+        record = self.records.get(name) if name else None
+        if (record is None or (record.get("spec") or {}).get("node") != meta.get("name") or not is_active(record)
+                or parse_iso((record.get("status") or {}).get("preDrainDeadline")) != deadline):
+            return None
+        return d.Repair(record=name, reason=ann.get(self.names.drain_reason, "") or "repair", deadline=deadline)
+
     def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:
         meta = node.get("metadata") or {}
         ann = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
-        repair = None
-        deadline = parse_iso(ann.get(self.names.drain_deadline))
-        if deadline is not None:
-            repair = d.Repair(record=ann.get(self.names.remediation, ""),
-                              reason=ann.get(self.names.drain_reason, "") or "repair", deadline=deadline)
+        repair = self.warning(node)
         mem = self.memory.get(meta["name"], d.Memory())
         jobs: tuple[SlurmJob, ...] = ()
         signalled: dict[str, SlurmJob] = {}
@@ -216,8 +244,10 @@ class SlurmBridge:
     def _sync_node(self, node: dict[str, Any], pool: PoolConfig, slurm_name: str, slurm_node: Any) -> None:
         name = node["metadata"]["name"]
         ann = (node.get("metadata") or {}).get("annotations") or {}
-        record = ann.get(self.names.remediation, "") if ann.get(self.names.drain_deadline) else ""
+        warning = self.warning(node)
+        record = warning.record if warning is not None else ""
         mem = self.memory.setdefault(name, d.Memory())
+        self._report_unbacked(node, warning)
         saved = ann.get(self.names.slurm_jobs)
         if record and mem.record != record:
             # A bridge restarted during this repair carries on from what it wrote on the node.
@@ -231,6 +261,28 @@ class SlurmBridge:
             mem.reported = {k for k in mem.reported if not k.startswith("external:")}
         for action in d.decide(obs, mem, pool.slurm):
             self._do(node, slurm_name, action, mem, pool)
+
+    def _report_unbacked(self, node: Mapping[str, Any], warning: d.Repair | None) -> None:
+        """A drain warning that no record backs is refused at once, and reported (a Warning event,
+        once per warning) when it stays so for ``UNBACKED_GRACE``: the controller writes the
+        warning and then the record's status, so a real one is unbacked for a moment."""
+        meta = node.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        stamp = ann.get(self.names.drain_deadline)
+        if warning is not None or not stamp:
+            self._unbacked.pop(meta.get("name", ""), None)
+            return
+        key = (ann.get(self.names.remediation, ""), stamp)
+        seen = self._unbacked.get(meta["name"])
+        now = self.clock.now()
+        if seen is None or seen[0] != key:
+            self._unbacked[meta["name"]] = (key, now, False)
+        elif not seen[2] and now - seen[1] >= UNBACKED_GRACE:
+            self._unbacked[meta["name"]] = (key, seen[1], True)
+            self._event(node, d.Report(f"unbacked:{key[0]}", d.EVENT_UNBACKED,
+                                       f"ignored the drain warning on the node (deadline {stamp}): no open "
+                                       f"Remediation record of this node ({key[0] or 'none named'}) holds it",
+                                       warning=True))
 
     def _do(self, node: dict[str, Any], slurm_name: str, action: d.SlurmEffect, mem: d.Memory,
             pool: PoolConfig) -> None:

@@ -41,6 +41,9 @@ EVENT_NOT_FOUND = "SlurmNodeNotFound"
 EVENT_NOT_REQUEUEABLE = "SlurmJobNotRequeueable"
 EVENT_DEADLINE = "SlurmDrainDeadlinePassed"
 EVENT_FAILED = "SlurmCommandFailed"
+# A drain warning on the node that no active Remediation record of that node backs (anyone who
+# may patch the node can write the annotations): the bridge drains nothing for it.
+EVENT_UNBACKED = "SlurmDrainWarningIgnored"
 
 
 def slurm_reason(drain_reason: str) -> str:

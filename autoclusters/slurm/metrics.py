@@ -40,7 +40,7 @@ class _BridgeCollector:
 def registry(bridge: SlurmBridge) -> CollectorRegistry:
     r = CollectorRegistry()
     r.register(_BridgeCollector(bridge))
-    r.register(HandlerErrors(lambda: (bridge.pools, bridge.nodes)))
+    r.register(HandlerErrors(lambda: bridge.informers))
     return r
 
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 
-from autoclusters.certificates import KeyPair, make_ca, make_serving
+from autoclusters.certificates import KeyPair, covers, issued_by, make_ca, make_serving
 from autoclusters.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -94,6 +93,7 @@ class CertManager:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._loaded: bytes | None = None
+        self.not_after: dt.datetime | None = None  # of the certificate loaded
 
     def ensure(self) -> bool:
         now, p = self.clock.now(), self.policy
@@ -121,6 +121,7 @@ class CertManager:
             # New handshakes use the new certificate; open connections keep theirs.
             self.context.load_cert_chain(self.store.dir / "tls.crt", self.store.dir / "tls.key")
             self._loaded = serving.cert_pem
+            self.not_after = serving.cert.not_valid_after_utc
         return bundle_changed
 
     def ca_bundle(self) -> bytes:
@@ -130,12 +131,7 @@ class CertManager:
         return ca.cert_pem + (self.store.read_previous_ca() or b"")
 
     def _covers(self, pair: KeyPair) -> bool:
-        try:
-            san = pair.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        except x509.ExtensionNotFound:
-            return False
-        have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(san.get_values_for_type(x509.DNSName))
-        return set(self.hosts) <= have
+        return covers(pair.cert, self.hosts)
 
 
 def _expired(pem: bytes, now: dt.datetime) -> bool:
@@ -143,27 +139,57 @@ def _expired(pem: bytes, now: dt.datetime) -> bool:
 
 
 def _signed_by(pair: KeyPair, ca: KeyPair) -> bool:
-    try:
-        pair.cert.verify_directly_issued_by(ca.cert)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+    return issued_by(pair.cert, ca.cert)
 
 
 class FileCertReloader:
-    """For certificates someone else issues (a mounted Secret, cert-manager): reloads the
-    SSL context when the files change."""
+    """For certificates someone else issues (the controller or cert-manager writing a mounted
+    Secret): reloads the SSL context when the files' contents change.
+
+    The kubelet updates a Secret volume by swapping a symlink (``..data``) to a new directory,
+    so the two files change together; a read that straddles a swap sees a certificate and a key
+    that do not match, and is read again. A pair is checked before it is loaded, and read again
+    after, so the live context never holds a certificate with another's key (``load_cert_chain``
+    replaces the certificate before it checks the key)."""
+
+    ATTEMPTS = 5
 
     def __init__(self, cert: Path, key: Path) -> None:
         self.cert, self.key = cert, key
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._seen: tuple[float, float] | None = None
+        self._loaded: tuple[bytes, bytes] | None = None
+        self.not_after: dt.datetime | None = None  # of the certificate loaded
 
     def ensure(self) -> bool:
-        stamp = (self.cert.stat().st_mtime, self.key.stat().st_mtime)
-        if stamp != self._seen:
-            self.context.load_cert_chain(self.cert, self.key)
-            self._seen = stamp
-            log.info("loaded serving certificate %s", self.cert)
+        for _ in range(self.ATTEMPTS):
+            pair = (self.cert.read_bytes(), self.key.read_bytes())
+            if pair == self._loaded:
+                return False
+            if not _matches(*pair):
+                continue
+            try:
+                self.context.load_cert_chain(self.cert, self.key)
+            except ssl.SSLError:
+                continue
+            if (self.cert.read_bytes(), self.key.read_bytes()) == pair:
+                self._loaded = pair
+                self.not_after = x509.load_pem_x509_certificate(pair[0]).not_valid_after_utc
+                log.info("loaded serving certificate %s, valid until %s", self.cert, self.not_after)
+                return False
+        raise RuntimeError(f"{self.cert} and {self.key} do not hold a matching certificate and key "
+                           f"(read {self.ATTEMPTS} times)")
+
+
+def _matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    """The certificate's public key is the key's."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
         return False
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    return bool(cert.public_key().public_bytes(serialization.Encoding.PEM, spki)
+                == key.public_key().public_bytes(serialization.Encoding.PEM, spki))

@@ -3,7 +3,7 @@ run several servers in one process)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from autoclusters.webhook.review import OUTCOMES
 
@@ -22,3 +22,8 @@ class WebhookMetrics:
         self.latency = Histogram("autoclusters_webhook_review_seconds", "Time to answer one AdmissionReview",
                                  buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5),
                                  registry=self.registry)
+        # The alert on an expiring certificate (deploy/alerts.py) reads this: what is served, not
+        # what some Secret holds.
+        self.certificate_expiry = Gauge("autoclusters_webhook_certificate_expiry_timestamp_seconds",
+                                        "When the serving certificate loaded now expires (notAfter, Unix time)",
+                                        registry=self.registry)

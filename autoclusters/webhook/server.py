@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 class Certificates(Protocol):
     @property
     def context(self) -> Any: ...
+
+    @property
+    def not_after(self) -> datetime | None: ...  # of the certificate loaded
 
     def ensure(self) -> bool: ...
 
@@ -122,6 +126,8 @@ class Webhook:
     async def _renew(self, *, force_bundle: bool = False) -> None:
         assert self.certs is not None
         changed = await asyncio.to_thread(self.certs.ensure)
+        if self.certs.not_after is not None:
+            self.metrics.certificate_expiry.set(self.certs.not_after.timestamp())
         if (changed or force_bundle) and self.bundle_writer is not None:
             await asyncio.to_thread(self.bundle_writer)
 

@@ -190,11 +190,9 @@ class StackRun:
         return proc
 
     def start_webhook(self) -> HostProcess:
-        """The webhook on the host, serving the certificate the stack issued (read with its own token)."""
-        sa = self.cluster.service_account_kubeconfig(self.namespace, WEBHOOK_SERVICE_ACCOUNT)
-        from autoclusters.kube import load_kube
-
-        secret = load_kube(sa).get(f"/api/v1/namespaces/{self.namespace}/secrets/autoclusters-webhook-tls")
+        """The webhook on the host, serving the certificate the stack issued (read as the kubelet
+        would mount it: the webhook's own identity has no API rights)."""
+        secret = self.cluster.kube.get(f"/api/v1/namespaces/{self.namespace}/secrets/autoclusters-webhook-tls")
         tls = self.logs / "tls"
         tls.mkdir(exist_ok=True)
         for key in ("tls.crt", "tls.key"):

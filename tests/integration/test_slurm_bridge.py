@@ -40,6 +40,7 @@ class Scene:
     def __init__(self, cluster: ClusterHandle, names: Names, node: str, slurm: SlurmHarness,
                  bridge: SlurmBridge) -> None:
         self.cluster, self.names, self.node, self.slurm, self.bridge = cluster, names, node, slurm, bridge
+        self.pool = ""
 
 
 @pytest.fixture()
@@ -69,7 +70,9 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
         runner = threading.Thread(target=bridge.run, name="slurm-bridge", daemon=True)
         runner.start()
         try:
-            yield Scene(cluster, names, node, slurm, bridge)
+            scene = Scene(cluster, names, node, slurm, bridge)
+            scene.pool = pool
+            yield scene
         finally:
             bridge.stop()
             runner.join(10)
@@ -78,9 +81,21 @@ def scene(cluster: ClusterHandle, unique: str, tmp_path: Path) -> Iterator[Scene
             cluster.kube.delete(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool))
             for obj in rbac:
                 if obj["kind"] != "ServiceAccount":  # the namespace takes its service account along
-                    cluster.kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s/"
-                                        f"{obj['metadata']['name']}")
+                    cluster.kube.delete_object(obj)
             cluster.kube.delete(f"/api/v1/namespaces/{namespace}")
+
+
+def open_record(s: Scene, record: str, deadline: Any) -> None:
+    """The Remediation record behind a warning, as the controller writes it: open (Draining),
+    this node's, holding the warning's deadline."""
+    path = Kube.custom_path(s.names.api_group, api.VERSION, api.REMEDIATIONS.plural)
+    s.cluster.kube.create(path, {
+        "apiVersion": f"{s.names.api_group}/{api.VERSION}", "kind": api.REMEDIATIONS.kind,
+        "metadata": {"name": record},
+        "spec": {"node": s.node, "pool": s.pool, "fault": {"class": "gpu", "code": "79", "reason": "NvidiaXIDError",
+                                                           "message": "Xid 79 on GPU 3"}}})
+    s.cluster.kube.patch(f"{path}/{record}/status", {"status": {"phase": "Draining",
+                                                                "preDrainDeadline": utc_iso(deadline)}})
 
 
 def reasons(cluster: ClusterHandle, node: str) -> set[str]:
@@ -101,6 +116,7 @@ def test_a_warned_node_is_drained_its_job_requeued_acked_then_resumed(scene: Sce
 
     record = f"{node}-xid-79"
     deadline = SystemClock().now() + timedelta(seconds=120)
+    open_record(s, record, deadline)
     warning: dict[str, Any] = {"metadata": {
         "annotations": {names.drain_deadline: utc_iso(deadline), names.drain_reason: "Xid 79 on GPU 3",
                         names.remediation: record}}}
@@ -125,3 +141,27 @@ def test_a_warned_node_is_drained_its_job_requeued_acked_then_resumed(scene: Sce
     wait_for("the bridge's events", lambda: {d.EVENT_DRAINED, d.EVENT_SIGNALLED, d.EVENT_REQUEUED, d.EVENT_READY,
                                              d.EVENT_RESUMED} <= reasons(s.cluster, node))
     assert s.bridge.stats.errors == 0, s.bridge.stats.last_error
+
+
+def test_a_forged_warning_drains_nothing_until_its_record_backs_it(scene: Scene) -> None:
+    """Anyone who may patch the node can write the warning's annotations (here the cluster's
+    admin); the bridge drains for the record, not for the annotations."""
+    s, names, node = scene, scene.names, scene.node
+    record = f"{node}-forged"
+    deadline = SystemClock().now() + timedelta(seconds=120)
+    patched = s.cluster.kube.patch_node(node, {"metadata": {"annotations": {
+        names.drain_deadline: utc_iso(deadline), names.drain_reason: "forged", names.remediation: record}}})
+    version = int(patched["metadata"]["resourceVersion"])
+    # the bridge's watch has the forged warning, and two polls have looked at it since
+    wait_for("the bridge to see the warning", lambda: int(
+        (s.bridge.nodes.get(node) or {}).get("metadata", {}).get("resourceVersion", "0")) >= version)
+    polls = s.bridge.stats.polls
+    wait_for("two polls", lambda: s.bridge.stats.polls >= polls + 2)
+    assert not s.slurm.slurm.nodes([node])[node].drain
+    open_record(s, record, deadline)
+    drained = wait_for("the Slurm node to be drained",
+                       lambda: n if (n := s.slurm.slurm.nodes([node])[node]).drain else None)
+    assert drained.reason == "autoclusters: forged"
+    s.cluster.kube.patch_node(node, {"metadata": {
+        "annotations": {names.drain_deadline: None, names.drain_reason: None, names.remediation: None}}})
+    wait_for("the Slurm node to be resumed", lambda: not s.slurm.slurm.nodes([node])[node].drain)

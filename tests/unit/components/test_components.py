@@ -109,9 +109,10 @@ def test_rbac_creates_the_three_service_accounts_and_binds_each_role_to_its_own_
     roles = _objects(mocks, "ClusterRole")
     controller_role = next(o for o in roles if o["metadata"]["name"].startswith("autoclusters-controller"))
     assert any("pods/eviction" in r["resources"] for r in controller_role["rules"])
-    webhook_role = next(o for o in roles if o["metadata"]["name"] == "autoclusters-webhook-ns1")
-    assert not any("nodes" in r["resources"] for r in webhook_role["rules"])  # the webhook reads no nodes
-    assert webhook_role["rules"][0]["resourceNames"] == ["autoclusters-webhook-ns1"]  # its own configuration only
+    # the webhook has no rights at all; the controller keeps its certificate and this installation's caBundle
+    assert not [b for b in bindings if b["subjects"][0]["name"] == "autoclusters-webhook"]
+    assert {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+            "verbs": ["get", "patch"], "resourceNames": ["autoclusters-webhook-ns1"]} in controller_role["rules"]
     # A second installation's cluster-scoped objects carry its namespace, so stacks never share them.
     cluster_scoped = [o for o in mocks.kubernetes_objects() if "namespace" not in o["metadata"]]
     assert cluster_scoped and all(o["metadata"]["name"].endswith("-ns1") for o in cluster_scoped)

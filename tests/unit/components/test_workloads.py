@@ -239,8 +239,13 @@ def test_a_sharded_controller_is_one_deployment_and_pdb_per_shard():
             dep["spec"]["selector"]
     # one shard: exactly the unsharded objects (an upgrade changes nothing)
     assert stack.controller_objects(NAMES, "ns1", "img:1", shards=1) == [
-        workloads.controller_deployment(NAMES, "ns1", "img:1"), workloads.pod_disruption_budget(
-            workloads.CONTROLLER, "ns1")]
+        workloads.controller_deployment(NAMES, "ns1", "img:1", webhook_config="autoclusters-webhook-ns1"),
+        workloads.pod_disruption_budget(workloads.CONTROLLER, "ns1")]
+    # one keeper of the webhook's certificate: shard 0's leader, for this installation's configuration
+    keepers = [_container(d, "controller")["args"] for d in deps if "--webhook-tls-secret" in
+               _container(d, "controller")["args"]]
+    assert keepers == [_container(deps[0], "controller")["args"]]
+    assert keepers[0][keepers[0].index("--webhook-config") + 1] == "autoclusters-webhook-ns1"
     assert "--shards" not in _container(workloads.controller_deployment(NAMES, "ns1", "img:1"), "controller")["args"]
     # the stack setting reaches the objects
     cfg = stack_config_from_dict({"controllerShards": "2"})

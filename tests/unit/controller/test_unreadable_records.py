@@ -73,6 +73,7 @@ def test_the_collector_thread_outlives_a_failing_round() -> None:
         config = type("C", (), {"gc_interval_seconds": 0.0})()
         stop_event = threading.Event()
         rounds = 0
+        _every = Controller._every
 
         def collect_garbage(self) -> int:
             self.rounds += 1

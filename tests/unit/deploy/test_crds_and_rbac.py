@@ -18,4 +18,26 @@ def test_crds_and_rbac_shape() -> None:
     cols = [c["name"] for c in rem_crd["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert {"Node", "Phase", "Outcome", "Action"} <= set(cols)
     kinds = [o["kind"] for o in controller_rbac(NAMES)]
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding"]
+
+
+def test_only_a_local_installations_controller_may_create_and_delete_nodes() -> None:
+    """The simulated provider's rights (node create/delete, nodes/status patch) go only to a
+    controller on a local (kwok) cluster; every other provider's go everywhere."""
+    from autoclusters.deploy import stack
+    from autoclusters.deploy.providers import KINDS, ProviderType
+
+    def grants(local: bool) -> set[tuple[str, str, str]]:
+        objs = stack.rbac_objects(NAMES, "ns1", local=local)
+        roles = [o for o in objs if o["kind"] in ("ClusterRole", "Role")
+                 and o["metadata"]["name"].startswith("autoclusters-controller")]
+        return {(g, r, v) for o in roles for rule in o["rules"] for g in rule["apiGroups"]
+                for r in rule["resources"] for v in rule["verbs"]}
+
+    simulated = {(rule.group, rule.resource, v) for rule in KINDS[ProviderType.SIMULATED].rbac for v in rule.verbs}
+    others = {(rule.group, rule.resource, v) for t, k in KINDS.items() if t != ProviderType.SIMULATED
+              for rule in k.rbac for v in rule.verbs}
+    assert simulated == {("", "nodes", "create"), ("", "nodes", "delete"), ("", "nodes/status", "patch")}
+    assert not simulated & grants(False) and others <= grants(False)
+    assert simulated | others <= grants(True)

@@ -17,23 +17,30 @@ from autoclusters.names import Names
 
 def test_the_rules_name_the_installations_api_group_and_nothing_beyond_the_bridges_calls() -> None:
     names = Names(domain="crusoe.ai", prefix="Crusoe")
-    sa, role, binding = slurm_bridge_rbac(names)
+    sa, role, binding, policy, policy_binding = slurm_bridge_rbac(names)
     assert sa["metadata"] == {"name": "autoclusters-slurm-bridge", "namespace": "autoclusters-system",
                               "labels": {"app.kubernetes.io/part-of": "autoclusters"}}
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
-    assert rules == {(("",), ("nodes",)): {"get", "list", "watch", "patch"},
+    assert rules == {(("",), ("nodes",)): {"list", "watch", "patch"},
                      (("",), ("events",)): {"create", "patch"},
-                     ((names.api_group,), (api.POOLS.plural,)): {"get", "list", "watch"}}
+                     ((names.api_group,), (api.POOLS.plural,)): {"list", "watch"},
+                     # the records its drain warnings are checked against
+                     ((names.api_group,), (api.REMEDIATIONS.plural,)): {"list", "watch"}}
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "autoclusters-slurm-bridge"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "autoclusters-slurm-bridge",
                                     "namespace": "autoclusters-system"}]
+    assert policy["spec"]["matchConditions"][0]["expression"] == \
+        "request.userInfo.username == 'system:serviceaccount:autoclusters-system:autoclusters-slurm-bridge'"
+    assert policy_binding["spec"]["policyName"] == policy["metadata"]["name"]
 
 
 def test_a_second_installation_names_its_cluster_scoped_objects_after_its_namespace() -> None:
-    _, role, binding = slurm_bridge_rbac(Names(), "ns1")
+    _, role, binding, policy, policy_binding = slurm_bridge_rbac(Names(), "ns1")
     assert role["metadata"]["name"] == binding["metadata"]["name"] == binding["roleRef"]["name"] \
         == "autoclusters-slurm-bridge-ns1"
     assert binding["subjects"][0]["namespace"] == "ns1"
+    assert policy["metadata"]["name"] == policy_binding["spec"]["policyName"] == \
+        "autoclusters-slurm-bridge-node-patches-ns1"
 
 
 def test_the_cli_prints_the_same_objects(capsys: pytest.CaptureFixture[str],

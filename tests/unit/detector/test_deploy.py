@@ -13,8 +13,11 @@ def by_kind(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_the_grant_is_read_nodes_patch_status_create_events() -> None:
     role = by_kind(detector_rbac(Names()))["ClusterRole"]
     grants = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
-    assert grants == {("nodes", "get"), ("nodes", "list"), ("nodes", "watch"), ("nodes/status", "patch"),
-                      ("events", "create")}
+    assert grants == {("nodes", "get"), ("nodes/status", "patch"), ("events", "create")}
+    # a local cluster's simulated fleet lists and watches the nodes it serves
+    local = by_kind(detector_rbac(Names(), local=True))["ClusterRole"]
+    assert {(r["resources"][0], v) for r in local["rules"] for v in r["verbs"]} == grants | {
+        ("nodes", "list"), ("nodes", "watch")}
 
 
 def test_the_policy_binds_the_service_account_and_the_condition_types() -> None:

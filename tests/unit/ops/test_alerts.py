@@ -37,8 +37,8 @@ def exported_names() -> set[str]:
     """What the controller, the detector, the Slurm bridge and the webhook export."""
     names = metric_names(Metrics().registry.collect())
     names |= metric_names(WebhookMetrics().registry.collect())
-    bridge = SimpleNamespace(stats=BridgeStats(), pools=SimpleNamespace(name="pools", handler_errors=0),
-                             nodes=SimpleNamespace(name="nodes", handler_errors=0))
+    bridge = SimpleNamespace(stats=BridgeStats(), informers=(SimpleNamespace(name="pools", handler_errors=0),
+                                                             SimpleNamespace(name="nodes", handler_errors=0)))
     names |= metric_names(bridge_registry(cast(Any, bridge)).collect())
     text = detector_text([], cast(Any, SimpleNamespace(writes=0, failures=0)), 0.0, poll_errors=0)
     names |= set(re.findall(r"^# TYPE (\S+) ", text, re.M))
@@ -205,6 +205,16 @@ CASES = [
          # denials are the policy at work, not a failure
          healthy={f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="denied"}}': "0+1x40",
                   f'autoclusters_webhook_reviews_total{{{WEBHOOK},outcome="allowed"}}': "0+5x40"}),
+    Case("AutoclustersWebhookCertificateExpiring",
+         # promtool's clock starts at 0: a notAfter of 600,000 s is under 7 days (604,800 s) away
+         {f"autoclusters_webhook_certificate_expiry_timestamp_seconds{{{WEBHOOK}}}": "600000x40",
+          'autoclusters_webhook_certificate_expiry_timestamp_seconds{job="autoclusters-webhook",instance="b:8443"}':
+          "2600000x40"},
+         "11m", [{"job": "autoclusters-webhook", "instance": "10.0.0.9:8443"}], "9m",
+         # a renewed certificate, and a webhook that has loaded none yet (the gauge's 0)
+         healthy={f"autoclusters_webhook_certificate_expiry_timestamp_seconds{{{WEBHOOK}}}": "600000 1200000x40",
+                  'autoclusters_webhook_certificate_expiry_timestamp_seconds{job="autoclusters-webhook",'
+                  'instance="b:8443"}': "0x40"}),
     Case("AutoclustersAdmissionWebhookUnreachable",
          {REJECTED.format(name=NODE_HOOK, error="calling_webhook_error"): "0+1x40",
           REJECTED.format(name="other-webhook.example.com", error="calling_webhook_error"): "0+1x40"},

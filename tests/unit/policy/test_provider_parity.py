@@ -62,7 +62,7 @@ def test_the_controller_roles_grant_what_each_provider_needs() -> None:
     from autoclusters.deploy.controller import controller_rbac
     from autoclusters.names import Names
 
-    cluster_role, _, role, _ = controller_rbac(Names())
+    cluster_role, _, role, _, *_policy = controller_rbac(Names())
 
     def granted(rules: list[dict], group: str, resource: str) -> set[str]:
         return {v for r in rules if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}

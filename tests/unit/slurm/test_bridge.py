@@ -91,13 +91,27 @@ def node(name: str, pool_name: str, warned: bool = False) -> dict[str, Any]:
             "spec": {}}
 
 
-def bridge(kube: FakeKube, slurm: FakeSlurm) -> tuple[SlurmBridge, FakeRecorder]:
+def record_for(n: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The open Remediation record that backs the warning on ``n`` (as the controller writes it)."""
+    ann = n["metadata"]["annotations"]
+    obj = {"metadata": {"name": ann[NAMES.remediation]},
+           "spec": {"node": n["metadata"]["name"], "pool": n["metadata"]["labels"][NAMES.pool_label]},
+           "status": {"phase": "Draining", "preDrainDeadline": ann[NAMES.drain_deadline]}}
+    for path, value in changes.items():
+        part, key = path.split("__")
+        obj[part][key] = value
+    return obj
+
+
+def bridge(kube: FakeKube, slurm: FakeSlurm, *, records: bool = True) -> tuple[SlurmBridge, FakeRecorder]:
     rec = FakeRecorder()
     b = SlurmBridge(kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec)  # type: ignore[arg-type]
     for p in kube.pools:
         b.pools.upsert(p)
     for n in kube.nodes.values():
         b.nodes.upsert(copy.deepcopy(n))
+        if records and NAMES.drain_deadline in n["metadata"]["annotations"]:
+            b.records.upsert(record_for(n))
     return b, rec
 
 
@@ -143,7 +157,7 @@ def test_a_node_the_bridge_cannot_read_is_that_nodes_error_alone_counted_and_exp
     assert r.get_sample_value("autoclusters_slurm_bridge_errors_total", {"scope": "node"}) == 2
     assert r.get_sample_value("autoclusters_slurm_bridge_errors_total", {"scope": "poll"}) == 0
     assert r.get_sample_value("autoclusters_slurm_bridge_polls_total") == 2
-    for informer in ("gpunodepools", "nodes"):
+    for informer in ("gpunodepools", "nodes", "remediations"):
         assert r.get_sample_value("autoclusters_informer_handler_errors_total", {"informer": informer}) == 0
 
 
@@ -288,3 +302,50 @@ def test_the_cli_serves_the_bridges_metrics_where_it_is_told(tmp_path, capsys) -
         rc = cli.main(["slurm-bridge", "run", "--kubeconfig", str(kubeconfig), "--metrics-port", str(port),
                        "--metrics-address", "127.0.0.1"])
     assert rc != 0 and f"cannot serve metrics on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+FORGERIES = {
+    "no record": None,
+    "another node's record": {"spec__node": "a-1"},
+    "a closed record": {"status__phase": "Succeeded"},
+    "another deadline": {"status__preDrainDeadline": utc_iso(NOW + timedelta(seconds=600))},
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_drain_warning_no_open_record_of_the_node_backs_drains_nothing(forgery: str) -> None:
+    """Anyone who may patch a node can write the warning's annotations; only the record counts."""
+    warned = node("a-0", "slurm", warned=True)
+    kube = FakeKube([pool("slurm", True)], [warned])
+    slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
+    b, rec = bridge(kube, slurm, records=False)
+    changes = FORGERIES[forgery]
+    if changes is not None:
+        b.records.upsert(record_for(warned, **changes))
+    clock = b.clock
+    assert isinstance(clock, FakeClock)
+    b.sync_once()
+    assert [c[0] for c in slurm.calls] == ["sinfo"] and kube.patches == [] and rec.events == []
+    clock.advance(31)  # still unbacked after the grace: reported, once
+    b.sync_once()
+    b.sync_once()
+    assert [c[0] for c in slurm.calls] == ["sinfo"] * 3 and kube.patches == []
+    assert [r for _, r, _ in rec.events] == [d.EVENT_UNBACKED]
+    # the record the controller writes next makes it a warning the bridge acts on
+    b.records.upsert(record_for(warned))
+    b.sync_once()
+    assert ["scontrol", "update", "NodeName=a-0", "State=DRAIN", "Reason=autoclusters: Xid 79 (a-0-r)"] in slurm.calls
+
+
+def test_a_warning_backed_within_the_grace_is_never_reported() -> None:
+    warned = node("a-0", "slurm", warned=True)
+    kube = FakeKube([pool("slurm", True)], [warned])
+    slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
+    b, rec = bridge(kube, slurm, records=False)
+    b.sync_once()
+    b.records.upsert(record_for(warned))
+    assert isinstance(b.clock, FakeClock)
+    b.clock.advance(31)
+    b.sync_once()
+    assert d.EVENT_UNBACKED not in [r for _, r, _ in rec.events]
+    assert d.EVENT_DRAINED in [r for _, r, _ in rec.events]

@@ -92,15 +92,21 @@ def test_ca_bundle_patch_covers_every_webhook() -> None:
     assert {p["value"] for p in patch} == {base64.b64encode(b"new").decode()}
 
 
-def test_webhook_rbac_is_limited_to_its_own_objects() -> None:
-    objs = webhook_rbac("ns", config_name="cfg", tls_secret="sec")
-    cluster_role = next(o for o in objs if o["kind"] == "ClusterRole")
-    assert cluster_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
-                                      "resources": ["validatingwebhookconfigurations"],
-                                      "resourceNames": ["cfg"], "verbs": ["get", "patch"]}]
-    role = next(o for o in objs if o["kind"] == "Role")
-    assert role["rules"][0]["resourceNames"] == ["sec"]
-    assert all("nodes" not in str(o.get("rules", "")) for o in objs)
+def test_the_webhook_has_no_api_rights_and_no_token() -> None:
+    """Its deployed mode reads no object and keeps no certificate (the controller does)."""
+    from autoclusters.deploy import stack
+    from autoclusters.deploy.workloads import webhook_deployment
+
+    assert webhook_rbac("ns") == [{"apiVersion": "v1", "kind": "ServiceAccount", "automountServiceAccountToken": False,
+                                   "metadata": {"name": "autoclusters-webhook", "namespace": "ns",
+                                                "labels": {"app.kubernetes.io/part-of": "autoclusters"}}}]
+    rbac = stack.rbac_objects(Names(), "ns")
+    bound = [o for o in rbac if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+             and any(s["name"] == "autoclusters-webhook" for s in o["subjects"])]
+    assert bound == []
+    pod = webhook_deployment(Names(), "ns", "img", "opa", tls_secret="t", policy_configmap="p")["spec"]["template"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert "--cert-dir" not in pod["spec"]["containers"][0]["args"]  # the mode that writes a caBundle
 
 
 def test_admission_objects_are_complete() -> None:
