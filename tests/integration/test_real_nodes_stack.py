@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from autoclusters import api
+from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.node_init import REBOOT_VERB
 from autoclusters.devcluster.realnodes import RealNode
@@ -81,6 +82,13 @@ def _ready_parts(cluster: ClusterHandle, ns: str, real: set[str]) -> dict[str, l
                  and {c["type"]: c["status"] for c in p["status"].get("conditions", [])}.get("Ready") == "True"]
         if len(ready) != want:
             return None
+    controllers = {p["metadata"]["name"] for p in by_part["autoclusters-controller"]}
+    try:  # one leader, a controller pod of this stack (a pod that crashes at start never takes it)
+        lease = cluster.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE_NAME}")
+    except NotFound:
+        return None
+    if lease["spec"].get("holderIdentity") not in controllers:
+        return None
     return by_part
 
 
@@ -98,6 +106,8 @@ def test_pulumi_up_runs_every_part_as_pods_on_the_real_nodes(
         print(f"\npulumi up on the real nodes: {took:.1f}s, every part Ready after {time.monotonic() - t0:.1f}s\n"
               + kubectl(real_cluster.kubeconfig, "get", "pods", "-o", "wide", "-n", ns), file=sys.stderr)
     assert {p["spec"]["nodeName"] for p in by_part["autoclusters-detector"]} == real  # one per GPU node
+    for pod in (p for pods in by_part.values() for p in pods):  # none of them crashed on its way up
+        assert all(c["restartCount"] == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
     # The API server reaches the webhook pods through their Service (failurePolicy Fail): a pool
     # change is admitted, and a webhook pod logged the review.
     path = Kube.custom_path(Names().api_group, api.VERSION, "gpunodepools", pool)
