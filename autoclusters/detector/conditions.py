@@ -1,9 +1,8 @@
 """What the node's fault conditions should say, derived from the tracker's state.
 
-Reasons and messages are those of docs/contract.md ("Names") word for word, and every
-message is one that ``Catalog.fault_from_condition`` reads back to the same fault class
-and code (a unit test checks this for every catalogued code), because that is how the
-controller learns which fault to repair.
+Reasons and messages come from the fault contract (``faults/contract.py``), the table from
+which ``Catalog.fault_from_condition`` also reads a fault's class and code back, because that
+is how the controller learns which fault to repair.
 """
 
 from __future__ import annotations
@@ -13,19 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autoclusters import names as n
-from autoclusters.api import CatalogAction, FaultClass
+from autoclusters.api import CatalogAction
 from autoclusters.detector.source_records import Record, SourceState, SourceStatus
 from autoclusters.detector.window import Active, FaultTracker
+from autoclusters.faults import contract as fc
 from autoclusters.faults.catalog import Catalog
 
-GPU_CLASSES = (FaultClass.GPU, FaultClass.NVSWITCH, FaultClass.DCGM)
-NO_GPU_FAULT_MESSAGE = "No GPU fault."
-NO_INTERCONNECT_FAULT_MESSAGE = "No interconnect fault."
-REASON_SOURCE_UNREADABLE = n.REASON_SOURCE_UNREADABLE
-REASON_SOURCES_READABLE = n.REASON_SOURCES_READABLE
-REASON_POLL_FAILED = n.REASON_POLL_FAILED
-REASON_EXPECTED_SOURCE_UNAVAILABLE = n.REASON_EXPECTED_SOURCE_UNAVAILABLE
-SOURCES_READABLE_MESSAGE = "Every fault source on this node is readable."
+GPU_CLASSES = fc.CLASSES[fc.Condition.GPU]
 # The health condition's message ends with every source's state (docs/contract.md):
 # " Sources: dcgm off (no DCGM hostengine configured); kmsg on; nvml unavailable and expected (...)."
 SOURCES_PREFIX = " Sources: "
@@ -46,25 +39,12 @@ class ConditionState:
 
 
 def reason_for(record: Record) -> str:
-    if record.fault_class == FaultClass.NVSWITCH:
-        return n.REASON_SXID
-    if record.fault_class == FaultClass.DCGM:
-        return n.REASON_DCGM
-    if record.fault_class == FaultClass.INTERCONNECT:
-        return n.REASON_INTERCONNECT
-    return n.REASON_XID if record.code.isdigit() else n.REASON_GPU_OTHER
+    return fc.fault_row(record.fault_class, record.code).reason
 
 
 def message_for(record: Record) -> str:
     """``GPU 3 reported Xid 79 (GPU has fallen off the bus).`` and its siblings."""
-    if record.fault_class == FaultClass.GPU:
-        if record.code.isdigit():
-            name = record.name if record.known else "not in the fault catalog"
-            return f"{record.subject} reported Xid {record.code} ({name})."
-        return f"{record.subject} reported {record.code}."
-    if record.fault_class == FaultClass.NVSWITCH:
-        return f"{record.subject} reported SXID {record.code}."
-    return f"{record.subject} reported {record.code}."
+    return fc.fault_message(record.fault_class, record.subject, record.code, record.name, record.known)
 
 
 def _primary(faults: list[Active], catalog: Catalog) -> Active:
@@ -75,27 +55,25 @@ def _primary(faults: list[Active], catalog: Catalog) -> Active:
     return min(faults, key=rank)
 
 
-def _fault_condition(ctype: str, classes: tuple[FaultClass, ...], tracker: FaultTracker, now: float,
-                     catalog: Catalog, ok_reason: str, ok_message: str) -> ConditionState | None:
+def _fault_condition(cond: fc.Condition, tracker: FaultTracker, now: float, catalog: Catalog,
+                     names: n.Names) -> ConditionState | None:
+    ctype, classes = cond.type_in(names), fc.CLASSES[cond]
     confirmed = [a for a in tracker.confirmed(now) if a.record.fault_class in classes]
     if confirmed:
         rec = _primary(confirmed, catalog).record
         return ConditionState(ctype, "True", reason_for(rec), message_for(rec))
     if any(a.record.fault_class in classes for a in tracker.pending(now)):
         return None  # inside the window: neither raise nor clear yet
-    return ConditionState(ctype, "False", ok_reason, ok_message)
+    clear = fc.clear_row(cond)
+    return ConditionState(ctype, "False", clear.reason, clear.render())
 
 
 def desired_conditions(tracker: FaultTracker, now: float, catalog: Catalog, names: n.Names,
                        poll_error: str = "", states: Mapping[str, SourceState] | None = None,
                        ) -> list[tuple[str, ConditionState | None]]:
     """Per condition type the state to write, or None for "keep what is there"."""
-    gpu = _fault_condition(names.gpu_condition, GPU_CLASSES, tracker, now, catalog,
-                           n.REASON_NO_GPU_FAULT, NO_GPU_FAULT_MESSAGE)
-    ic = _fault_condition(names.interconnect_condition, (FaultClass.INTERCONNECT,), tracker, now, catalog,
-                          n.REASON_NO_INTERCONNECT_FAULT, NO_INTERCONNECT_FAULT_MESSAGE)
-    return [(names.gpu_condition, gpu), (names.interconnect_condition, ic),
-            (names.detector_health_condition, health_condition(tracker.source_errors, names, poll_error, states))]
+    return [(cond.type_in(names), _fault_condition(cond, tracker, now, catalog, names)) for cond in fc.CLASSES] + [
+        (names.detector_health_condition, health_condition(tracker.source_errors, names, poll_error, states))]
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -141,19 +119,19 @@ def health_condition(source_errors: dict[str, str], names: n.Names, poll_error: 
     absence). The message ends with every source's state. Never a GPU fault."""
     tail = sources_text(states or {})
 
-    def state(status: str, reason: str, head: str) -> ConditionState:
+    def state(status: str, reason: str, **fields: str) -> ConditionState:
+        head = fc.row(fc.Condition.HEALTH, status, reason).render(**fields)
         return ConditionState(names.detector_health_condition, status, reason,
                               head[: _MESSAGE_LEN - len(tail)] + tail)
 
     parts = "; ".join(f"{src}: {err}" for src, err in sorted(source_errors.items()))
     if poll_error:
         unreadable = f"; cannot read {parts}" if parts else ""
-        return state("True", REASON_POLL_FAILED, f"The detector's poll failed: {poll_error}{unreadable}")
+        return state("True", n.REASON_POLL_FAILED, error=f"{poll_error}{unreadable}")
     if source_errors:
-        return state("True", REASON_SOURCE_UNREADABLE, f"Cannot read {parts}")
+        return state("True", n.REASON_SOURCE_UNREADABLE, sources=parts)
     blind = blind_spots(states or {})
     if blind:
         said = "; ".join(f"{src}: {why}" for src, why in blind.items())
-        return state("True", REASON_EXPECTED_SOURCE_UNAVAILABLE,
-                     f"Unavailable although this node's hardware implies it: {said}")
-    return state("False", REASON_SOURCES_READABLE, SOURCES_READABLE_MESSAGE)
+        return state("True", n.REASON_EXPECTED_SOURCE_UNAVAILABLE, sources=said)
+    return state("False", n.REASON_SOURCES_READABLE)

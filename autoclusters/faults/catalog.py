@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
@@ -15,6 +14,7 @@ import yaml
 from autoclusters import names as n
 from autoclusters.api import CatalogAction, ClassAction, FaultClass, XidBucket
 from autoclusters.faults.buckets import BUCKETS, Severity
+from autoclusters.faults.contract import read_fault
 from autoclusters.faults.recovery import XID_RECOVERY_ACTION, action_from_name
 
 
@@ -120,35 +120,16 @@ class Catalog:
         return ref
 
     def _fault_from(self, ctype: str, reason: str, message: str, names: n.Names) -> FaultRef | None:
-        if ctype == names.interconnect_condition:
-            fc, code = FaultClass.INTERCONNECT, _first(_IB_CODE, message) or "unknown"
-        elif ctype == names.gpu_condition:
-            if reason == n.REASON_SXID:
-                fc, code = FaultClass.NVSWITCH, _first(_SXID_CODE, message) or "unknown"
-            elif reason == n.REASON_DCGM:
-                fc, code = FaultClass.DCGM, _first(_DCGM_CODE, message) or "unknown"
-            elif reason == n.REASON_GPU_OTHER:  # NVML findings: "GPU 2 reported ROW_REMAP_FAILURE."
-                fc, code = FaultClass.GPU, _first(_XID_CODE, message) or _first(_GPU_CODE, message) or "unknown"
-            else:
-                fc, code = FaultClass.GPU, _first(_XID_CODE, message) or "unknown"
-        else:
+        read = read_fault(ctype, reason, message, names)
+        if read is None:
             return None
+        fc, code = read
         entry = self.lookup(fc, code)
         return FaultRef(fc, code, self.action_of(fc, code, message), entry is not None, reason, message,
                         application=entry is not None and entry.application)
 
 
 _READ_MEMO_SIZE = 4096
-_XID_CODE = re.compile(r"\bXid (\d+)\b")
-_SXID_CODE = re.compile(r"\bSXID (\d+)\b", re.IGNORECASE)
-_DCGM_CODE = re.compile(r"\b(DCGM_FR_[A-Z0-9_]+)\b")
-_GPU_CODE = re.compile(r"\breported ([A-Z][A-Z0-9_]+)\b")
-_IB_CODE = re.compile(r"\breported ([a-z_]+)\b")
-
-
-def _first(pattern: re.Pattern[str], text: str) -> str | None:
-    m = pattern.search(text)
-    return m.group(1) if m else None
 
 
 def _enum(cls: type[StrEnum], value: Any, where: str) -> Any:
