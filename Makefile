@@ -94,6 +94,7 @@ manifests: venv
 	$(BIN)/python -m autoclusters.pool_fields --docs docs/contract.md
 	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
 	$(BIN)/python -m autoclusters.faults.table > docs/xid-catalog.md
+	$(BIN)/python -m autoclusters.faults.table --conditions docs/detector.md
 	$(BIN)/python -m components.render
 	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))
 

@@ -21,7 +21,7 @@ The structured parts of the spec (``faultClasses``, ``repairCodes``, ``nodeSelec
 code: each is a map, a selector, a choice between two keys or a plug-in's settings, not one
 value (``OTHER_KEYS`` names those inside the table's objects).
 
-This module is plumbing (rank 0): it imports the enums of ``api`` and nothing else.
+This module is plumbing (rank 0): it imports the enums of ``api`` and ``doc_tables`` and nothing else.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from autoclusters import api
+from autoclusters import api, doc_tables
 
 
 class Kind(StrEnum):
@@ -449,21 +449,13 @@ DOCS_MARKER = "<!-- pool-settings-table"
 
 def with_docs_table(text: str) -> str:
     """``text`` (docs/contract.md) with the table after its marker line replaced by ``docs_table``."""
-    head, marker, rest = text.partition(DOCS_MARKER)
-    if not marker:
-        raise ValueError(f"no {DOCS_MARKER} line")
-    marker_line, _, body = rest.partition("\n")
-    lines = body.split("\n")
-    table_end = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
-    return head + marker + marker_line + "\n" + docs_table() + "\n" + "\n".join(lines[table_end:])
+    return doc_tables.with_table(text, DOCS_MARKER, docs_table())
 
 
 if __name__ == "__main__":
     import sys
-    from pathlib import Path
 
     if sys.argv[1:2] == ["--docs"]:  # make manifests: python -m autoclusters.pool_fields --docs docs/contract.md
-        doc = Path(sys.argv[2])
-        doc.write_text(with_docs_table(doc.read_text()))
+        doc_tables.rewrite(sys.argv[2], DOCS_MARKER, docs_table())
     else:
         print(rego_module(), end="")

@@ -5,7 +5,7 @@ so it follows the brand prefix), status, reason (``names.py``) and message templ
 detector renders a fault's message from its row (``render``); the controller reads the fault
 class and code back out of a True fault condition (``parse``) with a pattern derived from the
 same template, so the two directions cannot drift. docs/detector.md's "Conditions" table is
-``docs_table()`` (tests/unit/faults/test_contract.py checks it), and the messages are those
+rendered from the rows (``faults/table.py``, ``conditions_table``), and the messages are those
 of docs/contract.md word for word.
 
 The detector's health condition has rows here too (its message heads), though it never names
@@ -150,19 +150,3 @@ def read_fault(ctype: str, reason: str, message: str, names: n.Names) -> tuple[F
     assert r.fault_class is not None
     fields = r.parse(message)
     return r.fault_class, fields["code"] if fields else "unknown"
-
-
-def docs_table() -> str:
-    """docs/detector.md's "Conditions" table: every row with its example message."""
-    default = n.Names()
-    lines = ["| condition | status | reason | message |", "|---|---|---|---|"]
-    shown = None
-    for r in ROWS:
-        ctype = r.condition.type_in(default)
-        if ctype.startswith(default.prefix):
-            ctype = "<Prefix>" + ctype.removeprefix(default.prefix)
-        first = f"| `{ctype}` |" if ctype != shown else "| |"
-        shown = ctype
-        note = f" {r.note}" if r.note else ""
-        lines.append(f"{first} {r.status} | `{r.reason}` | `{r.render(**r.example)}`{note} |")
-    return "\n".join(lines)

@@ -18,7 +18,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # Lower number = lower layer. Longest matching prefix wins. Keys are modules of the
 # ``autoclusters`` package; OUTSIDE holds the top-level folders around it.
 RANKS = {
-    "api": 0, "pool_fields": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
+    "api": 0, "pool_fields": 0, "doc_tables": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
     "redact": 0, "capture": 0,
     "kube": 1,
     "faults": 2, "deploy": 2,
