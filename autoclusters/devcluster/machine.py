@@ -89,38 +89,45 @@ class KernelLog:
             self.terminals[reader] = (master, slave)
         self.devices = {r: os.ttyname(slave) for r, (_m, slave) in self.terminals.items()}
         self.source = source
-        self._offset = source.stat().st_size if source.exists() else 0  # a boot starts a new log
+        start = source.stat().st_size if source.exists() else 0  # a boot starts a new log
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._relay, daemon=True)
-        self._thread.start()
+        # one relay per reader: a reader that reads slowly (a full terminal blocks its writer)
+        # holds back only its own copy, as each reader of the kernel's device has its own position
+        self._threads = [threading.Thread(target=self._relay, args=(master, start), daemon=True)
+                         for master, _slave in self.terminals.values()]
+        for t in self._threads:
+            t.start()
 
-    def _relay(self) -> None:
+    def _relay(self, master: int, offset: int) -> None:
         partial = b""
         while not self._stop.is_set():
             try:
                 size = self.source.stat().st_size
             except OSError:
                 size = 0
-            if size > self._offset:
+            if size > offset:
                 with open(self.source, "rb") as f:
-                    f.seek(self._offset)
-                    data = f.read(size - self._offset)
-                self._offset += len(data)
+                    f.seek(offset)
+                    data = f.read(min(size - offset, 1 << 16))
+                offset += len(data)
                 lines = (partial + data).split(b"\n")
                 partial = lines.pop()
                 for line in lines:
-                    for master, _slave in self.terminals.values():
-                        with contextlib.suppress(OSError):
-                            os.write(master, line + b"\n")
+                    with contextlib.suppress(OSError):
+                        os.write(master, line + b"\n")
+                continue
             self._stop.wait(0.05)
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2)
-        for pair in self.terminals.values():
-            for fd in pair:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        for pair in self.terminals.values():  # a relay blocked on a full terminal: its write fails
+            with contextlib.suppress(OSError):
+                os.close(pair[1])
+        for t in self._threads:
+            t.join(timeout=2)
+        for master, _slave in self.terminals.values():
+            with contextlib.suppress(OSError):
+                os.close(master)
 
 
 def main(argv: list[str]) -> int:
