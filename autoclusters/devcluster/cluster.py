@@ -15,6 +15,7 @@ Layout of ``<state root>/<name>/``::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -26,8 +27,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster import realnodes
@@ -35,6 +34,8 @@ from autoclusters.devcluster.heartbeats import Heartbeats
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
 from autoclusters.devcluster.tools import Tools
+from autoclusters.kube import NotFound, load_kube
+from autoclusters.kube.objects import node_ready
 from autoclusters.policy.opa import IGNORE
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
@@ -220,19 +221,25 @@ class LocalCluster:
         nodes = realnodes.prepare(self.name, self.dir, self.logs, self.pki, ports["apiserver"], count, node_tools,
                                   realnodes.default_image_archive(), heartbeats.status_seconds,
                                   heartbeats.lease_seconds, opa=tools.opa)
-        for proc in realnodes.start(nodes, self.dir, self.logs, progress):
-            procs.append(proc)
-            self._save(procs, ports, {})
-        from autoclusters.devcluster.handle import ClusterHandle
+        machines = realnodes.start(nodes, self.dir, self.logs, progress)
+        procs.extend(machines)
+        self._save(procs, ports, {})
+        kube = load_kube(str(self.kubeconfig), user_agent="autoclusters-dev")
 
-        handle = ClusterHandle(str(self.kubeconfig), local=True, state_dir=self.dir)
+        def ready(node: str) -> bool:
+            try:
+                return node_ready(kube.get_node(node))
+            except NotFound:  # not registered yet: its kubelet is still starting
+                return False
+
         t0 = time.monotonic()
-        try:
-            handle.wait_nodes_ready([n.name for n in nodes], timeout=180)
-        except TimeoutError as e:
-            logs = "\n".join(f"--- {n.name} kubelet:\n{p.tail(str(self.logs / f'{n.name}-kubelet.log'))}"
-                             for n in nodes)
-            raise p.StartError(f"{e}\n{logs}") from e
+        for node, machine in zip(nodes, machines, strict=True):  # a machine that dies is said at once
+            try:  # one 180 s for all: they boot side by side
+                p.wait_healthy(machine, functools.partial(ready, node.name), max(0.0, t0 + 180 - time.monotonic()),
+                               progress)
+            except p.StartError as e:
+                kubelet = p.tail(str(self.logs / f"{node.name}-kubelet.log"))
+                raise p.StartError(f"{e}\n--- {node.name} kubelet:\n{kubelet}") from e
         progress(f"  real nodes Ready after {time.monotonic() - t0:.1f}s: {', '.join(n.name for n in nodes)}")
 
     def real_nodes(self) -> list[realnodes.RealNode]:
@@ -324,9 +331,7 @@ class LocalCluster:
         for file_name, target in (("admin", self.kubeconfig),
                                   ("controller-manager", self.dir / "controller-manager.kubeconfig"),
                                   ("scheduler", self.dir / "scheduler.kubeconfig")):
-            crt, key = self.pki.client_cert(file_name)
-            write_kubeconfig(target, server, self.pki.ca_cert, {"client-certificate": str(crt),
-                                                                "client-key": str(key)}, self.name)
+            self.pki.kubeconfig(target, server, file_name, self.name)
 
     # --- down ------------------------------------------------------------------------------
     def down(self, progress: Progress = _noop, keep_logs: bool = False) -> bool:
@@ -356,15 +361,3 @@ class LocalCluster:
 def opa_load_args(policies: Path) -> list[str]:
     """What ``opa run`` loads: the policy bundle, without its tests."""
     return [*(f"--ignore={p}" for p in IGNORE), str(policies)]
-
-
-def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> None:
-    cfg = {
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": name, "user": user}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-        "current-context": name,
-    }
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    path.chmod(0o600)

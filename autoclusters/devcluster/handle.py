@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from autoclusters.kube import Conflict, Kube, NotFound, load_kube
+from autoclusters.kube import Conflict, Kube, load_kube
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
@@ -48,10 +48,7 @@ class ClusterHandle:
         deadline = time.monotonic() + timeout
         while pending:
             for name in list(pending):
-                try:
-                    node = self.kube.get_node(name)
-                except NotFound:  # not registered yet (a kubelet that is still starting)
-                    continue
+                node = self.kube.get_node(name)
                 if node_ready(node):
                     pending.discard(name)
             if not pending:

@@ -1,4 +1,5 @@
-"""Certificates and keys for the local control plane (a throwaway CA on loopback)."""
+"""Certificates and keys for the local control plane (a throwaway CA on loopback), and the
+kubeconfigs that hold its client certificates."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import yaml
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from autoclusters.certificates import CLIENT_AUTH, SERVER_AUTH, KeyPair, key_pem, make_ca, make_leaf, name, new_key
@@ -69,3 +72,30 @@ class Pki:
                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
         for file_name, (user, group) in clients.items():
             _write(*self.client_cert(file_name), make_leaf(ca, name(user, group), now, VALIDITY, usage=CLIENT_AUTH))
+
+    def issue(self, file_name: str, user: str, group: str | None = None, *, usage: x509.ObjectIdentifier = CLIENT_AUTH,
+              hosts: tuple[str, ...] = ()) -> tuple[Path, Path]:
+        """One more certificate from the CA :meth:`create` made (a real node's kubelet, its
+        serving certificate, its kube-proxy): written as :meth:`client_cert` names it."""
+        ca = KeyPair(self.ca_cert.read_bytes(), self.ca_key.read_bytes())
+        paths = self.client_cert(file_name)
+        _write(*paths, make_leaf(ca, name(user, group), datetime.now(UTC), VALIDITY, hosts=hosts, usage=usage))
+        return paths
+
+    def kubeconfig(self, path: Path, server: str, file_name: str, cluster: str) -> None:
+        """A kubeconfig at ``path`` for ``server`` with the client certificate ``file_name``."""
+        crt, key = self.client_cert(file_name)
+        write_kubeconfig(path, server, self.ca_cert, {"client-certificate": str(crt), "client-key": str(key)},
+                         cluster)
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> None:
+    cfg = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    path.chmod(0o600)

@@ -31,15 +31,14 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from autoclusters.certificates import CLIENT_AUTH, SERVER_AUTH, KeyPair, make_leaf, name
+from autoclusters.certificates import SERVER_AUTH
 from autoclusters.devcluster import processes as p
-from autoclusters.devcluster.pki import VALIDITY, Pki
+from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.tools import ToolsMissing, cache_dir, repo_root, versions
 
 Progress = Callable[[str], None]
@@ -49,7 +48,6 @@ NETWORK = ipaddress.ip_network("10.250.0.0/24")
 HOST_IP = "10.250.0.1"  # the host on that network: the API server as the real nodes reach it
 FIRST_NODE_HOST = 10  # node i has 10.250.0.(10 + i)
 POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")  # node i's pods: 10.244.(i + 1).0/24
-SERVICE_NETWORK = "10.96.0.0/16"  # the API server's --service-cluster-ip-range
 MAX_REAL_NODES = 50
 # The pod sandbox image, built here (tools/node-images/build.sh, whose OCI layout names it by the
 # tag PAUSE_TAG) and imported under PAUSE_BASE_NAME, which containerd then calls PAUSE_IMAGE.
@@ -202,23 +200,6 @@ def remove_cgroups(root: str) -> list[Path]:
         if top.exists():
             left.append(top)
     return left
-
-
-def _write_cert(pki: Pki, ca: KeyPair, file_name: str, subject: Any, usage: Any,
-                hosts: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    now = datetime.now(UTC)
-    leaf = make_leaf(ca, subject, now, VALIDITY, hosts=hosts, usage=usage)
-    crt, key = pki.client_cert(file_name)
-    crt.write_bytes(leaf.cert_pem)
-    key.write_bytes(leaf.key_pem)
-    key.chmod(0o600)
-    return crt, key
-
-
-def _kubeconfig(path: Path, server: str, ca: Path, crt: Path, key: Path, cluster: str) -> None:
-    from autoclusters.devcluster.cluster import write_kubeconfig
-
-    write_kubeconfig(path, server, ca, {"client-certificate": str(crt), "client-key": str(key)}, cluster)
 
 
 def kubelet_config(node: RealNode, ca: Path, serving: tuple[Path, Path], status_seconds: int,
@@ -384,7 +365,6 @@ def prepare(cluster_name: str, cluster_dir: Path, logs: Path, pki: Pki, api_port
     """Writes every node's certificates, kubeconfigs and configurations; starts nothing."""
     if not 1 <= count <= MAX_REAL_NODES:
         raise ValueError(f"real nodes: between 1 and {MAX_REAL_NODES}, not {count}")
-    ca = KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
     server = f"https://{HOST_IP}:{api_port}"
     node_images = images(image_archive, tools, opa)
     nodes = []
@@ -397,12 +377,12 @@ def prepare(cluster_name: str, cluster_dir: Path, logs: Path, pki: Pki, api_port
                         kubelet=str(tools.kubelet), kube_proxy=str(tools.kube_proxy),
                         containerd=str(tools.containerd), ctr=str(tools.ctr), cni_bin=str(tools.cni_bin),
                         images=node_images, python=sys.executable)
-        crt, key = _write_cert(pki, ca, f"node-{nm}", name(f"system:node:{nm}", "system:nodes"), CLIENT_AUTH)
-        _kubeconfig(d / "kubelet.kubeconfig", server, pki.ca_cert, crt, key, cluster_name)
-        serving = _write_cert(pki, ca, f"node-{nm}-serving", name(f"system:node:{nm}", "system:nodes"), SERVER_AUTH,
-                              hosts=(nm, node.ip))
-        pcrt, pkey = _write_cert(pki, ca, f"kube-proxy-{nm}", name("system:kube-proxy"), CLIENT_AUTH)
-        _kubeconfig(d / "kube-proxy.kubeconfig", server, pki.ca_cert, pcrt, pkey, cluster_name)
+        pki.issue(f"node-{nm}", f"system:node:{nm}", "system:nodes")
+        pki.kubeconfig(d / "kubelet.kubeconfig", server, f"node-{nm}", cluster_name)
+        serving = pki.issue(f"node-{nm}-serving", f"system:node:{nm}", "system:nodes", usage=SERVER_AUTH,
+                            hosts=(nm, node.ip))
+        pki.issue(f"kube-proxy-{nm}", "system:kube-proxy")
+        pki.kubeconfig(d / "kube-proxy.kubeconfig", server, f"kube-proxy-{nm}", cluster_name)
         (d / "kubelet.yaml").write_text(yaml.safe_dump(
             kubelet_config(node, pki.ca_cert, serving, status_seconds, lease_seconds), sort_keys=False))
         (d / "kube-proxy.yaml").write_text(yaml.safe_dump(kube_proxy_config(node, d / "kube-proxy.kubeconfig"),
