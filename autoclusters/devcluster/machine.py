@@ -33,7 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
-from autoclusters.devcluster.realnodes import BRIDGE, RealNode, remove_cgroups
+from autoclusters.devcluster.realnodes import BRIDGE, RealNode, remove_cgroups, run
 
 # A reboot takes at least this long between boots, so that a node that keeps failing at boot
 # does not spin.
@@ -58,13 +58,11 @@ def _init_pid(unshare_pid: int, timeout: float = 10) -> int:
 
 
 def _wire(node: RealNode, init_pid: int) -> None:
-    subprocess.run(["ip", "link", "del", node.host_veth], capture_output=True, check=False)
-    subprocess.run(["ip", "link", "add", node.host_veth, "type", "veth", "peer", "name", "eth0",
-                    "netns", str(init_pid)], check=True, capture_output=True)
-    subprocess.run(["ip", "link", "set", node.host_veth, "master", BRIDGE, "up"], check=True, capture_output=True)
+    run("ip", "link", "del", node.host_veth, check=False)
+    run("ip", "link", "add", node.host_veth, "type", "veth", "peer", "name", "eth0", "netns", str(init_pid))
+    run("ip", "link", "set", node.host_veth, "master", BRIDGE, "up")
     # the API server reaches the node's pods (webhooks) through the node
-    subprocess.run(["ip", "route", "replace", node.pod_cidr, "via", node.ip, "dev", BRIDGE],
-                   check=True, capture_output=True)
+    run("ip", "route", "replace", node.pod_cidr, "via", node.ip, "dev", BRIDGE)
 
 
 class KernelLog:
@@ -160,8 +158,8 @@ def main(argv: list[str]) -> int:
         current[:] = [proc]
         try:
             _wire(node, _init_pid(proc.pid))
-        except (RuntimeError, subprocess.CalledProcessError) as e:
-            _log(f"could not wire {node.name}'s network: {getattr(e, 'stderr', '') or e}")
+        except RuntimeError as e:
+            _log(f"could not wire {node.name}'s network: {e}")
             proc.kill()
         rc = proc.wait()
         current.clear()
@@ -171,8 +169,8 @@ def main(argv: list[str]) -> int:
             break
         _log(f"{node.name} went down (init exited {rc}); booting again")
         time.sleep(max(0.0, MIN_BOOT_INTERVAL - (time.monotonic() - started)))
-    subprocess.run(["ip", "link", "del", node.host_veth], capture_output=True, check=False)
-    subprocess.run(["ip", "route", "del", node.pod_cidr], capture_output=True, check=False)
+    run("ip", "link", "del", node.host_veth, check=False)
+    run("ip", "route", "del", node.pod_cidr, check=False)
     # the kernel ends the node's processes once its init is gone; their cgroups empty soon after
     deadline = time.monotonic() + 10
     while remove_cgroups(node.cgroup_root) and time.monotonic() < deadline:

@@ -28,7 +28,15 @@ import sys
 import time
 from pathlib import Path
 
-from autoclusters.devcluster.realnodes import CGROUP_ROOT, HOST_IP, KUBELET_ROOT, NETWORK, REAL_NODE_LABEL, RealNode
+from autoclusters.devcluster.realnodes import (
+    CGROUP_ROOT,
+    HOST_IP,
+    KUBELET_ROOT,
+    NETWORK,
+    REAL_NODE_LABEL,
+    RealNode,
+    run,
+)
 
 REBOOT_SIGNAL = signal.SIGUSR1
 # The host command the local cluster's reboot Job runs in the node (``--host-reboot-command``):
@@ -41,14 +49,8 @@ def _log(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} init: {msg}", flush=True)
 
 
-def _sh(*argv: str) -> None:
-    r = subprocess.run(list(argv), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip() or r.returncode}")
-
-
 def _bind(src: Path | str, dst: str) -> None:
-    _sh("mount", "--bind", str(src), dst)
+    run("mount", "--bind", str(src), dst)
 
 
 def mounts(node: RealNode, kmsg_device: str) -> None:
@@ -57,8 +59,8 @@ def mounts(node: RealNode, kmsg_device: str) -> None:
     # unshare made every mount private, cut off from the host's; within the node they are shared
     # again, as systemd makes them on a host: the kubelet's HostToContainer and Bidirectional
     # mounts (the detector's host root) need a shared or slave source
-    _sh("mount", "--make-rshared", "/")
-    _sh("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "tmpfs", "/run")
+    run("mount", "--make-rshared", "/")
+    run("mount", "-t", "tmpfs", "-o", "mode=0755,nosuid,nodev", "tmpfs", "/run")
     _bind(node.path / "var-log", "/var/log")
     _bind(node.path / "var-lib-cni", "/var/lib/cni")
     # the kubelet's conventional root: device plugins and exporters (dcgm-exporter's pod-resources
@@ -82,14 +84,14 @@ def cgroup_root(node: RealNode) -> None:
 
 def network(node: RealNode, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
-    while subprocess.run(["ip", "link", "show", "eth0"], capture_output=True).returncode != 0:
+    while run("ip", "link", "show", "eth0", check=False).returncode != 0:
         if time.monotonic() > deadline:
             raise RuntimeError(f"eth0 did not appear within {timeout}s")
         time.sleep(0.05)
-    _sh("ip", "link", "set", "lo", "up")
-    _sh("ip", "addr", "add", f"{node.ip}/{NETWORK.prefixlen}", "dev", "eth0")
-    _sh("ip", "link", "set", "eth0", "up")
-    _sh("ip", "route", "add", "default", "via", HOST_IP)
+    run("ip", "link", "set", "lo", "up")
+    run("ip", "addr", "add", f"{node.ip}/{NETWORK.prefixlen}", "dev", "eth0")
+    run("ip", "link", "set", "eth0", "up")
+    run("ip", "route", "add", "default", "via", HOST_IP)
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
     bridge_nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
     if bridge_nf.exists():  # Services between pods of one node's bridge go through iptables
@@ -147,7 +149,7 @@ def import_images(node: RealNode, containerd: Component) -> None:
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
         if marker.exists() and marker.read_text() == stamp:
             continue
-        _sh(node.ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images", "import",
+        run(node.ctr, "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "images", "import",
             "--base-name", base, archive)
         marker.write_text(stamp)
         changed = True

@@ -163,25 +163,30 @@ def pod_cidr(index: int) -> str:
     return str(ipaddress.ip_network(f"{POD_NETWORK.network_address + (index + 1) * 256}/24"))
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs a command of the node's plumbing (ip, mount, umoci, ctr); with ``check``, one that
+    fails raises with its own words, which the caller's log or error then shows."""
+    r = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip() or f'exit {r.returncode}'}")
+    return r
 
 
 def ensure_bridge() -> None:
     """The host's side of the real nodes' network: the bridge with the host's address, and
     forwarding on (the pods' traffic to the API server and between nodes crosses the host)."""
-    if _run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-    addrs = _run("ip", "-o", "-4", "addr", "show", "dev", BRIDGE).stdout
+    if run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+        run("ip", "link", "add", BRIDGE, "type", "bridge")
+    addrs = run("ip", "-o", "-4", "addr", "show", "dev", BRIDGE).stdout
     if f"{HOST_IP}/" not in addrs:
-        _run("ip", "addr", "add", f"{HOST_IP}/{NETWORK.prefixlen}", "dev", BRIDGE)
-    _run("ip", "link", "set", BRIDGE, "up")
+        run("ip", "addr", "add", f"{HOST_IP}/{NETWORK.prefixlen}", "dev", BRIDGE)
+    run("ip", "link", "set", BRIDGE, "up")
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
 
 
 def remove_bridge() -> None:
-    if _run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
-        _run("ip", "link", "del", BRIDGE, check=False)
+    if run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
+        run("ip", "link", "del", BRIDGE, check=False)
 
 
 def remove_cgroups(root: str) -> list[Path]:
@@ -324,14 +329,14 @@ def build_opa_image(opa: Path, out: Path, tag: str) -> Path:
         layout, bundle = f"{tmp}/oci", f"{tmp}/bundle"
         for argv in (["umoci", "init", "--layout", layout], ["umoci", "new", "--image", f"{layout}:{tag}"],
                      ["umoci", "unpack", "--image", f"{layout}:{tag}", bundle]):
-            _run(*argv)
+            run(*argv)
         shutil.copy2(opa, f"{bundle}/rootfs/opa")
         for argv in (["umoci", "repack", "--image", f"{layout}:{tag}", bundle],
                      ["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/opa",
                       "--config.user", "1000:1000", "--os", "linux", "--architecture", "amd64"],
                      ["umoci", "gc", "--layout", layout],
                      ["tar", "-C", layout, "-cf", f"{archive}.tmp", "."]):
-            _run(*argv)
+            run(*argv)
     Path(f"{archive}.tmp").rename(archive)
     return archive
 
