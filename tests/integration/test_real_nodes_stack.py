@@ -61,8 +61,7 @@ def deployed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Proj
     try:
         yield proj, ns, pool, nodes
     finally:
-        with contextlib.suppress(AssertionError):
-            proj.pulumi("destroy", "--yes", check=False)
+        proj.pulumi("destroy", "--yes", check=False)
         print(proj.log.read_text()[-6000:], file=sys.stderr)
         for node in nodes:
             with contextlib.suppress(NotFound):
