@@ -10,7 +10,7 @@ import argparse
 import os
 import signal
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from autoclusters.cli._output import print_json
@@ -41,8 +41,8 @@ _FLAGS: dict[str, str] = {
     "sim_reset_seconds": "simulated provider: reset duration (pool provider.simulated.resetSeconds overrides)",
     "sim_replace_seconds": "simulated provider: replacement duration (pool provider.simulated.replaceSeconds "
                            "overrides)",
-    "provider_image": "image of provider Jobs (host reboot) when the pool names none; the deployment passes the "
-                      "controller's own image",
+    "provider_image": "image of provider Jobs (host reboot) when the pool names none (default: the image of "
+                      "the controller's own pod, read through POD_NAME/POD_NAMESPACE)",
     "host_reboot_command": "what the host-reboot Job runs inside the host's namespaces, as shell words (the "
                            "default needs sh and systemctl or reboot; Bottlerocket: 'apiclient reboot')",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
@@ -89,7 +89,9 @@ def _run(args: argparse.Namespace) -> int:
     from autoclusters.controller import shards
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
+    from autoclusters.controller.own_image import OwnImageError, own_image, own_pod
     from autoclusters.deploy.providers import host_reboot_argv
+    from autoclusters.deploy.workloads import CONTROLLER_CONTAINER
     from autoclusters.kube import load_kube
     from autoclusters.names import Names, event_source_error
 
@@ -106,6 +108,12 @@ def _run(args: argparse.Namespace) -> int:
     except shards.ShardConfigError as e:
         raise CliError(str(e), 2) from None
     kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
+    pod = own_pod()
+    if not config.provider_image and pod:  # the Deployment's image, whatever set it (controller/own_image.py)
+        try:
+            config = replace(config, provider_image=own_image(kube, *pod, container=CONTROLLER_CONTAINER))
+        except OwnImageError as e:
+            print(f"warning: {e}", file=sys.stderr)
     controller = Controller(kube, config, names=Names.from_env())
 
     def stop(_sig: int, _frame: Any) -> None:

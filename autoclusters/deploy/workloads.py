@@ -50,6 +50,8 @@ EVENT_SOURCE_ENV = "AUTOCLUSTERS_CONTROLLER_EVENT_SOURCE"
 # The commands the pods run; the local mode runs the same ones on the host. The controller
 # is always leader-elected (its Lease lives in the namespace given here).
 CONTROLLER_COMMAND = ["autoclusters", "controller", "run"]
+# the controller's container: it reads its own image there (controller/own_image.py)
+CONTROLLER_CONTAINER = "controller"
 DETECTOR_COMMAND = ["autoclusters", "detector", "run"]
 WEBHOOK_COMMAND = ["autoclusters", "webhook", "serve"]
 
@@ -271,10 +273,10 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                         "podAffinityTerm": {"labelSelector": selector,
                                             "topologyKey": "kubernetes.io/hostname"}}]}},
                     "containers": [{
-                        "name": "controller",
+                        "name": CONTROLLER_CONTAINER,
                         "image": image,
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
-                                 "--metrics-port", str(CONTROLLER_METRICS_PORT), "--provider-image", image,
+                                 "--metrics-port", str(CONTROLLER_METRICS_PORT),
                                  *sharding, *reboot, *certs],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),

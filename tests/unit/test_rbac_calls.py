@@ -153,12 +153,13 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
     rule but the providers' is used. Each provider with rules has its own case below; the
     command provider has none."""
     from autoclusters.controller.manager import Controller
+    from autoclusters.controller.own_image import own_image
     from autoclusters.controller.shards import LayoutGuard
     from autoclusters.controller.webhook_certs import WebhookCertKeeper
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.admission import webhook_configuration
     from autoclusters.deploy.providers import KINDS
-    from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET
+    from autoclusters.deploy.workloads import CONTROLLER_CONTAINER, WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET
     from autoclusters.kube.events import ObjectRef
     from autoclusters.kube.leader import LeaderElector
     from autoclusters.webhook.certs import CertPolicy
@@ -205,6 +206,12 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
         collector = type("C", (), {"kube": h.kube, "names": NAMES, "fleet": h.fleet, "clock": h.clock,
                                    "config": type("K", (), {"retention_days": 90.0})()})()
         assert Controller.collect_garbage(collector) == 1
+        # its own pod, for the image of the Jobs it starts (controller/own_image.py)
+        h.api.put(f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod",
+                                                    "metadata": {"name": "ctl-0", "namespace": ns},
+                                                    "spec": {"containers": [{"name": CONTROLLER_CONTAINER,
+                                                                             "image": "ac:1"}]}})
+        assert own_image(h.kube, ns, "ctl-0", CONTROLLER_CONTAINER) == "ac:1"
     finally:
         h.stop()
     given = grants(stack_objects.rbac_objects(NAMES, ns, local=True), _subject(CONTROLLER_SERVICE_ACCOUNT))
