@@ -145,7 +145,7 @@ def import_images(node: RealNode, containerd: Component) -> None:
     changed = False
     for archive, base in node.images:
         st = os.stat(archive)
-        marker = node.path / "containerd" / f".imported-{Path(archive).name}"
+        marker = node.path / "containerd" / f".imported-{Path(archive).name}-{base.replace('/', '_')}"
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
         if marker.exists() and marker.read_text() == stamp:
             continue

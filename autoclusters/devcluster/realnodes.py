@@ -54,6 +54,9 @@ MAX_REAL_NODES = 50
 PAUSE_BASE_NAME = "autoclusters.local/pause"
 PAUSE_TAG = "pause"
 PAUSE_IMAGE = f"{PAUSE_BASE_NAME}:{PAUSE_TAG}"
+# The runtime image once more, under a name of its own: what an image override names here
+# (tests/integration/test_real_nodes_manifests.py overrides the manifests' image with it).
+LOCAL_IMAGE_REPOSITORY = "autoclusters.local/autoclusters"
 REAL_NODE_LABEL = "autoclusters.dev/real-node"  # "true" on every real node (the tests select by it)
 # The host's cgroup v1 hierarchies a node's cgroup root is made under (and removed from at down).
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -344,12 +347,13 @@ def build_opa_image(opa: Path, out: Path, tag: str) -> Path:
 def images(image_archive: Path | None, tools: NodeTools, opa: Path | None = None) -> list[tuple[str, str]]:
     """What each node imports into containerd: the pause image, and the images the stack's pods
     name by default where they are built: the runtime image (``deploy.DEFAULT_IMAGE``, from
-    ``make image``) and OPA's (from the OPA binary of ``make tools``)."""
+    ``make image``; also as ``LOCAL_IMAGE_REPOSITORY``, a name no default names, for trying an
+    image override) and OPA's (from the OPA binary of ``make tools``)."""
     from autoclusters.deploy import IMAGE_REPOSITORY
 
     out = [(str(tools.pause_archive), PAUSE_BASE_NAME)]
     if image_archive is not None:
-        out.append((str(image_archive), IMAGE_REPOSITORY))
+        out += [(str(image_archive), IMAGE_REPOSITORY), (str(image_archive), LOCAL_IMAGE_REPOSITORY)]
     if opa is not None:
         repo, tag = opa_image()
         out.append((str(build_opa_image(opa, tools.pause_archive.parent, tag)), repo))

@@ -78,9 +78,10 @@ def kubectl_binary() -> str:
     return found
 
 
-def kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None) -> str:
+def kubectl(kubeconfig: str, *args: str, check: bool = True, input: str | None = None,
+            timeout: float = 60) -> str:
     res = subprocess.run([kubectl_binary(), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True,
-                         input=input, timeout=60)
+                         input=input, timeout=timeout)
     if check and res.returncode != 0:
         raise subprocess.CalledProcessError(res.returncode, res.args, res.stdout, res.stderr)
     return res.stdout

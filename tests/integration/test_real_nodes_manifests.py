@@ -1,0 +1,124 @@
+"""``manifests/`` installed as docs/deploy.md tells a GitOps user, on the local cluster's real
+nodes (issue 29 item 1, issue 23 item 2): ``kubectl apply -k`` of an overlay of the base, the
+documented wait for the webhook, ``kubectl apply -k manifests/pools/``; every part Ready as pods
+there; then one repair through those pods, whose reboot Job runs the overlay's image (a
+kustomize ``images:`` override reaches every reference: the controller reads its own image,
+controller/own_image.py).
+
+The overlay is what a user's would be: another image name (the runtime image under
+``LOCAL_IMAGE_REPOSITORY``, which no default names) and two settings a test shortens: the
+detector's persistence window and the reboot's final verb (devcluster/node_init.py's, which
+restarts the node under a new boot id; this machine never reboots).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoclusters import __version__, api
+from autoclusters.deploy import DEFAULT_NAMESPACE, IMAGE_REPOSITORY
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.node_init import REBOOT_VERB
+from autoclusters.devcluster.realnodes import LOCAL_IMAGE_REPOSITORY, RealNode
+from autoclusters.kube import Kube, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
+from autoclusters.providers.hostreboot import boot_id
+from tests.integration.helpers import kubectl, wait_for
+from tests.integration.test_real_nodes_stack import XID79, _ready_parts
+
+REPO = Path(__file__).resolve().parents[2]
+POOL = "h100"  # manifests/pools/h100.yaml: consent mode auto, provider hostReboot
+IMAGE = f"{LOCAL_IMAGE_REPOSITORY}:{__version__}"
+
+
+def _overlay(tmp: Path) -> Path:
+    def arg(kind: str, name: str, *args: str) -> dict[str, Any]:
+        return {"target": {"kind": kind, "name": name},
+                "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}
+                                         for a in args])}
+
+    overlay = tmp / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO / "manifests", overlay)],  # kustomize takes no absolute path
+        "images": [{"name": IMAGE_REPOSITORY, "newName": LOCAL_IMAGE_REPOSITORY}],
+        "patches": [arg("Deployment", "autoclusters-controller", "--host-reboot-command", REBOOT_VERB),
+                    arg("DaemonSet", "autoclusters-detector", "--window", "3")]}))
+    return overlay
+
+
+@pytest.fixture()
+def installed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Path, list[RealNode]]]:
+    assert real_cluster.dev is not None
+    nodes = real_cluster.dev.real_nodes()
+    names = Names()
+    cfg = real_cluster.kubeconfig
+    for node in nodes:  # the operator puts the GPU nodes into the pool, as on any cluster
+        real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: POOL}}})
+    overlay = _overlay(tmp_path)
+    try:
+        yield overlay, nodes
+    finally:
+        kubectl(cfg, "delete", "-k", str(REPO / "manifests" / "pools"), "--ignore-not-found", check=False,
+                timeout=120)
+        kubectl(cfg, "delete", "-k", str(overlay), "--ignore-not-found", check=False, timeout=300)
+        for node in nodes:
+            with contextlib.suppress(NotFound):
+                real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+
+
+def test_the_manifests_install_as_documented_and_repair_a_real_node(
+        real_cluster: ClusterHandle, installed: tuple[Path, list[RealNode]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    overlay, nodes = installed
+    cfg, kube, names, ns = real_cluster.kubeconfig, real_cluster.kube, Names(), DEFAULT_NAMESPACE
+    t0 = time.monotonic()
+    # docs/deploy.md, "The GitOps path", with kubectl: these three steps and no other
+    kubectl(cfg, "apply", "-k", str(overlay), timeout=120)
+    kubectl(cfg, "-n", ns, "wait", "--for=condition=Available", "deployment/autoclusters-webhook",
+            "--timeout=240s", timeout=300)
+    kubectl(cfg, "apply", "-k", str(REPO / "manifests" / "pools"), timeout=120)
+    real = {n.name for n in nodes}
+    by_part = wait_for("every part Ready as pods on the real nodes", lambda: _ready_parts(real_cluster, ns, real),
+                       timeout=180)
+    with capsys.disabled():  # in the suite's output: the pods ran on the real nodes
+        print(f"\nmanifests/ applied on the real nodes: every part Ready after {time.monotonic() - t0:.1f}s\n"
+              + kubectl(cfg, "get", "pods", "-o", "wide", "-n", ns), file=sys.stderr)
+    pods = [p for part in by_part.values() for p in part]
+    assert {c["image"] for p in pods for c in p["spec"]["containers"] if c["name"] != "opa"} == {IMAGE}
+    for pod in pods:  # none of them crashed on its way up
+        assert all(c["restartCount"] == 0 for c in pod["status"]["containerStatuses"]), pod["status"]
+
+    node = nodes[0]
+    before = boot_id(kube.get_node(node.name))
+    node.write_kernel_log(f"4,1301,{int(time.monotonic() * 1e6)},-;{XID79}")
+    job_images: set[str] = set()  # the reboot Job is deleted once it succeeded: seen while it runs
+
+    def repaired() -> bool:
+        for job in kube.list_items(f"/apis/batch/v1/namespaces/{ns}/jobs",
+                                   label_selector=f"app.kubernetes.io/name={REBOOT_JOB}"):
+            job_images.update(c["image"] for c in job["spec"]["template"]["spec"]["containers"])
+        n = kube.get_node(node.name)
+        return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
+                and names.maintenance_required not in (n["metadata"].get("labels") or {})
+                and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
+
+    wait_for("the node rebooted through the reboot Job, verified and uncordoned", repaired, timeout=300,
+             interval=0.5)
+    records = [r for r in kube.list_items(Kube.custom_path(names.api_group, api.VERSION, "remediations"))
+               if r["spec"]["node"] == node.name]
+    assert records and records[-1]["status"]["phase"] == "Succeeded", records
+    assert records[-1]["status"]["operation"]["provider"]["type"] == "hostReboot"
+    assert job_images == {IMAGE}  # the override reached the reboot Job's image
