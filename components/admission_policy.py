@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
+from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.names import Names
 from components._args import ComponentArgsError, require_image, require_namespace
@@ -31,6 +32,7 @@ class AdmissionPolicyArgs:
     namespace: str = DEFAULT_NAMESPACE
     webhook_url: str | None = None
     policies_dir: Path = field(default_factory=bundled_policies)
+    pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "AdmissionPolicy")
@@ -76,7 +78,8 @@ class AdmissionPolicy(pulumi.ComponentResource):
             lambda p: {"tls.crt": p[0], "tls.key": p[1], "ca.crt": p[2]}))
         tls = k8s_resource(secret, child)
         policies = k8s_resource(policies_cm, child)
-        deployment = k8s_resource(deployment_obj, pulumi.ResourceOptions(parent=self, depends_on=[tls, policies]))
+        deployment = k8s_resource(args.pods.customize(deployment_obj),
+                                  pulumi.ResourceOptions(parent=self, depends_on=[tls, policies]))
         service = k8s_resource(service_obj, child)
         k8s_resource(pdb, child)
         policy = k8s_resource(policy_obj, child)

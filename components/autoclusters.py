@@ -50,17 +50,18 @@ class AutoClusters(pulumi.ComponentResource):
         ns = k8s_resource(workloads.namespace(cfg.namespace), after())
         crds = Crds("crds", CrdsArgs(names=names), after())
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge,
-                                                  local=cfg.local), after(ns))
+                                                  local=cfg.local, pods=cfg.pods), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local,
                                           condition_codes=cfg.detector_condition_codes,
                                           kernel_log_source=cfg.kernel_log_source, settings=cfg.detector,
-                                          nvml=cfg.nvml), after(rbac))
+                                          nvml=cfg.nvml, pods=cfg.pods), after(rbac))
         k8s_resource(default_pool.configmap(cfg.default_pool, cfg.namespace), after(ns),
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source, shards=cfg.controller_shards,
-                                                      host_reboot_command=cfg.host_reboot_command),
+                                                      host_reboot_command=cfg.host_reboot_command,
+                                                      pods=cfg.pods),
                    after(rbac, crds))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
         for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):
@@ -73,7 +74,7 @@ class AutoClusters(pulumi.ComponentResource):
         admission = AdmissionPolicy(
             "admission",
             AdmissionPolicyArgs(image=cfg.image, opa_image=cfg.opa_image, names=names, namespace=cfg.namespace,
-                                webhook_url=cfg.webhook_url),
+                                webhook_url=cfg.webhook_url, pods=cfg.pods),
             after(rbac, crds, *pools))
         self.namespace = pulumi.Output.from_input(cfg.namespace)
         self.pools = pulumi.Output.from_input({p.name: p.consent_mode.value for p in cfg.pools})

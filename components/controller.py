@@ -8,6 +8,7 @@ import pulumi
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
+from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
 from components._k8s import k8s_resource
@@ -22,6 +23,7 @@ class ControllerArgs:
     event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
     shards: int = 1  # one Deployment (and PDB) per shard, each owning the pools hashed to it
     host_reboot_command: str = api.HOST_REBOOT_COMMAND  # what the reboot Job runs in the host
+    pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -51,7 +53,7 @@ class Controller(pulumi.ComponentResource):
                                         shards=args.shards, host_reboot_command=args.host_reboot_command)
         names = []
         for obj in objs:
-            created = k8s_resource(obj, child)
+            created = k8s_resource(args.pods.customize(obj), child)
             if obj["kind"] == "Deployment":
                 names.append(created.metadata.apply(lambda m: m["name"]))
         self.deployment_name = names[0]

@@ -10,6 +10,7 @@ from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.nvml import NvmlReach
+from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
 from components._k8s import k8s_resource
@@ -28,6 +29,7 @@ class DetectorArgs:
     # where the detectors read DCGM from (the stack setting ``detector``)
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     nvml: NvmlReach = field(default_factory=NvmlReach)  # the stack's nvml setting (deploy/nvml.py)
+    pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Detector")
@@ -42,10 +44,10 @@ class Detector(pulumi.ComponentResource):
     def __init__(self, name: str, args: DetectorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Detector", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        ds = k8s_resource(stack.detector_daemonset(args.names, args.namespace, args.image,
+        ds = k8s_resource(args.pods.customize(stack.detector_daemonset(args.names, args.namespace, args.image,
                                                    await_rollout=args.await_rollout,
                                                    condition_codes=args.condition_codes,
                                                    kernel_log_source=args.kernel_log_source, settings=args.settings,
-                                                   nvml=args.nvml), child)
+                                                   nvml=args.nvml)), child)
         self.daemonset_name = ds.metadata.apply(lambda m: m["name"])
         self.register_outputs({"daemonset_name": self.daemonset_name})

@@ -43,6 +43,8 @@ _FLAGS: dict[str, str] = {
                            "overrides)",
     "provider_image": "image of provider Jobs (host reboot) when the pool names none (default: the image of "
                       "the controller's own pod, read through POD_NAME/POD_NAMESPACE)",
+    "image_pull_secrets": "comma-separated names of Secrets in --namespace that provider Jobs pull their image "
+                          "with (the stack's imagePullSecrets)",
     "host_reboot_command": "what the host-reboot Job runs inside the host's namespaces, as shell words (the "
                            "default needs sh and systemctl or reboot; Bottlerocket: 'apiclient reboot')",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",

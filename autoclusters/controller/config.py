@@ -49,6 +49,7 @@ class ControllerConfig:
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     provider_image: str = ""  # image of provider Jobs (host reboot) when the pool names none: the controller's own
+    image_pull_secrets: str = ""  # comma-separated Secrets of its namespace that provider Jobs pull their image with
     # what the host-reboot Job runs inside the host's namespaces (shell words): an operator's
     # choice, never a pool author's (docs/operations.md, "hostReboot on every node OS")
     host_reboot_command: str = api.HOST_REBOOT_COMMAND

@@ -95,6 +95,7 @@ class Controller:
                                      Settings(policy, sim_reset_seconds=c.sim_reset_seconds,
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
                                               image=c.provider_image,
+                                              image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
                                               host_reboot_command=host_reboot_argv(c.host_reboot_command)))
         election = kube.for_component(LEADER_ELECTION)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)

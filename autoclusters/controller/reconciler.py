@@ -149,6 +149,7 @@ class Settings:
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
+    image_pull_secrets: tuple[str, ...] = ()  # what provider Jobs pull their image with
     host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host
 
 
@@ -180,6 +181,7 @@ class Reconciler:
         self._build_context = BuildContext(kube, clock, self._names, sim_reset_seconds=settings.sim_reset_seconds,
                                            sim_replace_seconds=settings.sim_replace_seconds,
                                            namespace=settings.namespace, image=settings.image,
+                                           image_pull_secrets=settings.image_pull_secrets,
                                            host_reboot_command=settings.host_reboot_command,
                                            nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted,
                                                            fleet.node_informer.items))

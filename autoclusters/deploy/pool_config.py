@@ -26,6 +26,7 @@ from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_config
+from autoclusters.deploy.pod_settings import PodSettings, PodSettingsError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
@@ -404,6 +405,8 @@ class StackConfig:
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml: search order, host mount, runtime class)
     nvml: NvmlReach = field(default_factory=NvmlReach)
+    # where the pods run and what they carry, per part, and the image pull secrets (deploy.pod_settings)
+    pods: PodSettings = field(default_factory=PodSettings)
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -451,6 +454,8 @@ class StackConfig:
         object.__setattr__(self, "detector_condition_codes", tuple(sorted(set(codes))))
         if not isinstance(self.nvml, NvmlReach):
             raise PoolConfigError(f"nvml must be an NvmlReach, got {type(self.nvml).__name__}")
+        if not isinstance(self.pods, PodSettings):
+            raise PoolConfigError(f"pods must be a PodSettings, got {type(self.pods).__name__}")
 
     @property
     def slurm_bridge(self) -> bool:
@@ -472,6 +477,7 @@ STACK_SETTINGS: dict[str, str] = {
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
     "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
+    "pods": "object", "imagePullSecrets": "object",
 }
 
 
@@ -500,7 +506,15 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
         detector=_detector(raw.get("detector", {})),
         nvml=_nvml(raw.get("nvml", {})),
+        pods=_pods(raw.get("pods", {}), raw.get("imagePullSecrets", [])),
     )
+
+
+def _pods(pods: Any, pull_secrets: Any) -> PodSettings:
+    try:
+        return PodSettings(components=pods, image_pull_secrets=pull_secrets)
+    except PodSettingsError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _codes(value: Any) -> tuple[str, ...]:

@@ -127,7 +127,7 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     The webhook's certificate is made at deploy time; the PEMs default to empty (the
     rendered manifests leave the Secret out and the caBundle to cert-manager)."""
     names, ns = config.names, config.namespace
-    return [
+    return [config.pods.customize(obj) for obj in [
         workloads.namespace(ns),
         *crds.crds(names),
         *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local),
@@ -141,4 +141,4 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
                          ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),
-    ]
+    ]]

@@ -70,7 +70,8 @@ def job_name(op: Operation) -> str:
 
 
 def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names,
-               host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV) -> dict[str, Any]:
+               host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV,
+               image_pull_secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
     labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
     annotations = {names.operation_annotation: op.id, names.operation_node_annotation: node}
@@ -91,6 +92,7 @@ def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: fl
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 5,
                     "tolerations": [{"operator": "Exists"}],
+                    **({"imagePullSecrets": [{"name": s} for s in image_pull_secrets]} if image_pull_secrets else {}),
                     "containers": [{
                         "name": "reboot",
                         "image": image,
@@ -120,7 +122,8 @@ class HostRebootProvider:
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
                  timeout: float = 600, nodes: NodeCache | None = None,
-                 host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV) -> None:
+                 host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV,
+                 image_pull_secrets: tuple[str, ...] = ()) -> None:
         if not image:
             raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "
                                 "image (start it with --provider-image)")
@@ -131,6 +134,7 @@ class HostRebootProvider:
         self.image = image
         self.timeout = timeout
         self.host_command = host_command
+        self.image_pull_secrets = image_pull_secrets
         self._nodes = nodes  # the controller's cache: the node is read there, not from the API
         # Operations whose last look (progress) found their Job running: each poll looks and then
         # drives, and the drive need not read the Job again. Every look starts by forgetting it,
@@ -169,7 +173,7 @@ class HostRebootProvider:
             return  # the host already rebooted for this operation; its Job was cleaned up
         with contextlib.suppress(Conflict):
             self._kube.create(self._path(), reboot_job(op, node, self.namespace, self.image, self.timeout,
-                                                       self._names, self.host_command))
+                                                       self._names, self.host_command, self.image_pull_secrets))
 
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
         if op.action != RepairAction.RESET:

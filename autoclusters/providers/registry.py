@@ -34,6 +34,7 @@ class BuildContext:
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
     namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
+    image_pull_secrets: tuple[str, ...] = ()  # Secrets of ``namespace`` provider Jobs pull their image with
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
     host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
 
@@ -63,7 +64,8 @@ def _host_reboot(s: Mapping[str, Any], c: BuildContext) -> Provider:
 
     return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
                               image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]),
-                              nodes=c.nodes, host_command=c.host_reboot_command)
+                              nodes=c.nodes, host_command=c.host_reboot_command,
+                              image_pull_secrets=c.image_pull_secrets)
 
 
 def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:

@@ -36,6 +36,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
                           "opaImage": "registry.example/opa:1", "controllerShards": 2,
                           "detectorConditionCodes": ["gpu:13"], "kernelLogSource": "journal",
                           "nvml": {"enabled": False}},
+    # every pod setting of deploy/pod_settings.py on every part (the components apply them too)
+    "pod-settings": {"pools": EXAMPLE_POOLS, "imagePullSecrets": ["regcred"], "pods": {
+        part: {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
+               "nodeSelector": {"pool": "infra"}, "resources": {"limits": {"memory": "1Gi"}},
+               "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                   {"weight": 1, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone"}}]}},
+               "priorityClassName": "system-cluster-critical", "env": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}],
+               "podAnnotations": {"team": "infra"},
+               "serviceAccountAnnotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/ac"}}
+        for part in ("controller", "webhook", "detector")}},
 }
 
 
