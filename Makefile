@@ -93,6 +93,7 @@ manifests: venv
 	$(BIN)/python -m autoclusters.pool_fields > policies/lib/pool_fields.rego
 	$(BIN)/python -m autoclusters.pool_fields --docs docs/contract.md
 	$(BIN)/python -m autoclusters.deploy.pod_settings docs/deploy.md
+	$(BIN)/python -m autoclusters.deploy.controller_flags docs/deploy.md
 	$(BIN)/python -m autoclusters.deploy.providers > policies/lib/providers.rego
 	$(BIN)/python -m autoclusters.faults.table > docs/xid-catalog.md
 	$(BIN)/python -m autoclusters.faults.table --conditions docs/detector.md

@@ -61,7 +61,7 @@ class AutoClusters(pulumi.ComponentResource):
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source, shards=cfg.controller_shards,
                                                       host_reboot_command=cfg.host_reboot_command,
-                                                      pods=cfg.pods),
+                                                      pods=cfg.pods, flags=cfg.controller_flags),
                    after(rbac, crds))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
         for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):

@@ -24,6 +24,7 @@ class ControllerArgs:
     shards: int = 1  # one Deployment (and PDB) per shard, each owning the pools hashed to it
     host_reboot_command: str = api.HOST_REBOOT_COMMAND  # what the reboot Job runs in the host
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
+    flags: tuple[tuple[str, str], ...] = ()  # the stack's controller setting (deploy.controller_flags)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -50,7 +51,8 @@ class Controller(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         objs = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source,
-                                        shards=args.shards, host_reboot_command=args.host_reboot_command)
+                                        shards=args.shards, host_reboot_command=args.host_reboot_command,
+                                        flags=args.flags)
         names = []
         for obj in objs:
             created = k8s_resource(args.pods.customize(obj), child)

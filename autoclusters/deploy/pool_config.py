@@ -23,6 +23,7 @@ from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
+from autoclusters.deploy.controller_flags import ControllerFlagsError, controller_flags
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_config
@@ -407,6 +408,8 @@ class StackConfig:
     nvml: NvmlReach = field(default_factory=NvmlReach)
     # where the pods run and what they carry, per part, and the image pull secrets (deploy.pod_settings)
     pods: PodSettings = field(default_factory=PodSettings)
+    # the controller's flags an operator tunes, as (flag, value) (deploy.controller_flags)
+    controller_flags: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -477,7 +480,7 @@ STACK_SETTINGS: dict[str, str] = {
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
     "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
-    "pods": "object", "imagePullSecrets": "object",
+    "pods": "object", "imagePullSecrets": "object", "controller": "object",
 }
 
 
@@ -507,7 +510,15 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         detector=_detector(raw.get("detector", {})),
         nvml=_nvml(raw.get("nvml", {})),
         pods=_pods(raw.get("pods", {}), raw.get("imagePullSecrets", [])),
+        controller_flags=_controller_flags(raw.get("controller", {})),
     )
+
+
+def _controller_flags(data: Any) -> tuple[tuple[str, str], ...]:
+    try:
+        return controller_flags(data)
+    except ControllerFlagsError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _pods(pods: Any, pull_secrets: Any) -> PodSettings:

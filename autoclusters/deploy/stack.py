@@ -72,14 +72,15 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
 
 def controller_objects(names: Names, namespace: str, image: str, replicas: int = CONTROLLER_REPLICAS,
                        event_source: str = workloads.CONTROLLER, shards: int = 1,
-                       host_reboot_command: str = api.HOST_REBOOT_COMMAND) -> list[dict[str, Any]]:
+                       host_reboot_command: str = api.HOST_REBOOT_COMMAND,
+                       flags: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
     """The controller Deployment and its PodDisruptionBudget; with ``shards`` > 1, one of each
     per shard (docs/controller.md, "Scaling out")."""
     out = []
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
                                                 shard=shard, host_reboot_command=host_reboot_command,
-                                                webhook_config=webhook_config_name(namespace)),
+                                                webhook_config=webhook_config_name(namespace), flags=flags),
                 workloads.controller_pdb(namespace, shards=shards, shard=shard)]
     return out
 
@@ -136,7 +137,8 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
-                            shards=config.controller_shards, host_reboot_command=config.host_reboot_command),
+                            shards=config.controller_shards, host_reboot_command=config.host_reboot_command,
+                            flags=config.controller_flags),
         *monitoring_objects(config.monitoring, ns, names),
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,

@@ -242,7 +242,8 @@ def _controller_selector(shards: int, shard: int) -> dict[str, Any]:
 def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                           event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0,
                           host_reboot_command: str = api.HOST_REBOOT_COMMAND,
-                          webhook_config: str | None = None) -> dict[str, Any]:
+                          webhook_config: str | None = None,
+                          flags: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
     the other takes over when the leader is lost. ``event_source`` is what its events carry
     as ``source.component`` / ``reportingComponent``. With ``shards`` > 1, the Deployment of
@@ -277,7 +278,7 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                         "image": image,
                         "args": [*CONTROLLER_COMMAND[1:], "--namespace", ns, "--identity", "$(POD_NAME)",
                                  "--metrics-port", str(CONTROLLER_METRICS_PORT),
-                                 *sharding, *reboot, *certs],
+                                 *sharding, *reboot, *certs, *(word for flag in flags for word in flag)],
                         "env": [_field_env("POD_NAME", "metadata.name"),
                                 _field_env("POD_NAMESPACE", "metadata.namespace"), *_names_env(names),
                                 {"name": EVENT_SOURCE_ENV, "value": event_source}],

@@ -37,7 +37,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
                           "detectorConditionCodes": ["gpu:13"], "kernelLogSource": "journal",
                           "nvml": {"enabled": False}},
     # every pod setting of deploy/pod_settings.py on every part (the components apply them too)
-    "pod-settings": {"pools": EXAMPLE_POOLS, "imagePullSecrets": ["regcred"], "pods": {
+    "pod-settings": {"pools": EXAMPLE_POOLS, "imagePullSecrets": ["regcred"], "controller": {"workers": 8},
+                     "pods": {
         part: {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
                "nodeSelector": {"pool": "infra"}, "resources": {"limits": {"memory": "1Gi"}},
                "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
