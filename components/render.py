@@ -125,9 +125,10 @@ def file_for(obj: dict[str, Any]) -> str | None:
     raise ValueError(f"no manifest file for {kind} {obj['metadata']['name']}")
 
 
-def render(brand: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys
-    (``domain``, ``conditionPrefix``, ``eventSource``) that differ from the defaults."""
+def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys that
+    differ from the defaults (a brand's ``domain``, ``conditionPrefix``, ``eventSource``, or a
+    whole configuration: ``--config``); the example pools unless it names ``pools``."""
     config = stack_config_from_dict({"pools": EXAMPLE_POOLS, **(brand or {})})
     files: dict[str, list[dict[str, Any]]] = {}
     for obj in map(manifest, stack_objects(config)):
@@ -194,6 +195,17 @@ def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path 
     return sorted(out)
 
 
+def stack_settings_file(path: Path) -> dict[str, Any]:
+    """The ``autoclusters`` settings of a stack file (``config: {autoclusters:pods: ...}``, as
+    ``Pulumi.<stack>.yaml`` holds them) or of a plain YAML map of those keys."""
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError("must be a YAML map")
+    if isinstance(data.get("config"), dict):
+        return {k.split(":", 1)[1]: v for k, v in data["config"].items() if k.startswith("autoclusters:")}
+    return data
+
+
 def brand_dir(config: StackConfig) -> Path:
     return ROOT / "build" / "manifests" / f"{config.domain}-{config.condition_prefix}"
 
@@ -204,10 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domain", help="render a set with this label domain (e.g. crusoe.ai)")
     parser.add_argument("--condition-prefix", help="... and this condition prefix (e.g. Crusoe)")
     parser.add_argument("--event-source", help="... and this event source (e.g. nodepool-service)")
+    parser.add_argument("--config", type=Path, help="render from this stack configuration: a Pulumi stack file "
+                        "(its autoclusters:* keys) or a YAML map of those keys without the prefix")
     parser.add_argument("--out", type=Path, help="folder of that set (default build/manifests/<domain>-<prefix>)")
     args = parser.parse_args(argv)
-    brand = {k: v for k, v in (("domain", args.domain), ("conditionPrefix", args.condition_prefix),
-                               ("eventSource", args.event_source)) if v}
+    brand: dict[str, Any] = {k: v for k, v in (("domain", args.domain), ("conditionPrefix", args.condition_prefix),
+                                               ("eventSource", args.event_source)) if v}
+    if args.config:
+        try:
+            brand = {**stack_settings_file(args.config), **brand}
+        except (OSError, yaml.YAMLError, ValueError) as e:
+            parser.error(f"--config {args.config}: {e}")
     if brand or args.out:
         if args.check:
             parser.error("--check compares manifests/, which holds the default names")
@@ -218,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         out = (args.out or brand_dir(config)).resolve()
         if out == MANIFESTS.resolve():
             parser.error("manifests/ holds the default names; render a brand into another folder")
-        write(render(brand), out)
+        try:
+            files = render(brand)
+        except ValueError as e:  # a setting the objects cannot take (deploy.pod_settings)
+            parser.error(str(e))
+        write(files, out)
         return 0
     if args.check:
         bad = stale()

@@ -1,5 +1,7 @@
 """``manifests/`` is generated from the components; a change to a builder without a re-render fails here."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -74,3 +76,27 @@ def test_a_branded_set_carries_only_that_brand(tmp_path):
     with pytest.raises(SystemExit):
         render.main(["--domain", "crusoe.ai", "--out", str(render.MANIFESTS)])
     assert render.stale() == []
+
+
+def test_a_stack_configuration_renders_its_own_manifests(tmp_path: Path) -> None:
+    """``--config``: the GitOps path takes the same keys as the stack (issue 29 item 3), from a
+    Pulumi stack file or a plain map; a bad one is an error naming the key, nothing written."""
+    stack_file = tmp_path / "Pulumi.prod.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": {
+        "kubernetes:kubeconfig": "~/.kube/config", "autoclusters:imagePullSecrets": ["regcred"],
+        "autoclusters:controller": {"workers": 8},
+        "autoclusters:pools": [{"name": "b200", "consentMode": "propose", "provider": {"type": "hostReboot"}}]}}))
+    out = tmp_path / "out"
+    assert render.main(["--config", str(stack_file), "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "pools").glob("*.yaml")) == [
+        "00-default-policy.yaml", "b200.yaml", "kustomization.yaml"]
+    controller = next(o for o in yaml.safe_load_all((out / "04-controller.yaml").read_text())
+                      if o["kind"] == "Deployment")
+    pod = controller["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["containers"][0]["args"][-4:] == ["--workers", "8", "--image-pull-secrets", "regcred"]
+    plain = tmp_path / "settings.yaml"
+    plain.write_text(yaml.safe_dump({"controller": {"workers": 8}, "pods": {"scheduler": {}}}))
+    with pytest.raises(SystemExit):
+        render.main(["--config", str(plain), "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
