@@ -195,6 +195,9 @@ OPERATION_TIMEOUT_SECONDS = 1800.0  # a provider operation has failed after
 POLL_SECONDS = 2.0  # how often a repair in progress is looked at
 HOLD_RECHECK_SECONDS = 10.0  # how often a held repair re-checks its guards
 RETENTION_DAYS = 90.0  # closed Remediation records are kept
+PERSISTENCE_WINDOW_SECONDS = 60.0  # a fault must stay active this long before its condition turns True
+# the namespace of an installation (its cluster-scoped objects carry no suffix there)
+DEFAULT_NAMESPACE = "autoclusters-system"
 # What the controller keeps of an operator's program (the pre-drain hook, the command
 # provider's script): at most this many bytes of each output stream and of a hook's HTTP
 # answer, the last ones; what it reports of them (events, logs, the record) is cut further

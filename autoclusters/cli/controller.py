@@ -13,6 +13,7 @@ import sys
 from dataclasses import fields, replace
 from typing import Any
 
+from autoclusters import api
 from autoclusters.cli._output import print_json
 
 _FLAGS: dict[str, str] = {
@@ -82,7 +83,7 @@ def register(sub: Any) -> None:
     run.set_defaults(func=_run)
 
     crds = csub.add_parser("manifests", help="print the CRDs and the controller's RBAC as JSON")
-    crds.add_argument("--namespace", default="autoclusters-system")
+    crds.add_argument("--namespace", default=api.DEFAULT_NAMESPACE)
     crds.set_defaults(func=_manifests)
 
 

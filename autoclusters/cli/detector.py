@@ -42,15 +42,18 @@ def register(sub: Any) -> None:
                      "$AUTOCLUSTERS_DETECTOR_SPOOL or the dev cluster's state directory)")
     run.add_argument("--cluster", default=os.environ.get("AUTOCLUSTERS_CLUSTER", "dev"),
                      help="dev cluster name whose spool to use when --spool is not given (default: dev)")
-    run.add_argument("--window", type=float, default=60.0, metavar="SECONDS",
-                     help="how long a fault must stay active before the condition turns True (default: 60)")
-    run.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
-                     help="kernel log poll interval (default: 1)")
-    run.add_argument("--snapshot-interval", type=float, default=10.0, metavar="SECONDS",
-                     help="NVML, DCGM and InfiniBand poll interval (default: 10)")
-    run.add_argument("--heartbeat", type=float, default=300.0, metavar="SECONDS",
-                     help="rewrite conditions at least this often (default: 300)")
-    run.add_argument("--qps", type=float, default=50.0, help="condition writes per second, all nodes (default: 50)")
+    agent = AgentConfig()  # the agent's defaults (api.PERSISTENCE_WINDOW_SECONDS for the window)
+    run.add_argument("--window", type=float, default=agent.window_s, metavar="SECONDS",
+                     help=f"how long a fault must stay active before the condition turns True "
+                          f"(default: {agent.window_s:g})")
+    run.add_argument("--poll-interval", type=float, default=agent.poll_s, metavar="SECONDS",
+                     help=f"kernel log poll interval (default: {agent.poll_s:g})")
+    run.add_argument("--snapshot-interval", type=float, default=agent.snapshot_poll_s, metavar="SECONDS",
+                     help=f"NVML, DCGM and InfiniBand poll interval (default: {agent.snapshot_poll_s:g})")
+    run.add_argument("--heartbeat", type=float, default=agent.writer.heartbeat_s, metavar="SECONDS",
+                     help=f"rewrite conditions at least this often (default: {agent.writer.heartbeat_s:g})")
+    run.add_argument("--qps", type=float, default=agent.writer.qps,
+                     help=f"condition writes per second, all nodes (default: {agent.writer.qps:g})")
     run.add_argument("--catalog", default=None, metavar="PATH", help="an operator's fault catalog (default: shipped)")
     run.add_argument("--condition-codes", default="", metavar="CLASS:CODE,...",
                      help="codes whose warnings raise the fault condition too (e.g. gpu:13), so a pool that names "

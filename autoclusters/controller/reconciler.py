@@ -147,7 +147,7 @@ class Settings:
     attempt_window_default: float = pool_fields.ATTEMPT_WINDOW_SECONDS.default
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
-    namespace: str = "autoclusters-system"  # where provider Jobs run
+    namespace: str = api.DEFAULT_NAMESPACE  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
     image_pull_secrets: tuple[str, ...] = ()  # what provider Jobs pull their image with
     host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host

@@ -4,9 +4,9 @@ Pulumi components (``components/``), the rendered ``manifests/`` and the tests a
 their resources from these functions, so there is one source of truth per object.
 """
 
-from autoclusters import __version__
+from autoclusters import __version__, api
 
-DEFAULT_NAMESPACE = "autoclusters-system"
+DEFAULT_NAMESPACE = api.DEFAULT_NAMESPACE
 CONTROLLER_SERVICE_ACCOUNT = "autoclusters-controller"
 DETECTOR_SERVICE_ACCOUNT = "autoclusters-detector"
 WEBHOOK_SERVICE_ACCOUNT = "autoclusters-webhook"

@@ -37,7 +37,7 @@ from autoclusters.deploy.providers import (
     parse_provider_choice,
 )
 from autoclusters.deploy.workloads import CONTROLLER
-from autoclusters.names import Names, event_source_error
+from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, Names, event_source_error
 from autoclusters.redact import redact
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -382,9 +382,9 @@ class StackConfig:
     """The whole stack's settings (``autoclusters:*`` keys of a Pulumi stack)."""
 
     pools: tuple[PoolConfig, ...] = ()
-    domain: str = "autoclusters.io"
-    condition_prefix: str = "AutoClusters"
-    namespace: str = "autoclusters-system"
+    domain: str = DEFAULT_DOMAIN
+    condition_prefix: str = DEFAULT_PREFIX
+    namespace: str = api.DEFAULT_NAMESPACE
     image: str = DEFAULT_IMAGE
     opa_image: str = "openpolicyagent/opa:1.22.4-static"
     local: bool = False

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoclusters import api
 from autoclusters.detector.infiniband import InfinibandConfig
 from autoclusters.detector.writer import WriterConfig
 
 
 @dataclass(frozen=True)
 class AgentConfig:
-    window_s: float = 60.0  # a fault must stay active this long before the condition turns True
+    window_s: float = api.PERSISTENCE_WINDOW_SECONDS  # a fault must stay active this long before it counts
     poll_s: float = 1.0  # kernel log
     snapshot_poll_s: float = 10.0  # NVML, DCGM, InfiniBand
     writer: WriterConfig = field(default_factory=WriterConfig)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoclusters import api
 from autoclusters.detector.source_records import Poll, Record
 from autoclusters.faults.catalog import Severity
 
@@ -30,7 +31,7 @@ class Active:
 
 @dataclass
 class FaultTracker:
-    window_s: float = 60.0
+    window_s: float = api.PERSISTENCE_WINDOW_SECONDS
     active: dict[tuple[str, str, str], Active] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
 

@@ -32,7 +32,7 @@ class BuildContext:
     names: Names
     sim_reset_seconds: float = api.SIM_RESET_SECONDS
     sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
-    namespace: str = "autoclusters-system"  # where provider Jobs run (the controller's namespace)
+    namespace: str = api.DEFAULT_NAMESPACE  # where provider Jobs run (the controller's namespace)
     image: str = ""  # the controller's own image: the default image of provider Jobs
     image_pull_secrets: tuple[str, ...] = ()  # Secrets of ``namespace`` provider Jobs pull their image with
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)

@@ -10,10 +10,13 @@ import re
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.controller.config import ControllerConfig
+from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.window import FaultTracker
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -56,10 +59,24 @@ def test_the_timings_table_shows_the_defaults() -> None:
             assert numbers == [limits[p].default for p in paths], source
         elif source.startswith("controller"):
             assert numbers == [getattr(config, refs[0].removeprefix("--").replace("-", "_"))], source
+        elif source.startswith("detector"):  # the detector's flag, its agent and its window: one default
+            assert refs == ["--window"], source
+            assert numbers == [api.PERSISTENCE_WINDOW_SECONDS] == [_detector_flag_default("window")], source
+            assert AgentConfig().window_s == FaultTracker().window_s == api.PERSISTENCE_WINDOW_SECONDS
         else:
-            continue
+            raise AssertionError(f"a timings row no check reads: {source}")
         checked += 1
-    assert checked >= 8
+    assert checked == len(_rows("contract.md", "timings-table"))
+
+
+def _detector_flag_default(dest: str) -> Any:
+    import argparse
+
+    from autoclusters.cli import detector as detector_cli
+
+    parser = argparse.ArgumentParser()
+    detector_cli.register(parser.add_subparsers())
+    return parser.parse_args(["detector", "run"]).__dict__[dest]
 
 
 def test_the_controller_flags_table_shows_the_defaults() -> None:
