@@ -16,11 +16,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from autoclusters import certificates
 from autoclusters import names as n
@@ -34,17 +37,26 @@ from tests.integration.redfish_support import OffBmc, PowerNotices, SilentBmc, e
 pytestmark = pytest.mark.integration
 
 USER, PASSWORD = "admin", "s3cret-pw"
-SYSTEMS = [str(uuid.uuid4()) for _ in range(3)]  # one emulated system per test that resets through it
+SYSTEMS = [str(uuid.uuid4()) for _ in range(4)]  # one emulated system per test that resets through it
 
 
 class Bmcs:
-    """The emulator, its CA, and which node each emulated system is."""
+    """The emulator, its CA, and which node each emulated system is. The fake driver applies a
+    queued power change only when the system is next read; a real BMC changes it on its own,
+    so a thread here reads every system in use twice a second (``watch``)."""
 
-    def __init__(self, ctl: Env, url: str, ca: certificates.KeyPair, notices: PowerNotices) -> None:
-        self.ctl, self.url, self.ca, self.notices = ctl, url, ca, notices
+    def __init__(self, ctl: Env, url: str, ca: certificates.KeyPair, ca_file: Path, notices: PowerNotices) -> None:
+        self.ctl, self.url, self.ca, self.ca_file, self.notices = ctl, url, ca, ca_file, notices
         self.node_of: dict[str, str] = {}
         self.boots: dict[str, str] = {}  # node -> the "by" of its last played boot
         self.free = list(SYSTEMS)
+        self.stop = threading.Event()
+
+    def watch(self) -> None:
+        while not self.stop.wait(0.5):
+            for system in list(self.node_of):
+                with contextlib.suppress(requests.RequestException):
+                    requests.get(self.system_url(system), auth=(USER, PASSWORD), verify=str(self.ca_file), timeout=5)
 
     def system_url(self, system: str) -> str:
         return f"{self.url}/redfish/v1/Systems/{system}"
@@ -74,11 +86,16 @@ def bmcs(ctl: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmcs]:
     serving = certificates.make_serving(ca, ["127.0.0.1"], now, dt.timedelta(days=1))
     holder: list[Bmcs] = []
     notices = PowerNotices(lambda system: holder[0].booted(system))
+    work = tmp_path_factory.mktemp("sushy")
+    (work / "ca.pem").write_bytes(ca.cert_pem)
     try:
-        with emulator(tmp_path_factory.mktemp("sushy"), SYSTEMS, tls=serving, user=USER, password=PASSWORD,
-                      notify_url=notices.url) as url:
-            holder.append(Bmcs(ctl, url, ca, notices))
+        with emulator(work, SYSTEMS, tls=serving, user=USER, password=PASSWORD, notify_url=notices.url) as url:
+            holder.append(Bmcs(ctl, url, ca, work / "ca.pem", notices))
+            watcher = threading.Thread(target=holder[0].watch, daemon=True)
+            watcher.start()
             yield holder[0]
+            holder[0].stop.set()
+            watcher.join(10)
     finally:
         notices.close()
 
@@ -156,6 +173,26 @@ def test_a_reset_power_cycles_the_nodes_system_through_its_bmc(ctl: Env, bmcs: B
     assert n.EVENT_FAILED not in ctl.reasons(node)
     ctl.wait_reason(node, n.EVENT_SUCCEEDED)
     assert ctl.pool_nodes(pool) == [node]
+
+
+def test_a_controller_killed_mid_reset_never_resets_the_system_twice(ctl: Env, bmcs: Bmcs) -> None:
+    """The BMC has taken the reset (the emulated system is off) when the controller is killed;
+    the next one finds the operation id on the node, does not ask the BMC again, and sees the
+    node come back: one power cycle, one reset, not escalated."""
+    write_secret(ctl, ca=bmcs.ca.cert_pem)
+    _, node = redfish_pool(ctl, None)
+    system = bmcs.take(node)
+    annotate(ctl, node, bmcs.system_url(system))
+    ctl.raise_fault(node)
+    wait_for("the BMC took the reset", lambda: bmcs.notices.states.get(system, [])[-1:] == ["Off"], timeout=60)
+    for c in ctl.running():
+        c.kill()
+    ctl.ensure_one_controller()
+    done = ctl.record_in(node, "Succeeded", timeout=90)
+    assert done["status"]["action"] == "reset" and not done["status"].get("escalated")
+    assert bmcs.notices.states[system] == ["Off", "On"]  # one reset, never a second
+    assert ctl.node(node)["metadata"]["annotations"][ctl.names.redfish_reset_annotation] == \
+        done["status"]["operation"]["id"]
 
 
 def test_an_untrusted_bmc_certificate_fails_the_reset(ctl: Env, bmcs: Bmcs) -> None:
