@@ -20,6 +20,7 @@ is ``sushy``, OpenStack's Redfish library (``Sushy.get_system``, ``System.reset_
 - Before the reset request the provider writes the operation id on the node
   (``redfish.<domain>/reset-operation``): a restarted controller that finds it does not ask
   again (a reset it might have sent is never doubled; one it never sent fails at the timeout).
+  It removes the id once the operation has ended, succeeded or failed.
 - Success, as for a host reboot: the node reports a new ``bootID`` and is Ready within
   ``timeoutSeconds`` of the operation's start. Failure (the BMC refused, did not answer, kept
   the system off, or the node did not come back) names the BMC and its answer.
@@ -189,16 +190,19 @@ class RedfishProvider:
         if current is None:
             return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its reset through its BMC")
         if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
+            self._unmark(current, op)
             return ProviderView(ProviderState.SUCCEEDED)
         with self._lock:
             if op.id not in self._results:
                 return ProviderView(ProviderState.NOT_STARTED)
             result = self._results[op.id]
         if result is not None and not result.ok:
+            self._unmark(current, op)
             return ProviderView(ProviderState.FAILED, result.message)
         now = self._clock.now()
         deadline = op.started + timedelta(seconds=self.timeout)
         if now >= deadline:
+            self._unmark(current, op)
             what = "the BMC reset the system" if result is not None else "the BMC's reset did not finish"
             return ProviderView(ProviderState.FAILED, (
                 f"{what}, but node {node} was not Ready with a new boot id {int(self.timeout)}s after the "
@@ -305,6 +309,24 @@ class RedfishProvider:
             written = self._kube.patch_node(node, body)
         except KubeError as e:
             raise BmcFailure(f"node {node} could not be marked before its reset: {e}") from None
+        if self._nodes is not None:
+            self._nodes.written(written)
+
+    def _unmark(self, node: dict[str, Any], op: Operation) -> None:
+        """The operation id off the node once the operation has ended (it only guarded the reset
+        while it could still be asked for); a failed write leaves a stale id, which no other
+        operation matches."""
+        ann = (node.get("metadata") or {}).get("annotations") or {}
+        if ann.get(self._names.redfish_reset_annotation) != op.id:
+            return
+        name = str((node.get("metadata") or {}).get("name", ""))
+        try:
+            written = self._kube.patch_node(name, {"metadata": {"annotations": {
+                self._names.redfish_reset_annotation: None}}})
+        except KubeError as e:
+            log.warning("redfish: could not remove %s from node %s: %s", self._names.redfish_reset_annotation,
+                        name, e)
+            return
         if self._nodes is not None:
             self._nodes.written(written)
 

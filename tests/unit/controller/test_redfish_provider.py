@@ -178,6 +178,7 @@ def test_a_restarted_controller_never_resets_twice_and_the_node_decides() -> Non
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.RUNNING  # not Ready yet
     fake.edit("/api/v1/nodes/a", lambda n: n["status"]["conditions"][0].update(status="True"))
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.SUCCEEDED
+    assert NAMES.redfish_reset_annotation not in (lookup("a") or {})["metadata"]["annotations"]  # ended: removed
     # another operation that the node never comes back from
     late = Operation("rec-b", RepairAction.RESET, clock.now(), boot_id_before="boot-2")
     fake.edit("/api/v1/nodes/a", lambda n: n["metadata"]["annotations"].update(
@@ -187,6 +188,7 @@ def test_a_restarted_controller_never_resets_twice_and_the_node_decides() -> Non
     clock.advance(61)
     view = provider.progress(late, "a", "p", lookup)
     assert view.state == ProviderState.FAILED
+    assert NAMES.redfish_reset_annotation not in (lookup("a") or {})["metadata"]["annotations"]
     assert "was not Ready with a new boot id 60s after the reset started" in view.message
     assert f"on its BMC ({url})" in view.message
 
