@@ -236,6 +236,8 @@ class RedfishProvider:
         ann = (current.get("metadata") or {}).get("annotations") or {}
         if ann.get(self._names.redfish_reset_annotation) == op.id:
             return "asked before (by this or an earlier controller)"  # never a second reset
+        if boot_id(current) not in ("", op.boot_id_before):
+            return "the node booted again already"  # this operation's reset is over, its mark removed
         try:
             ref = system_ref(ann.get(self._names.redfish_system_annotation, ""))
         except ValueError as e:

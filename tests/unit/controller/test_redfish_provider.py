@@ -179,6 +179,12 @@ def test_a_restarted_controller_never_resets_twice_and_the_node_decides() -> Non
     fake.edit("/api/v1/nodes/a", lambda n: n["status"]["conditions"][0].update(status="True"))
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.SUCCEEDED
     assert NAMES.redfish_reset_annotation not in (lookup("a") or {})["metadata"]["annotations"]  # ended: removed
+    # a controller restarted after the success, before it was recorded, drives the operation
+    # again: the node's new boot id says the reset is over (its mark is gone), nothing is asked
+    again = RedfishProvider(fake.kube(), clock, NAMES, namespace=NS, timeout=60)
+    again.drive(op, "a", "p")
+    assert _wait(again, op, "a", lookup).state == ProviderState.SUCCEEDED
+    assert all("secrets" not in c.resource for c in calls(fake))
     # another operation that the node never comes back from
     late = Operation("rec-b", RepairAction.RESET, clock.now(), boot_id_before="boot-2")
     fake.edit("/api/v1/nodes/a", lambda n: n["metadata"]["annotations"].update(
