@@ -238,6 +238,18 @@ class Names:
         """On a reboot Job: the node it reboots."""
         return f"{self.api_group}/node"
 
+    @property
+    def redfish_system_annotation(self) -> str:
+        """Node annotation, written by the operator: the URL of the node's system on its BMC
+        (``https://BMC[:PORT]/redfish/v1/Systems/ID``), which the redfish provider resets."""
+        return f"redfish.{self.domain}/system"
+
+    @property
+    def redfish_reset_annotation(self) -> str:
+        """Node annotation written by the redfish provider before it asks the BMC for a reset: the
+        operation id, so a restarted controller never resets the system twice for one operation."""
+        return f"redfish.{self.domain}/reset-operation"
+
     @classmethod
     def from_env(cls) -> Names:
         return cls(

@@ -6,7 +6,8 @@ deadline, patch for the warning's annotations), events (on nodes, pools and the 
 pods), our two custom resources. Namespaced: the leader-election Lease, in the controller's
 own namespace only. On top, what each repair provider the installation grants needs (``Rule``
 entries of ``deploy.providers.KINDS``: node create/delete for the simulated one, only on a
-local cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot),
+local cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot,
+``get`` of its one Secret there for Redfish),
 merged per resource.
 """
 
@@ -32,16 +33,18 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
 def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool,
                     providers: Iterable[ProviderType]) -> list[dict[str, Any]]:
     """``rules`` plus the rules of that scope of each of ``providers``; verbs of one resource
-    merged, in order."""
+    (and the same ``resourceNames``) merged, in order."""
     out = [dict(r, verbs=list(r["verbs"])) for r in rules]
     for kind in (KINDS[t] for t in providers):
         for need in kind.rbac:
             if need.namespaced != namespaced:
                 continue
-            same = next((r for r in out if r["apiGroups"] == [need.group] and r["resources"] == [need.resource]),
-                        None)
+            named = list(need.names)
+            same = next((r for r in out if r["apiGroups"] == [need.group] and r["resources"] == [need.resource]
+                         and r.get("resourceNames", []) == named), None)
             if same is None:
-                out.append(_rule([need.group], [need.resource], list(need.verbs)))
+                rule = _rule([need.group], [need.resource], list(need.verbs))
+                out.append({**rule, "resourceNames": named} if named else rule)
             else:
                 same["verbs"] += [v for v in need.verbs if v not in same["verbs"]]
     return out

@@ -39,6 +39,9 @@ ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen 
 # The Cluster API versions of Machine the clusterapi provider speaks, the default first:
 # v1beta2 is Cluster API's storage version from v1.11 on; older releases serve only v1beta1.
 CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
+# The redfish provider's BMC credentials (keys username, password; optional ca.crt, PEM), written by
+# the operator in the controller's namespace; the controller may read this one Secret only.
+REDFISH_SECRET = "autoclusters-redfish"
 
 
 class ProviderType(enum.StrEnum):
@@ -47,6 +50,7 @@ class ProviderType(enum.StrEnum):
     CLUSTERAPI = "clusterapi"
     HOST_REBOOT = "hostReboot"
     KARPENTER = "karpenter"
+    REDFISH = "redfish"
 
 
 class ProviderSettingsError(ValueError):
@@ -55,7 +59,7 @@ class ProviderSettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One field of a provider's settings. ``kind``: integer, string, strings (a non-empty list), enum."""
+    """One field of a provider's settings. ``kind``: integer, string, strings (a non-empty list), enum, boolean."""
 
     name: str
     kind: str
@@ -77,6 +81,8 @@ class Setting:
             s = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
         elif self.kind == "enum":
             s = {"type": "string", "enum": list(self.values)}
+        elif self.kind == "boolean":
+            s = {"type": "boolean"}
         else:  # pragma: no cover - a typo in KINDS
             raise AssertionError(self.kind)
         if self.default is not None:
@@ -101,6 +107,8 @@ class Setting:
                 value = list(value)
         elif self.kind == "enum" and value not in self.values:
             bad = f"must be one of {'|'.join(self.values)}"
+        elif self.kind == "boolean" and not isinstance(value, bool):
+            bad = "must be true or false"
         if bad:
             raise ProviderSettingsError(f"{where}.{self.name} {bad}, got {value!r}")
         return value
@@ -108,12 +116,14 @@ class Setting:
 
 @dataclass(frozen=True)
 class Rule:
-    """One RBAC rule a provider needs: cluster-wide, or in the controller's namespace."""
+    """One RBAC rule a provider needs: cluster-wide, or in the controller's namespace; limited to
+    the objects ``names`` names when it has any (RBAC's ``resourceNames``)."""
 
     group: str
     resource: str
     verbs: tuple[str, ...]
     namespaced: bool = False
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +173,21 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                           "NodePool is matched this long after the operation started (Karpenter launches "
                           "nodes only for Pending pods).", minimum=1, default=900),),
                  (Rule("karpenter.sh", "nodeclaims", ("get", "list", "patch", "delete")),)),
+    ProviderKind(ProviderType.REDFISH, (RepairAction.RESET.value,),
+                 "Power-cycles the node's system through its BMC (Redfish ComputerSystem.Reset); the system's "
+                 f"URL is the node's annotation; credentials in the Secret {REDFISH_SECRET} of the controller's "
+                 "namespace; done when the node reports a new boot id and is Ready.",
+                 (Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+                          "new boot id this long after the operation started.", minimum=1, default=600),
+                  Setting("requestTimeoutSeconds", "integer", "How long one request to the BMC may take "
+                          "(connect and answer).", minimum=1, default=30),
+                  Setting("powerOnAfterSeconds", "integer", "A system still powered off this long after the "
+                          "reset is powered on (ResetType On); still off as long again, the reset fails.",
+                          minimum=1, default=60),
+                  Setting("insecureSkipTLSVerify", "boolean", "Do not verify the BMC's certificate (by default "
+                          f"it is verified against ca.crt of the Secret {REDFISH_SECRET}, else the system's "
+                          "trust store).", default=False)),
+                 (Rule("", "secrets", ("get",), namespaced=True, names=(REDFISH_SECRET,)),)),
 )}
 
 

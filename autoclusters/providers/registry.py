@@ -74,12 +74,22 @@ def _karpenter(s: Mapping[str, Any], c: BuildContext) -> Provider:
     return KarpenterProvider(c.kube, c.clock, c.names, timeout_seconds=float(s["timeoutSeconds"]), nodes=c.nodes)
 
 
+def _redfish(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    from autoclusters.providers.redfish import RedfishProvider
+
+    return RedfishProvider(c.kube, c.clock, c.names, namespace=c.namespace, timeout=float(s["timeoutSeconds"]),
+                           request_timeout=float(s["requestTimeoutSeconds"]),
+                           power_on_after=float(s["powerOnAfterSeconds"]),
+                           insecure=bool(s["insecureSkipTLSVerify"]), nodes=c.nodes)
+
+
 BUILDERS: dict[ProviderType, Builder] = {
     ProviderType.SIMULATED: _simulated,
     ProviderType.COMMAND: _command,
     ProviderType.CLUSTERAPI: _clusterapi,
     ProviderType.HOST_REBOOT: _host_reboot,
     ProviderType.KARPENTER: _karpenter,
+    ProviderType.REDFISH: _redfish,
 }
 
 

@@ -396,3 +396,8 @@ _setting_ok(def, value) if {
 	def.kind == "enum"
 	value in def.values
 }
+
+_setting_ok(def, value) if {
+	def.kind == "boolean"
+	is_boolean(value)
+}

@@ -82,7 +82,7 @@ test_providers_valid if {
 
 test_providers_invalid if {
 	msgs(pool({"provider": "simulated"})) == {"spec.provider must be an object"}
-	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, karpenter, simulated"}
+	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, karpenter, redfish, simulated"}
 	msgs(pool({"provider": {"simulated": {}}})) == {"spec.provider.type is required"}
 	msgs(pool({"provider": {"type": "simulated", "resetSeconds": 1}})) == {"spec.provider has unknown key resetSeconds"}
 	msgs(pool({"provider": {"type": "simulated", "command": {"command": ["x"]}}})) == {"spec.provider.command does not apply to type simulated"}
@@ -95,6 +95,8 @@ test_providers_invalid if {
 	msgs(pool({"provider": {"type": "hostReboot", "hostReboot": {"image": ""}}})) == {"spec.provider.hostReboot.image  is not a valid string"}
 	msgs(pool({"provider": {"replace": {"type": "hostReboot"}}})) == {"spec.provider.replace.type hostReboot cannot replace a node"}
 	msgs(pool({"provider": {"reset": {"type": "karpenter"}}})) == {"spec.provider.reset.type karpenter cannot reset a node"}
+	msgs(pool({"provider": {"type": "redfish", "redfish": {"insecureSkipTLSVerify": "yes"}}})) == {"spec.provider.redfish.insecureSkipTLSVerify yes is not a valid boolean"}
+	msgs(pool({"provider": {"replace": {"type": "redfish"}}})) == {"spec.provider.replace.type redfish cannot replace a node"}
 	msgs(pool({"provider": {"reset": "hostReboot"}})) == {"spec.provider.reset must be an object with a type"}
 	msgs(pool({"provider": {"reset": {}}})) == {"spec.provider.reset.type is required"}
 }

@@ -77,6 +77,36 @@ providers := {
 				},
 			},
 		},
+		"redfish": {
+			"actions": [
+				"reset",
+			],
+			"settings": {
+				"insecureSkipTLSVerify": {
+					"kind": "boolean",
+					"required": false,
+					"values": [],
+				},
+				"powerOnAfterSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": [],
+				},
+				"requestTimeoutSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": [],
+				},
+				"timeoutSeconds": {
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": [],
+				},
+			},
+		},
 		"simulated": {
 			"actions": [
 				"reset",

@@ -1,0 +1,365 @@
+"""The redfish provider: resets a node by power-cycling its system through its BMC.
+
+Redfish (DMTF DSP0266) models a server as a ``ComputerSystem`` with a ``ComputerSystem.Reset``
+action whose ``ResetType@Redfish.AllowableValues`` says which resets the BMC offers; the client
+is ``sushy``, OpenStack's Redfish library (``Sushy.get_system``, ``System.reset_system``,
+``System.get_allowed_reset_system_values``).
+
+- The node names its system: the annotation ``redfish.<domain>/system`` holds the system's URL
+  (``https://BMC[:PORT]/redfish/v1/Systems/ID``). A node without it is refused before anything
+  is cordoned (``refusal``).
+- Credentials: the Secret ``deploy.providers.REDFISH_SECRET`` in the controller's namespace,
+  keys ``username`` and ``password``; its ``ca.crt`` (PEM), when present, is the CA bundle the
+  BMC's certificate is verified against (else the system's trust store). Verification is off
+  only where the pool says ``insecureSkipTLSVerify: true``. The Secret is read per operation.
+- The reset: a system that is powered off is powered on (``On``); otherwise the first of
+  ``PowerCycle``, ``ForceRestart``, ``GracefulRestart`` the BMC advertises. A system still
+  off ``powerOnAfterSeconds`` after the reset gets ``On``; still off as long again, the reset
+  fails. Each request is bounded by ``requestTimeoutSeconds`` and never retried (a second
+  POST would be a second reset).
+- Before the reset request the provider writes the operation id on the node
+  (``redfish.<domain>/reset-operation``): a restarted controller that finds it does not ask
+  again (a reset it might have sent is never doubled; one it never sent fails at the timeout).
+  It removes the id once the operation has ended, succeeded or failed.
+- Success, as for a host reboot: the node reports a new ``bootID`` and is Ready within
+  ``timeoutSeconds`` of the operation's start. Failure (the BMC refused, did not answer, kept
+  the system off, or the node did not come back) names the BMC and its answer.
+
+The requests run in a thread per operation, so a slow BMC never holds the controller's workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from autoclusters import api
+from autoclusters.api import RepairAction
+from autoclusters.clock import Clock
+from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
+from autoclusters.deploy.providers import REDFISH_SECRET
+from autoclusters.kube import Kube, KubeError, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.base import NodeCache, NodeLookup, read_node
+from autoclusters.providers.hostreboot import boot_id
+from autoclusters.redact import redact, redact_url
+
+log = logging.getLogger(__name__)
+
+# The resets that restart a running system, most thorough first (Redfish ResetType values,
+# DMTF Redfish schema Resource.ResetType: PowerCycle = power removed and restored,
+# ForceRestart = an immediate restart, GracefulRestart = the OS is asked first).
+RESTARTS = ("PowerCycle", "ForceRestart", "GracefulRestart")
+POWER_ON = "On"
+_POLL_SECONDS = 1.0  # how often the power state is read after the reset
+
+
+@dataclass(frozen=True)
+class SystemRef:
+    """Where a node's system lives: the BMC's base URL and the system's path on it."""
+
+    bmc: str  # scheme://host[:port]
+    path: str  # /redfish/v1/Systems/ID
+
+    @property
+    def url(self) -> str:
+        return self.bmc + self.path
+
+
+def system_ref(url: str) -> SystemRef:
+    """The annotation's URL taken apart; raises ValueError saying what is wrong."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{redact_url(url)!r} is not an http(s) URL of a BMC")
+    if parts.username or parts.password:
+        raise ValueError("the system's URL must not carry credentials (they belong in the Secret)")
+    path = parts.path.rstrip("/")
+    if not path.startswith("/redfish/v1/Systems/") or path.count("/") != 4:
+        raise ValueError(f"{redact_url(url)!r} does not name a system (/redfish/v1/Systems/ID)")
+    return SystemRef(f"{parts.scheme}://{parts.netloc}", path)
+
+
+def choose_reset(allowed: Iterable[str], power_state: str) -> str:
+    """The ResetType to send: ``On`` for a system that is off, else the first of ``RESTARTS``
+    the BMC allows; raises ValueError naming what the BMC offers when none fits."""
+    offered = set(allowed)
+    wanted = (POWER_ON,) if power_state == "Off" else RESTARTS
+    for reset in wanted:
+        if reset in offered:
+            return reset
+    offers = ", ".join(sorted(offered)) or "none"
+    raise ValueError(f"the BMC offers none of the resets {', '.join(wanted)} for a system that is "
+                     f"{power_state or 'in an unknown power state'} (it offers: {offers})")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    username: str
+    password: str
+    ca_bundle: str  # PEM, "" = the system's trust store
+
+
+def credentials(secret: dict[str, Any], where: str) -> Credentials:
+    """The Secret's keys; raises ValueError naming a missing one."""
+    data = secret.get("data") or {}
+
+    def key(name: str) -> str:
+        try:
+            return base64.b64decode(data.get(name) or "").decode()
+        except ValueError:
+            raise ValueError(f"{where}: key {name} is not base64 of UTF-8 text") from None
+
+    user, password = key("username"), key("password")
+    if not user or not password:
+        raise ValueError(f"{where} needs the keys username and password")
+    return Credentials(user, password, key("ca.crt"))
+
+
+class BmcFailure(Exception):
+    """What went wrong at the BMC, in words for the record: the BMC, what was asked, its answer."""
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    ok: bool
+    message: str = ""
+
+
+class RedfishProvider:
+    name = "redfish"
+
+    def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, timeout: float = 600,
+                 request_timeout: float = 30, power_on_after: float = 60, insecure: bool = False,
+                 nodes: NodeCache | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._names = names
+        self.namespace = namespace
+        self.timeout = timeout
+        self.request_timeout = request_timeout
+        self.power_on_after = power_on_after
+        self.insecure = insecure
+        self._nodes = nodes
+        self._sleep = sleep
+        self._results: dict[str, ResetResult | None] = {}  # None: the requests are under way
+        self._lock = threading.Lock()
+
+    @property
+    def _secret_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/secrets/{REDFISH_SECRET}"
+
+    def replacement_name(self, op: Operation, pool: str) -> str:
+        return ""
+
+    def refusal(self, node: dict[str, Any] | None) -> str:
+        ann = self._names.redfish_system_annotation
+        url = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(ann, "")
+        if not url:
+            return f"the redfish provider needs the node's system URL in its annotation {ann}"
+        try:
+            system_ref(url)
+        except ValueError as e:
+            return f"the node's annotation {ann}: {e}"
+        return ""
+
+    def drive(self, op: Operation, node: str, pool: str) -> None:
+        if op.action != RepairAction.RESET:
+            return  # progress says why
+        with self._lock:
+            if op.id in self._results:
+                return
+            self._results[op.id] = None
+        threading.Thread(target=self._run, args=(op, node), name=f"redfish-{op.id}", daemon=True).start()
+
+    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
+        if op.action != RepairAction.RESET:
+            return ProviderView(ProviderState.FAILED, "the redfish provider resets nodes only; name another "
+                                                      "provider for replace")
+        current = lookup(node)
+        if current is None:
+            return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its reset through its BMC")
+        if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
+            self._unmark(current, op)
+            return ProviderView(ProviderState.SUCCEEDED)
+        with self._lock:
+            if op.id not in self._results:
+                return ProviderView(ProviderState.NOT_STARTED)
+            result = self._results[op.id]
+        if result is not None and not result.ok:
+            self._unmark(current, op)
+            return ProviderView(ProviderState.FAILED, result.message)
+        now = self._clock.now()
+        deadline = op.started + timedelta(seconds=self.timeout)
+        if now >= deadline:
+            self._unmark(current, op)
+            what = "the BMC reset the system" if result is not None else "the BMC's reset did not finish"
+            return ProviderView(ProviderState.FAILED, (
+                f"{what}, but node {node} was not Ready with a new boot id {int(self.timeout)}s after the "
+                f"reset started; look at the system's console on its BMC ({self._bmc_of(current)}) and "
+                f"`kubectl describe node {node}`"))
+        return ProviderView(ProviderState.RUNNING, next_check=min(2.0, (deadline - now).total_seconds()))
+
+    def _bmc_of(self, node: dict[str, Any] | None) -> str:
+        url = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(
+            self._names.redfish_system_annotation, "")
+        return redact_url(url) if url else "unknown"
+
+    # --- the requests, in the operation's thread -------------------------------------------
+    def _run(self, op: Operation, node: str) -> None:
+        try:
+            message = self._reset(op, node)
+            result = ResetResult(True, message)
+        except BmcFailure as e:
+            result = ResetResult(False, redact(str(e), api.OUTPUT_REPORT_CHARS * 2, keep_start=True))
+        except Exception as e:  # a bug here must fail this reset, not hang it
+            log.exception("redfish reset of %s", node)
+            result = ResetResult(False, f"the redfish reset of node {node} failed: {redact(repr(e))}")
+        log.info("redfish reset %s: %s", node, "ok" if result.ok else result.message)
+        with self._lock:
+            self._results[op.id] = result
+
+    def _reset(self, op: Operation, node: str) -> str:
+        current = read_node(node, self._nodes, self._kube)
+        if current is None:
+            raise BmcFailure(f"node {node} is gone")
+        ann = (current.get("metadata") or {}).get("annotations") or {}
+        if ann.get(self._names.redfish_reset_annotation) == op.id:
+            return "asked before (by this or an earlier controller)"  # never a second reset
+        if boot_id(current) not in ("", op.boot_id_before):
+            return "the node booted again already"  # this operation's reset is over, its mark removed
+        try:
+            ref = system_ref(ann.get(self._names.redfish_system_annotation, ""))
+        except ValueError as e:
+            raise BmcFailure(f"node {node}'s annotation {self._names.redfish_system_annotation}: {e}") from None
+        creds = self._credentials()
+        with _ca_file(creds.ca_bundle) as ca:
+            verify: bool | str = False if self.insecure else (ca or True)
+            return self._reset_system(op, node, ref, creds, verify)
+
+    def _credentials(self) -> Credentials:
+        where = f"Secret {self.namespace}/{REDFISH_SECRET}"
+        try:
+            secret = self._kube.get(self._secret_path)
+        except NotFound:
+            raise BmcFailure(f"{where} does not exist: it holds the BMC credentials (username, password; "
+                             "optional ca.crt)") from None
+        except KubeError as e:
+            raise BmcFailure(f"{where} could not be read: {e}") from None
+        try:
+            return credentials(secret, where)
+        except ValueError as e:
+            raise BmcFailure(str(e)) from None
+
+    def _reset_system(self, op: Operation, node: str, ref: SystemRef, creds: Credentials,
+                      verify: bool | str) -> str:
+        import sushy  # the runtime dependency of this provider alone
+        from sushy import exceptions as sushy_errors
+        from sushy.resources.constants import ResetType
+
+        bmc = f"the BMC {ref.bmc} (system {ref.path})"
+        step = "connecting"
+        try:
+            root = sushy.Sushy(f"{ref.bmc}/redfish/v1", username=creds.username, password=creds.password,
+                               verify=verify, read_timeout=self.request_timeout,
+                               connect_timeout=self.request_timeout, server_side_retries=1,
+                               server_side_retries_delay=1)
+            step = "reading the system"
+            system = root.get_system(ref.path)
+            state = _value(system.power_state)
+            allowed = [_value(v) for v in system.get_allowed_reset_system_values()]
+            try:
+                reset = choose_reset(allowed, state)
+            except ValueError as e:
+                raise BmcFailure(f"{bmc} cannot reset node {node}: {e}") from None
+            self._mark(node, op)
+            step = f"asking for ResetType {reset}"
+            system.reset_system(ResetType(reset))
+            if self._off_for(system, self.power_on_after):
+                if reset == POWER_ON or POWER_ON not in allowed:
+                    raise BmcFailure(f"{bmc} kept the system powered off {self.power_on_after:g}s after {reset}"
+                                     + ("" if reset == POWER_ON else " and offers no ResetType On"))
+                step = "asking for ResetType On (the system stayed off)"
+                system.reset_system(ResetType.ON)
+                if self._off_for(system, self.power_on_after):
+                    raise BmcFailure(f"{bmc} kept the system powered off after {reset} and then On "
+                                     f"({self.power_on_after:g}s each)")
+                return f"{reset}, then On"
+            return reset
+        except BmcFailure:
+            raise
+        except sushy_errors.HTTPError as e:
+            raise BmcFailure(f"{bmc} answered HTTP {e.status_code} while {step}: "
+                             f"{e.detail or e.code or 'no details'}") from None
+        except sushy_errors.SushyError as e:
+            raise BmcFailure(f"{bmc} failed while {step}: {e}") from None
+
+    def _mark(self, node: str, op: Operation) -> None:
+        """The operation id on the node, before the reset is asked for (see the module's doc)."""
+        body = {"metadata": {"annotations": {self._names.redfish_reset_annotation: op.id}}}
+        try:
+            written = self._kube.patch_node(node, body)
+        except KubeError as e:
+            raise BmcFailure(f"node {node} could not be marked before its reset: {e}") from None
+        if self._nodes is not None:
+            self._nodes.written(written)
+
+    def _unmark(self, node: dict[str, Any], op: Operation) -> None:
+        """The operation id off the node once the operation has ended (it only guarded the reset
+        while it could still be asked for); a failed write leaves a stale id, which no other
+        operation matches."""
+        ann = (node.get("metadata") or {}).get("annotations") or {}
+        if ann.get(self._names.redfish_reset_annotation) != op.id:
+            return
+        name = str((node.get("metadata") or {}).get("name", ""))
+        try:
+            written = self._kube.patch_node(name, {"metadata": {"annotations": {
+                self._names.redfish_reset_annotation: None}}})
+        except KubeError as e:
+            log.warning("redfish: could not remove %s from node %s: %s", self._names.redfish_reset_annotation,
+                        name, e)
+            return
+        if self._nodes is not None:
+            self._nodes.written(written)
+
+    def _off_for(self, system: Any, seconds: float) -> bool:
+        """Whether the system reads powered off for ``seconds`` on end (a read each second)."""
+        waited = 0.0
+        while True:
+            system.refresh()
+            if _value(system.power_state) != "Off":
+                return False
+            if waited >= seconds:
+                return True
+            self._sleep(_POLL_SECONDS)
+            waited += _POLL_SECONDS
+
+
+def _value(x: Any) -> str:
+    """An enum of sushy's (or a plain string, or None) as the Redfish value."""
+    return str(getattr(x, "value", x) or "")
+
+
+@contextlib.contextmanager
+def _ca_file(pem: str) -> Any:
+    """The CA bundle in a file for the TLS verification (requests wants a path); "" when none."""
+    if not pem:
+        yield ""
+        return
+    fd, path = tempfile.mkstemp(prefix="redfish-ca-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(pem)
+        yield path
+    finally:
+        os.unlink(path)
