@@ -363,12 +363,11 @@ def wait_stopped(kube: Kube, namespace: str, clock: Clock, timeout: float,
 def _patch_fresh(kube: Kube, name: str, plan_for: Callable[[JSON], list[JSON]], status: bool) -> bool:
     """Applies ``plan_for(node)`` to the node (or its status) read anew after a lost race."""
     path = f"/api/v1/nodes/{name}" + ("/status" if status else "")
-    node = kube.get(f"/api/v1/nodes/{name}")
     for _ in range(5):
-        ops = plan_for(node)
-        if not ops:
-            return False
-        try:
+        try:  # the node is read anew each time; one deleted meanwhile has nothing left to clean
+            ops = plan_for(kube.get(f"/api/v1/nodes/{name}"))
+            if not ops:
+                return False
             kube.patch(path, ops, JSON_PATCH)
             return True
         except NotFound:
@@ -376,7 +375,6 @@ def _patch_fresh(kube: Kube, name: str, plan_for: Callable[[JSON], list[JSON]], 
         except (Conflict, Invalid) as e:  # a failed `test` answers 422, a stale object 409
             if not lost_race(e):
                 raise  # an admission policy's refusal: reading again cannot help
-            node = kube.get(f"/api/v1/nodes/{name}")
     raise Conflict(f"cleaning node {name}: still losing to concurrent writers")
 
 
