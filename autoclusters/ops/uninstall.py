@@ -148,6 +148,18 @@ def condition_types_ours(names: Names) -> tuple[str, ...]:
     return (*names.fault_conditions, names.detector_health_condition)
 
 
+def marks_of(names: Names, node: JSON) -> list[str]:
+    """Every mark of ours on ``node``, cordon aside (whose it is takes the records to say)."""
+    meta = _meta(node)
+    found = [f"label {k}" for k in (names.maintenance_required, names.maintenance_approved)
+             if k in (meta.get("labels") or {})]
+    found += [f"taint {t['key']}" for t in (node.get("spec") or {}).get("taints") or []
+              if t.get("key") == names.taint_key]
+    found += [f"annotation {k}" for k in node_annotations_ours(names, meta.get("annotations") or {})]
+    return found + [f"condition {c['type']}" for c in (node.get("status") or {}).get("conditions") or []
+                    if c.get("type") in condition_types_ours(names)]
+
+
 def _created(record: JSON) -> datetime:
     status = record.get("status") or {}
     for value in (status.get("created"), _meta(record).get("creationTimestamp")):

@@ -23,7 +23,7 @@ from pulumi.automation import CommandError
 
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import NotFound
-from autoclusters.ops.uninstall import condition_types_ours, node_annotations_ours, pod_annotations_ours
+from autoclusters.ops.uninstall import marks_of, pod_annotations_ours
 from tests.integration.helpers import wait_for
 from tests.integration.test_pulumi_up import StackRun, pulumi_tools  # noqa: F401 - the fixture
 
@@ -81,13 +81,7 @@ def stack(cluster: ClusterHandle, pulumi_tools: Any, tmp_path: Path, unique: str
 
 
 def _marks(run: StackRun, node: str) -> list[str]:
-    obj = run.kube.get_node(node)
-    meta = obj["metadata"]
-    found = [k for k in (run.names.maintenance_required, run.names.maintenance_approved) if k in meta["labels"]]
-    found += [f"taint {t['key']}" for t in obj["spec"].get("taints") or [] if t["key"] == run.names.taint_key]
-    found += node_annotations_ours(run.names, meta.get("annotations") or {})
-    found += [c["type"] for c in obj["status"].get("conditions") or [] if c["type"] in condition_types_ours(run.names)]
-    return found
+    return marks_of(run.names, run.kube.get_node(node))
 
 
 def test_destroy_in_mid_repair_leaves_no_marks_and_says_what_it_could_not_lift(

@@ -16,7 +16,7 @@ from autoclusters.devcluster.realnodes import RealNode
 from autoclusters.kube import NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
-from autoclusters.ops.uninstall import condition_types_ours, node_annotations_ours
+from autoclusters.ops.uninstall import condition_types_ours, marks_of
 from tests.integration.helpers import wait_for
 from tests.integration.test_pulumi_cli import Project
 from tests.integration.test_real_nodes_stack import (
@@ -40,12 +40,7 @@ def test_pulumi_destroy_after_a_real_repair_leaves_the_real_nodes_unmarked(
     proj.pulumi("destroy", "--yes", timeout=900)
     for node in nodes:
         obj = kube.get_node(node.name)
-        meta = obj["metadata"]
-        assert not {names.maintenance_required, names.maintenance_approved} & set(meta.get("labels") or {}), meta
-        assert not [t for t in obj["spec"].get("taints") or [] if t["key"] == names.taint_key], obj["spec"]
-        assert node_annotations_ours(names, meta.get("annotations") or {}) == [], meta
-        assert [c["type"] for c in obj["status"].get("conditions") or []
-                if c["type"] in condition_types_ours(names)] == [], obj["status"]
+        assert marks_of(names, obj) == [], obj
         assert not obj["spec"].get("unschedulable") and node_ready(obj)
 
     def namespace_gone() -> bool:

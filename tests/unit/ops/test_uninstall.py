@@ -30,14 +30,7 @@ def h() -> Iterator[Harness]:
 
 
 def _ours(node: JSON) -> list[str]:
-    """Every mark of ours still on ``node``."""
-    meta = node["metadata"]
-    found = [k for k in (NAMES.maintenance_required, NAMES.maintenance_approved) if k in (meta.get("labels") or {})]
-    found += [f"taint {t['key']}" for t in (node.get("spec") or {}).get("taints") or [] if t["key"] == NAMES.taint_key]
-    found += u.node_annotations_ours(NAMES, meta.get("annotations") or {})
-    found += [c["type"] for c in (node.get("status") or {}).get("conditions") or []
-              if c["type"] in u.condition_types_ours(NAMES)]
-    return found
+    return u.marks_of(NAMES, node)
 
 
 def _clean(h: Harness, **kw: Any) -> u.Report:
@@ -258,7 +251,7 @@ def test_it_refuses_while_a_writer_runs_and_waits_for_it_to_go(h: Harness) -> No
     assert len(e.value.parts) == 3 and "autoclusters-detector" in e.value.parts[0]
     assert "Lease" in e.value.parts[1] and "ValidatingAdmissionPolicyBinding" in e.value.parts[2]
     node = h.node_obj("n1")
-    assert node is not None and _ours(node) == [NAMES.maintenance_required]  # nothing touched
+    assert node is not None and _ours(node) == [f"label {NAMES.maintenance_required}"]  # nothing touched
     # the Lease expires (a controller killed, or run as a process and stopped); the rest goes with --stop
     h.api.put(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets", {"metadata": {
         "name": "autoclusters-detector", "labels": {"app.kubernetes.io/name": "autoclusters-detector"}}})
