@@ -66,7 +66,12 @@ def boot_id(node: dict[str, Any] | None) -> str:
 
 
 def job_name(op: Operation) -> str:
-    return f"host-reboot-{hashlib.sha256(op.id.encode()).hexdigest()[:16]}"
+    return job_name_for(op.id)
+
+
+def job_name_for(operation_id: str) -> str:
+    """The reboot Job of the operation ``operation_id`` (what the removal names in its report)."""
+    return f"host-reboot-{hashlib.sha256(operation_id.encode()).hexdigest()[:16]}"
 
 
 def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names,

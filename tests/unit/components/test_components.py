@@ -289,7 +289,7 @@ def test_autoclusters_wires_every_component_with_children_parented():
     assert pools == {"a100": "propose", "h100": "auto"}
     namespaced = [o for o in mocks.kubernetes_objects() if "namespace" in o["metadata"]]
     assert namespaced and {o["metadata"]["namespace"] for o in namespaced} == {"ns1"}
-    assert len(mocks.of_type(DYNAMIC)) == 3  # two simulated nodes and the webhook certificate
+    assert len(mocks.of_type(DYNAMIC)) == 4  # two simulated nodes, the webhook certificate, the node cleanup
 
 
 def test_autoclusters_refuses_a_raw_dict():
