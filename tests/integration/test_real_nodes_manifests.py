@@ -3,7 +3,8 @@ nodes (issue 29 item 1, issue 23 item 2): ``kubectl apply -k`` of an overlay of 
 documented wait for the webhook, ``kubectl apply -k manifests/pools/``; every part Ready as pods
 there; then one repair through those pods, whose reboot Job runs the overlay's image (a
 kustomize ``images:`` override reaches every reference: the controller reads its own image,
-controller/own_image.py).
+controller/own_image.py); then the documented removal (``autoclusters uninstall --stop``,
+``kubectl delete -k``), which leaves no mark on any node (issue 23 item 4).
 
 The overlay is what a user's would be: another image name (the runtime image under
 ``LOCAL_IMAGE_REPOSITORY``, which no default names) and two settings a test shortens: the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from autoclusters.devcluster.realnodes import LOCAL_IMAGE_REPOSITORY, RealNode
 from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
+from autoclusters.ops.uninstall import condition_types_ours, marks_of
 from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
@@ -122,3 +125,17 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
     assert records and records[-1]["status"]["phase"] == "Succeeded", records
     assert records[-1]["status"]["operation"]["provider"]["type"] == "hostReboot"
     assert job_images == {IMAGE}  # the override reached the reboot Job's image
+
+    # docs/deploy.md, "Removal", for what manifests/ created: these steps and no other
+    conditions = {n.name: [c["type"] for c in kube.get_node(n.name)["status"].get("conditions") or []
+                           if c["type"] in condition_types_ours(names)] for n in nodes}
+    assert all(conditions.values()), conditions  # the detector pods wrote theirs on every node
+    done = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "uninstall", "--stop", "--kubeconfig", cfg],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kubectl(cfg, "delete", "-k", str(REPO / "manifests" / "pools"), "--ignore-not-found", timeout=120)
+    kubectl(cfg, "delete", "-k", str(overlay), "--ignore-not-found", timeout=300)
+    for n in nodes:
+        obj = kube.get_node(n.name)
+        assert marks_of(names, obj) == [], obj
+        assert not obj["spec"].get("unschedulable") and node_ready(obj)
