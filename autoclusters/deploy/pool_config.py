@@ -21,7 +21,7 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
-from autoclusters.deploy import DEFAULT_IMAGE
+from autoclusters.deploy import DEFAULT_IMAGE, allow_lists
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
@@ -114,6 +114,13 @@ class PoolConfig:
     nodes: Nodes = Nodes()
     pre_drain: PreDrain = PreDrain()
     slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
+
+    def allow_list_refusals(self, lists: allow_lists.AllowLists) -> list[str]:
+        """Why the operator's allow-lists refuse this pool: each command, image or URL it names
+        that is no entry of its list (empty: the pool may be used)."""
+        hook = self.pre_drain.hook
+        return allow_lists.pool_refusals(lists, provider=self.provider, hook_url=hook.url if hook else "",
+                                         hook_command=hook.command if hook else ())
 
     def __post_init__(self) -> None:
         where = f"pool {self.name!r}"
@@ -404,6 +411,8 @@ class StackConfig:
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml: search order, host mount, runtime class)
     nvml: NvmlReach = field(default_factory=NvmlReach)
+    # the commands, images and URLs pools may name (deploy.allow_lists): the operator's, not a pool's
+    allow_lists: allow_lists.AllowLists = allow_lists.NONE
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -427,7 +436,12 @@ class StackConfig:
             if pool.name in seen:
                 raise PoolConfigError(f"pool {pool.name!r} is listed twice")
             seen.add(pool.name)
+        if not isinstance(self.allow_lists, allow_lists.AllowLists):
+            raise PoolConfigError(f"allowLists must be an AllowLists, got {type(self.allow_lists).__name__}")
         for pool in self.pools:
+            refused = pool.allow_list_refusals(self.allow_lists)
+            if refused:
+                raise PoolConfigError(f"pool {pool.name!r}: {refused[0]}")
             if pool.nodes.backend == NodeBackend.SIMULATED and not self.local:
                 raise PoolConfigError(f"pool {pool.name!r}: simulated nodes need local: true (a kwok cluster)")
         self.names  # validates domain and prefix  # noqa: B018
@@ -472,6 +486,7 @@ STACK_SETTINGS: dict[str, str] = {
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
     "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
+    allow_lists.STACK_SETTING: "object",
 }
 
 
@@ -500,7 +515,15 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         kernel_log_source=raw.get("kernelLogSource", defaults.kernel_log_source),
         detector=_detector(raw.get("detector", {})),
         nvml=_nvml(raw.get("nvml", {})),
+        allow_lists=_allow_lists(raw.get(allow_lists.STACK_SETTING)),
     )
+
+
+def _allow_lists(data: Any) -> allow_lists.AllowLists:
+    try:
+        return allow_lists.from_config(data)
+    except allow_lists.AllowListError as e:
+        raise PoolConfigError(str(e)) from None
 
 
 def _codes(value: Any) -> tuple[str, ...]:
