@@ -60,7 +60,8 @@ class AutoClusters(pulumi.ComponentResource):
                      name="default-pool")
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source, shards=cfg.controller_shards,
-                                                      host_reboot_command=cfg.host_reboot_command),
+                                                      host_reboot_command=cfg.host_reboot_command,
+                                                      allow_lists=cfg.allow_lists),
                    after(rbac, crds))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
         for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):
@@ -73,7 +74,7 @@ class AutoClusters(pulumi.ComponentResource):
         admission = AdmissionPolicy(
             "admission",
             AdmissionPolicyArgs(image=cfg.image, opa_image=cfg.opa_image, names=names, namespace=cfg.namespace,
-                                webhook_url=cfg.webhook_url),
+                                webhook_url=cfg.webhook_url, allow_lists=cfg.allow_lists),
             after(rbac, crds, *pools))
         self.namespace = pulumi.Output.from_input(cfg.namespace)
         self.pools = pulumi.Output.from_input({p.name: p.consent_mode.value for p in cfg.pools})

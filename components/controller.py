@@ -8,6 +8,8 @@ import pulumi
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
 from components._k8s import k8s_resource
@@ -22,6 +24,7 @@ class ControllerArgs:
     event_source: str = workloads.CONTROLLER  # source.component / reportingComponent of its events
     shards: int = 1  # one Deployment (and PDB) per shard, each owning the pools hashed to it
     host_reboot_command: str = api.HOST_REBOOT_COMMAND  # what the reboot Job runs in the host
+    allow_lists: AllowLists = NO_ENTRIES  # the only commands, images and URLs pools may name
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -48,7 +51,8 @@ class Controller(pulumi.ComponentResource):
         super().__init__("autoclusters:index:Controller", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         objs = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source,
-                                        shards=args.shards, host_reboot_command=args.host_reboot_command)
+                                        shards=args.shards, host_reboot_command=args.host_reboot_command,
+                                        allow_lists=args.allow_lists)
         names = []
         for obj in objs:
             created = k8s_resource(obj, child)

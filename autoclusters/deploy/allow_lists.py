@@ -17,8 +17,8 @@ says why the value and not the entry's name). Empty lists, the default, allow no
 an installation that names no entry runs no pool author's program, image or URL. The
 host-reboot Job's default image, the controller's own, needs no entry.
 
-Which field of a pool is held to which list is written once: ``POOL_FIELDS`` for the fields of
-the pool's own spec, and each provider setting's ``allow_list`` (``deploy/providers.py``) for
+Which field of a pool is held to which list is written once: ``pool_fields.ALLOW_LISTED`` for
+the fields of the pool's own spec, and each provider setting's ``allow_list`` (``deploy/providers.py``) for
 the providers' (a new provider's URL or command setting names its list there and is checked
 by the parser below, the controller and the Rego alike).
 """
@@ -28,10 +28,11 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters import pool_fields
 from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderChoice
 from autoclusters.redact import redact
 
@@ -47,7 +48,7 @@ class AllowList(enum.StrEnum):
 STACK_SETTING = "allowLists"  # autoclusters:allowLists
 FLAG = "--allow-lists"  # autoclusters controller run / webhook run: the same document as JSON
 # The fields of the pool's own spec held to a list (the providers' are their settings' allow_list).
-POOL_FIELDS: dict[str, AllowList] = {"preDrain.hook.command": AllowList.COMMANDS, "preDrain.hook.url": AllowList.URLS}
+POOL_FIELDS: dict[str, AllowList] = {path: AllowList(kind) for path, kind in pool_fields.ALLOW_LISTED.items()}
 _ENTRY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -147,13 +148,29 @@ def provider_fields(choice: ProviderChoice) -> Iterator[tuple[str, AllowList, An
                 yield f"{prefix}{spec.type.value}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
 
 
+def named_fields(*, provider: ProviderChoice, hook_url: str = "", hook_command: tuple[str, ...] = ()
+                 ) -> list[tuple[str, AllowList, Any]]:
+    """(field path, list, value) of every field a pool gives that is held to a list."""
+    given: list[tuple[str, AllowList, Any]] = []
+    if hook_command:
+        given.append(("spec.preDrain.hook.command", POOL_FIELDS["preDrain.hook.command"], tuple(hook_command)))
+    if hook_url:
+        given.append(("spec.preDrain.hook.url", POOL_FIELDS["preDrain.hook.url"], hook_url))
+    given += ((where, kind, tuple(v) if isinstance(v, list) else v) for where, kind, v in provider_fields(provider))
+    return given
+
+
+def listing(fields: Iterable[tuple[str, AllowList, Any]]) -> AllowLists:
+    """Allow-lists with an entry for each of ``fields`` (what an operator writes to allow a pool)."""
+    lists: dict[str, dict[str, Any]] = {kind.value: {} for kind in AllowList}
+    for _, kind, value in fields:
+        if value not in lists[kind.value].values():
+            lists[kind.value][f"entry-{len(lists[kind.value])}"] = value
+    return AllowLists(**lists)
+
+
 def pool_refusals(lists: AllowLists, *, provider: ProviderChoice, hook_url: str = "",
                   hook_command: tuple[str, ...] = ()) -> list[str]:
     """Why a pool may not be used: each field it gives that no entry of its list allows."""
-    given: list[tuple[str, AllowList, Any]] = []
-    if hook_command:
-        given.append(("spec.preDrain.hook.command", POOL_FIELDS["preDrain.hook.command"], hook_command))
-    if hook_url:
-        given.append(("spec.preDrain.hook.url", POOL_FIELDS["preDrain.hook.url"], hook_url))
-    given += provider_fields(provider)
+    given = named_fields(provider=provider, hook_url=hook_url, hook_command=hook_command)
     return [why for where, kind, value in given if (why := lists.refusal(kind, value, where))]

@@ -115,12 +115,16 @@ class PoolConfig:
     pre_drain: PreDrain = PreDrain()
     slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
 
+    def allow_listed(self) -> list[tuple[str, allow_lists.AllowList, Any]]:
+        """(field, list, value) of each command, image or URL this pool names."""
+        hook = self.pre_drain.hook
+        return allow_lists.named_fields(provider=self.provider, hook_url=hook.url if hook else "",
+                                        hook_command=hook.command if hook else ())
+
     def allow_list_refusals(self, lists: allow_lists.AllowLists) -> list[str]:
         """Why the operator's allow-lists refuse this pool: each command, image or URL it names
         that is no entry of its list (empty: the pool may be used)."""
-        hook = self.pre_drain.hook
-        return allow_lists.pool_refusals(lists, provider=self.provider, hook_url=hook.url if hook else "",
-                                         hook_command=hook.command if hook else ())
+        return [why for where, kind, value in self.allow_listed() if (why := lists.refusal(kind, value, where))]
 
     def __post_init__(self) -> None:
         where = f"pool {self.name!r}"

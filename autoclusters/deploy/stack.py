@@ -22,18 +22,22 @@ from autoclusters.deploy import (
     crds,
     default_pool,
     detector,
+    reboot_job,
     workloads,
 )
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
-from autoclusters.deploy.providers import granted_providers
+from autoclusters.deploy.providers import granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
 CONTROLLER_REPLICAS = 2
+JOB_SHAPE_POLICY = "autoclusters-controller-jobs"
 
 
 def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False
@@ -72,14 +76,23 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
 
 def controller_objects(names: Names, namespace: str, image: str, replicas: int = CONTROLLER_REPLICAS,
                        event_source: str = workloads.CONTROLLER, shards: int = 1,
-                       host_reboot_command: str = api.HOST_REBOOT_COMMAND) -> list[dict[str, Any]]:
+                       host_reboot_command: str = api.HOST_REBOOT_COMMAND,
+                       allow_lists: AllowLists = NO_ENTRIES) -> list[dict[str, Any]]:
     """The controller Deployment and its PodDisruptionBudget; with ``shards`` > 1, one of each
-    per shard (docs/controller.md, "Scaling out")."""
-    out = []
+    per shard (docs/controller.md, "Scaling out"); and the policy that admits the controller's
+    Jobs only as the host-reboot Job, with its image or an entry of ``allowLists.images``
+    (``deploy.reboot_job``)."""
+    jobs = cluster_scoped_name(JOB_SHAPE_POLICY, namespace)
+    out: list[dict[str, Any]] = [
+        reboot_job.job_shape_policy(jobs, namespace=namespace, own_image=image,
+                                    listed=list(allow_lists.images.values()),
+                                    host_command=host_reboot_argv(host_reboot_command)),
+        reboot_job.job_shape_binding(jobs)]
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
                                                 shard=shard, host_reboot_command=host_reboot_command,
-                                                webhook_config=webhook_config_name(namespace)),
+                                                webhook_config=webhook_config_name(namespace),
+                                                allow_lists=allow_lists),
                 workloads.controller_pdb(namespace, shards=shards, shard=shard)]
     return out
 
@@ -99,8 +112,8 @@ def webhook_configuration(names: Names, namespace: str, webhook_url: str | None,
 
 
 def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *, webhook_url: str | None = None,
-                    policies_dir: Path | None = None, ca_pem: str = "", cert_pem: str = "", key_pem: str = ""
-                    ) -> list[dict[str, Any]]:
+                    policies_dir: Path | None = None, ca_pem: str = "", cert_pem: str = "", key_pem: str = "",
+                    allow_lists: AllowLists = NO_ENTRIES) -> list[dict[str, Any]]:
     """The webhook (TLS Secret, policy ConfigMap, Deployment, Service, PDB), the CEL floor
     (ValidatingAdmissionPolicy + binding) and the ValidatingWebhookConfiguration, in that order."""
     pname = policy_name(namespace)
@@ -108,9 +121,10 @@ def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *,
         webhook_tls_secret(namespace, cert_pem=cert_pem, key_pem=key_pem, ca_pem=ca_pem),
         workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies()),
                                    admission.policy_data_document(names, admission.default_controllers(namespace),
-                                                                  admission.default_node_agents(namespace))),
+                                                                  admission.default_node_agents(namespace),
+                                                                  allow_lists)),
         workloads.webhook_deployment(names, namespace, image, opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
-                                     policy_configmap=workloads.POLICY_CONFIGMAP),
+                                     policy_configmap=workloads.POLICY_CONFIGMAP, allow_lists=allow_lists),
         workloads.webhook_service(namespace),
         workloads.pod_disruption_budget(workloads.WEBHOOK, namespace),
         admission.admission_policy(names, admission.default_controllers(namespace), name=pname,
@@ -136,9 +150,10 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
-                            shards=config.controller_shards, host_reboot_command=config.host_reboot_command),
+                            shards=config.controller_shards, host_reboot_command=config.host_reboot_command,
+                            allow_lists=config.allow_lists),
         *monitoring_objects(config.monitoring, ns, names),
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
-                         ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),
+                         ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem, allow_lists=config.allow_lists),
     ]

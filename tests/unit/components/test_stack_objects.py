@@ -35,7 +35,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "operator-settings": {"pools": EXAMPLE_POOLS, "hostRebootCommand": "apiclient reboot",
                           "opaImage": "registry.example/opa:1", "controllerShards": 2,
                           "detectorConditionCodes": ["gpu:13"], "kernelLogSource": "journal",
-                          "nvml": {"enabled": False}},
+                          "nvml": {"enabled": False},
+                          "allowLists": {"commands": {"replace": ["/opt/replace-node"]},
+                                         "images": {"reboot": "registry.example/reboot:1"},
+                                         "urls": {"notice": "https://ops.example/drain"}}},
 }
 
 
