@@ -50,7 +50,7 @@ class AutoClusters(pulumi.ComponentResource):
         ns = k8s_resource(workloads.namespace(cfg.namespace), after())
         crds = Crds("crds", CrdsArgs(names=names), after())
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge,
-                                                  local=cfg.local), after(ns))
+                                                  local=cfg.local, providers=cfg.granted_providers), after(ns))
         Detector("detector", DetectorArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                           await_rollout=not cfg.local,
                                           condition_codes=cfg.detector_condition_codes,

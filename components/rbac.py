@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import rbac_objects
 from autoclusters.names import Names
 from components._args import require_namespace
@@ -28,6 +29,7 @@ class RbacArgs:
     namespace: str = DEFAULT_NAMESPACE
     slurm_bridge: bool = False  # the Slurm bridge's identity too (deploy.slurm_bridge)
     local: bool = False  # a local (kwok) cluster: the simulated provider's rights too (deploy.providers)
+    providers: tuple[ProviderType, ...] | None = None  # the controller's providers (None: all granted_providers)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Rbac")
@@ -38,7 +40,8 @@ class Rbac(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RbacArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Rbac", name, None, opts)
-        objs = rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge, local=args.local)
+        objs = rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge, local=args.local,
+                            providers=args.providers)
         created: dict[tuple[str, str], pulumi.Resource] = {}
         for obj in objs:
             # A binding waits for its role and subject, so no request runs against a half-made grant.

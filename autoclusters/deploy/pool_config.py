@@ -31,6 +31,7 @@ from autoclusters.deploy.providers import (
     NO_PROVIDER,
     ProviderChoice,
     ProviderSettingsError,
+    ProviderType,
     host_reboot_argv,
     parse_provider_choice,
 )
@@ -417,6 +418,9 @@ class StackConfig:
     nvml: NvmlReach = field(default_factory=NvmlReach)
     # the commands, images and URLs pools may name (deploy.allow_lists): the operator's, not a pool's
     allow_lists: allow_lists.AllowLists = allow_lists.NONE
+    # the providers whose rights the controller gets (deploy.controller); None: those in use, the
+    # stack's pools' and the default pool's (pools added later by GitOps need theirs listed)
+    controller_providers: tuple[ProviderType, ...] | None = None
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -469,6 +473,43 @@ class StackConfig:
         object.__setattr__(self, "detector_condition_codes", tuple(sorted(set(codes))))
         if not isinstance(self.nvml, NvmlReach):
             raise PoolConfigError(f"nvml must be an NvmlReach, got {type(self.nvml).__name__}")
+        if self.controller_providers is not None:
+            self._check_controller_providers(self.controller_providers)
+
+    def _check_controller_providers(self, listed: Any) -> None:
+        if isinstance(listed, str) or not isinstance(listed, list | tuple):
+            raise PoolConfigError(f"controllerProviders must be a list of provider types, got {listed!r}")
+        types = []
+        for t in listed:
+            try:
+                types.append(ProviderType(t))
+            except ValueError:
+                raise PoolConfigError(f"controllerProviders: {t!r} is not one of "
+                                      f"{'|'.join(p.value for p in ProviderType)}") from None
+        if ProviderType.SIMULATED in types and not self.local:
+            raise PoolConfigError("controllerProviders: simulated needs local: true (a kwok cluster)")
+        missing = [f"{t.value} (used by {where})" for t, where in self.providers_in_use().items() if t not in types]
+        if missing:
+            raise PoolConfigError(f"controllerProviders leaves out providers in use: {', '.join(missing)}")
+        object.__setattr__(self, "controller_providers", tuple(dict.fromkeys(types)))
+
+    def providers_in_use(self) -> dict[ProviderType, str]:
+        """Each provider type the stack's pools or its default pool name, with the first that does."""
+        choices = [(f"pool {p.name!r}", p.provider) for p in self.pools]
+        choices.append(("defaultPool", parse_provider_choice(self.default_pool.get("provider"))))
+        used: dict[ProviderType, str] = {}
+        for where, choice in choices:
+            for spec in (choice.default, choice.reset, choice.replace):
+                if spec is not None:
+                    used.setdefault(spec.type, where)
+        return used
+
+    @property
+    def granted_providers(self) -> tuple[ProviderType, ...]:
+        """The providers whose rights the controller gets: ``controllerProviders``, else those in use."""
+        if self.controller_providers is not None:
+            return self.controller_providers
+        return tuple(t for t in ProviderType if t in self.providers_in_use())
 
     @property
     def slurm_bridge(self) -> bool:
@@ -490,7 +531,7 @@ STACK_SETTINGS: dict[str, str] = {
     "image": "string", "opaImage": "string", "local": "bool", "webhookUrl": "string", "eventSource": "string",
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
     "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
-    allow_lists.STACK_SETTING: "object",
+    allow_lists.STACK_SETTING: "object", "controllerProviders": "object",
 }
 
 
@@ -520,6 +561,7 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         detector=_detector(raw.get("detector", {})),
         nvml=_nvml(raw.get("nvml", {})),
         allow_lists=_allow_lists(raw.get(allow_lists.STACK_SETTING)),
+        controller_providers=raw.get("controllerProviders"),
     )
 
 

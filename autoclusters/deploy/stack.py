@@ -9,6 +9,7 @@ objects of the stack but of the cluster it runs on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
-from autoclusters.deploy.providers import granted_providers, host_reboot_argv
+from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
@@ -40,13 +41,16 @@ CONTROLLER_REPLICAS = 2
 JOB_SHAPE_POLICY = "autoclusters-controller-jobs"
 
 
-def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False
-                 ) -> list[dict[str, Any]]:
+def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False,
+                 providers: Iterable[ProviderType] | None = None) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
     Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
-    the simulated provider's rights on a local cluster only (``granted_providers``)."""
+    the controller's with the rights of ``providers`` (``StackConfig.granted_providers``: those
+    in use), by default of every provider but the simulated, whose rights go to a local cluster
+    only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace, webhook_config=webhook_config_name(namespace), providers=granted_providers(local))]
+        names, namespace, webhook_config=webhook_config_name(namespace),
+        providers=granted_providers(local) if providers is None else providers)]
     objs += detector.detector_rbac(names, namespace, local=local)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
@@ -144,7 +148,8 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     return [
         workloads.namespace(ns),
         *crds.crds(names),
-        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local),
+        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local,
+                      providers=config.granted_providers),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local,
                            condition_codes=config.detector_condition_codes,
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),

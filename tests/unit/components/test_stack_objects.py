@@ -38,7 +38,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
                           "nvml": {"enabled": False},
                           "allowLists": {"commands": {"replace": ["/opt/replace-node"]},
                                          "images": {"reboot": "registry.example/reboot:1"},
-                                         "urls": {"notice": "https://ops.example/drain"}}},
+                                         "urls": {"notice": "https://ops.example/drain"}},
+                          "controllerProviders": ["clusterapi", "hostReboot", "karpenter"]},
 }
 
 
