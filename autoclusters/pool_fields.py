@@ -352,6 +352,10 @@ HOOK_URL_PATTERN = r"^https?://\S+$"
 # The structured fields whose value must be an entry of one of the operator's allow-lists
 # (deploy/allow_lists.py; a provider's settings name theirs in deploy/providers.py): the pool
 # policy refuses any other value, the controller never runs or calls one.
+# The keys of the spec a pool editor may change (deploy/pool_roles.py): the consent mode and the
+# limits. Everything else (the provider, the pre-drain hook and wait, the selector, the repair
+# choices, Slurm) is a pool author's.
+EDITOR_KEYS = ("consentMode", "maxConcurrentRepairs", "circuitBreaker", "drain", "escalation", "attemptBudget")
 ALLOW_LISTED: dict[str, str] = {"preDrain.hook.command": "commands", "preDrain.hook.url": "urls"}
 
 INTEGERS = tuple(s for s in SETTINGS if s.kind == Kind.INTEGER)

@@ -33,6 +33,7 @@ from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
+from autoclusters.deploy.pool_roles import pool_roles
 from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
@@ -45,7 +46,8 @@ def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, lo
                  providers: Iterable[ProviderType] | None = None) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
     Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
-    the controller's with the rights of ``providers`` (``StackConfig.granted_providers``: those
+    the pool viewer, editor and author roles (``deploy.pool_roles``); the controller's with the
+    rights of ``providers`` (``StackConfig.granted_providers``: those
     in use), by default of every provider but the simulated, whose rights go to a local cluster
     only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
@@ -55,6 +57,7 @@ def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, lo
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
     objs += admission.webhook_rbac(namespace)
+    objs += pool_roles(names, namespace)  # who may write pools: viewer, editor (held), author
     order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
     return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
