@@ -349,6 +349,14 @@ RULES: tuple[NotAbove | Excludes, ...] = (
 OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command"), "slurm": ("nodeName",)}
 # preDrain.hook.url (the hook's other form is a command: a non-empty list of non-empty strings).
 HOOK_URL_PATTERN = r"^https?://\S+$"
+# The structured fields whose value must be an entry of one of the operator's allow-lists
+# (deploy/allow_lists.py; a provider's settings name theirs in deploy/providers.py): the pool
+# policy refuses any other value, the controller never runs or calls one.
+# The keys of the spec a pool editor may change (deploy/pool_roles.py): the consent mode and the
+# limits. Everything else (the provider, the pre-drain hook and wait, the selector, the repair
+# choices, Slurm) is a pool author's.
+EDITOR_KEYS = ("consentMode", "maxConcurrentRepairs", "circuitBreaker", "drain", "escalation", "attemptBudget")
+ALLOW_LISTED: dict[str, str] = {"preDrain.hook.command": "commands", "preDrain.hook.url": "urls"}
 
 INTEGERS = tuple(s for s in SETTINGS if s.kind == Kind.INTEGER)
 
@@ -416,6 +424,7 @@ def rego_data() -> dict[str, Any]:
         "not_above": [r.rego() for r in RULES if isinstance(r, NotAbove)],
         "excludes": [r.rego() for r in RULES if isinstance(r, Excludes)],
         "hook_url_pattern": HOOK_URL_PATTERN,
+        "allow_listed": {path: {"at": path.split("."), "list": kind} for path, kind in ALLOW_LISTED.items()},
         "selector": {"key_pattern": LABEL_KEY_PATTERN, "value_pattern": LABEL_VALUE_PATTERN,
                      "operators": list(SELECTOR_OPERATORS), "with_values": list(SELECTOR_OPERATORS_WITH_VALUES),
                      "max_labels": SELECTOR_MAX_LABELS},

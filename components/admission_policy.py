@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.names import Names
@@ -33,6 +35,7 @@ class AdmissionPolicyArgs:
     webhook_url: str | None = None
     policies_dir: Path = field(default_factory=bundled_policies)
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
+    allow_lists: AllowLists = NO_ENTRIES  # what the pool rules allow pools to name
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "AdmissionPolicy")
@@ -73,7 +76,8 @@ class AdmissionPolicy(pulumi.ComponentResource):
         # deploy.stack.webhook_objects lists them (and the renderer writes them); only the
         # certificate's PEMs are filled in here, once the certificate exists.
         secret, policies_cm, deployment_obj, service_obj, pdb, policy_obj, binding, config = stack.webhook_objects(
-            names, ns, args.image, args.opa_image, webhook_url=args.webhook_url, policies_dir=Path(args.policies_dir))
+            names, ns, args.image, args.opa_image, webhook_url=args.webhook_url, policies_dir=Path(args.policies_dir),
+            allow_lists=args.allow_lists)
         secret["stringData"] = pulumi.Output.secret(pulumi.Output.all(cert.cert_pem, cert.key_pem, cert.ca_pem).apply(
             lambda p: {"tls.crt": p[0], "tls.key": p[1], "ca.crt": p[2]}))
         tls = k8s_resource(secret, child)

@@ -53,7 +53,8 @@ class AutoClusters(pulumi.ComponentResource):
         ns = k8s_resource(workloads.namespace(cfg.namespace), after())
         crds = Crds("crds", CrdsArgs(names=names), after())
         rbac = Rbac("rbac", RbacArgs(names=names, namespace=cfg.namespace, slurm_bridge=cfg.slurm_bridge,
-                                                  local=cfg.local, pods=cfg.pods), after(ns))
+                                                  local=cfg.local, pods=cfg.pods,
+                                                  providers=cfg.granted_providers), after(ns))
         # Deleted after the detector, the controller and the admission (they depend on it) and before
         # the CRDs and the namespace (it depends on them): pulumi destroy leaves the nodes unmarked.
         cleanup = NodeCleanup("node-cleanup", namespace=cfg.namespace, domain=names.domain, prefix=names.prefix,
@@ -68,7 +69,8 @@ class AutoClusters(pulumi.ComponentResource):
         Controller("controller", ControllerArgs(image=cfg.image, names=names, namespace=cfg.namespace,
                                                       event_source=cfg.event_source, shards=cfg.controller_shards,
                                                       host_reboot_command=cfg.host_reboot_command,
-                                                      pods=cfg.pods, flags=cfg.controller_flags),
+                                                      pods=cfg.pods, flags=cfg.controller_flags,
+                                                      allow_lists=cfg.allow_lists),
                    after(rbac, crds, cleanup))
         # The Prometheus Operator's PodMonitors and PrometheusRule (stack setting monitoring).
         for obj in monitoring_objects(cfg.monitoring, cfg.namespace, names):
@@ -81,7 +83,7 @@ class AutoClusters(pulumi.ComponentResource):
         admission = AdmissionPolicy(
             "admission",
             AdmissionPolicyArgs(image=cfg.image, opa_image=cfg.opa_image, names=names, namespace=cfg.namespace,
-                                webhook_url=cfg.webhook_url, pods=cfg.pods),
+                                webhook_url=cfg.webhook_url, pods=cfg.pods, allow_lists=cfg.allow_lists),
             after(rbac, crds, cleanup, *pools))
         self.namespace = pulumi.Output.from_input(cfg.namespace)
         self.pools = pulumi.Output.from_input({p.name: p.consent_mode.value for p in cfg.pools})

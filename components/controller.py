@@ -8,6 +8,8 @@ import pulumi
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive
@@ -25,6 +27,7 @@ class ControllerArgs:
     host_reboot_command: str = api.HOST_REBOOT_COMMAND  # what the reboot Job runs in the host
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
     flags: tuple[tuple[str, str], ...] = ()  # the stack's controller setting (deploy.controller_flags)
+    allow_lists: AllowLists = NO_ENTRIES  # the only commands, images and URLs pools may name
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Controller")
@@ -52,7 +55,7 @@ class Controller(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         objs = stack.controller_objects(args.names, args.namespace, args.image, args.replicas, args.event_source,
                                         shards=args.shards, host_reboot_command=args.host_reboot_command,
-                                        flags=args.flags)
+                                        flags=args.flags, allow_lists=args.allow_lists)
         names = []
         for obj in objs:
             created = k8s_resource(args.pods.customize(obj), child)

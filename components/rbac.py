@@ -17,6 +17,7 @@ import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.pod_settings import PodSettings
+from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import rbac_objects
 from autoclusters.names import Names
 from components._args import require_namespace
@@ -30,6 +31,7 @@ class RbacArgs:
     slurm_bridge: bool = False  # the Slurm bridge's identity too (deploy.slurm_bridge)
     local: bool = False  # a local (kwok) cluster: the simulated provider's rights too (deploy.providers)
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
+    providers: tuple[ProviderType, ...] | None = None  # the controller's providers (None: all granted_providers)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Rbac")
@@ -40,8 +42,8 @@ class Rbac(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: RbacArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("autoclusters:index:Rbac", name, None, opts)
-        objs = [args.pods.customize(o) for o in rbac_objects(args.names, args.namespace,
-                                                              slurm_bridge=args.slurm_bridge, local=args.local)]
+        objs = [args.pods.customize(o) for o in rbac_objects(args.names, args.namespace, slurm_bridge=args.slurm_bridge,
+                                                              local=args.local, providers=args.providers)]
         created: dict[tuple[str, str], pulumi.Resource] = {}
         for obj in objs:
             # A binding waits for its role and subject, so no request runs against a half-made grant.

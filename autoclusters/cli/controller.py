@@ -48,6 +48,9 @@ _FLAGS: dict[str, str] = {
                           "with (the stack's imagePullSecrets)",
     "host_reboot_command": "what the host-reboot Job runs inside the host's namespaces, as shell words (the "
                            "default needs sh and systemctl or reboot; Bottlerocket: 'apiclient reboot')",
+    "allow_lists": "the commands, images and URLs pools may name, as JSON: {\"commands\": {NAME: [ARGV...]}, "
+                   "\"images\": {NAME: IMAGE}, \"urls\": {NAME: URL}} (docs/admission.md, Who may write pools; "
+                   "default: none)",
     "notifier_url": "POST failed-repair notifications to this URL (default: log them)",
     "catalog_path": "an operator's fault catalog instead of the shipped one",
     "event_source": "the events' source (source.component, reportingComponent)",
@@ -93,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     from autoclusters.controller.config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.controller.own_image import OwnImageError, own_image, own_pod
+    from autoclusters.deploy import allow_lists
     from autoclusters.deploy.providers import host_reboot_argv
     from autoclusters.deploy.workloads import CONTROLLER_CONTAINER
     from autoclusters.kube import load_kube
@@ -106,6 +110,10 @@ def _run(args: argparse.Namespace) -> int:
         host_reboot_argv(config.host_reboot_command)
     except ValueError as e:
         raise CliError(f"--host-reboot-command: {e}", 2) from None
+    try:
+        allow_lists.from_config(config.allow_lists, allow_lists.FLAG)
+    except allow_lists.AllowListError as e:
+        raise CliError(str(e), 2) from None
     try:
         shards.check(config.shards, config.shard)
     except shards.ShardConfigError as e:

@@ -13,6 +13,7 @@ from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from autoclusters.deploy import allow_lists
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, NameError_, Names
 from autoclusters.policy import InputError, PolicyConfig, check_documents, read_paths
 from autoclusters.policy.config import controller_identity
@@ -32,6 +33,9 @@ def register(subparsers: Any) -> None:
     check.add_argument("--controller", action="append", default=None, metavar="USERNAME",
                        help=f"controller identity (repeatable; default: {controller_identity()})")
     check.add_argument("--policies", default=None, help="policy directory (default: the bundled policies/)")
+    check.add_argument(allow_lists.FLAG, default="", metavar="JSON|@FILE",
+                       help="the installation's allow-lists (the stack setting allowLists, as JSON, or @FILE "
+                            "holding it): pools may name only their commands, images and URLs (default: none)")
     add_output_flag(check)
     check.set_defaults(func=run_check)
 
@@ -41,7 +45,15 @@ def run_check(args: argparse.Namespace) -> int:
         names = Names.from_env() if args.domain is None else Names(domain=args.domain, prefix=DEFAULT_PREFIX)
     except NameError_ as e:
         raise CliError(str(e), EXIT_USAGE) from e
-    config = PolicyConfig(names=names, controllers=tuple(args.controller or (controller_identity(),)))
+    raw = args.allow_lists
+    try:
+        if raw.startswith("@"):
+            raw = Path(raw[1:]).read_text()
+        lists = allow_lists.from_config(raw, allow_lists.FLAG)
+    except (OSError, allow_lists.AllowListError) as e:
+        raise CliError(f"{allow_lists.FLAG}: {e}", EXIT_USAGE) from e
+    config = PolicyConfig(names=names, controllers=tuple(args.controller or (controller_identity(),)),
+                          allow_lists=lists)
     try:
         docs = read_paths(args.paths)
         findings = check_documents(docs, config, policies=Path(args.policies) if args.policies else None)

@@ -18,7 +18,7 @@ from typing import Any
 
 from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
-from autoclusters.deploy import DEFAULT_NAMESPACE
+from autoclusters.deploy import DEFAULT_NAMESPACE, allow_lists
 from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME, default_node_agents
 from autoclusters.names import Names
 from autoclusters.policy.config import PolicyConfig, controller_identity
@@ -52,6 +52,9 @@ def register(subparsers: Any) -> None:
                           "(default on; turn off when OPA's data comes from a bundle)")
     run.add_argument("--controller", action="append", default=None, metavar="USERNAME",
                      help="controller identity for --push-opa-config (repeatable)")
+    run.add_argument(allow_lists.FLAG, default="", metavar="JSON",
+                     help="the operator's allow-lists for --push-opa-config, as the controller's flag takes them "
+                          "(the pool rules refuse a command, image or URL no entry names; default: none)")
     run.add_argument("--cert-check-interval", type=float, default=300.0)
     run.set_defaults(func=run_webhook)
 
@@ -77,8 +80,12 @@ def run_webhook(args: argparse.Namespace) -> int:
     else:
         raise CliError("give --cert-dir (generated certificates) or --tls-cert/--tls-key", EXIT_USAGE)
     names = Names.from_env()
+    try:
+        lists = allow_lists.from_config(args.allow_lists, allow_lists.FLAG)
+    except allow_lists.AllowListError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
     config = PolicyConfig(names, tuple(args.controller or (controller_identity(args.namespace),)),
-                          tuple(default_node_agents(args.namespace)))
+                          tuple(default_node_agents(args.namespace)), lists)
     settings = WebhookSettings(check_interval=args.cert_check_interval,
                                opa_config=config.config() if args.push_opa_config else None)
     webhook = Webhook(OpaDecider(args.opa_url, timeout=args.opa_timeout), certs, settings=settings,

@@ -34,7 +34,9 @@ from typing import Any
 from autoclusters import api, capture
 from autoclusters.clock import utc_iso
 from autoclusters.controller.statemachine import RepairState
+from autoclusters.deploy import allow_lists
 from autoclusters.deploy.pool_config import PreDrainHook
+from autoclusters.deploy.providers import NO_PROVIDER
 from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,8 @@ class HookRunner:
     reconcile that picks it up (``take``) reports it."""
 
     def __init__(self, *, submit: Submit | None = None, requeue: Callable[[str], None] = lambda _node: None,
-                 workers: int = api.HOOK_WORKERS) -> None:
+                 workers: int = api.HOOK_WORKERS, lists: allow_lists.AllowLists = allow_lists.NONE) -> None:
+        self._allow_lists = lists  # a hook no entry allows is never called (the reconciler holds its pool)
         self._pool: ThreadPoolExecutor | None = None
         if submit is None:
             self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pre-drain-hook")
@@ -136,7 +139,11 @@ class HookRunner:
 
     def _run(self, hook: PreDrainHook, body: dict[str, Any]) -> None:
         node, record = str(body["node"]), str(body["record"])
+        refused = allow_lists.pool_refusals(self._allow_lists, provider=NO_PROVIDER, hook_url=hook.url,
+                                            hook_command=hook.command)
         try:
+            if refused:
+                raise HookFailed(f"not called: {refused[0]}")
             result = HookResult(node, record, True, call(hook, body))
         except HookFailed as e:
             result = HookResult(node, record, False, str(e))

@@ -28,6 +28,7 @@ from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.controller.webhook_certs import WebhookCertKeeper
+from autoclusters.deploy import allow_lists
 from autoclusters.deploy.providers import host_reboot_argv
 from autoclusters.deploy.workloads import webhook_certificate_hosts
 from autoclusters.faults.catalog import load_catalog
@@ -84,9 +85,10 @@ class Controller:
                                       background=True, senders=EVENT_SENDERS)
         if notifier is None:
             notifier = WebhookNotifier(self.config.notifier_url) if self.config.notifier_url else LogNotifier()
-        self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock,
-                                 hooks=HookRunner(requeue=self.queue.add))
         c = self.config
+        lists = allow_lists.from_config(c.allow_lists, allow_lists.FLAG)
+        self.actuator = Actuator(kube, self.names, self.recorder, notifier, clock=self.clock,
+                                 hooks=HookRunner(requeue=self.queue.add, lists=lists))
         policy = RepairPolicy(verify_timeout_seconds=c.verify_timeout_seconds,
                         operation_timeout_seconds=c.operation_timeout_seconds, poll_seconds=c.poll_seconds,
                         hold_recheck_seconds=c.hold_recheck_seconds,
@@ -96,7 +98,8 @@ class Controller:
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
                                               image=c.provider_image,
                                               image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
-                                              host_reboot_command=host_reboot_argv(c.host_reboot_command)))
+                                              host_reboot_command=host_reboot_argv(c.host_reboot_command),
+                                              allow_lists=lists))
         election = kube.for_component(LEADER_ELECTION)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,

@@ -42,6 +42,7 @@ from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,
+    HOLD_NOT_ALLOW_LISTED,
     HOLD_PROVIDER_INVALID,
     HOLD_PROVIDER_REFUSED,
     ClearWarning,
@@ -62,6 +63,8 @@ from autoclusters.controller.statemachine import (
     Unmark,
     transition,
 )
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import (
     DEFAULT_HOST_REBOOT_ARGV,
     ProviderSettingsError,
@@ -151,6 +154,7 @@ class Settings:
     image: str = ""  # the controller's image: the default image of provider Jobs
     image_pull_secrets: tuple[str, ...] = ()  # what provider Jobs pull their image with
     host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host
+    allow_lists: AllowLists = NO_ENTRIES  # the operator's: the only commands, images and URLs a pool may name
 
 
 class Reconciler:
@@ -170,6 +174,7 @@ class Reconciler:
         self._provider_of: ObjectMemo[tuple[tuple[str, str] | None, Provider | str | None, Provider | None,
                                             ProviderBlock | None]] = ObjectMemo(_PER_POOL_OBJECT_MAX)
         self._policy_of: ObjectMemo[RepairPolicy] = ObjectMemo(_PER_POOL_OBJECT_MAX)
+        self._allowed_of: ObjectMemo[list[str]] = ObjectMemo(_PER_POOL_OBJECT_MAX)
         # pool -> its members' refusals, kept between passes (_provider_condition): each pass asks
         # only about the members changed since the last (fleet.track_members)
         self._refusals: dict[str, PoolRefusals] = {}
@@ -183,6 +188,7 @@ class Reconciler:
                                            namespace=settings.namespace, image=settings.image,
                                            image_pull_secrets=settings.image_pull_secrets,
                                            host_reboot_command=settings.host_reboot_command,
+                                           allow_lists=settings.allow_lists,
                                            nodes=NodeCache(fleet.node, fleet.node_written, fleet.node_deleted,
                                                            fleet.node_informer.items))
 
@@ -220,6 +226,11 @@ class Reconciler:
             return None, None, None, ProviderBlock(
                 action, HOLD_PROVIDER_INVALID, f"the provider settings of pool {pool.name} are invalid: "
                 f"{pool.provider_error}")
+        refused = self._allow_list_refusals(pool)
+        if refused:
+            return None, None, None, ProviderBlock(
+                action, HOLD_NOT_ALLOW_LISTED, f"pool {pool.name} names what the operator did not allow: "
+                f"{refused[0]}; its repairs are held")
         spec = pool.provider_for(action)
         if spec is None:
             return None, None, None, ProviderBlock(
@@ -231,6 +242,10 @@ class Reconciler:
             return cache_key, cached, None, ProviderBlock(
                 action, HOLD_PROVIDER_INVALID, f"the provider settings of pool {pool.name} are invalid: {cached}")
         return cache_key, cached, cached, None
+
+    def _allow_list_refusals(self, pool: Pool) -> list[str]:
+        """What the pool names that is no entry of the operator's allow-lists (kept per pool object)."""
+        return self._allowed_of.get(pool, lambda: pool.config.allow_list_refusals(self._settings.allow_lists))
 
     def _built(self, cache_key: tuple[str, str], spec: Callable[[], ProviderSpec]) -> Provider | str:
         """The provider kept for (pool, spec), built on first use; a string: why it cannot be."""
@@ -764,8 +779,8 @@ class Reconciler:
             "providers": "invalid" if pool.provider_error else pool.config.provider.describe(),
         }
         ready = self._provider_condition(pool)
-        invalid = ready[2] == HOLD_PROVIDER_INVALID
-        valid = ("Valid", not invalid, HOLD_PROVIDER_INVALID if invalid else "Valid",
+        invalid = ready[2] in (HOLD_PROVIDER_INVALID, HOLD_NOT_ALLOW_LISTED)
+        valid = ("Valid", not invalid, ready[2] if invalid else "Valid",
                  ready[3] if invalid else "the spec is valid")
         stored = self._write_pool_status(pool.obj, status, [valid, ready])
         if stored is None:

@@ -56,7 +56,9 @@ HOLD_BREAKER = "CircuitBreakerOpen"
 HOLD_NO_PROVIDER = "NoRepairProvider"
 HOLD_PROVIDER_INVALID = "InvalidProviderSettings"
 HOLD_PROVIDER_REFUSED = "ProviderRefusedNode"
-PROVIDER_HOLDS = (HOLD_NO_PROVIDER, HOLD_PROVIDER_INVALID, HOLD_PROVIDER_REFUSED)
+# the pool names a command, image or URL that is no entry of the operator's allow-lists
+HOLD_NOT_ALLOW_LISTED = "NotAllowListed"
+PROVIDER_HOLDS = (HOLD_NO_PROVIDER, HOLD_PROVIDER_INVALID, HOLD_PROVIDER_REFUSED, HOLD_NOT_ALLOW_LISTED)
 
 
 # --- what is persisted -----------------------------------------------------------------

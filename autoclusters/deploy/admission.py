@@ -21,6 +21,9 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import STACK_SETTING as ALLOW_LISTS_SETTING
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.names import Names
 
 ADMISSION_V1 = "admissionregistration.k8s.io/v1"
@@ -57,20 +60,21 @@ def default_node_agents(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     return [detector_username(namespace)]
 
 
-def policy_config(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None
-                  ) -> dict[str, Any]:
+def policy_config(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None,
+                  allow_lists: AllowLists = NO_ENTRIES) -> dict[str, Any]:
     """The value of ``data.autoclusters.config``: the names the Rego rules depend on (its keys
     override the defaults in ``policies/lib/config.rego``, which a unit test holds equal to
-    this function's defaults)."""
+    this function's defaults), and the operator's allow-lists the pool rules check against."""
     return {"domain": names.domain, "controllers": list(controllers or default_controllers()),
-            "nodeGroups": list(NODE_GROUPS), "nodeAgents": list(node_agents or default_node_agents())}
+            "nodeGroups": list(NODE_GROUPS), "nodeAgents": list(node_agents or default_node_agents()),
+            ALLOW_LISTS_SETTING: allow_lists.to_config()}
 
 
-def policy_data_document(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None
-                         ) -> dict[str, Any]:
+def policy_data_document(names: Names, controllers: list[str] | None = None, node_agents: list[str] | None = None,
+                         allow_lists: AllowLists = NO_ENTRIES) -> dict[str, Any]:
     """:func:`policy_config` as a data document loaded at OPA's root (``opa run``/``opa eval``
     with a ``.json`` file among its paths, the webhook sidecar's ConfigMap)."""
-    return {"autoclusters": {"config": policy_config(names, controllers, node_agents)}}
+    return {"autoclusters": {"config": policy_config(names, controllers, node_agents, allow_lists)}}
 
 
 def _cel_str(value: str) -> str:

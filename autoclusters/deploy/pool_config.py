@@ -21,7 +21,7 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
-from autoclusters.deploy import DEFAULT_IMAGE
+from autoclusters.deploy import DEFAULT_IMAGE, allow_lists
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.controller_flags import ControllerFlagsError, controller_flags
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
@@ -33,6 +33,7 @@ from autoclusters.deploy.providers import (
     NO_PROVIDER,
     ProviderChoice,
     ProviderSettingsError,
+    ProviderType,
     host_reboot_argv,
     parse_provider_choice,
 )
@@ -116,6 +117,17 @@ class PoolConfig:
     nodes: Nodes = Nodes()
     pre_drain: PreDrain = PreDrain()
     slurm: SlurmPolicy = field(default_factory=SlurmPolicy)
+
+    def allow_listed(self) -> list[tuple[str, allow_lists.AllowList, Any]]:
+        """(field, list, value) of each command, image or URL this pool names."""
+        hook = self.pre_drain.hook
+        return allow_lists.named_fields(provider=self.provider, hook_url=hook.url if hook else "",
+                                        hook_command=hook.command if hook else ())
+
+    def allow_list_refusals(self, lists: allow_lists.AllowLists) -> list[str]:
+        """Why the operator's allow-lists refuse this pool: each command, image or URL it names
+        that is no entry of its list (empty: the pool may be used)."""
+        return [why for where, kind, value in self.allow_listed() if (why := lists.refusal(kind, value, where))]
 
     def __post_init__(self) -> None:
         where = f"pool {self.name!r}"
@@ -410,6 +422,11 @@ class StackConfig:
     pods: PodSettings = field(default_factory=PodSettings)
     # the controller's flags an operator tunes, as (flag, value) (deploy.controller_flags)
     controller_flags: tuple[tuple[str, str], ...] = ()
+    # the commands, images and URLs pools may name (deploy.allow_lists): the operator's, not a pool's
+    allow_lists: allow_lists.AllowLists = allow_lists.NONE
+    # the providers whose rights the controller gets (deploy.controller); None: those in use, the
+    # stack's pools' and the default pool's (pools added later by GitOps need theirs listed)
+    controller_providers: tuple[ProviderType, ...] | None = None
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -433,7 +450,12 @@ class StackConfig:
             if pool.name in seen:
                 raise PoolConfigError(f"pool {pool.name!r} is listed twice")
             seen.add(pool.name)
+        if not isinstance(self.allow_lists, allow_lists.AllowLists):
+            raise PoolConfigError(f"allowLists must be an AllowLists, got {type(self.allow_lists).__name__}")
         for pool in self.pools:
+            refused = pool.allow_list_refusals(self.allow_lists)
+            if refused:
+                raise PoolConfigError(f"pool {pool.name!r}: {refused[0]}")
             if pool.nodes.backend == NodeBackend.SIMULATED and not self.local:
                 raise PoolConfigError(f"pool {pool.name!r}: simulated nodes need local: true (a kwok cluster)")
         self.names  # validates domain and prefix  # noqa: B018
@@ -459,6 +481,43 @@ class StackConfig:
             raise PoolConfigError(f"nvml must be an NvmlReach, got {type(self.nvml).__name__}")
         if not isinstance(self.pods, PodSettings):
             raise PoolConfigError(f"pods must be a PodSettings, got {type(self.pods).__name__}")
+        if self.controller_providers is not None:
+            self._check_controller_providers(self.controller_providers)
+
+    def _check_controller_providers(self, listed: Any) -> None:
+        if isinstance(listed, str) or not isinstance(listed, list | tuple):
+            raise PoolConfigError(f"controllerProviders must be a list of provider types, got {listed!r}")
+        types = []
+        for t in listed:
+            try:
+                types.append(ProviderType(t))
+            except ValueError:
+                raise PoolConfigError(f"controllerProviders: {t!r} is not one of "
+                                      f"{'|'.join(p.value for p in ProviderType)}") from None
+        if ProviderType.SIMULATED in types and not self.local:
+            raise PoolConfigError("controllerProviders: simulated needs local: true (a kwok cluster)")
+        missing = [f"{t.value} (used by {where})" for t, where in self.providers_in_use().items() if t not in types]
+        if missing:
+            raise PoolConfigError(f"controllerProviders leaves out providers in use: {', '.join(missing)}")
+        object.__setattr__(self, "controller_providers", tuple(dict.fromkeys(types)))
+
+    def providers_in_use(self) -> dict[ProviderType, str]:
+        """Each provider type the stack's pools or its default pool name, with the first that does."""
+        choices = [(f"pool {p.name!r}", p.provider) for p in self.pools]
+        choices.append(("defaultPool", parse_provider_choice(self.default_pool.get("provider"))))
+        used: dict[ProviderType, str] = {}
+        for where, choice in choices:
+            for spec in (choice.default, choice.reset, choice.replace):
+                if spec is not None:
+                    used.setdefault(spec.type, where)
+        return used
+
+    @property
+    def granted_providers(self) -> tuple[ProviderType, ...]:
+        """The providers whose rights the controller gets: ``controllerProviders``, else those in use."""
+        if self.controller_providers is not None:
+            return self.controller_providers
+        return tuple(t for t in ProviderType if t in self.providers_in_use())
 
     @property
     def slurm_bridge(self) -> bool:
@@ -481,6 +540,7 @@ STACK_SETTINGS: dict[str, str] = {
     "defaultPool": "object", "controllerShards": "int", "monitoring": "object", "hostRebootCommand": "string",
     "detectorConditionCodes": "object", "kernelLogSource": "string", "detector": "object", "nvml": "object",
     "pods": "object", "imagePullSecrets": "object", "controller": "object",
+    allow_lists.STACK_SETTING: "object", "controllerProviders": "object",
 }
 
 
@@ -511,6 +571,8 @@ def stack_config_from_dict(data: Mapping[str, Any]) -> StackConfig:
         nvml=_nvml(raw.get("nvml", {})),
         pods=_pods(raw.get("pods", {}), raw.get("imagePullSecrets", [])),
         controller_flags=_controller_flags(raw.get("controller", {})),
+        allow_lists=_allow_lists(raw.get(allow_lists.STACK_SETTING)),
+        controller_providers=raw.get("controllerProviders"),
     )
 
 
@@ -525,6 +587,13 @@ def _pods(pods: Any, pull_secrets: Any) -> PodSettings:
     try:
         return PodSettings(components=pods, image_pull_secrets=pull_secrets)
     except PodSettingsError as e:
+        raise PoolConfigError(str(e)) from None
+
+
+def _allow_lists(data: Any) -> allow_lists.AllowLists:
+    try:
+        return allow_lists.from_config(data)
+    except allow_lists.AllowListError as e:
         raise PoolConfigError(str(e)) from None
 
 

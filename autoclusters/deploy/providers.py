@@ -68,6 +68,9 @@ class Setting:
     minimum: int | None = None
     default: Any = None
     values: tuple[str, ...] = ()
+    # the operator's allow-list the value must be an entry of (deploy/allow_lists.py: "commands",
+    # "images", "urls"); "": any value the kind takes
+    allow_list: str = ""
 
     def schema(self) -> dict[str, Any]:
         s: dict[str, Any]
@@ -149,7 +152,8 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                  (Rule("", "nodes", ("create", "delete")), Rule("", "nodes/status", ("patch",)))),
     ProviderKind(ProviderType.COMMAND, ACTIONS,
                  "Runs an operator's script in the controller's container: ARGV + ACTION NODE; exit 0 = done.",
-                 (Setting("command", "strings", "The program and its first arguments.", required=True),
+                 (Setting("command", "strings", "The program and its first arguments; an entry of the allow-list "
+                          "allowLists.commands.", required=True, allow_list="commands"),
                   Setting("timeoutSeconds", "integer", "The script fails after this long.", minimum=1,
                           default=900))),
     ProviderKind(ProviderType.CLUSTERAPI, ACTIONS,
@@ -162,7 +166,8 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                  "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
                  "node reports a new boot id and is Ready.",
                  (Setting("image", "string", "Image of the reboot Job (needs nsenter; the autoclusters image "
-                          "by default)."),
+                          "by default); another must be an entry of the allow-list allowLists.images.",
+                          allow_list="images"),
                   Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
                           "new boot id this long after the Job started.", minimum=1, default=600)),
                  (Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),)),
@@ -360,6 +365,7 @@ def rego_data() -> dict[str, Any]:
         "types": {k.type.value: {
             "actions": list(k.actions),
             "settings": {s.name: {"kind": s.kind, "required": s.required, "values": list(s.values),
+                                  "allow_list": s.allow_list,
                                   **({"minimum": s.minimum} if s.minimum is not None else {})}
                          for s in k.settings},
         } for k in KINDS.values()},

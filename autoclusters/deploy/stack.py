@@ -9,6 +9,7 @@ objects of the stack but of the cluster it runs on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +23,41 @@ from autoclusters.deploy import (
     crds,
     default_pool,
     detector,
+    reboot_job,
     workloads,
 )
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
-from autoclusters.deploy.providers import granted_providers
+from autoclusters.deploy.pool_roles import pool_roles
+from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
 CONTROLLER_REPLICAS = 2
+JOB_SHAPE_POLICY = "autoclusters-controller-jobs"
 
 
-def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False
-                 ) -> list[dict[str, Any]]:
+def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False,
+                 providers: Iterable[ProviderType] | None = None) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
     Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
-    the simulated provider's rights on a local cluster only (``granted_providers``)."""
+    the pool viewer, editor and author roles (``deploy.pool_roles``); the controller's with the
+    rights of ``providers`` (``StackConfig.granted_providers``: those
+    in use), by default of every provider but the simulated, whose rights go to a local cluster
+    only (``granted_providers``)."""
     objs = [workloads.service_account(CONTROLLER_SERVICE_ACCOUNT, namespace), *controller.controller_rbac(
-        names, namespace, webhook_config=webhook_config_name(namespace), providers=granted_providers(local))]
+        names, namespace, webhook_config=webhook_config_name(namespace),
+        providers=granted_providers(local) if providers is None else providers)]
     objs += detector.detector_rbac(names, namespace, local=local)
     if slurm_bridge:
         objs += slurm_bridge_rbac(names, namespace)
     objs += admission.webhook_rbac(namespace)
+    objs += pool_roles(names, namespace)  # who may write pools: viewer, editor (held), author
     order = {"ServiceAccount": 0, "ClusterRole": 1, "Role": 1, "ClusterRoleBinding": 2, "RoleBinding": 2}
     return sorted(objs, key=lambda o: order.get(o["kind"], 3))
 
@@ -73,14 +84,23 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
 def controller_objects(names: Names, namespace: str, image: str, replicas: int = CONTROLLER_REPLICAS,
                        event_source: str = workloads.CONTROLLER, shards: int = 1,
                        host_reboot_command: str = api.HOST_REBOOT_COMMAND,
-                       flags: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
+                       flags: tuple[tuple[str, str], ...] = (),
+                       allow_lists: AllowLists = NO_ENTRIES) -> list[dict[str, Any]]:
     """The controller Deployment and its PodDisruptionBudget; with ``shards`` > 1, one of each
-    per shard (docs/controller.md, "Scaling out")."""
-    out = []
+    per shard (docs/controller.md, "Scaling out"); and the policy that admits the controller's
+    Jobs only as the host-reboot Job, with its image or an entry of ``allowLists.images``
+    (``deploy.reboot_job``)."""
+    jobs = cluster_scoped_name(JOB_SHAPE_POLICY, namespace)
+    out: list[dict[str, Any]] = [
+        reboot_job.job_shape_policy(jobs, namespace=namespace, listed=list(allow_lists.images.values()),
+                                    host_command=host_reboot_argv(host_reboot_command)),
+        reboot_job.job_shape_binding(jobs, namespace=namespace,
+                                     controller_deployment=workloads.controller_name(shards, 0))]
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
                                                 shard=shard, host_reboot_command=host_reboot_command,
-                                                webhook_config=webhook_config_name(namespace), flags=flags),
+                                                webhook_config=webhook_config_name(namespace), flags=flags,
+                                                allow_lists=allow_lists),
                 workloads.controller_pdb(namespace, shards=shards, shard=shard)]
     return out
 
@@ -100,8 +120,8 @@ def webhook_configuration(names: Names, namespace: str, webhook_url: str | None,
 
 
 def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *, webhook_url: str | None = None,
-                    policies_dir: Path | None = None, ca_pem: str = "", cert_pem: str = "", key_pem: str = ""
-                    ) -> list[dict[str, Any]]:
+                    policies_dir: Path | None = None, ca_pem: str = "", cert_pem: str = "", key_pem: str = "",
+                    allow_lists: AllowLists = NO_ENTRIES) -> list[dict[str, Any]]:
     """The webhook (TLS Secret, policy ConfigMap, Deployment, Service, PDB), the CEL floor
     (ValidatingAdmissionPolicy + binding) and the ValidatingWebhookConfiguration, in that order."""
     pname = policy_name(namespace)
@@ -109,9 +129,10 @@ def webhook_objects(names: Names, namespace: str, image: str, opa_image: str, *,
         webhook_tls_secret(namespace, cert_pem=cert_pem, key_pem=key_pem, ca_pem=ca_pem),
         workloads.policy_configmap(namespace, workloads.POLICY_CONFIGMAP, Path(policies_dir or bundled_policies()),
                                    admission.policy_data_document(names, admission.default_controllers(namespace),
-                                                                  admission.default_node_agents(namespace))),
+                                                                  admission.default_node_agents(namespace),
+                                                                  allow_lists)),
         workloads.webhook_deployment(names, namespace, image, opa_image, tls_secret=workloads.WEBHOOK_TLS_SECRET,
-                                     policy_configmap=workloads.POLICY_CONFIGMAP),
+                                     policy_configmap=workloads.POLICY_CONFIGMAP, allow_lists=allow_lists),
         workloads.webhook_service(namespace),
         workloads.pod_disruption_budget(workloads.WEBHOOK, namespace),
         admission.admission_policy(names, admission.default_controllers(namespace), name=pname,
@@ -131,16 +152,17 @@ def stack_objects(config: StackConfig, *, ca_pem: str = "", cert_pem: str = "", 
     return [config.pods.customize(obj) for obj in [
         workloads.namespace(ns),
         *crds.crds(names),
-        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local),
+        *rbac_objects(names, ns, slurm_bridge=config.slurm_bridge, local=config.local,
+                      providers=config.granted_providers),
         detector_daemonset(names, ns, config.image, await_rollout=not config.local,
                            condition_codes=config.detector_condition_codes,
                            kernel_log_source=config.kernel_log_source, settings=config.detector, nvml=config.nvml),
         default_pool.configmap(config.default_pool, ns),
         *controller_objects(names, ns, config.image, event_source=config.event_source,
                             shards=config.controller_shards, host_reboot_command=config.host_reboot_command,
-                            flags=config.controller_flags),
+                            flags=config.controller_flags, allow_lists=config.allow_lists),
         *monitoring_objects(config.monitoring, ns, names),
         *(gpu_node_pool_object(pool, names) for pool in config.pools),
         *webhook_objects(names, ns, config.image, config.opa_image, webhook_url=config.webhook_url,
-                         ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem),
+                         ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem, allow_lists=config.allow_lists),
     ]]

@@ -20,6 +20,9 @@ from autoclusters.deploy import (
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
+from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.nvml import HOST_MOUNT, NvmlReach, apply_to_pod
 from autoclusters.names import Names
 
@@ -243,7 +246,8 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
                           event_source: str = CONTROLLER, *, shards: int = 1, shard: int = 0,
                           host_reboot_command: str = api.HOST_REBOOT_COMMAND,
                           webhook_config: str | None = None,
-                          flags: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+                          flags: tuple[tuple[str, str], ...] = (),
+                          allow_lists: AllowLists = NO_ENTRIES) -> dict[str, Any]:
     """Two replicas behind leader election (always on; the Lease is in ``ns``): one repairs,
     the other takes over when the leader is lost. ``event_source`` is what its events carry
     as ``source.component`` / ``reportingComponent``. With ``shards`` > 1, the Deployment of
@@ -257,6 +261,7 @@ def controller_deployment(names: Names, ns: str, image: str, replicas: int = 2,
               else ["--host-reboot-command", host_reboot_command])
     certs = (["--webhook-tls-secret", WEBHOOK_TLS_SECRET, "--webhook-config", webhook_config]
              if webhook_config and shard == 0 else [])
+    certs += _allow_lists_args(allow_lists)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -316,8 +321,14 @@ def controller_pdb(ns: str, *, shards: int = 1, shard: int = 0) -> dict[str, Any
     }
 
 
+def _allow_lists_args(lists: AllowLists) -> list[str]:
+    """The operator's allow-lists as a flag (none when they are empty, the flag's default)."""
+    return [] if lists.empty else [ALLOW_LISTS_FLAG, lists.flag_value()]
+
+
 def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls_secret: str,
-                       policy_configmap: str, replicas: int = 2) -> dict[str, Any]:
+                       policy_configmap: str, replicas: int = 2, allow_lists: AllowLists = NO_ENTRIES
+                       ) -> dict[str, Any]:
     """The admission webhook with an OPA sidecar on loopback that serves the Rego from a ConfigMap."""
     return {
         "apiVersion": "apps/v1",
@@ -339,7 +350,7 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
                             "image": image,
                             "args": [*WEBHOOK_COMMAND[1:], "--port", str(WEBHOOK_PORT),
                                      "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key",
-                                     "--opa-url", f"http://127.0.0.1:{OPA_PORT}"],
+                                     "--opa-url", f"http://127.0.0.1:{OPA_PORT}", *_allow_lists_args(allow_lists)],
                             "env": _names_env(names),
                             "ports": [{"name": WEBHOOK_PORT_NAME, "containerPort": WEBHOOK_PORT}],
                             "readinessProbe": {"httpGet": {"path": "/healthz", "port": WEBHOOK_PORT,

@@ -40,24 +40,20 @@ from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
+from autoclusters.deploy.reboot_job import COMPONENT, CONTAINER, NSENTER, REBOOT_SECURITY_CONTEXT, TOLERATIONS
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
 from autoclusters.redact import redact
 
-COMPONENT = "autoclusters-host-reboot"
-# The Job enters PID 1's namespaces, then runs the operator's host command there
-# (api.HOST_REBOOT_COMMAND unless --host-reboot-command says otherwise: DEFAULT_HOST_REBOOT_ARGV).
-NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
+# The Job's fixed shape (deploy/reboot_job.py, whose admission policy holds the controller's Jobs
+# to it): NSENTER, then the operator's host command (api.HOST_REBOOT_COMMAND unless
+# --host-reboot-command says otherwise: DEFAULT_HOST_REBOOT_ARGV).
 REBOOT_COMMAND = (*NSENTER, *DEFAULT_HOST_REBOOT_ARGV)
 # nsenter's exit statuses when it cannot run the command in the host (util-linux: EX_EXEC_ENOENT,
 # EX_EXEC_FAILED), the shell's the same for a program it cannot find or run
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
-# privileged (setns into PID 1's namespaces needs CAP_SYS_ADMIN, the reboot CAP_SYS_BOOT) and uid 0:
-# under the image's USER 65532 a privileged container keeps no effective capability (issue 23).
-REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
-                                           "runAsNonRoot": False}
 FAILED_JOB_TTL_SECONDS = 86400  # a failed Job stays a day for its log; a succeeded one is deleted at once
 
 
@@ -96,10 +92,10 @@ def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: fl
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 5,
-                    "tolerations": [{"operator": "Exists"}],
+                    "tolerations": [dict(t) for t in TOLERATIONS],
                     **({"imagePullSecrets": [{"name": s} for s in image_pull_secrets]} if image_pull_secrets else {}),
                     "containers": [{
-                        "name": "reboot",
+                        "name": CONTAINER,
                         "image": image,
                         "command": [*NSENTER, *host_command],
                         # nsenter's own words ("failed to execute sh: No such file or directory")

@@ -14,11 +14,13 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import Clock
-from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV, ProviderSpec, ProviderType
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists, pool_refusals
+from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV, ProviderChoice, ProviderSpec, ProviderType
 from autoclusters.kube import Kube
 from autoclusters.kube.request_counter import provider_component
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, Provider
+from autoclusters.providers.base import NodeCache, Provider, ProviderError
 from autoclusters.providers.clusterapi import ClusterApiProvider
 from autoclusters.providers.command import CommandProvider
 
@@ -37,6 +39,7 @@ class BuildContext:
     image_pull_secrets: tuple[str, ...] = ()  # Secrets of ``namespace`` provider Jobs pull their image with
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
     host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
+    allow_lists: AllowLists = NO_ENTRIES  # the operator's (--allow-lists): a setting held to one must be an entry
 
 
 Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
@@ -94,7 +97,12 @@ BUILDERS: dict[ProviderType, Builder] = {
 
 
 def build_provider(spec: ProviderSpec, context: BuildContext) -> Provider:
-    """Raises ProviderError (naming the field) when the controller cannot use these settings.
-    The provider's API requests are counted as ``provider/<type>``, apart from the controller's."""
+    """Raises ProviderError (naming the field) when the controller cannot use these settings,
+    among them a command or image that is no entry of the operator's allow-list (even when
+    admission let the pool through). The provider's API requests are counted as
+    ``provider/<type>``, apart from the controller's."""
+    refused = pool_refusals(context.allow_lists, provider=ProviderChoice(spec))
+    if refused:
+        raise ProviderError(refused[0].replace("spec.provider.", "provider.", 1))
     own = replace(context, kube=context.kube.for_component(provider_component(spec.type)))
     return BUILDERS[spec.type](spec.settings, own)

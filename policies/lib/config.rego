@@ -13,6 +13,7 @@ defaults := {
 	"controllers": ["system:serviceaccount:autoclusters-system:autoclusters-controller"],
 	"nodeGroups": ["system:nodes"],
 	"nodeAgents": ["system:serviceaccount:autoclusters-system:autoclusters-detector"],
+	"allowLists": {"commands": {}, "images": {}, "urls": {}},
 }
 
 default overrides := {}

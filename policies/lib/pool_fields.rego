@@ -6,6 +6,24 @@
 package autoclusters.lib.pool_fields
 
 pool_fields := {
+	"allow_listed": {
+		"preDrain.hook.command": {
+			"at": [
+				"preDrain",
+				"hook",
+				"command",
+			],
+			"list": "commands",
+		},
+		"preDrain.hook.url": {
+			"at": [
+				"preDrain",
+				"hook",
+				"url",
+			],
+			"list": "urls",
+		},
+	},
 	"excludes": [
 		{
 			"message": "slurm.enabled and preDrain.slinky exclude each other: on a Slinky cluster slurm-operator drains and undrains Slurm itself (from the cordon reason)",

@@ -22,9 +22,17 @@ is_pool(obj, cfg) if {
 	startswith(obj.apiVersion, sprintf("%s.%s/", [api.group_prefix, cfg.domain]))
 }
 
-pool_violations(obj, cfg) := ((((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj)) | node_selector_violations(obj)) | node_name_violations(obj) if {
+# A pool whose shape is valid is then judged against the operator's allow-lists (a malformed
+# command or URL is reported once, by its own rule).
+pool_violations(obj, cfg) := shape if {
+	is_pool(obj, cfg)
+	shape := shape_violations(obj)
+	count(shape) > 0
+} else := allow_list_violations(obj, cfg) if {
 	is_pool(obj, cfg)
 } else := set()
+
+shape_violations(obj) := ((((((((setting_violations(obj) | fault_class_violations(obj)) | repair_code_violations(obj)) | group_violations(obj)) | not_above_violations(obj)) | excludes_violations(obj)) | provider_violations(obj)) | hook_violations(obj)) | node_selector_violations(obj)) | node_name_violations(obj)
 
 # --- the settings of the field table, checked generically -----------------------------------
 # A missing setting takes the CRD default, so only present values are checked (a null is
@@ -400,4 +408,46 @@ _setting_ok(def, value) if {
 _setting_ok(def, value) if {
 	def.kind == "boolean"
 	is_boolean(value)
+}
+
+# --- the operator's allow-lists ---------------------------------------------------------------
+# A command, image or URL a pool names must equal an entry of the operator's list of its kind
+# (data.autoclusters.config.allowLists: the stack setting autoclusters:allowLists, the same
+# document as the controller's --allow-lists). The fields come from pool_fields.allow_listed
+# (the pool's own) and each provider setting's allow_list (deploy/providers.py).
+allow_list_violations(obj, cfg) := {v |
+	some f in _allow_listed(obj)
+	not _listed(f.value, object.get(object.get(cfg, "allowLists", {}), f.list, {}))
+	v := {"rule": "pool-allow-list", "msg": sprintf(
+		"%s %v is not an entry of the allow-list allowLists.%s (the stack setting autoclusters:allowLists, the controller's --allow-lists)",
+		[f.where, f.value, f.list],
+	)}
+}
+
+_listed(value, entries) if {
+	some entry in entries
+	entry == value
+}
+
+_allow_listed(obj) := _own_allow_listed(object.get(obj, "spec", {})) | _provider_allow_listed(object.get(object.get(obj, "spec", {}), "provider", {}))
+
+_own_allow_listed(spec) := {f |
+	is_object(spec)
+	some path, d in pool_fields.allow_listed
+	value := object.get(spec, d.at, null)
+	value != null
+	f := {"where": sprintf("spec.%s", [path]), "list": d.list, "value": value}
+}
+
+_provider_allow_listed(p) := {f |
+	is_object(p)
+	some pair in ({["spec.provider", p]} | {[sprintf("spec.provider.%s", [a]), p[a]] | some a in providers.actions; is_object(p[a])})
+	t := pair[1].type
+	settings := object.get(pair[1], t, {})
+	is_object(settings)
+	some name, d in providers.types[t].settings
+	d.allow_list != ""
+	value := object.get(settings, name, null)
+	value != null
+	f := {"where": sprintf("%s.%s.%s", [pair[0], t, name]), "list": d.allow_list, "value": value}
 }

@@ -2,7 +2,12 @@ package autoclusters.lib.pools_test
 
 import data.autoclusters.lib.pools
 
-cfg := {"domain": "autoclusters.io", "controllers": []}
+# The operator's allow-lists list what the valid pools below name.
+cfg := {"domain": "autoclusters.io", "controllers": [], "allowLists": {
+	"commands": {"fix": ["/bin/fix"], "notify": ["/bin/notify"]},
+	"images": {"reboot": "registry.example/reboot:1", "x": "x"},
+	"urls": {"hook": "https://h.example/x"},
+}}
 
 pool(spec) := {"apiVersion": "remediation.autoclusters.io/v1alpha1", "kind": "GpuNodePool", "metadata": {"name": "a100"}, "spec": spec}
 
@@ -170,4 +175,22 @@ test_slurm_node_name if {
 	every mapping in ["x", {"fromLabel": "a", "fromAnnotation": "b"}, {"label": "a"}, {"fromAnnotation": "not a key"}] {
 		rules(pool({"slurm": {"nodeName": mapping}})) == {"pool-slurm"}
 	}
+}
+
+test_allow_lists_admit_only_their_entries if {
+	rules(pool({"provider": {"type": "command", "command": {"command": ["/bin/fix"]}}})) == set()
+	msgs(pool({"provider": {"type": "command", "command": {"command": ["/bin/fix", "--now"]}}})) == {"spec.provider.command.command [\"/bin/fix\", \"--now\"] is not an entry of the allow-list allowLists.commands (the stack setting autoclusters:allowLists, the controller's --allow-lists)"}
+	rules(pool({"provider": {"type": "hostReboot", "hostReboot": {"image": "registry.example/reboot:1"}}})) == set()
+	rules(pool({"provider": {"type": "hostReboot"}})) == set()
+	rules(pool({"provider": {"reset": {"type": "hostReboot", "hostReboot": {"image": "evil.example/x:1"}}}})) == {"pool-allow-list"}
+	msgs(pool({"provider": {"replace": {"type": "command", "command": {"command": ["/bin/notify"]}}, "type": "hostReboot", "hostReboot": {"image": "x:1"}}})) == {"spec.provider.hostReboot.image x:1 is not an entry of the allow-list allowLists.images (the stack setting autoclusters:allowLists, the controller's --allow-lists)"}
+	rules(pool({"preDrain": {"hook": {"url": "https://h.example/other"}}})) == {"pool-allow-list"}
+	rules(pool({"preDrain": {"hook": {"command": ["/bin/fix"]}}})) == set()
+	rules(pool({"preDrain": {"hook": {"command": ["https://h.example/x"]}}})) == {"pool-allow-list"}
+}
+
+test_no_allow_lists_admit_nothing if {
+	none := {"domain": "autoclusters.io", "controllers": []}
+	{v.rule | some v in pools.pool_violations(pool({"preDrain": {"hook": {"command": ["/bin/notify"]}}}), none)} == {"pool-allow-list"}
+	{v.rule | some v in pools.pool_violations(pool({"provider": {"type": "simulated"}}), none)} == set()
 }

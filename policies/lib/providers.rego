@@ -18,6 +18,7 @@ providers := {
 			],
 			"settings": {
 				"version": {
+					"allow_list": "",
 					"kind": "enum",
 					"required": false,
 					"values": [
@@ -34,11 +35,13 @@ providers := {
 			],
 			"settings": {
 				"command": {
+					"allow_list": "commands",
 					"kind": "strings",
 					"required": true,
 					"values": [],
 				},
 				"timeoutSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
@@ -52,11 +55,13 @@ providers := {
 			],
 			"settings": {
 				"image": {
+					"allow_list": "images",
 					"kind": "string",
 					"required": false,
 					"values": [],
 				},
 				"timeoutSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
@@ -70,6 +75,7 @@ providers := {
 			],
 			"settings": {
 				"timeoutSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
@@ -83,23 +89,27 @@ providers := {
 			],
 			"settings": {
 				"insecureSkipTLSVerify": {
+					"allow_list": "",
 					"kind": "boolean",
 					"required": false,
 					"values": [],
 				},
 				"powerOnAfterSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
 					"values": [],
 				},
 				"requestTimeoutSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
 					"values": [],
 				},
 				"timeoutSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 1,
 					"required": false,
@@ -114,12 +124,14 @@ providers := {
 			],
 			"settings": {
 				"replaceSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 0,
 					"required": false,
 					"values": [],
 				},
 				"resetSeconds": {
+					"allow_list": "",
 					"kind": "integer",
 					"minimum": 0,
 					"required": false,

@@ -30,11 +30,15 @@ from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.config import ControllerConfig
 from autoclusters.deploy import default_pool
+from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.controller import controller_rbac
+from autoclusters.deploy.pool_config import StackConfig
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
+from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE
 from tests.integration.helpers import wait_for
 from tests.integration.ops_support import private_domain
 
@@ -85,6 +89,9 @@ class ControllerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+SCRIPT_SLOTS = 16  # listed script slots per environment (Env.listed_script)
+
+
 class Env:
     """What a controller test needs: the cluster, the controller's identity, helpers."""
 
@@ -98,6 +105,17 @@ class Env:
         self.sa_kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.controllers: list[ControllerProcess] = []
+        # The operator's allow-lists of this environment's controllers: a few fixed commands,
+        # the sim's reboot images, and script slots (``listed_script``) whose argv is listed
+        # while a test writes what the script does, as an operator owns /opt/replace-node.
+        self.scripts = log_dir / "listed-scripts"
+        self.scripts.mkdir(parents=True, exist_ok=True)
+        self._slots = iter(range(SCRIPT_SLOTS))
+        self.allow_lists = AllowLists(
+            commands={**{f"script-{i}": (sys.executable, str(self.scripts / f"script-{i}.py"))
+                         for i in range(SCRIPT_SLOTS)},
+                      "fix": ("/nonexistent/fix",), "true": ("/bin/true",)},
+            images={"default": StackConfig().image, "failing": FAILING_IMAGE, "missing": MISSING_COMMAND_IMAGE})
         self.pools: set[str] = set()  # the pools these tests made; other tests' nodes are not ours
         self.lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/autoclusters-controller"
 
@@ -108,10 +126,17 @@ class Env:
         return {**os.environ, "AUTOCLUSTERS_DOMAIN": self.names.domain,
                 "AUTOCLUSTERS_CONDITION_PREFIX": self.names.prefix, **more}
 
+    def listed_script(self, code: str) -> list[str]:
+        """The argv of a listed script slot that runs ``code`` (each call: a slot of its own)."""
+        path = self.scripts / f"script-{next(self._slots)}.py"
+        path.write_text(code)
+        return [sys.executable, str(path)]
+
     def start_controller(self, identity: str | None = None, **extra: str) -> ControllerProcess:
+        flags = {ALLOW_LISTS_FLAG: self.allow_lists.flag_value(),
+                 **{f"--{k.replace('_', '-')}": v for k, v in extra.items()}}
         c = ControllerProcess(self.sa_kubeconfig, self.namespace, self.log_dir,
-                              identity or f"ctl-{secrets.token_hex(2)}", {f"--{k.replace('_', '-')}": v
-                                                                          for k, v in extra.items()},
+                              identity or f"ctl-{secrets.token_hex(2)}", flags,
                               env=self.process_env())
         self.controllers.append(c)
         return c

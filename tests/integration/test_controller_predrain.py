@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -80,7 +79,7 @@ def assert_warning_gone(ctl: Env, node: str) -> None:
 
 def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Path) -> None:
     calls = tmp_path / "hook-calls.jsonl"
-    hook = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')"]
+    hook = ctl.listed_script(f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')")
     _, (node,) = ctl.pool("auto", drain=LONG_DRAIN, preDrain={
         "waitSeconds": 90, "acknowledgers": ["slurm"], "hook": {"command": hook}})
     make_pod(ctl, ns, node, "trainer", {ctl.names.drain_wait_label: "true"})
@@ -151,7 +150,7 @@ def test_the_deadline_holds_when_nobody_acknowledges(ctl: Env, ns: str) -> None:
 def test_a_restart_during_the_wait_neither_warns_again_nor_moves_the_deadline(ctl: Env, ns: str,
                                                                               tmp_path: Path) -> None:
     calls = tmp_path / "hook-calls.jsonl"
-    hook = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')"]
+    hook = ctl.listed_script(f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')")
     _, (node,) = ctl.pool("auto", drain=LONG_DRAIN, preDrain={
         "waitSeconds": 60, "acknowledgers": ["slurm"], "hook": {"command": hook}})
     make_pod(ctl, ns, node, "trainer", {ctl.names.drain_wait_label: "true"})
@@ -223,7 +222,7 @@ def test_a_refused_first_marking_is_written_again_with_the_hook_called_once(ctl:
     is not called while the node cannot be marked; once the API server takes the patch, the
     node gets the whole marking, the pod its warning, the hook its one call, then the drain."""
     calls = tmp_path / "hook-calls.jsonl"
-    hook = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')"]
+    hook = ctl.listed_script(f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read() + '\\n')")
     _, (node,) = ctl.pool("auto", drain=LONG_DRAIN, preDrain={"waitSeconds": 60, "hook": {"command": hook}})
     make_pod(ctl, ns, node, "trainer")
     ctl.kube.patch_node(node, {"metadata": {"annotations": {REFUSE_MARKING: "true"}}})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -251,10 +250,10 @@ def test_a_change_of_the_pools_provider_settings_mid_operation_does_not_start_it
     one run: it is bound to the spec it started with, which the record keeps through the real
     API server (the CRD's schema for status.operation.provider)."""
     runs, release = tmp_path / "runs", tmp_path / "release"
-    script = [sys.executable, "-c",
-              f"import os, time\nopen({str(runs)!r}, 'a').write(os.environ['AUTOCLUSTERS_OPERATION_ID'] + '\\n')\n"
-              f"end = time.monotonic() + 60\nwhile not os.path.exists({str(release)!r}) and time.monotonic() < end:\n"
-              "    time.sleep(0.05)\n"]
+    script = ctl.listed_script(
+        f"import os, time\nopen({str(runs)!r}, 'a').write(os.environ['AUTOCLUSTERS_OPERATION_ID'] + '\\n')\n"
+        f"end = time.monotonic() + 60\nwhile not os.path.exists({str(release)!r}) and time.monotonic() < end:\n"
+        "    time.sleep(0.05)\n")
     first: dict[str, Any] = {"type": "command", "command": {"command": script, "timeoutSeconds": 900}}
     pool, (node,) = ctl.pool("auto", provider=first)
     ctl.raise_fault(node)

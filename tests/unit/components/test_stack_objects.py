@@ -35,7 +35,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "operator-settings": {"pools": EXAMPLE_POOLS, "hostRebootCommand": "apiclient reboot",
                           "opaImage": "registry.example/opa:1", "controllerShards": 2,
                           "detectorConditionCodes": ["gpu:13"], "kernelLogSource": "journal",
-                          "nvml": {"enabled": False}},
+                          "nvml": {"enabled": False},
+                          "allowLists": {"commands": {"replace": ["/opt/replace-node"]},
+                                         "images": {"reboot": "registry.example/reboot:1"},
+                                         "urls": {"notice": "https://ops.example/drain"}},
+                          "controllerProviders": ["clusterapi", "hostReboot", "karpenter"]},
     # every pod setting of deploy/pod_settings.py on every part (the components apply them too)
     "pod-settings": {"pools": EXAMPLE_POOLS, "imagePullSecrets": ["regcred"], "controller": {"workers": 8},
                      "pods": {

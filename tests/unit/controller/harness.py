@@ -24,6 +24,8 @@ from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import Shard
 from autoclusters.controller.statemachine import RepairPolicy
+from autoclusters.deploy.allow_lists import AllowList, AllowLists, provider_fields
+from autoclusters.deploy.providers import NO_PROVIDER, ProviderSettingsError, parse_provider_choice
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder
@@ -123,14 +125,20 @@ class Harness:
         self.recorder = EventRecorder(self.kube, self.clock, "autoclusters-controller", instance="test")
         self.notes = Notes()
         self.hook_threads = HookThreads()
+        # The operator's allow-lists: ``pool`` lists what its pool names, as the operator of a
+        # cluster whose pools run would (``pool(..., listed=False)``: it does not).
+        self.allowed: dict[AllowList, dict[str, Any]] = world.allowed if world else {kind: {} for kind in AllowList}
+        self.lists = lists = AllowLists(**{kind.value: entries for kind, entries in self.allowed.items()})
         self.actuator = Actuator(self.kube, NAMES, self.recorder, self.notes, clock=self.clock,
-                                 hooks=HookRunner(submit=self.hook_threads.submit, requeue=self.queue.add))
+                                 hooks=HookRunner(submit=self.hook_threads.submit, requeue=self.queue.add,
+                                                  lists=lists))
         self.policy = RepairPolicy(poll_seconds=poll_seconds, hold_recheck_seconds=10, verify_timeout_seconds=600,
                              operation_timeout_seconds=1800, approval_label=NAMES.maintenance_approved)
         self.metrics = Metrics()
         self.reconciler = Reconciler(self.kube, self.clock, self.fleet, self.actuator, self.recorder, self.metrics,
                                      Settings(self.policy, sim_reset_seconds=sim_seconds,
-                                              sim_replace_seconds=sim_seconds, namespace=NAMESPACE))
+                                              sim_replace_seconds=sim_seconds, namespace=NAMESPACE,
+                                              allow_lists=lists))
         self.hosts: KwokReboots = world.hosts if world else KwokReboots(self.api, self.clock)
         self.boot_at_fault: dict[str, str] = world.boot_at_fault if world else {}
         self.detector_delay = 1.0  # seconds between a node's new boot id and the detector clearing its fault
@@ -140,11 +148,28 @@ class Harness:
         self.errors: list[tuple[str, KubeError]] = []
 
     # --- the world --------------------------------------------------------------------------
-    def pool(self, name: str = "p", mode: str = "auto", **spec: Any) -> JSON:
+    def pool(self, name: str = "p", mode: str = "auto", *, listed: bool = True, **spec: Any) -> JSON:
+        """Writes pool ``name``; ``listed``: the operator lists the commands, images and URLs it names."""
+        pool_spec: JSON = {"consentMode": mode, "drain": {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600},
+                           "provider": {"type": "simulated"}, **spec}
         body = {"apiVersion": f"{NAMES.api_group}/{api.VERSION}", "kind": "GpuNodePool", "metadata": {"name": name},
-                "spec": {"consentMode": mode, "drain": {"resetDeadlineSeconds": 300, "replaceDeadlineSeconds": 600},
-                         "provider": {"type": "simulated"}, **spec}}
+                "spec": pool_spec}
+        if listed:
+            self.allow(pool_spec)
         return self.api.put(self.pool_path(), body)
+
+    def allow(self, spec: JSON) -> None:
+        """The operator adds what pool ``spec`` names to its allow-lists."""
+        hook = (spec.get("preDrain") or {}).get("hook") or {}
+        named = [(AllowList.COMMANDS, tuple(hook["command"]))] if hook.get("command") else []
+        named += [(AllowList.URLS, hook["url"])] if hook.get("url") else []
+        try:
+            provider = parse_provider_choice(spec.get("provider"))
+        except ProviderSettingsError:  # a test of invalid settings: nothing of it to list
+            provider = NO_PROVIDER
+        named += [(kind, tuple(v) if isinstance(v, list) else v) for _, kind, v in provider_fields(provider)]
+        for kind, value in named:
+            self.allowed[kind][f"entry-{len(self.allowed[kind])}"] = value
 
     def pool_path(self, name: str | None = None) -> str:
         return Kube.custom_path(NAMES.api_group, api.VERSION, "gpunodepools", name)

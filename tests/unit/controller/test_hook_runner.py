@@ -96,7 +96,7 @@ def _until(h: Harness, what: Callable[[], bool], seconds: float = 20) -> None:
 def test_a_reconcile_never_waits_for_the_hook_and_nothing_is_evicted_before_it_ends(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     hook = _HeldHook()
-    h.actuator.hooks = HookRunner(requeue=h.queue.add)  # the runner's real threads
+    h.actuator.hooks = HookRunner(requeue=h.queue.add, lists=h.lists)  # the runner's real threads
     try:
         url = f"http://alice:{SECRET}@127.0.0.1:{hook.port}/predrain?sig={SECRET}"
         h.node("n1")

@@ -152,6 +152,7 @@ def test_a_change_of_the_pools_provider_asks_about_every_member_again(h: Harness
     obj = h.api.read(h.pool_path("p"))
     assert obj is not None
     obj["spec"]["provider"] = {"type": "command", "command": {"command": ["true"]}}
+    h.allow(obj["spec"])
     other = Refusing(name="command", label="example.com/none")
     _serve(h, obj, other)
     h.api.put(h.pool_path(), obj)

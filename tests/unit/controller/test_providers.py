@@ -13,6 +13,7 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock, utc_iso
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names
@@ -281,7 +282,8 @@ def test_a_simulated_reset_fails_on_request_and_when_the_node_goes(sim_env) -> N
 
 def test_registry_builds_each_type_and_refuses_what_only_the_controller_can_judge() -> None:
     clock = FakeClock()
-    ctx = BuildContext(FakeKube(clock), clock, NAMES, image="img:1")  # type: ignore[arg-type]
+    lists = AllowLists(commands={"true": ("true",), "fix": ("/nonexistent/fix-node",)})
+    ctx = BuildContext(FakeKube(clock), clock, NAMES, image="img:1", allow_lists=lists)  # type: ignore[arg-type]
     for raw in ({"type": "simulated"}, {"type": "clusterapi"}, {"type": "hostReboot"},
                 {"type": "command", "command": {"command": ["true"]}}):
         spec = parse_provider_choice(raw).default

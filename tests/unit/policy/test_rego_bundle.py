@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.policy import opa
+from autoclusters.policy.config import PolicyConfig
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
@@ -75,6 +77,11 @@ def test_policies_hold_no_data_files() -> None:
     assert [p for p in POLICIES.rglob("*") if p.suffix in {".json", ".yaml", ".yml"}] == []
 
 
+# The installation the samples are judged in: its operator lists the allowed samples' hook URL
+# (a disallowed sample names a command no entry lists).
+SAMPLES_CONFIG = PolicyConfig(allow_lists=AllowLists(urls={"pre-drain": "https://hooks.example/pre-drain"}))
+
+
 def _samples() -> list[tuple[str, Path]]:
     return [(a, f) for a in sorted(ADAPTERS) for f in sorted((SAMPLES / a).rglob("*.*"))]
 
@@ -84,7 +91,7 @@ def test_sample(opa_bin: str, adapter: str, sample: Path) -> None:
     """Disallowed samples are named ``<rule>.<case>.*`` and must break exactly that rule."""
     docs = [d for d in yaml.safe_load_all(sample.read_text()) if d is not None]
     doc = {"apiVersion": "v1", "kind": "List", "items": docs} if len(docs) > 1 else docs[0]
-    value = opa.evaluate(ADAPTERS[adapter], doc, {}, policies=POLICIES)
+    value = opa.evaluate(ADAPTERS[adapter], doc, SAMPLES_CONFIG.data_document(), policies=POLICIES)
     rules = {v["rule"] for v in (value["violations"] if adapter == "admission" else value)}
     if sample.parent.name == "allowed":
         assert rules == set()

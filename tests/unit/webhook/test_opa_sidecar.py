@@ -133,7 +133,8 @@ def test_the_sidecar_starts_on_the_mounted_configmap_with_this_installations_nam
     sidecar.start()
     assert sidecar.get("/v1/data/autoclusters/config")["result"] == {
         "domain": "crusoe.ai", "controllers": [f"system:serviceaccount:{NAMESPACE}:autoclusters-controller"],
-        "nodeGroups": ["system:nodes"], "nodeAgents": [f"system:serviceaccount:{NAMESPACE}:autoclusters-detector"]}
+        "nodeGroups": ["system:nodes"], "nodeAgents": [f"system:serviceaccount:{NAMESPACE}:autoclusters-detector"],
+        "allowLists": {"commands": {}, "images": {}, "urls": {}}}
     d = _decide(sidecar)
     assert d["allowed"] is False and [v["rule"] for v in d["violations"]] == ["maintenance-approved-requires-fault"]
 
