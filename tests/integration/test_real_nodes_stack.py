@@ -10,10 +10,8 @@ devcluster/machine.py): the fault line is never written into this machine's kern
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,49 +21,20 @@ import pytest
 from autoclusters import api
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.devcluster.node_init import REBOOT_VERB
 from autoclusters.devcluster.realnodes import RealNode
 from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
+from tests.integration.real_nodes_support import XID79, deployed_stack
 from tests.integration.test_pulumi_cli import Project
-
-XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus."
 
 
 @pytest.fixture()
 def deployed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Project, str, str, list[RealNode]]]:
-    assert real_cluster.dev is not None
-    nodes = real_cluster.dev.real_nodes()
-    suffix = uuid.uuid4().hex[:6]
-    ns, pool = f"acr-{suffix}", f"real{suffix}"
-    names = Names()
-    for node in nodes:  # the operator puts the GPU nodes into the pool, as on any cluster
-        real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: pool}}})
-    proj = Project(tmp_path)
-    (tmp_path / "state").mkdir()
-    proj.pulumi("login", f"file://{tmp_path / 'state'}")
-    proj.pulumi("stack", "init", "real")
-    proj.pulumi("config", "set", "kubernetes:kubeconfig", real_cluster.kubeconfig)
-    for key, value in (("local", "false"), ("namespace", ns), ("hostRebootCommand", REBOOT_VERB)):
-        proj.pulumi("config", "set", f"autoclusters:{key}", value)
-    for path, value, kind in (("autoclusters:pools[0].name", pool, "string"),
-                              ("autoclusters:pools[0].consentMode", "auto", "string"),
-                              ("autoclusters:pools[0].provider.type", "hostReboot", "string"),
-                              ("autoclusters:pools[0].provider.hostReboot.timeoutSeconds", "180", "int"),
-                              ("autoclusters:pools[0].drain.resetDeadlineSeconds", "20", "int"),
-                              ("autoclusters:detector.windowSeconds", "3", "int")):
-        proj.pulumi("config", "set", "--path", path, value, "--type", kind)
-    try:
-        yield proj, ns, pool, nodes
-    finally:
-        proj.pulumi("destroy", "--yes", check=False)
-        print(proj.log.read_text()[-6000:], file=sys.stderr)
-        for node in nodes:
-            with contextlib.suppress(NotFound):
-                real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+    with deployed_stack(real_cluster, tmp_path) as d:
+        yield d.proj, d.ns, d.pool, d.nodes
 
 
 PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}
