@@ -14,8 +14,10 @@ from pathlib import Path
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.node_init import REBOOT_VERB
 from autoclusters.devcluster.realnodes import RealNode
-from autoclusters.kube import NotFound
+from autoclusters.kube import Kube, NotFound
+from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
+from autoclusters.providers.hostreboot import boot_id
 from tests.integration.test_pulumi_cli import Project
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus."
@@ -70,3 +72,14 @@ def deployed_stack(cluster: ClusterHandle, tmp_path: Path,
         for node in nodes:
             with contextlib.suppress(NotFound):
                 cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+
+
+def repaired(kube: Kube, node: str, before: str) -> bool:
+    """The node rebooted (a boot id other than ``before``), is Ready, uncordoned, and carries
+    neither the maintenance label nor the taint."""
+    names = Names()
+    n = kube.get_node(node)
+    labels = n["metadata"].get("labels") or {}
+    return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
+            and names.maintenance_required not in labels
+            and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))

@@ -23,11 +23,10 @@ from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.realnodes import RealNode
 from autoclusters.kube import Kube, NotFound
-from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.real_nodes_support import XID79, deployed_stack
+from tests.integration.real_nodes_support import XID79, deployed_stack, repaired
 from tests.integration.test_pulumi_cli import Project
 
 
@@ -109,14 +108,7 @@ def test_a_fault_in_a_real_nodes_kernel_log_is_repaired_by_the_pods(
     wait_for("the cordon", lambda: bool(kube.get_node(node.name)["spec"].get("unschedulable")), timeout=120)
     cordoned = time.monotonic() - t0
 
-    def repaired() -> bool:
-        n = kube.get_node(node.name)
-        labels = n["metadata"].get("labels") or {}
-        return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
-                and names.maintenance_required not in labels
-                and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
-
-    wait_for("the node rebooted, verified and uncordoned", repaired, timeout=300)
+    wait_for("the node rebooted, verified and uncordoned", lambda: repaired(kube, node.name, before), timeout=300)
     done = time.monotonic() - t0
     print(f"\nreal-node repair: labelled {marked:.1f}s, cordoned {cordoned:.1f}s, repaired {done:.1f}s",
           file=sys.stderr)
