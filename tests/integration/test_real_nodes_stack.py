@@ -10,10 +10,8 @@ devcluster/machine.py): the fault line is never written into this machine's kern
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,49 +21,19 @@ import pytest
 from autoclusters import api
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.devcluster.node_init import REBOOT_VERB
 from autoclusters.devcluster.realnodes import RealNode
 from autoclusters.kube import Kube, NotFound
-from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
+from tests.integration.real_nodes_support import XID79, deployed_stack, repaired
 from tests.integration.test_pulumi_cli import Project
-
-XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus."
 
 
 @pytest.fixture()
 def deployed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Project, str, str, list[RealNode]]]:
-    assert real_cluster.dev is not None
-    nodes = real_cluster.dev.real_nodes()
-    suffix = uuid.uuid4().hex[:6]
-    ns, pool = f"acr-{suffix}", f"real{suffix}"
-    names = Names()
-    for node in nodes:  # the operator puts the GPU nodes into the pool, as on any cluster
-        real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: pool}}})
-    proj = Project(tmp_path)
-    (tmp_path / "state").mkdir()
-    proj.pulumi("login", f"file://{tmp_path / 'state'}")
-    proj.pulumi("stack", "init", "real")
-    proj.pulumi("config", "set", "kubernetes:kubeconfig", real_cluster.kubeconfig)
-    for key, value in (("local", "false"), ("namespace", ns), ("hostRebootCommand", REBOOT_VERB)):
-        proj.pulumi("config", "set", f"autoclusters:{key}", value)
-    for path, value, kind in (("autoclusters:pools[0].name", pool, "string"),
-                              ("autoclusters:pools[0].consentMode", "auto", "string"),
-                              ("autoclusters:pools[0].provider.type", "hostReboot", "string"),
-                              ("autoclusters:pools[0].provider.hostReboot.timeoutSeconds", "180", "int"),
-                              ("autoclusters:pools[0].drain.resetDeadlineSeconds", "20", "int"),
-                              ("autoclusters:detector.windowSeconds", "3", "int")):
-        proj.pulumi("config", "set", "--path", path, value, "--type", kind)
-    try:
-        yield proj, ns, pool, nodes
-    finally:
-        proj.pulumi("destroy", "--yes", check=False)
-        print(proj.log.read_text()[-6000:], file=sys.stderr)
-        for node in nodes:
-            with contextlib.suppress(NotFound):
-                real_cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+    with deployed_stack(real_cluster, tmp_path) as d:
+        yield d.proj, d.ns, d.pool, d.nodes
 
 
 PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}
@@ -140,14 +108,7 @@ def test_a_fault_in_a_real_nodes_kernel_log_is_repaired_by_the_pods(
     wait_for("the cordon", lambda: bool(kube.get_node(node.name)["spec"].get("unschedulable")), timeout=120)
     cordoned = time.monotonic() - t0
 
-    def repaired() -> bool:
-        n = kube.get_node(node.name)
-        labels = n["metadata"].get("labels") or {}
-        return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
-                and names.maintenance_required not in labels
-                and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
-
-    wait_for("the node rebooted, verified and uncordoned", repaired, timeout=300)
+    wait_for("the node rebooted, verified and uncordoned", lambda: repaired(kube, node.name, before), timeout=300)
     done = time.monotonic() - t0
     print(f"\nreal-node repair: labelled {marked:.1f}s, cordoned {cordoned:.1f}s, repaired {done:.1f}s",
           file=sys.stderr)

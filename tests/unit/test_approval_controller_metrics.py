@@ -3,11 +3,8 @@ node's name, counted, and served under the name the controller's counter has."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import urllib.request
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -16,19 +13,13 @@ import pytest
 from autoclusters.clock import FakeClock
 from autoclusters.controller.metrics import Metrics
 from autoclusters.names import Names
+from tests.unit.example_module import load_example
 from tests.unit.fakeapi import FakeApi
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approval-controller" / "approval_controller.py"
 
 
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("approval_controller", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["approval_controller"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_example("approval-controller/approval_controller.py", "approval_controller")
 
 
 def node(name: str) -> dict[str, Any]:

@@ -1,0 +1,85 @@
+"""The stack deployed as a user deploys it, on the local cluster's real nodes: a Pulumi project
+(``pulumi up`` through the CLI, ``local`` off, the locally built image) whose one pool holds
+both real nodes, reset by the shipped ``hostReboot`` Job. Shared by the real-node tests."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.devcluster.node_init import REBOOT_VERB
+from autoclusters.devcluster.realnodes import RealNode
+from autoclusters.kube import Kube, NotFound
+from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
+from autoclusters.providers.hostreboot import boot_id
+from tests.integration.test_pulumi_cli import Project
+
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus."
+
+# The pool's settings unless a test says otherwise: (stack config path, value, type).
+POOL_SETTINGS: dict[str, tuple[str, str]] = {
+    "consentMode": ("auto", "string"),
+    "provider.type": ("hostReboot", "string"),
+    "provider.hostReboot.timeoutSeconds": ("180", "int"),
+    "drain.resetDeadlineSeconds": ("20", "int"),
+}
+
+
+@dataclass(frozen=True)
+class Deployed:
+    proj: Project
+    ns: str
+    pool: str
+    nodes: list[RealNode]
+
+
+@contextlib.contextmanager
+def deployed_stack(cluster: ClusterHandle, tmp_path: Path,
+                   pool: dict[str, tuple[str, str]] | None = None) -> Iterator[Deployed]:
+    """A Pulumi project of the stack, configured (not yet ``up``) with both real nodes in its
+    pool; destroyed after, and the nodes taken out of the pool. ``pool`` overrides
+    ``POOL_SETTINGS``."""
+    assert cluster.dev is not None
+    nodes = cluster.dev.real_nodes()
+    suffix = uuid.uuid4().hex[:6]
+    ns, name = f"acr-{suffix}", f"real{suffix}"
+    names = Names()
+    for node in nodes:  # the operator puts the GPU nodes into the pool, as on any cluster
+        cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: name}}})
+    proj = Project(tmp_path)
+    (tmp_path / "state").mkdir()
+    proj.pulumi("login", f"file://{tmp_path / 'state'}")
+    proj.pulumi("stack", "init", "real")
+    proj.pulumi("config", "set", "kubernetes:kubeconfig", cluster.kubeconfig)
+    for key, value in (("local", "false"), ("namespace", ns), ("hostRebootCommand", REBOOT_VERB)):
+        proj.pulumi("config", "set", f"autoclusters:{key}", value)
+    settings = {**POOL_SETTINGS, **(pool or {})}
+    for path, (value, kind) in (("autoclusters:pools[0].name", (name, "string")),
+                                *((f"autoclusters:pools[0].{k}", v) for k, v in settings.items()),
+                                ("autoclusters:detector.windowSeconds", ("3", "int"))):
+        proj.pulumi("config", "set", "--path", path, value, "--type", kind)
+    try:
+        yield Deployed(proj, ns, name, nodes)
+    finally:
+        proj.pulumi("destroy", "--yes", check=False)
+        print(proj.log.read_text()[-6000:], file=sys.stderr)
+        for node in nodes:
+            with contextlib.suppress(NotFound):
+                cluster.kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+
+
+def repaired(kube: Kube, node: str, before: str) -> bool:
+    """The node rebooted (a boot id other than ``before``), is Ready, uncordoned, and carries
+    neither the maintenance label nor the taint."""
+    names = Names()
+    n = kube.get_node(node)
+    labels = n["metadata"].get("labels") or {}
+    return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
+            and names.maintenance_required not in labels
+            and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
