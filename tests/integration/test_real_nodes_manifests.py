@@ -38,7 +38,8 @@ from autoclusters.ops.uninstall import condition_types_ours, marks_of
 from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.test_real_nodes_stack import XID79, _ready_parts
+from tests.integration.real_nodes_support import XID79
+from tests.integration.test_real_nodes_stack import _ready_parts
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = "h100"  # manifests/pools/h100.yaml: consent mode auto, provider hostReboot
