@@ -68,7 +68,10 @@ def job_shape_policy(name: str, *, namespace: str = DEFAULT_NAMESPACE, listed: S
                            f"{str(v).lower() if isinstance(v, bool) else v}" for k, v in sc.items())
     return validating_policy(name, {
         "paramKind": {"apiVersion": "apps/v1", "kind": "Deployment"},
-        "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+        # only its namespace: a binding whose parameter is not there yet (an informer not synced
+        # after install) or any more (mid-removal) denies what it matches, before match conditions
+        "matchConstraints": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                             "resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
                                                 "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]},
         "matchConditions": [{"name": "is-the-controller", "expression": (
             f"request.userInfo.username == "

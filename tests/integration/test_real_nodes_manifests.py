@@ -6,10 +6,11 @@ kustomize ``images:`` override reaches every reference: the controller reads its
 controller/own_image.py); then the documented removal (``autoclusters uninstall --stop``,
 ``kubectl delete -k``), which leaves no mark on any node (issue 23 item 4).
 
-The overlay is what a user's would be: another image name (the runtime image under
-``LOCAL_IMAGE_REPOSITORY``, which no default names) and two settings a test shortens: the
-detector's persistence window and the reboot's final verb (devcluster/node_init.py's, which
-restarts the node under a new boot id; this machine never reboots).
+The install is what a user's would be: a base rendered from their settings (two a test
+shortens: the detector's persistence window and the reboot's final verb, devcluster/
+node_init.py's, which restarts the node under a new boot id; this machine never reboots) and an
+overlay of it with another image name (the runtime image under ``LOCAL_IMAGE_REPOSITORY``, which
+no default names).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -47,19 +47,19 @@ IMAGE = f"{LOCAL_IMAGE_REPOSITORY}:{__version__}"
 
 
 def _overlay(tmp: Path) -> Path:
-    def arg(kind: str, name: str, *args: str) -> dict[str, Any]:
-        return {"target": {"kind": kind, "name": name},
-                "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}
-                                         for a in args])}
-
+    """The user's own base, rendered from their settings (docs/deploy.md: ``components.render
+    --config``), and an overlay of it that moves the image."""
+    settings = tmp / "settings.yaml"
+    settings.write_text(yaml.safe_dump({"hostRebootCommand": REBOOT_VERB, "detector": {"windowSeconds": 3}}))
+    base = tmp / "base"
+    subprocess.run([sys.executable, "-m", "components.render", "--config", str(settings), "--out", str(base)],
+                   check=True, cwd=REPO, capture_output=True, timeout=120)
     overlay = tmp / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(REPO / "manifests", overlay)],  # kustomize takes no absolute path
-        "images": [{"name": IMAGE_REPOSITORY, "newName": LOCAL_IMAGE_REPOSITORY}],
-        "patches": [arg("Deployment", "autoclusters-controller", "--host-reboot-command", REBOOT_VERB),
-                    arg("DaemonSet", "autoclusters-detector", "--window", "3")]}))
+        "resources": [os.path.relpath(base, overlay)],  # kustomize takes no absolute path
+        "images": [{"name": IMAGE_REPOSITORY, "newName": LOCAL_IMAGE_REPOSITORY}]}))
     return overlay
 
 
@@ -75,7 +75,7 @@ def installed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Pat
     try:
         yield overlay, nodes
     finally:
-        kubectl(cfg, "delete", "-k", str(REPO / "manifests" / "pools"), "--ignore-not-found", check=False,
+        kubectl(cfg, "delete", "-k", str(overlay.parent / "base" / "pools"), "--ignore-not-found", check=False,
                 timeout=120)
         kubectl(cfg, "delete", "-k", str(overlay), "--ignore-not-found", check=False, timeout=300)
         for node in nodes:
@@ -93,7 +93,7 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
     kubectl(cfg, "apply", "-k", str(overlay), timeout=120)
     kubectl(cfg, "-n", ns, "wait", "--for=condition=Available", "deployment/autoclusters-webhook",
             "--timeout=240s", timeout=300)
-    kubectl(cfg, "apply", "-k", str(REPO / "manifests" / "pools"), timeout=120)
+    kubectl(cfg, "apply", "-k", str(overlay.parent / "base" / "pools"), timeout=120)
     real = {n.name for n in nodes}
     by_part = wait_for("every part Ready as pods on the real nodes", lambda: _ready_parts(real_cluster, ns, real),
                        timeout=180)
@@ -134,7 +134,7 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
     done = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "uninstall", "--stop", "--kubeconfig", cfg],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    kubectl(cfg, "delete", "-k", str(REPO / "manifests" / "pools"), "--ignore-not-found", timeout=120)
+    kubectl(cfg, "delete", "-k", str(overlay.parent / "base" / "pools"), "--ignore-not-found", timeout=120)
     kubectl(cfg, "delete", "-k", str(overlay), "--ignore-not-found", timeout=300)
     for n in nodes:
         obj = kube.get_node(n.name)
