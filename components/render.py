@@ -31,7 +31,9 @@ from autoclusters.deploy import IMAGE_REPOSITORY
 from autoclusters.deploy.monitoring import Monitoring, monitoring_objects
 from autoclusters.deploy.pool_config import PoolConfigError, StackConfig, stack_config_from_dict
 from autoclusters.deploy.providers import granted_providers
-from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.reboot_job import OWN_IMAGE_VARIABLE
+from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
+from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -52,6 +54,14 @@ EXAMPLE_POOLS = [
 KUSTOMIZATION = "kustomization.yaml"
 POOLS_KUSTOMIZATION = "pools/kustomization.yaml"
 _DEFAULTS = StackConfig()
+# An overlay that moves the image carries it into the reboot Job policy's own image too
+# (deploy/reboot_job.py: a CEL string literal, the part between its quotes)
+OWN_IMAGE_REPLACEMENT: dict[str, Any] = {
+    "source": {"kind": "Deployment", "name": CONTROLLER,
+               "fieldPath": f"spec.template.spec.containers.[name={CONTROLLER_CONTAINER}].image"},
+    "targets": [{"select": {"kind": "ValidatingAdmissionPolicy", "name": JOB_SHAPE_POLICY},
+                 "fieldPaths": [f"spec.variables.[name={OWN_IMAGE_VARIABLE}].expression"],
+                 "options": {"delimiter": "'", "index": 1}}]}
 OVERLAYS: dict[str, dict[str, Any]] = {
     # your registry for both images: every reference follows, the reboot Job's too (its image
     # is the controller's own, read from its pod: controller/own_image.py)
@@ -59,7 +69,8 @@ OVERLAYS: dict[str, dict[str, Any]] = {
         {"name": IMAGE_REPOSITORY, "newName": "registry.example.com/autoclusters/autoclusters",
          "newTag": __version__},
         {"name": _DEFAULTS.opa_image.rsplit(":", 1)[0], "newName": "registry.example.com/openpolicyagent/opa",
-         "newTag": _DEFAULTS.opa_image.rsplit(":", 1)[1]}]},
+         "newTag": _DEFAULTS.opa_image.rsplit(":", 1)[1]}],
+        "replacements": [OWN_IMAGE_REPLACEMENT]},
     # the system and the pools in one sync, for Argo CD (the pools' sync wave follows the
     # webhook's) or Flux (which applies the CRDs first and retries the pools)
     "gitops": {"resources": ["../../../manifests", "../../../manifests/pools"]},

@@ -24,7 +24,6 @@ from typing import Any
 
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import _cel_str, admission_policy_binding, validating_policy
-from autoclusters.deploy.workloads import CONTROLLER_CONTAINER
 
 COMPONENT = "autoclusters-host-reboot"
 CONTAINER = "reboot"
@@ -35,10 +34,12 @@ NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--
 REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
                                            "runAsNonRoot": False}
 TOLERATIONS: list[dict[str, str]] = [{"operator": "Exists"}]
-# The controller's own image is read from its Deployment, the policy's parameter (paramKind): an
-# image override of the Deployment (kustomize images:, a Helm value) changes the image the policy
-# admits with it, and the controller's identity cannot write Deployments.
-OWN_IMAGES_VARIABLE = "ownImages"
+# The controller's own image, a variable of its own whose expression is the image as a CEL
+# string literal: a kustomize replacement carries an image override into it (docs/deploy.md,
+# examples/kustomize/registry/). Not the controller's Deployment as the policy's parameter: on
+# kube-apiserver v1.34.4 a binding created after another installation's was removed found no
+# parameter ("no params found for policy binding") and refused every reboot Job.
+OWN_IMAGE_VARIABLE = "ownImage"
 
 # The keys of each object of the Job: ours, and those the API server defaults.
 JOB_SPEC_KEYS = ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "template",
@@ -55,30 +56,26 @@ def _list(values: Sequence[str]) -> str:
     return "[" + ", ".join(_cel_str(v) for v in values) + "]"
 
 
-def job_shape_policy(name: str, *, namespace: str = DEFAULT_NAMESPACE, listed: Sequence[str] = (),
+def job_shape_policy(name: str, *, namespace: str = DEFAULT_NAMESPACE, own_image: str, listed: Sequence[str] = (),
                      host_command: Sequence[str], service_account: str = CONTROLLER_SERVICE_ACCOUNT
                      ) -> dict[str, Any]:
     """The policy: Jobs the controller's ``service_account`` creates have the reboot Job's shape,
-    run ``host_command`` in the host and the controller's own image (that of its Deployment, the
-    binding's parameter: ``job_shape_binding``) or one of ``listed`` (``allowLists.images``)."""
-    images = sorted(set(listed))
+    run ``host_command`` in the host and ``own_image`` (the controller's) or one of ``listed``
+    (``allowLists.images``)."""
+    images = sorted({own_image, *listed})
     who = "the autoclusters controller"
     sc = REBOOT_SECURITY_CONTEXT
     security = " && ".join(f"has(variables.c.securityContext.{k}) && variables.c.securityContext.{k} == "
                            f"{str(v).lower() if isinstance(v, bool) else v}" for k, v in sc.items())
     return validating_policy(name, {
-        "paramKind": {"apiVersion": "apps/v1", "kind": "Deployment"},
-        # only its namespace: a binding whose parameter is not there yet (an informer not synced
-        # after install) or any more (mid-removal) denies what it matches, before match conditions
+        # only its namespace: Jobs of other namespaces are none of its business
         "matchConstraints": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                              "resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
                                                 "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]},
         "matchConditions": [{"name": "is-the-controller", "expression": (
             f"request.userInfo.username == "
             f"{_cel_str(f'system:serviceaccount:{namespace}:{service_account}')}")}],
-        "variables": [{"name": OWN_IMAGES_VARIABLE, "expression": (
-                          f"params.spec.template.spec.containers.filter(c, c.name == {_cel_str(CONTROLLER_CONTAINER)})"
-                          ".map(c, c.image)")},
+        "variables": [{"name": OWN_IMAGE_VARIABLE, "expression": _cel_str(own_image)},
                       {"name": "listedImages", "expression": _list(sorted(set(listed)))},
                       {"name": "pod", "expression": "object.spec.template.spec"},
                       {"name": "c", "expression": "object.spec.template.spec.containers[0]"}],
@@ -105,18 +102,13 @@ def job_shape_policy(name: str, *, namespace: str = DEFAULT_NAMESPACE, listed: S
              "reason": "Forbidden", "message": (
                  f"{who} creates only the host-reboot Job: its container runs "
                  f"{' '.join([*NSENTER, *host_command])!r} with the reboot's security context, nothing else")},
-            {"expression": f"variables.c.image in variables.{OWN_IMAGES_VARIABLE} || "
+            {"expression": f"variables.c.image == variables.{OWN_IMAGE_VARIABLE} || "
                            "variables.c.image in variables.listedImages", "reason": "Forbidden",
-             "message": (f"{who} runs the host-reboot Job only with its own image (its Deployment's) or an "
-                         f"entry of allowLists.images{': ' + ', '.join(images) if images else ' (none)'}")},
+             "message": (f"{who} runs the host-reboot Job only with its own image or an entry of "
+                         f"allowLists.images: {', '.join(images)}")},
         ],
     })
 
 
-def job_shape_binding(name: str, *, namespace: str, controller_deployment: str) -> dict[str, Any]:
-    """Binds the policy with the controller's Deployment (shard 0's: every shard runs the same
-    image) as its parameter; without it every Job of the controller is refused."""
-    binding = admission_policy_binding(policy_name=name)
-    binding["spec"]["paramRef"] = {"name": controller_deployment, "namespace": namespace,
-                                   "parameterNotFoundAction": "Deny"}
-    return binding
+def job_shape_binding(name: str) -> dict[str, Any]:
+    return admission_policy_binding(policy_name=name)

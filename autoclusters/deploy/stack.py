@@ -92,10 +92,10 @@ def controller_objects(names: Names, namespace: str, image: str, replicas: int =
     (``deploy.reboot_job``)."""
     jobs = cluster_scoped_name(JOB_SHAPE_POLICY, namespace)
     out: list[dict[str, Any]] = [
-        reboot_job.job_shape_policy(jobs, namespace=namespace, listed=list(allow_lists.images.values()),
+        reboot_job.job_shape_policy(jobs, namespace=namespace, own_image=image,
+                                    listed=list(allow_lists.images.values()),
                                     host_command=host_reboot_argv(host_reboot_command)),
-        reboot_job.job_shape_binding(jobs, namespace=namespace,
-                                     controller_deployment=workloads.controller_name(shards, 0))]
+        reboot_job.job_shape_binding(jobs)]
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,
                                                 shard=shard, host_reboot_command=host_reboot_command,

@@ -37,6 +37,7 @@ from autoclusters.names import Names
 from autoclusters.ops.uninstall import condition_types_ours, marks_of
 from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
+from components.render import OWN_IMAGE_REPLACEMENT
 from tests.integration.helpers import kubectl, wait_for
 from tests.integration.real_nodes_support import XID79
 from tests.integration.test_real_nodes_stack import _ready_parts
@@ -59,7 +60,8 @@ def _overlay(tmp: Path) -> Path:
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(base, overlay)],  # kustomize takes no absolute path
-        "images": [{"name": IMAGE_REPOSITORY, "newName": LOCAL_IMAGE_REPOSITORY}]}))
+        "images": [{"name": IMAGE_REPOSITORY, "newName": LOCAL_IMAGE_REPOSITORY}],
+        "replacements": [OWN_IMAGE_REPLACEMENT]}))  # as examples/kustomize/registry/ does
     return overlay
 
 

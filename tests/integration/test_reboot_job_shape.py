@@ -20,7 +20,6 @@ from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
 from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.deploy.reboot_job import job_shape_binding, job_shape_policy
-from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Forbidden, Kube, NotFound, load_kube
 from autoclusters.providers.hostreboot import reboot_job
@@ -59,10 +58,9 @@ def scene(cluster: ClusterHandle) -> Iterator[Scene]:
              "metadata": {"name": "jobs", "namespace": s.ns},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
              "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_SERVICE_ACCOUNT, "namespace": s.ns}]},
-            _controller_deployment(s.ns, OWN_IMAGE),  # the policy's parameter: where its own image is read
-            job_shape_policy(s.policy, namespace=s.ns, listed=[LISTED_IMAGE],
+            job_shape_policy(s.policy, namespace=s.ns, own_image=OWN_IMAGE, listed=[LISTED_IMAGE],
                              host_command=DEFAULT_HOST_REBOOT_ARGV),
-            job_shape_binding(s.policy, namespace=s.ns, controller_deployment=CONTROLLER),
+            job_shape_binding(s.policy),
         ])
         s.controller = load_kube(kubeconfig)
         _until_enforced(s)
@@ -70,19 +68,9 @@ def scene(cluster: ClusterHandle) -> Iterator[Scene]:
     finally:
         for path in (f"{ADMISSION}/validatingadmissionpolicybindings/{s.policy}",
                      f"{ADMISSION}/validatingadmissionpolicies/{s.policy}",
-                     f"{role}/rolebindings/jobs", f"{role}/roles/jobs",
-                     f"/apis/apps/v1/namespaces/{s.ns}/deployments/{CONTROLLER}", f"/api/v1/namespaces/{s.ns}"):
+                     f"{role}/rolebindings/jobs", f"{role}/roles/jobs", f"/api/v1/namespaces/{s.ns}"):
             with contextlib.suppress(NotFound):
                 cluster.kube.delete(path)
-
-
-def _controller_deployment(ns: str, image: str) -> dict[str, Any]:
-    """A stand-in of the controller's Deployment (no replicas: only its image matters here)."""
-    labels = {"app.kubernetes.io/name": CONTROLLER}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": CONTROLLER, "namespace": ns},
-            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"containers": [{"name": CONTROLLER_CONTAINER, "image": image}]}}}}
 
 
 def _until_enforced(s: Scene) -> None:
@@ -130,38 +118,6 @@ def test_another_shape_from_the_controller_is_refused(scene: Scene, variant: str
     VARIANTS[variant](job)
     with pytest.raises(Forbidden, match="the autoclusters controller"):
         scene.create(scene.controller, job)
-
-
-def test_an_image_override_of_the_controller_moves_the_admitted_image(scene: Scene) -> None:
-    """The own image is the controller Deployment's (the policy's parameter): an override of the
-    Deployment's image (kustomize images:, a Helm value) is what the policy admits next, and the
-    old image no longer is; the controller's identity cannot write Deployments."""
-    moved = "registry.example/mirror/autoclusters:1"
-    path = f"/apis/apps/v1/namespaces/{scene.ns}/deployments/{CONTROLLER}"
-    scene.cluster.kube.patch(path, {"spec": {"template": {"spec": {"containers": [
-        {"name": CONTROLLER_CONTAINER, "image": moved}]}}}})
-    try:
-        _until_admitted(scene, moved)  # the API server's parameter informer has the change
-        with pytest.raises(Forbidden, match="its own image"):
-            scene.create(scene.controller, scene.job(OWN_IMAGE))
-    finally:
-        scene.cluster.kube.patch(path, {"spec": {"template": {"spec": {"containers": [
-            {"name": CONTROLLER_CONTAINER, "image": OWN_IMAGE}]}}}})
-        _until_admitted(scene, OWN_IMAGE)
-
-
-def _until_admitted(s: Scene, image: str) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            s.create(s.controller, s.job(image))
-            return
-        except Forbidden:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def test_the_policy_holds_the_controller_only(scene: Scene) -> None:
