@@ -62,10 +62,18 @@ def test_pod_is_scheduled_on_the_gpu_node_and_runs(cluster: ClusterHandle, names
 
     pod = wait_for("pod Running", running, timeout=60)
     assert pod["spec"]["nodeName"] == node
-    # A second 8-GPU pod does not fit the node: the scheduler must leave it Pending.
+    # A second 8-GPU pod does not fit the node: the scheduler must leave it Pending. Its sign
+    # that it tried and decided: the PodScheduled condition False, reason Unschedulable
+    # (kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions).
     cluster.kube.create(f"/api/v1/namespaces/{namespace}/pods", _gpu_pod("second", pool, cluster))
-    time.sleep(3)
-    second = cluster.kube.get(f"/api/v1/namespaces/{namespace}/pods/second")
+
+    def unschedulable() -> dict[str, Any] | None:
+        pod = cluster.kube.get(f"/api/v1/namespaces/{namespace}/pods/second")
+        conds = (pod.get("status") or {}).get("conditions") or []
+        return pod if any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                          and c.get("reason") == "Unschedulable" for c in conds) else None
+
+    second = wait_for("the scheduler's Unschedulable on the second pod", unschedulable, timeout=30)
     assert second["status"]["phase"] == "Pending"
     assert not second["spec"].get("nodeName")
 
