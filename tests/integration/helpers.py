@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -35,6 +36,20 @@ def wait_for(what: str, check: Callable[[], T | None], *, timeout: float = 30, i
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+def heartbeat_after(what: str, condition: Callable[[], dict[str, Any] | None], after: datetime, *,
+                    timeout: float = 30) -> dict[str, Any]:
+    """The positive sign that a writer of conditions has looked since ``after``: the condition
+    as it was rewritten with a ``lastHeartbeatTime`` past ``after`` (the stamp has second
+    precision, so past means a whole second later: written no earlier than ``after``). A check
+    that something did not happen by ``after`` then reads what that write says."""
+    def fresh() -> dict[str, Any] | None:
+        cond = condition()
+        beat = (cond or {}).get("lastHeartbeatTime")
+        return cond if beat and parse_time(beat).timestamp() >= math.floor(after.timestamp()) + 1 else None
+
+    return wait_for(f"a heartbeat of {what} after {after.isoformat()}", fresh, timeout=timeout)
 
 
 def agent_writes_true_condition(cluster: ClusterHandle, agent: NodeAgent, writer: ConditionWriter, node: str,
