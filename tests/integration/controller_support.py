@@ -241,6 +241,17 @@ class Env:
     def pool_nodes(self, pool: str) -> list[str]:
         return sorted(n["metadata"]["name"] for n in self.kube.list_nodes(f"{self.names.pool_label}={pool}"))
 
+    def reconciled_without_repair(self, node: str) -> None:
+        """A positive sign that the controller has reconciled ``node`` as it stands now and
+        decided no repair: a leftover maintenance-required label (what a crash between a record's
+        close and the node's cleanup leaves) goes on, and only a reconcile that read the node
+        with it (so with every write before it) and opened no repair takes it off
+        (``_cleanup_leftovers``, quietly: no event). Only for a node with no open record: an
+        open one keeps its marks."""
+        self.kube.patch_node(node, {"metadata": {"labels": {self.names.maintenance_required: "true"}}})
+        wait_for(f"the controller's cleanup of a leftover mark on {node}",
+                 lambda: self.names.maintenance_required not in self.labels(node))
+
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
         items = self.kube.list_items(Kube.custom_path(self.names.api_group, api.VERSION, "remediations"))
