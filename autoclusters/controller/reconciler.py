@@ -199,7 +199,29 @@ class Reconciler:
             return None  # another shard's pool or node (sharded: it moved there since it was queued)
         if key.startswith(POOL_KEY):
             return self.reconcile_pool(key[len(POOL_KEY):])
-        return self.reconcile_node(key)
+        if not log.isEnabledFor(logging.DEBUG):
+            return self.reconcile_node(key)
+        # The sign that a node was looked at and decided (``--verbose``): the version read first,
+        # which every decision of this reconcile read or read past, and the open repair's phase
+        # after it. What did not happen to a node is known from a line at or past the version
+        # that should have made it happen (docs/operations.md, "Debugging: what the controller
+        # decided about a node").
+        seen = str(((self._fleet.node(key) or {}).get("metadata") or {}).get("resourceVersion") or "none")
+        try:
+            after = self.reconcile_node(key)
+        except Exception as e:  # the caller logs and retries it; the line says it was tried
+            log.debug("node %s reconciled (read at resourceVersion %s): failed (%s): %s", key, seen,
+                      type(e).__name__, self._open_phase(key))
+            raise
+        log.debug("node %s reconciled (read at resourceVersion %s): %s", key, seen, self._open_phase(key))
+        return after
+
+    def _open_phase(self, name: str) -> str:
+        """The phase of the node's open record as the cache holds it (our writes are in it), or why none."""
+        active = next((r for r in self._fleet.records_of(name) if rec.is_active(r)), None)
+        if active is None:
+            return "no open repair"
+        return f"record {active['metadata'].get('name', '')} {(active.get('status') or {}).get('phase') or 'new'}"
 
     def _provider(self, pool: Pool | None, action: RepairAction) -> tuple[Provider | None, ProviderBlock | None]:
         """The pool's provider for ``action``, or why there is none (never a default guessed).

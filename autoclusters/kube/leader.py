@@ -82,6 +82,8 @@ class LeaderElector:
             self._observed = (seen, mono)
         duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
         if holder and holder != self.identity and mono < self._observed[1] + duration:
+            # the candidate's sign that it looked and left the lease to its holder (``--verbose``)
+            log.debug("lease %s held by %s (renewed %s): not taken", self._name, holder, spec.get("renewTime"))
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         mine = holder == self.identity
