@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -63,8 +64,8 @@ class ControllerProcess:
         flags = {**CONTROLLER_FLAGS, **(extra or {})}
         self.identity = identity
         self.log_path = log_dir / f"controller-{identity}.log"
-        argv = [sys.executable, "-m", "autoclusters.cli.main", "controller", "run", "--kubeconfig", kubeconfig,
-                "--namespace", namespace, "--identity", identity]
+        argv = [sys.executable, "-m", "autoclusters.cli.main", "--verbose", "controller", "run",
+                "--kubeconfig", kubeconfig, "--namespace", namespace, "--identity", identity]
         for k, v in flags.items():
             argv += [k, v]
         self._log = self.log_path.open("ab")
@@ -88,6 +89,11 @@ class ControllerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+
+# The controller's debug line for each node reconcile (Reconciler.reconcile) and the annotation
+# a test touches to make a version the controller must read (Env.decided).
+DECIDED = re.compile(r"node (\S+) reconciled \(read at resourceVersion (\S+)\): (.*)\n")  # whole lines only
+TOUCH_ANNOTATION = "tests.autoclusters.io/touched"
 
 SCRIPT_SLOTS = 16  # listed script slots per environment (Env.listed_script)
 
@@ -241,16 +247,28 @@ class Env:
     def pool_nodes(self, pool: str) -> list[str]:
         return sorted(n["metadata"]["name"] for n in self.kube.list_nodes(f"{self.names.pool_label}={pool}"))
 
-    def reconciled_without_repair(self, node: str) -> None:
-        """A positive sign that the controller has reconciled ``node`` as it stands now and
-        decided no repair: a leftover maintenance-required label (what a crash between a record's
-        close and the node's cleanup leaves) goes on, and only a reconcile that read the node
-        with it (so with every write before it) and opened no repair takes it off
-        (``_cleanup_leftovers``, quietly: no event). Only for a node with no open record: an
-        open one keeps its marks."""
-        self.kube.patch_node(node, {"metadata": {"labels": {self.names.maintenance_required: "true"}}})
-        wait_for(f"the controller's cleanup of a leftover mark on {node}",
-                 lambda: self.names.maintenance_required not in self.labels(node))
+    def decided(self, node: str) -> str:
+        """The positive sign that the controller has looked at ``node`` as it stands now, with
+        every write made before this call, and decided: a harmless annotation is touched, and the
+        leader's debug line for a reconcile that read the node at or past that version
+        (``Reconciler.reconcile``; the controllers run ``--verbose``) is waited for. Returns what
+        the line says of the node's open repair ("no open repair", or "record NAME PHASE");
+        the check of what did not happen comes after."""
+        offsets = {c.identity: c.log_path.stat().st_size for c in self.running()}
+        touched = self.kube.patch_node(node, {"metadata": {"annotations": {TOUCH_ANNOTATION: secrets.token_hex(4)}}})
+        version = int(touched["metadata"]["resourceVersion"])
+
+        def line() -> str | None:
+            for c in self.running():
+                with c.log_path.open("rb") as f:
+                    f.seek(offsets.get(c.identity, 0))
+                    text = f.read().decode(errors="replace")
+                for m in DECIDED.finditer(text):
+                    if m[1] == node and m[2].isdigit() and int(m[2]) >= version:
+                        return m[3]
+            return None
+
+        return wait_for(f"the controller's decision on {node} at resourceVersion {version} or later", line)
 
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:

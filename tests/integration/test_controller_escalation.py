@@ -76,7 +76,7 @@ def test_replacement_fails_then_action_failed_and_labels_stay(ctl: Env) -> None:
     assert failed["status"]["outcome"] == "Failed"
     ev = ctl.wait_reason(node, n.EVENT_FAILED)
     assert ev["type"] == "Warning"
-    time.sleep(1)
+    assert ctl.decided(node) == f"record {failed['metadata']['name']} Failed"  # looked at again: no retry
     assert ctl.labels(node).get(ctl.names.maintenance_required) == "true" and ctl.has_taint(node)
     cond = next(c for c in ctl.node(node)["status"]["conditions"] if c["type"] == ctl.names.gpu_condition)
     assert cond["status"] == "True"

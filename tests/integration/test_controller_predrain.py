@@ -107,7 +107,7 @@ def test_an_acknowledgement_ends_the_wait_early(ctl: Env, ns: str, tmp_path: Pat
     ctl.kube.patch_node(node, {"metadata": {"annotations": {ctl.names.drain_ack("slurm"): record}}})
     trainer_path = f"/api/v1/namespaces/{ns}/pods/trainer"
     ctl.kube.patch(trainer_path, {"metadata": {"annotations": {ctl.names.pod_drain_ack: "some-older-record"}}})
-    time.sleep(2)
+    assert ctl.decided(node).endswith(" Draining")  # a reconcile that read both acks: still waiting
     assert ctl.records(node)[-1]["status"]["phase"] == "Draining"
     assert "evictionStarted" not in ctl.records(node)[-1]["status"]
     assert pod(ctl, ns, "trainer") is not None and pod(ctl, ns, "web") is not None
@@ -161,7 +161,7 @@ def test_a_restart_during_the_wait_neither_warns_again_nor_moves_the_deadline(ct
         c.kill()
     fresh = ctl.start_controller()
     ctl.wait_leader([fresh], timeout=30)
-    time.sleep(2)  # the new leader reconciles the waiting record
+    assert ctl.decided(node) == f"record {rec['metadata']['name']} Draining"  # the new leader's look at it
     again = ctl.records(node)[-1]
     assert again["status"]["phase"] == "Draining" and "evictionStarted" not in again["status"]
     assert again["status"]["preDrainDeadline"] == rec["status"]["preDrainDeadline"]
@@ -232,7 +232,8 @@ def test_a_refused_first_marking_is_written_again_with_the_hook_called_once(ctl:
         ctl.raise_fault(node)
         record = ctl.record_in(node, "Draining", "Acting", "Verifying", "Succeeded")["metadata"]["name"]
         ctl.wait_reason(node, n.EVENT_DRAIN_WARNING)  # the step's events go out with the refused write
-        time.sleep(3)  # retries after the backoff, each refused
+        # written again after the backoff (a reconcile that read the node as it is now), refused again
+        assert ctl.decided(node) == f"failed (Forbidden): record {record} Draining"
         rec = ctl.records(node)[-1]
         assert rec["status"]["phase"] == "Draining" and "evictionStarted" in rec["status"]  # nothing evicted
         node_obj = ctl.node(node)
@@ -275,10 +276,10 @@ def test_slinky_cordon_reason_and_a_busy_slurmd_pod_held_until_slurm_drained_it(
     assert reason == f"{n.DRAIN_REASON_PREFIX} GPU 3 reported Xid 79 (GPU has fallen off the bus) " \
                      f"(remediation {rec['metadata']['name']})"
     wait_for("evicting", lambda: "evictionStarted" in ctl.records(node)[-1]["status"])  # nobody to wait for
-    time.sleep(2)
+    assert ctl.decided(node).endswith(" Draining")  # looked at again with the job running: slurmd stays
     assert pod(ctl, ns, "slurmd") is not None and ctl.records(node)[-1]["status"]["phase"] == "Draining"
     _slurm_state(ctl, ns, "slurmd", Allocated=True, Drain=True)  # DRAINING: still busy
-    time.sleep(2)
+    assert ctl.decided(node).endswith(" Draining")  # a reconcile that read the DRAINING state
     assert pod(ctl, ns, "slurmd") is not None
     _slurm_state(ctl, ns, "slurmd", Allocated=False, Idle=True, Drain=True)  # DRAINED
     ctl.record_in(node, "Succeeded", timeout=40)
