@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -96,7 +97,11 @@ def test_repeated_kills_during_repairs_never_double_a_reset(ctl: Env) -> None:
 def test_two_replicas_never_both_act(ctl: Env) -> None:
     first = ctl.running()[0]
     second = ctl.start_controller("standby")
-    time.sleep(3)
+    # the standby's sign (its --verbose line per look at the lease): it saw the leader renew
+    # (two renewTimes) and left the lease to it both times
+    looked = re.compile(rf"lease \S+ held by {re.escape(first.identity)} \(renewed (\S+)\): not taken\n")
+    wait_for("the standby's looks at two renewals of the lease",
+             lambda: len(set(looked.findall(second.log()))) >= 2)
     assert ctl.leader() == first.identity
     assert "became the leader" not in second.log()
     _, (node,) = ctl.pool("auto")
