@@ -107,9 +107,13 @@ def test_a_persistent_fault_comes_back_after_the_reboot(fleet: Fleet) -> None:
     assert (cond["reason"], cond["message"]) == ("NvidiaSXIDError", "NVSwitch reported SXID 24007.")
     fleet.reboot(node)
     deadline = time.monotonic() + 3 * WINDOW
+    until = datetime.now(UTC) + timedelta(seconds=3 * WINDOW)
     while time.monotonic() < deadline:  # the broken switch is seen again at once: no flap to False
         assert fleet.status(node, names.gpu_condition) == "True"
         time.sleep(0.2)
+    # and the writer's word after that time (not only no False seen by the polls) is still True
+    assert heartbeat_after(f"{names.gpu_condition} on {node}", lambda: fleet.condition(node, names.gpu_condition),
+                           until)["status"] == "True"
     fleet.inject(node, "--clear")
     fleet.reboot(node)
     fleet.wait_status(node, names.gpu_condition, "False")
@@ -122,9 +126,13 @@ def test_the_window_ignores_a_transient_port_flap(fleet: Fleet) -> None:
     time.sleep(WINDOW / 3)
     fleet.inject(node, "--clear")
     deadline = time.monotonic() + 2.5 * WINDOW
+    until = datetime.now(UTC) + timedelta(seconds=2.5 * WINDOW)
     while time.monotonic() < deadline:
         assert fleet.status(node, names.interconnect_condition) == "False"
         time.sleep(0.2)
+    # the writer's word from past the window the flap would have needed: still False
+    assert heartbeat_after(f"{names.interconnect_condition} on {node}",
+                           lambda: fleet.condition(node, names.interconnect_condition), until)["status"] == "False"
     fleet.inject(node, "--hca", "mlx5_1", "--port", "1")
     cond = fleet.wait_status(node, names.interconnect_condition, "True")
     assert (cond["reason"], cond["message"]) == ("InterconnectError", "HCA mlx5_1 port 1 reported port_down.")
