@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -40,7 +39,7 @@ from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.names import Names
 from autoclusters.sim import nodes as simnodes
 from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import controller_decided, wait_for
 from tests.integration.ops_support import private_domain
 
 XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
@@ -89,11 +88,6 @@ class ControllerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-
-# The controller's debug line for each node reconcile (Reconciler.reconcile) and the annotation
-# a test touches to make a version the controller must read (Env.decided).
-DECIDED = re.compile(r"node (\S+) reconciled \(read at resourceVersion (\S+)\): (.*)\n")  # whole lines only
-TOUCH_ANNOTATION = "tests.autoclusters.io/touched"
 
 SCRIPT_SLOTS = 16  # listed script slots per environment (Env.listed_script)
 
@@ -248,27 +242,11 @@ class Env:
         return sorted(n["metadata"]["name"] for n in self.kube.list_nodes(f"{self.names.pool_label}={pool}"))
 
     def decided(self, node: str) -> str:
-        """The positive sign that the controller has looked at ``node`` as it stands now, with
-        every write made before this call, and decided: a harmless annotation is touched, and the
-        leader's debug line for a reconcile that read the node at or past that version
-        (``Reconciler.reconcile``; the controllers run ``--verbose``) is waited for. Returns what
-        the line says of the node's open repair ("no open repair", or "record NAME PHASE");
-        the check of what did not happen comes after."""
-        offsets = {c.identity: c.log_path.stat().st_size for c in self.running()}
-        touched = self.kube.patch_node(node, {"metadata": {"annotations": {TOUCH_ANNOTATION: secrets.token_hex(4)}}})
-        version = int(touched["metadata"]["resourceVersion"])
-
-        def line() -> str | None:
-            for c in self.running():
-                with c.log_path.open("rb") as f:
-                    f.seek(offsets.get(c.identity, 0))
-                    text = f.read().decode(errors="replace")
-                for m in DECIDED.finditer(text):
-                    if m[1] == node and m[2].isdigit() and int(m[2]) >= version:
-                        return m[3]
-            return None
-
-        return wait_for(f"the controller's decision on {node} at resourceVersion {version} or later", line)
+        """The positive sign that the controller has looked at ``node`` as it stands now and
+        decided (``helpers.controller_decided``, in the running replicas' logs; they run
+        ``--verbose``): what the line says of the node's open repair ("no open repair", or
+        "record NAME PHASE"); the check of what did not happen comes after."""
+        return controller_decided(self.kube, node, lambda: [c.log_path for c in self.running()])
 
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from autoclusters.detector.agent import NodeAgent
     from autoclusters.detector.writer import ConditionWriter
     from autoclusters.devcluster.handle import ClusterHandle
+    from autoclusters.kube import Kube
 
 T = TypeVar("T")
 
@@ -50,6 +53,38 @@ def heartbeat_after(what: str, condition: Callable[[], dict[str, Any] | None], a
         return cond if beat and parse_time(beat).timestamp() >= math.floor(after.timestamp()) + 1 else None
 
     return wait_for(f"a heartbeat of {what} after {after.isoformat()}", fresh, timeout=timeout)
+
+
+# The controller's debug line for each node reconcile (``Reconciler.reconcile``, under
+# ``--verbose``), whole lines only, and the annotation a check touches to make a version the
+# controller must read (``controller_decided``).
+DECIDED = re.compile(r"node (\S+) reconciled \(read at resourceVersion (\S+)\): (.*)\n")
+TOUCH_ANNOTATION = "tests.autoclusters.io/touched"
+
+
+def controller_decided(kube: Kube, node: str, logs: Callable[[], Iterable[Path]], *, timeout: float = 30) -> str:
+    """The positive sign that a controller has looked at ``node`` as it stands now, with every
+    write made before this call, and decided: a harmless annotation is touched, and the debug
+    line of a reconcile that read the node at or past that version is waited for in ``logs``
+    (the controllers' log files, read from their size before the touch). Returns what the line
+    says of the node's open repair ("no open repair", "record NAME PHASE", or "failed (ERROR):
+    ..." for a reconcile whose write failed)."""
+    offsets = {path: path.stat().st_size for path in logs() if path.exists()}
+    touched = kube.patch_node(node, {"metadata": {"annotations": {TOUCH_ANNOTATION: secrets.token_hex(4)}}})
+    version = int(touched["metadata"]["resourceVersion"])
+
+    def line() -> str | None:
+        for path in logs():
+            with path.open("rb") as f:
+                f.seek(offsets.get(path, 0))
+                text = f.read().decode(errors="replace")
+            for m in DECIDED.finditer(text):
+                if m[1] == node and m[2].isdigit() and int(m[2]) >= version:
+                    return m[3]
+        return None
+
+    return wait_for(f"the controller's decision on {node} at resourceVersion {version} or later", line,
+                    timeout=timeout)
 
 
 def agent_writes_true_condition(cluster: ClusterHandle, agent: NodeAgent, writer: ConditionWriter, node: str,

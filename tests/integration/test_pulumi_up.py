@@ -33,7 +33,7 @@ from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.tools import ToolsMissing
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import controller_decided, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ class StackRun:
 
     def start_controller(self) -> HostProcess:
         return self.start("controller", [
-            "controller", "run", "--namespace", self.namespace, "--lease-seconds", "4",
+            "--verbose", "controller", "run", "--namespace", self.namespace, "--lease-seconds", "4",
             "--renew-deadline-seconds", "3", "--retry-period-seconds", "0.5", "--poll-seconds", "0.3",
             "--hold-recheck-seconds", "0.5", "--verify-timeout-seconds", "20", "--metrics-port", "0",
             "--sim-reset-seconds", "1", "--sim-replace-seconds", "1", "--resync-seconds", "20",
@@ -277,7 +277,7 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
 
     # The runtime on the host, under the stack's service accounts.
     run.start_webhook()
-    run.start_controller()
+    host_controller = run.start_controller()
 
     # auto: a fault is repaired without waiting for anyone.
     boot = run.boot_id(nodes[0])
@@ -306,7 +306,8 @@ def test_up_preview_consent_change_and_destroy(run: StackRun) -> None:
                                   if (r.get("status") or {}).get("phase") == "AwaitingApproval"), None),
                     timeout=40)
     assert held["spec"]["consentMode"] == "propose"
-    time.sleep(2)
+    # looked at again, unapproved (the controller's --verbose decision line): still held
+    assert controller_decided(kube, nodes[1], lambda: [host_controller.log]).endswith(" AwaitingApproval")
     assert [r["status"]["phase"] for r in run.records(nodes[1])] == ["AwaitingApproval"]
     assert run.names.maintenance_required in kube.get_node(nodes[1])["metadata"]["labels"]
     assert not kube.get_node(nodes[1])["spec"].get("unschedulable")  # held: still running its work
