@@ -25,35 +25,31 @@ is ``sushy``, OpenStack's Redfish library (``Sushy.get_system``, ``System.reset_
   ``timeoutSeconds`` of the operation's start. Failure (the BMC refused, did not answer, kept
   the system off, or the node did not come back) names the BMC and its answer.
 
-The requests run in a thread per operation, so a slow BMC never holds the controller's workers.
+The requests run in a thread per operation, so a slow BMC never holds the controller's workers;
+the thread, the mark and the verdict are ``providers/remote_reset.py``'s, shared with the ec2 provider.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from autoclusters import api
-from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
+from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy.providers import REDFISH_SECRET
 from autoclusters.kube import Kube, KubeError, NotFound
-from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, NodeLookup, read_node
+from autoclusters.providers.base import NodeCache, read_node
 from autoclusters.providers.hostreboot import boot_id
-from autoclusters.redact import redact, redact_url
+from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, secret_text
+from autoclusters.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +108,8 @@ class Credentials:
 
 def credentials(secret: dict[str, Any], where: str) -> Credentials:
     """The Secret's keys; raises ValueError naming a missing one."""
-    data = secret.get("data") or {}
-
     def key(name: str) -> str:
-        try:
-            return base64.b64decode(data.get(name) or "").decode()
-        except ValueError:
-            raise ValueError(f"{where}: key {name} is not base64 of UTF-8 text") from None
+        return secret_text(secret, name, where)
 
     user, password = key("username"), key("password")
     if not user or not password:
@@ -126,41 +117,28 @@ def credentials(secret: dict[str, Any], where: str) -> Credentials:
     return Credentials(user, password, key("ca.crt"))
 
 
-class BmcFailure(Exception):
+class BmcFailure(ResetFailure):
     """What went wrong at the BMC, in words for the record: the BMC, what was asked, its answer."""
 
 
-@dataclass(frozen=True)
-class ResetResult:
-    ok: bool
-    message: str = ""
-
-
-class RedfishProvider:
+class RedfishProvider(RemoteReset):
     name = "redfish"
+    through = "through its BMC"
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, timeout: float = 600,
                  request_timeout: float = 30, power_on_after: float = 60, insecure: bool = False,
                  nodes: NodeCache | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
-        self._kube = kube
-        self._clock = clock
-        self._names = names
+        super().__init__(kube, clock, names, mark_annotation=names.redfish_reset_annotation, timeout=timeout,
+                         nodes=nodes)
         self.namespace = namespace
-        self.timeout = timeout
         self.request_timeout = request_timeout
         self.power_on_after = power_on_after
         self.insecure = insecure
-        self._nodes = nodes
         self._sleep = sleep
-        self._results: dict[str, ResetResult | None] = {}  # None: the requests are under way
-        self._lock = threading.Lock()
 
     @property
     def _secret_path(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/secrets/{REDFISH_SECRET}"
-
-    def replacement_name(self, op: Operation, pool: str) -> str:
-        return ""
 
     def refusal(self, node: dict[str, Any] | None) -> str:
         ann = self._names.redfish_system_annotation
@@ -173,62 +151,18 @@ class RedfishProvider:
             return f"the node's annotation {ann}: {e}"
         return ""
 
-    def drive(self, op: Operation, node: str, pool: str) -> None:
-        if op.action != RepairAction.RESET:
-            return  # progress says why
-        with self._lock:
-            if op.id in self._results:
-                return
-            self._results[op.id] = None
-        threading.Thread(target=self._run, args=(op, node), name=f"redfish-{op.id}", daemon=True).start()
-
-    def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
-        if op.action != RepairAction.RESET:
-            return ProviderView(ProviderState.FAILED, "the redfish provider resets nodes only; name another "
-                                                      "provider for replace")
-        current = lookup(node)
-        if current is None:
-            return ProviderView(ProviderState.FAILED, f"node {node} disappeared during its reset through its BMC")
-        if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
-            self._unmark(current, op)
-            return ProviderView(ProviderState.SUCCEEDED)
-        with self._lock:
-            if op.id not in self._results:
-                return ProviderView(ProviderState.NOT_STARTED)
-            result = self._results[op.id]
-        if result is not None and not result.ok:
-            self._unmark(current, op)
-            return ProviderView(ProviderState.FAILED, result.message)
-        now = self._clock.now()
-        deadline = op.started + timedelta(seconds=self.timeout)
-        if now >= deadline:
-            self._unmark(current, op)
-            what = "the BMC reset the system" if result is not None else "the BMC's reset did not finish"
-            return ProviderView(ProviderState.FAILED, (
-                f"{what}, but node {node} was not Ready with a new boot id {int(self.timeout)}s after the "
+    def _late(self, node: str, current: dict[str, Any], done: bool) -> str:
+        what = "the BMC reset the system" if done else "the BMC's reset did not finish"
+        return (f"{what}, but node {node} was not Ready with a new boot id {int(self.timeout)}s after the "
                 f"reset started; look at the system's console on its BMC ({self._bmc_of(current)}) and "
-                f"`kubectl describe node {node}`"))
-        return ProviderView(ProviderState.RUNNING, next_check=min(2.0, (deadline - now).total_seconds()))
+                f"`kubectl describe node {node}`")
 
     def _bmc_of(self, node: dict[str, Any] | None) -> str:
         url = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(
             self._names.redfish_system_annotation, "")
         return redact_url(url) if url else "unknown"
 
-    # --- the requests, in the operation's thread -------------------------------------------
-    def _run(self, op: Operation, node: str) -> None:
-        try:
-            message = self._reset(op, node)
-            result = ResetResult(True, message)
-        except BmcFailure as e:
-            result = ResetResult(False, redact(str(e), api.OUTPUT_REPORT_CHARS * 2, keep_start=True))
-        except Exception as e:  # a bug here must fail this reset, not hang it
-            log.exception("redfish reset of %s", node)
-            result = ResetResult(False, f"the redfish reset of node {node} failed: {redact(repr(e))}")
-        log.info("redfish reset %s: %s", node, "ok" if result.ok else result.message)
-        with self._lock:
-            self._results[op.id] = result
-
+    # --- the requests, in the operation's thread (RemoteReset._run) -------------------------
     def _reset(self, op: Operation, node: str) -> str:
         current = read_node(node, self._nodes, self._kube)
         if current is None:
@@ -282,7 +216,7 @@ class RedfishProvider:
                 reset = choose_reset(allowed, state)
             except ValueError as e:
                 raise BmcFailure(f"{bmc} cannot reset node {node}: {e}") from None
-            self._mark(node, op)
+            self._mark(node, op.id)
             step = f"asking for ResetType {reset}"
             system.reset_system(ResetType(reset))
             if self._off_for(system, self.power_on_after):
@@ -303,34 +237,6 @@ class RedfishProvider:
                              f"{e.detail or e.code or 'no details'}") from None
         except sushy_errors.SushyError as e:
             raise BmcFailure(f"{bmc} failed while {step}: {e}") from None
-
-    def _mark(self, node: str, op: Operation) -> None:
-        """The operation id on the node, before the reset is asked for (see the module's doc)."""
-        body = {"metadata": {"annotations": {self._names.redfish_reset_annotation: op.id}}}
-        try:
-            written = self._kube.patch_node(node, body)
-        except KubeError as e:
-            raise BmcFailure(f"node {node} could not be marked before its reset: {e}") from None
-        if self._nodes is not None:
-            self._nodes.written(written)
-
-    def _unmark(self, node: dict[str, Any], op: Operation) -> None:
-        """The operation id off the node once the operation has ended (it only guarded the reset
-        while it could still be asked for); a failed write leaves a stale id, which no other
-        operation matches."""
-        ann = (node.get("metadata") or {}).get("annotations") or {}
-        if ann.get(self._names.redfish_reset_annotation) != op.id:
-            return
-        name = str((node.get("metadata") or {}).get("name", ""))
-        try:
-            written = self._kube.patch_node(name, {"metadata": {"annotations": {
-                self._names.redfish_reset_annotation: None}}})
-        except KubeError as e:
-            log.warning("redfish: could not remove %s from node %s: %s", self._names.redfish_reset_annotation,
-                        name, e)
-            return
-        if self._nodes is not None:
-            self._nodes.written(written)
 
     def _off_for(self, system: Any, seconds: float) -> bool:
         """Whether the system reads powered off for ``seconds`` on end (a read each second)."""
