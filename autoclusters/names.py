@@ -250,6 +250,13 @@ class Names:
         operation id, so a restarted controller never resets the system twice for one operation."""
         return f"redfish.{self.domain}/reset-operation"
 
+    @property
+    def ec2_reset_annotation(self) -> str:
+        """Node annotation written by the ec2 provider before each request that resets the
+        instance: ``OPERATION/STEP`` (reboot, stop, start), so a restarted controller never asks
+        twice for one operation."""
+        return f"ec2.{self.domain}/reset-operation"
+
     @classmethod
     def from_env(cls) -> Names:
         return cls(

@@ -42,6 +42,14 @@ CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
 # The redfish provider's BMC credentials (keys username, password; optional ca.crt, PEM), written by
 # the operator in the controller's namespace; the controller may read this one Secret only.
 REDFISH_SECRET = "autoclusters-redfish"
+# The ec2 provider's AWS keys when a pool says credentials: secret (keys aws_access_key_id,
+# aws_secret_access_key; optional aws_session_token), in the controller's namespace; by default it
+# uses the pod's identity (boto3's chain: IRSA, EKS Pod Identity) and reads no Secret.
+EC2_SECRET = "autoclusters-ec2"
+# How the ec2 provider resets an instance: RebootInstances, or StopInstances then StartInstances
+# (a full power cycle: the instance may move to another host, its instance store is lost).
+EC2_MODES = ("reboot", "stopStart")
+EC2_CREDENTIALS = ("podIdentity", "secret")
 
 
 class ProviderType(enum.StrEnum):
@@ -51,6 +59,7 @@ class ProviderType(enum.StrEnum):
     HOST_REBOOT = "hostReboot"
     KARPENTER = "karpenter"
     REDFISH = "redfish"
+    EC2 = "ec2"
 
 
 class ProviderSettingsError(ValueError):
@@ -193,6 +202,23 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
                           f"it is verified against ca.crt of the Secret {REDFISH_SECRET}, else the system's "
                           "trust store).", default=False)),
                  (Rule("", "secrets", ("get",), namespaced=True, names=(REDFISH_SECRET,)),)),
+    ProviderKind(ProviderType.EC2, (RepairAction.RESET.value,),
+                 "Reboots (or stops and starts) the EC2 instance of the node's spec.providerID "
+                 "(aws:///ZONE/INSTANCE-ID) through the EC2 API; done when the node reports a new boot id and "
+                 "is Ready.",
+                 (Setting("mode", "enum", "reboot: RebootInstances; stopStart: StopInstances, then StartInstances "
+                          "once it is stopped (a full power cycle; the instance store is lost).",
+                          default=EC2_MODES[0], values=EC2_MODES),
+                  Setting("region", "string", "The instance's region (by default the region of the zone in the "
+                          "node's providerID)."),
+                  Setting("credentials", "enum", "podIdentity: the controller pod's identity (boto3's default "
+                          f"chain: IRSA, EKS Pod Identity); secret: the keys in the Secret {EC2_SECRET} of the "
+                          "controller's namespace.", default=EC2_CREDENTIALS[0], values=EC2_CREDENTIALS),
+                  Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+                          "new boot id this long after the operation started.", minimum=1, default=900),
+                  Setting("requestTimeoutSeconds", "integer", "How long one request to the EC2 API may take "
+                          "(connect and answer).", minimum=1, default=30)),
+                 (Rule("", "secrets", ("get",), namespaced=True, names=(EC2_SECRET,)),)),
 )}
 
 

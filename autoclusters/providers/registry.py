@@ -86,6 +86,15 @@ def _redfish(s: Mapping[str, Any], c: BuildContext) -> Provider:
                            insecure=bool(s["insecureSkipTLSVerify"]), nodes=c.nodes)
 
 
+def _ec2(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    from autoclusters.providers.ec2 import Ec2Provider
+
+    return Ec2Provider(c.kube, c.clock, c.names, namespace=c.namespace, mode=str(s["mode"]),
+                       region=str(s.get("region", "")), credentials=str(s["credentials"]),
+                       timeout=float(s["timeoutSeconds"]), request_timeout=float(s["requestTimeoutSeconds"]),
+                       nodes=c.nodes)
+
+
 BUILDERS: dict[ProviderType, Builder] = {
     ProviderType.SIMULATED: _simulated,
     ProviderType.COMMAND: _command,
@@ -93,6 +102,7 @@ BUILDERS: dict[ProviderType, Builder] = {
     ProviderType.HOST_REBOOT: _host_reboot,
     ProviderType.KARPENTER: _karpenter,
     ProviderType.REDFISH: _redfish,
+    ProviderType.EC2: _ec2,
 }
 
 

@@ -79,6 +79,7 @@ test_providers_valid if {
 		{"type": "clusterapi", "reset": {"type": "hostReboot", "hostReboot": {"image": "x", "timeoutSeconds": 9}}},
 		{"reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}},
 		{"reset": {"type": "hostReboot"}, "replace": {"type": "karpenter", "karpenter": {"timeoutSeconds": 600}}},
+		{"reset": {"type": "ec2", "ec2": {"mode": "stopStart", "region": "us-east-1", "credentials": "secret"}}},
 		{},
 	] {
 		rules(pool({"provider": p})) == set()
@@ -87,7 +88,7 @@ test_providers_valid if {
 
 test_providers_invalid if {
 	msgs(pool({"provider": "simulated"})) == {"spec.provider must be an object"}
-	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, hostReboot, karpenter, redfish, simulated"}
+	msgs(pool({"provider": {"type": "aws"}})) == {"spec.provider.type aws is not one of clusterapi, command, ec2, hostReboot, karpenter, redfish, simulated"}
 	msgs(pool({"provider": {"simulated": {}}})) == {"spec.provider.type is required"}
 	msgs(pool({"provider": {"type": "simulated", "resetSeconds": 1}})) == {"spec.provider has unknown key resetSeconds"}
 	msgs(pool({"provider": {"type": "simulated", "command": {"command": ["x"]}}})) == {"spec.provider.command does not apply to type simulated"}
@@ -102,6 +103,8 @@ test_providers_invalid if {
 	msgs(pool({"provider": {"reset": {"type": "karpenter"}}})) == {"spec.provider.reset.type karpenter cannot reset a node"}
 	msgs(pool({"provider": {"type": "redfish", "redfish": {"insecureSkipTLSVerify": "yes"}}})) == {"spec.provider.redfish.insecureSkipTLSVerify yes is not a valid boolean"}
 	msgs(pool({"provider": {"replace": {"type": "redfish"}}})) == {"spec.provider.replace.type redfish cannot replace a node"}
+	msgs(pool({"provider": {"type": "ec2", "ec2": {"mode": "powerCycle"}}})) == {"spec.provider.ec2.mode powerCycle is not a valid enum"}
+	msgs(pool({"provider": {"type": "ec2", "ec2": {"endpointUrl": "http://169.254.169.254"}}})) == {"spec.provider.ec2 has unknown key endpointUrl"}
 	msgs(pool({"provider": {"reset": "hostReboot"}})) == {"spec.provider.reset must be an object with a type"}
 	msgs(pool({"provider": {"reset": {}}})) == {"spec.provider.reset.type is required"}
 }

@@ -49,6 +49,51 @@ providers := {
 				},
 			},
 		},
+		"ec2": {
+			"actions": [
+				"reset",
+			],
+			"settings": {
+				"credentials": {
+					"allow_list": "",
+					"kind": "enum",
+					"required": false,
+					"values": [
+						"podIdentity",
+						"secret",
+					],
+				},
+				"mode": {
+					"allow_list": "",
+					"kind": "enum",
+					"required": false,
+					"values": [
+						"reboot",
+						"stopStart",
+					],
+				},
+				"region": {
+					"allow_list": "",
+					"kind": "string",
+					"required": false,
+					"values": [],
+				},
+				"requestTimeoutSeconds": {
+					"allow_list": "",
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": [],
+				},
+				"timeoutSeconds": {
+					"allow_list": "",
+					"kind": "integer",
+					"minimum": 1,
+					"required": false,
+					"values": [],
+				},
+			},
+		},
 		"hostReboot": {
 			"actions": [
 				"reset",

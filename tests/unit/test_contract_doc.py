@@ -45,4 +45,4 @@ def test_every_provider_type_is_named() -> None:
     from autoclusters.deploy.providers import ProviderType
 
     section = DOC.read_text().split("## Providers", 1)[1].split("\n## ", 1)[0]
-    assert {t.value for t in ProviderType} <= set(re.findall(r"`([A-Za-z]+)`", section))
+    assert {t.value for t in ProviderType} <= set(re.findall(r"`([A-Za-z][A-Za-z0-9]*)`", section))

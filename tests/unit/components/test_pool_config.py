@@ -78,7 +78,8 @@ def test_pool_fields_reach_the_spec():
     ({"name": "a100", "drain": {"resetDeadline": 30}}, "drain: unknown key(s) resetDeadline"),
     ({"name": "a100", "consentmode": "auto"}, "unknown key(s) consentmode"),
     ({"name": "a100", "provider": {"type": "aws"}},
-     "pool 'a100': provider.type must be one of simulated|command|clusterapi|hostReboot|karpenter|redfish, got 'aws'"),
+     "pool 'a100': provider.type must be one of simulated|command|clusterapi|hostReboot|karpenter|redfish|ec2, "
+     "got 'aws'"),
     ({"name": "a100", "provider": {"type": "command"}}, "provider.command.command is required"),
     ({"name": "a100", "provider": {"type": "command", "command": {"command": []}}},
      "provider.command.command must be a non-empty list"),
