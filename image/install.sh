@@ -22,6 +22,9 @@ venv)
   # The kubernetes package ships a second, asyncio client (kubernetes/aio, over a third of
   # the image); autoclusters uses the synchronous one only, and nothing imports aio.
   rm -rf "$site/kubernetes/aio"
+  # botocore ships the API model of every AWS service (20 MB); the ec2 provider calls EC2, and
+  # boto3's credential chain STS (IRSA's AssumeRoleWithWebIdentity). The rest is never loaded.
+  find "$site/botocore/data" -mindepth 1 -maxdepth 1 -type d ! -name ec2 ! -name sts -exec rm -rf {} +
   find "$site" -depth -type d \( -name tests -o -name test \) -exec rm -rf {} +
   rm -f /opt/autoclusters/bin/activate*
   ;;
