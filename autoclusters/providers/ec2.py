@@ -42,11 +42,18 @@ from typing import Any
 from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy.providers import EC2_CREDENTIALS, EC2_MODES, EC2_SECRET
-from autoclusters.kube import Kube, KubeError, NotFound
+from autoclusters.kube import Kube
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, read_node
 from autoclusters.providers.hostreboot import boot_id
-from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, is_mark_of, marked, secret_text
+from autoclusters.providers.remote_reset import (
+    RemoteReset,
+    ResetFailure,
+    is_mark_of,
+    marked,
+    read_secret,
+    secret_text,
+)
 
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]+)/(?P<instance>i-[0-9a-f]{8,17})$")
 # A zone's region: the zone's name up to its first number (us-east-1a, us-west-2-lax-1a, us-gov-west-1a,
@@ -223,14 +230,8 @@ class Ec2Provider(RemoteReset):
         return boto3.session.Session(region_name=region, **creds).client("ec2", config=config)
 
     def _keys(self) -> Keys:
-        where = f"Secret {self.namespace}/{EC2_SECRET}"
-        try:
-            secret = self._kube.get(f"/api/v1/namespaces/{self.namespace}/secrets/{EC2_SECRET}")
-        except NotFound:
-            raise Ec2Failure(f"{where} does not exist: it holds the AWS keys (aws_access_key_id, "
-                             "aws_secret_access_key; optional aws_session_token)") from None
-        except KubeError as e:
-            raise Ec2Failure(f"{where} could not be read: {e}") from None
+        secret, where = read_secret(self._kube, self.namespace, EC2_SECRET, "the AWS keys (aws_access_key_id, "
+                                    "aws_secret_access_key; optional aws_session_token)")
         try:
             return keys(secret, where)
         except ValueError as e:

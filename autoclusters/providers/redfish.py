@@ -44,11 +44,11 @@ from urllib.parse import urlsplit
 from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy.providers import REDFISH_SECRET
-from autoclusters.kube import Kube, KubeError, NotFound
+from autoclusters.kube import Kube
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, read_node
 from autoclusters.providers.hostreboot import boot_id
-from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, secret_text
+from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, read_secret, secret_text
 from autoclusters.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,6 @@ class RedfishProvider(RemoteReset):
         self.insecure = insecure
         self._sleep = sleep
 
-    @property
-    def _secret_path(self) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/secrets/{REDFISH_SECRET}"
-
     def refusal(self, node: dict[str, Any] | None) -> str:
         ann = self._names.redfish_system_annotation
         url = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(ann, "")
@@ -182,14 +178,8 @@ class RedfishProvider(RemoteReset):
             return self._reset_system(op, node, ref, creds, verify)
 
     def _credentials(self) -> Credentials:
-        where = f"Secret {self.namespace}/{REDFISH_SECRET}"
-        try:
-            secret = self._kube.get(self._secret_path)
-        except NotFound:
-            raise BmcFailure(f"{where} does not exist: it holds the BMC credentials (username, password; "
-                             "optional ca.crt)") from None
-        except KubeError as e:
-            raise BmcFailure(f"{where} could not be read: {e}") from None
+        secret, where = read_secret(self._kube, self.namespace, REDFISH_SECRET,
+                                    "the BMC credentials (username, password; optional ca.crt)")
         try:
             return credentials(secret, where)
         except ValueError as e:

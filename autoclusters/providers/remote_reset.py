@@ -28,7 +28,7 @@ from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
 from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
-from autoclusters.kube import Kube, KubeError
+from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup
@@ -54,6 +54,18 @@ def secret_text(secret: dict[str, Any], key: str, where: str) -> str:
         return base64.b64decode(((secret.get("data") or {}).get(key)) or "").decode()
     except ValueError:
         raise ValueError(f"{where}: key {key} is not base64 of UTF-8 text") from None
+
+
+def read_secret(kube: Kube, namespace: str, name: str, holds: str) -> tuple[dict[str, Any], str]:
+    """A provider's credentials Secret and its name in words (``Secret NS/NAME``); raises
+    ResetFailure saying what it holds (``holds``) when it is missing or cannot be read."""
+    where = f"Secret {namespace}/{name}"
+    try:
+        return kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"), where
+    except NotFound:
+        raise ResetFailure(f"{where} does not exist: it holds {holds}") from None
+    except KubeError as e:
+        raise ResetFailure(f"{where} could not be read: {e}") from None
 
 
 def marked(node: dict[str, Any] | None, annotation: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import os
 import threading
 from collections.abc import Iterator
@@ -26,10 +25,11 @@ import pytest
 from autoclusters import names as n
 from autoclusters.deploy.providers import EC2_SECRET
 from autoclusters.kube import Conflict
-from autoclusters.sim.hosts import boot_id_after, reboot_request
+from autoclusters.sim.hosts import boot_id_after
 from tests.integration.controller_support import Env
 from tests.integration.ec2_support import Ec2Proxy, moto_server
 from tests.integration.helpers import wait_for
+from tests.integration.remote_boot import play_boot
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +64,11 @@ class Aws:
         got = self.ec2.describe_instances(InstanceIds=[instance])
         return str(got["Reservations"][0]["Instances"][0]["State"]["Name"])
 
+    def put(self, instance: str, call: str, state: str) -> None:
+        """The test's own ``call`` (stop_instances, terminate_instances) on ``instance``, until it is ``state``."""
+        getattr(self.ec2, call)(InstanceIds=[instance])
+        wait_for(f"instance {instance} {state}", lambda: self.state(instance) == state)
+
     def take(self, node: str) -> str:
         """A new moto instance, named by ``node``'s providerID."""
         instance = self.instance()
@@ -84,8 +89,7 @@ class Aws:
             return
         by = f"ec2-{instance}-{action}-{self.proxy.done[action]}"
         self.boots[node] = by
-        until = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
-        self.ctl.kube.patch_node(node, {"metadata": {"annotations": reboot_request(by, until)}})
+        play_boot(self.ctl.kube, node, by)
 
     def release(self) -> None:
         with self._lock:
@@ -187,8 +191,7 @@ def test_a_stopped_instance_is_started_not_rebooted(ctl: Env, aws: Aws) -> None:
     of a stopped instance): the reset starts it."""
     _, node = ec2_pool(ctl)
     instance = aws.take(node)
-    aws.ec2.stop_instances(InstanceIds=[instance])
-    wait_for("the instance stopped", lambda: aws.state(instance) == "stopped")
+    aws.put(instance, "stop_instances", "stopped")
     before_calls = aws.proxy.counts()
     ctl.raise_fault(node)
     succeeded_as_reset(ctl, node)
@@ -233,8 +236,7 @@ def test_a_controller_killed_mid_reset_never_reboots_twice(ctl: Env, aws: Aws) -
 def test_a_terminated_instance_fails_the_reset_naming_it(ctl: Env, aws: Aws) -> None:
     _, node = ec2_pool(ctl)
     instance = aws.take(node)
-    aws.ec2.terminate_instances(InstanceIds=[instance])
-    wait_for("the instance terminated", lambda: aws.state(instance) == "terminated")
+    aws.put(instance, "terminate_instances", "terminated")
     before_calls = aws.proxy.counts()
     ctl.raise_fault(node)
     done = ctl.record_in(node, "Succeeded", timeout=90)

@@ -29,10 +29,11 @@ from autoclusters import certificates
 from autoclusters import names as n
 from autoclusters.deploy.providers import REDFISH_SECRET
 from autoclusters.kube import Conflict, NotFound
-from autoclusters.sim.hosts import boot_id_after, reboot_request
+from autoclusters.sim.hosts import boot_id_after
 from tests.integration.controller_support import Env
 from tests.integration.helpers import wait_for
 from tests.integration.redfish_support import OffBmc, PowerNotices, SilentBmc, emulator
+from tests.integration.remote_boot import play_boot
 
 pytestmark = pytest.mark.integration
 
@@ -73,8 +74,7 @@ class Bmcs:
             return
         by = f"redfish-{system}-{len(self.notices.states.get(system, []))}"
         self.boots[node] = by
-        until = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
-        self.ctl.kube.patch_node(node, {"metadata": {"annotations": reboot_request(by, until)}})
+        play_boot(self.ctl.kube, node, by)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import re
-import socket
-import time
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from autoclusters.deploy.providers import (
 from autoclusters.names import Names
 from autoclusters.providers.ec2 import Ec2Provider, instance_ref, keys
 from autoclusters.providers.registry import BuildContext, build_provider
+from tests.unit.controller.remote_reset_support import closed_port, wait_verdict
 from tests.unit.fakeapi import FakeApi
 from tests.unit.rbac_calls import Grant, calls, grants, ungranted, unused
 
@@ -98,27 +97,10 @@ def test_a_node_that_is_no_ec2_instance_is_refused() -> None:
         _node("a", "aws:///local/" + INSTANCE)) == ""
 
 
-def _wait(provider: Ec2Provider, op: Operation, node: str, lookup: Any) -> Any:
-    """The operation's thread ends (its result recorded); then the provider's verdict."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with provider._lock:
-            if provider._results.get(op.id) is not None:
-                break
-        time.sleep(0.05)
-    return provider.progress(op, node, "p", lookup)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: connections are refused
-
-
 def test_an_endpoint_that_refuses_fails_the_reset_naming_the_instance_and_the_rbac_is_the_one_secret(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator's endpoint setting (boto3's AWS_ENDPOINT_URL_EC2) leads to a closed port."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", f"http://127.0.0.1:{closed_port()}")
     clock = FakeClock()
     fake = FakeApi(clock=clock.now)
     fake.put("/api/v1/nodes", _node("a"))
@@ -129,7 +111,7 @@ def test_an_endpoint_that_refuses_fails_the_reset_naming_the_instance_and_the_rb
     lookup = lambda name: fake.read(f"/api/v1/nodes/{name}")  # noqa: E731
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.NOT_STARTED
     provider.drive(op, "a", "p")
-    view = _wait(provider, op, "a", lookup)
+    view = wait_verdict(provider, op, "a", lookup)
     assert view.state == ProviderState.FAILED
     assert f"EC2 instance {INSTANCE} (region us-east-1): DescribeInstances failed: Could not connect" in view.message
     assert "hush" not in view.message
@@ -150,7 +132,7 @@ def test_a_missing_secret_fails_the_reset_saying_what_it_holds() -> None:
     provider = Ec2Provider(fake.kube(), FakeClock(), NAMES, namespace=NS, credentials="secret")
     op = Operation("rec-a", RepairAction.RESET, FakeClock().now(), boot_id_before="boot-1")
     provider.drive(op, "a", "p")
-    view = _wait(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
+    view = wait_verdict(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
     assert view.state == ProviderState.FAILED
     assert f"Secret {NS}/{EC2_SECRET} does not exist" in view.message and "aws_access_key_id" in view.message
 
@@ -161,7 +143,7 @@ def test_a_restarted_controller_never_asks_twice_and_the_node_decides(monkeypatc
     """The node carries OPERATION/STEP (written before the call): a new provider (a restarted
     controller) asks EC2 nothing, it waits for the node; a new boot id and Ready is success, and
     the mark goes; no new boot id by the timeout is a failure naming the instance."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", f"http://127.0.0.1:{_closed_port()}")  # asking would fail
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", f"http://127.0.0.1:{closed_port()}")  # asking would fail
     clock = FakeClock()
     fake = FakeApi(clock=clock.now)
     fake.put("/api/v1/nodes", _node("a", annotations={NAMES.ec2_reset_annotation: f"rec-a/{step}"}))
@@ -169,7 +151,7 @@ def test_a_restarted_controller_never_asks_twice_and_the_node_decides(monkeypatc
     provider = Ec2Provider(fake.kube(), clock, NAMES, namespace=NS, timeout=60, credentials="secret")
     op = Operation("rec-a", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
     provider.drive(op, "a", "p")
-    assert _wait(provider, op, "a", lookup).state == ProviderState.RUNNING
+    assert wait_verdict(provider, op, "a", lookup).state == ProviderState.RUNNING
     assert all("secrets" not in c.resource for c in calls(fake))  # not even the keys were read
     fake.edit("/api/v1/nodes/a", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.SUCCEEDED
@@ -179,7 +161,7 @@ def test_a_restarted_controller_never_asks_twice_and_the_node_decides(monkeypatc
     fake.edit("/api/v1/nodes/a", lambda n: n["metadata"]["annotations"].update(
         {NAMES.ec2_reset_annotation: f"rec-b/{step}"}))
     provider.drive(late, "a", "p")
-    assert _wait(provider, late, "a", lookup).state == ProviderState.RUNNING
+    assert wait_verdict(provider, late, "a", lookup).state == ProviderState.RUNNING
     clock.advance(61)
     view = provider.progress(late, "a", "p", lookup)
     assert view.state == ProviderState.FAILED

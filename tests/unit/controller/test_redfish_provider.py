@@ -6,8 +6,6 @@ tested in tests/integration/test_redfish.py (sushy-tools' emulator)."""
 from __future__ import annotations
 
 import base64
-import socket
-import time
 from typing import Any
 
 import pytest
@@ -28,6 +26,7 @@ from autoclusters.deploy.providers import (
 from autoclusters.names import Names
 from autoclusters.providers.redfish import RedfishProvider, choose_reset, credentials, system_ref
 from autoclusters.providers.registry import BuildContext, build_provider
+from tests.unit.controller.remote_reset_support import closed_port, wait_verdict
 from tests.unit.fakeapi import FakeApi
 from tests.unit.rbac_calls import Grant, calls, grants, ungranted, unused
 
@@ -103,27 +102,10 @@ def test_a_node_without_a_usable_system_url_is_refused() -> None:
     assert "does not name a system" in provider.refusal(_node("a", url="https://bmc/redfish/v1"))
 
 
-def _wait(provider: RedfishProvider, op: Operation, node: str, lookup: Any) -> Any:
-    """The operation's thread ends (its result recorded); then the provider's verdict."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with provider._lock:
-            if provider._results.get(op.id) is not None:
-                break
-        time.sleep(0.05)
-    return provider.progress(op, node, "p", lookup)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: connections are refused
-
-
 def test_an_unreachable_bmc_fails_the_reset_naming_it_and_the_rbac_is_the_one_secret() -> None:
     clock = FakeClock()
     fake = FakeApi(clock=clock.now)
-    url = f"http://127.0.0.1:{_closed_port()}/redfish/v1/Systems/1"
+    url = f"http://127.0.0.1:{closed_port()}/redfish/v1/Systems/1"
     fake.put("/api/v1/nodes", _node("a", url))
     fake.put(f"/api/v1/namespaces/{NS}/secrets", _secret(username="admin", password="pw"))
     provider = RedfishProvider(fake.kube(), clock, NAMES, namespace=NS, request_timeout=2)
@@ -131,7 +113,7 @@ def test_an_unreachable_bmc_fails_the_reset_naming_it_and_the_rbac_is_the_one_se
     lookup = lambda name: fake.read(f"/api/v1/nodes/{name}")  # noqa: E731
     assert provider.progress(op, "a", "p", lookup).state == ProviderState.NOT_STARTED
     provider.drive(op, "a", "p")
-    view = _wait(provider, op, "a", lookup)
+    view = wait_verdict(provider, op, "a", lookup)
     assert view.state == ProviderState.FAILED
     bmc = url.rsplit("/redfish", 1)[0]
     assert f"the BMC {bmc} (system /redfish/v1/Systems/1) failed while connecting" in view.message
@@ -153,7 +135,7 @@ def test_a_missing_secret_fails_the_reset_saying_what_it_holds() -> None:
     provider = RedfishProvider(fake.kube(), FakeClock(), NAMES, namespace=NS)
     op = Operation("rec-a", RepairAction.RESET, FakeClock().now(), boot_id_before="boot-1")
     provider.drive(op, "a", "p")
-    view = _wait(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
+    view = wait_verdict(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
     assert view.state == ProviderState.FAILED
     assert f"Secret {NS}/{REDFISH_SECRET} does not exist" in view.message and "username, password" in view.message
 
@@ -165,13 +147,13 @@ def test_a_restarted_controller_never_resets_twice_and_the_node_decides() -> Non
     clock = FakeClock()
     fake = FakeApi(clock=clock.now)
     # the BMC's URL leads nowhere: asking it would fail the operation
-    url = f"http://127.0.0.1:{_closed_port()}/redfish/v1/Systems/7"
+    url = f"http://127.0.0.1:{closed_port()}/redfish/v1/Systems/7"
     fake.put("/api/v1/nodes", _node("a", url, {NAMES.redfish_reset_annotation: "rec-a"}))
     lookup = lambda name: fake.read(f"/api/v1/nodes/{name}")  # noqa: E731
     provider = RedfishProvider(fake.kube(), clock, NAMES, namespace=NS, timeout=60)
     op = Operation("rec-a", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
     provider.drive(op, "a", "p")
-    assert _wait(provider, op, "a", lookup).state == ProviderState.RUNNING
+    assert wait_verdict(provider, op, "a", lookup).state == ProviderState.RUNNING
     assert all("secrets" not in c.resource for c in calls(fake))  # not even the credentials were read
     fake.edit("/api/v1/nodes/a", lambda n: n["status"]["nodeInfo"].update(bootID="boot-2"))
     fake.edit("/api/v1/nodes/a", lambda n: n["status"]["conditions"][0].update(status="False"))
@@ -183,14 +165,14 @@ def test_a_restarted_controller_never_resets_twice_and_the_node_decides() -> Non
     # again: the node's new boot id says the reset is over (its mark is gone), nothing is asked
     again = RedfishProvider(fake.kube(), clock, NAMES, namespace=NS, timeout=60)
     again.drive(op, "a", "p")
-    assert _wait(again, op, "a", lookup).state == ProviderState.SUCCEEDED
+    assert wait_verdict(again, op, "a", lookup).state == ProviderState.SUCCEEDED
     assert all("secrets" not in c.resource for c in calls(fake))
     # another operation that the node never comes back from
     late = Operation("rec-b", RepairAction.RESET, clock.now(), boot_id_before="boot-2")
     fake.edit("/api/v1/nodes/a", lambda n: n["metadata"]["annotations"].update(
         {NAMES.redfish_reset_annotation: "rec-b"}))
     provider.drive(late, "a", "p")
-    assert _wait(provider, late, "a", lookup).state == ProviderState.RUNNING
+    assert wait_verdict(provider, late, "a", lookup).state == ProviderState.RUNNING
     clock.advance(61)
     view = provider.progress(late, "a", "p", lookup)
     assert view.state == ProviderState.FAILED
