@@ -8,6 +8,8 @@
   controller sent; done: what reached moto and succeeded), answers the first calls of an
   action with EC2's throttling error when told to (moto cannot throttle), and reports each
   RebootInstances / StartInstances moto carried out: the moment the instance's host boots.
+  While ``stopping`` is set it answers DescribeInstances of a stopped instance as still
+  ``stopping`` (a real stop takes minutes; moto's takes none), counting those answers.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ THROTTLED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>
              b'<Message>Request limit exceeded.</Message></Error></Errors>'
              b'<RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>')
 BOOTS = ("RebootInstances", "StartInstances")
+STOPPED = b"<name>stopped</name>"  # an instance's state in moto's DescribeInstances answer
 
 
 @contextlib.contextmanager
@@ -51,6 +54,8 @@ class Ec2Proxy:
         self.asked: Counter[str] = Counter()
         self.done: Counter[str] = Counter()
         self.throttle: Counter[str] = Counter()  # action -> how many of its next calls to throttle
+        self.stopping = threading.Event()
+        self.said_stopping = 0  # DescribeInstances answered "stopping" for a stopped instance
         self._lock = threading.Lock()
         proxy = self
 
@@ -68,6 +73,10 @@ class Ec2Proxy:
                     self._answer(503, THROTTLED, "text/xml")
                     return
                 status, data, kind = proxy.forward(self.path, body, dict(self.headers))
+                if action == "DescribeInstances" and proxy.stopping.is_set() and STOPPED in data:
+                    data = data.replace(STOPPED, b"<name>stopping</name>")
+                    with proxy._lock:
+                        proxy.said_stopping += 1
                 self._answer(status, data, kind)
                 if status == 200:
                     with proxy._lock:

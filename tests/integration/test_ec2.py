@@ -233,6 +233,30 @@ def test_a_controller_killed_mid_reset_never_reboots_twice(ctl: Env, aws: Aws) -
     assert calls_for(aws, before_calls) == {"RebootInstances": 1}  # one reboot, never a second
 
 
+def test_a_controller_killed_between_stop_and_start_starts_without_stopping_again(ctl: Env, aws: Aws) -> None:
+    """stopStart: EC2 has stopped the instance, the controller waits for the stop to show
+    (the proxy says stopping) when it is killed; the next one finds OPERATION/stop, does not
+    stop again, waits, and starts the instance: one stop, one start."""
+    _, node = ec2_pool(ctl, mode="stopStart")
+    instance = aws.take(node)
+    before_calls = aws.proxy.counts()
+    aws.proxy.stopping.set()
+    try:
+        ctl.raise_fault(node)
+        wait_for("the controller waits for the stop", lambda: aws.proxy.said_stopping >= 1, timeout=60)
+        assert calls_for(aws, before_calls) == {"StopInstances": 1}
+        marked = ctl.node(node)["metadata"]["annotations"].get(ctl.names.ec2_reset_annotation)
+        restart(ctl)
+        seen = aws.proxy.said_stopping
+        wait_for("the next controller waits for the stop", lambda: aws.proxy.said_stopping > seen, timeout=60)
+    finally:
+        aws.proxy.stopping.clear()
+    done = succeeded_as_reset(ctl, node)
+    assert marked == f"{done['status']['operation']['id']}/stop"
+    assert calls_for(aws, before_calls) == {"StopInstances": 1, "StartInstances": 1}
+    assert aws.state(instance) == "running"
+
+
 def test_a_terminated_instance_fails_the_reset_naming_it(ctl: Env, aws: Aws) -> None:
     _, node = ec2_pool(ctl)
     instance = aws.take(node)
