@@ -14,11 +14,9 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
 from autoclusters.controller.statemachine import Operation, ProviderState
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
-from autoclusters.deploy import stack as stack_objects
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import (
     EC2_SECRET,
-    KINDS,
     ProviderSettingsError,
     ProviderSpec,
     ProviderType,
@@ -27,9 +25,9 @@ from autoclusters.deploy.providers import (
 from autoclusters.names import Names
 from autoclusters.providers.ec2 import Ec2Provider, instance_ref, keys
 from autoclusters.providers.registry import BuildContext, build_provider
-from tests.unit.controller.remote_reset_support import closed_port, wait_verdict
+from tests.unit.controller.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.fakeapi import FakeApi
-from tests.unit.rbac_calls import Grant, calls, grants, ungranted, unused
+from tests.unit.rbac_calls import calls
 
 NAMES = Names()
 NS = DEFAULT_NAMESPACE
@@ -117,22 +115,14 @@ def test_an_endpoint_that_refuses_fails_the_reset_naming_the_instance_and_the_rb
     assert "hush" not in view.message
     # the node was not marked: nothing that resets was asked for
     assert NAMES.ec2_reset_annotation not in (fake.read("/api/v1/nodes/a") or {})["metadata"]["annotations"]
-    own = grants(stack_objects.rbac_objects(NAMES, NS), f"{NS}:{CONTROLLER_SERVICE_ACCOUNT}")
-    mine = {Grant(r.group, r.resource, v, NS if r.namespaced else None, frozenset(r.names))
-            for r in KINDS[ProviderType.EC2].rbac for v in r.verbs}
-    made = calls(fake)
-    assert ungranted(made, own) == []
-    assert unused(made, mine) == []
-    assert mine == {Grant("", "secrets", "get", NS, frozenset({EC2_SECRET}))}
+    assert_only_its_secret(fake, NAMES, NS, ProviderType.EC2, EC2_SECRET)
 
 
 def test_a_missing_secret_fails_the_reset_saying_what_it_holds() -> None:
     fake = FakeApi()
     fake.put("/api/v1/nodes", _node("a"))
     provider = Ec2Provider(fake.kube(), FakeClock(), NAMES, namespace=NS, credentials="secret")
-    op = Operation("rec-a", RepairAction.RESET, FakeClock().now(), boot_id_before="boot-1")
-    provider.drive(op, "a", "p")
-    view = wait_verdict(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
+    view = reset_once(provider, fake)
     assert view.state == ProviderState.FAILED
     assert f"Secret {NS}/{EC2_SECRET} does not exist" in view.message and "aws_access_key_id" in view.message
 

@@ -13,10 +13,8 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
 from autoclusters.controller.statemachine import Operation, ProviderState
-from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
-from autoclusters.deploy import stack as stack_objects
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import (
-    KINDS,
     REDFISH_SECRET,
     ProviderSettingsError,
     ProviderSpec,
@@ -26,9 +24,9 @@ from autoclusters.deploy.providers import (
 from autoclusters.names import Names
 from autoclusters.providers.redfish import RedfishProvider, choose_reset, credentials, system_ref
 from autoclusters.providers.registry import BuildContext, build_provider
-from tests.unit.controller.remote_reset_support import closed_port, wait_verdict
+from tests.unit.controller.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.fakeapi import FakeApi
-from tests.unit.rbac_calls import Grant, calls, grants, ungranted, unused
+from tests.unit.rbac_calls import calls
 
 NAMES = Names()
 NS = DEFAULT_NAMESPACE
@@ -120,22 +118,14 @@ def test_an_unreachable_bmc_fails_the_reset_naming_it_and_the_rbac_is_the_one_se
     assert "admin" not in view.message  # the credentials never reach the record
     # the node was not marked: nothing was asked of the BMC
     assert NAMES.redfish_reset_annotation not in (fake.read("/api/v1/nodes/a") or {})["metadata"]["annotations"]
-    own = grants(stack_objects.rbac_objects(NAMES, NS), f"{NS}:{CONTROLLER_SERVICE_ACCOUNT}")
-    mine = {Grant(r.group, r.resource, v, NS if r.namespaced else None, frozenset(r.names))
-            for r in KINDS[ProviderType.REDFISH].rbac for v in r.verbs}
-    made = calls(fake)
-    assert ungranted(made, own) == []
-    assert unused(made, mine) == []
-    assert mine == {Grant("", "secrets", "get", NS, frozenset({REDFISH_SECRET}))}
+    assert_only_its_secret(fake, NAMES, NS, ProviderType.REDFISH, REDFISH_SECRET)
 
 
 def test_a_missing_secret_fails_the_reset_saying_what_it_holds() -> None:
     fake = FakeApi()
     fake.put("/api/v1/nodes", _node("a"))
     provider = RedfishProvider(fake.kube(), FakeClock(), NAMES, namespace=NS)
-    op = Operation("rec-a", RepairAction.RESET, FakeClock().now(), boot_id_before="boot-1")
-    provider.drive(op, "a", "p")
-    view = wait_verdict(provider, op, "a", lambda name: fake.read(f"/api/v1/nodes/{name}"))
+    view = reset_once(provider, fake)
     assert view.state == ProviderState.FAILED
     assert f"Secret {NS}/{REDFISH_SECRET} does not exist" in view.message and "username, password" in view.message
 
