@@ -99,15 +99,15 @@ def _main_container(pod: dict[str, Any]) -> dict[str, Any]:
     return pod["containers"][0]
 
 
-def _apply_tolerations(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_tolerations(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     pod["tolerations"] = [*pod.get("tolerations", []), *value]
 
 
-def _apply_node_selector(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_node_selector(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **value}
 
 
-def _apply_affinity(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_affinity(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     # a part's required node affinity is where it must run (the detector's: the GPU nodes):
     # kept, and not replaceable; the rest of its affinity (spreading replicas) is the user's
     required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
@@ -118,15 +118,15 @@ def _apply_affinity(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any
     pod["affinity"] = {**value, **({"nodeAffinity": pod["affinity"]["nodeAffinity"]} if required else {})}
 
 
-def _apply_resources(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_resources(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     _main_container(pod)["resources"] = value
 
 
-def _apply_priority_class(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_priority_class(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     pod["priorityClassName"] = value
 
 
-def _apply_env(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_env(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     container = _main_container(pod)
     ours = {e["name"] for e in container.get("env", [])}
     clash = sorted(ours & {e["name"] for e in value})
@@ -136,15 +136,15 @@ def _apply_env(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], va
                                                      for e in value)]
 
 
-def _apply_pod_annotations(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
+def _apply_pod_annotations(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     clash = sorted(set(meta.get("annotations", {})) & set(value))
     if clash:
         raise PodSettingsError(f"podAnnotations {clash} are set by autoclusters itself (monitoring)")
     meta["annotations"] = {**meta.get("annotations", {}), **value}
 
 
-def _apply_sa_annotations(pod: dict[str, Any], meta: dict[str, Any], sa: dict[str, Any], value: Any) -> None:
-    sa["annotations"] = {**sa.get("annotations", {}), **value}
+def _apply_sa_annotations(account: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
+    meta["annotations"] = {**meta.get("annotations", {}), **value}
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,10 @@ class Setting:
     shape: str  # for the docs: what the value is
     doc: str
     check: Callable[[str, Any], None]
-    # (pod spec, pod template metadata, service-account metadata, value): applies it
-    apply: Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], None]
+    # (the object's spec, its metadata, value): applies it; the object is the part's pod template
+    # (spec and metadata) or, with ``on_service_account``, its ServiceAccount (the object itself)
+    apply: Callable[[dict[str, Any], dict[str, Any], Any], None]
+    on_service_account: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -174,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
             _string_map, _apply_pod_annotations),
     Setting("serviceAccountAnnotations", "map of strings", "on the part's service account: cloud identity "
             "(IRSA's eks.amazonaws.com/role-arn, GKE's iam.gke.io/gcp-service-account)", _string_map,
-            _apply_sa_annotations),
+            _apply_sa_annotations, on_service_account=True),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -219,8 +221,8 @@ class PodSettings:
             out = copy.deepcopy(obj)
             template = out["spec"]["template"]
             pod, pod_meta = template["spec"], template.setdefault("metadata", {})
-            for key, value in self.components.get(component, {}).items():
-                _BY_KEY[key].apply(pod, pod_meta, {}, value)
+            for setting, value in self._settings(component, on_service_account=False):
+                setting.apply(pod, pod_meta, value)
             if self.image_pull_secrets:
                 pod["imagePullSecrets"] = [{"name": s} for s in self.image_pull_secrets]
                 if component == "controller":  # and its Jobs (the reboot Job runs its image)
@@ -229,13 +231,19 @@ class PodSettings:
             return out
         if kind == "ServiceAccount":
             component = next((c for c, (_label, sa) in COMPONENTS.items() if meta.get("name") == sa), None)
-            value = (self.components.get(component) or {}).get("serviceAccountAnnotations") if component else None
-            if not value:
+            settings = self._settings(component, on_service_account=True) if component else []
+            if not settings:
                 return obj
             out = copy.deepcopy(obj)
-            _apply_sa_annotations({}, {}, out["metadata"], value)
+            for setting, value in settings:
+                setting.apply(out, out["metadata"], value)
             return out
         return obj
+
+    def _settings(self, component: str, *, on_service_account: bool) -> list[tuple[Setting, Any]]:
+        """The settings given for ``component`` that dress its pods, or its service account."""
+        return [(_BY_KEY[key], value) for key, value in self.components.get(component, {}).items()
+                if _BY_KEY[key].on_service_account == on_service_account]
 
 
 def docs_table() -> str:
