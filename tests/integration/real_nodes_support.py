@@ -10,7 +10,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.node_init import REBOOT_VERB
 from autoclusters.devcluster.realnodes import RealNode
@@ -83,3 +85,26 @@ def repaired(kube: Kube, node: str, before: str) -> bool:
     return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
             and names.maintenance_required not in labels
             and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
+
+
+PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}
+
+
+def ready_parts(cluster: ClusterHandle, ns: str, real: set[str]) -> dict[str, list[dict[str, Any]]] | None:
+    """The stack's pods by part, once each part has its pods Ready on the real nodes."""
+    by_part: dict[str, list[dict[str, Any]]] = {}
+    for pod in cluster.kube.list_items(f"/api/v1/namespaces/{ns}/pods"):
+        by_part.setdefault(pod["metadata"]["labels"].get("app.kubernetes.io/name", ""), []).append(pod)
+    for part, want in PARTS.items():
+        ready = [p for p in by_part.get(part, []) if p["spec"].get("nodeName") in real
+                 and {c["type"]: c["status"] for c in p["status"].get("conditions", [])}.get("Ready") == "True"]
+        if len(ready) != want:
+            return None
+    controllers = {p["metadata"]["name"] for p in by_part["autoclusters-controller"]}
+    try:  # one leader, a controller pod of this stack (a pod that crashes at start never takes it)
+        lease = cluster.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE_NAME}")
+    except NotFound:
+        return None
+    if lease["spec"].get("holderIdentity") not in controllers:
+        return None
+    return by_part

@@ -39,8 +39,7 @@ from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
 from components.render import OWN_IMAGE_REPLACEMENT
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.real_nodes_support import XID79
-from tests.integration.test_real_nodes_stack import _ready_parts
+from tests.integration.real_nodes_support import XID79, ready_parts, repaired
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = "h100"  # manifests/pools/h100.yaml: consent mode auto, provider hostReboot
@@ -97,7 +96,7 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
             "--timeout=240s", timeout=300)
     kubectl(cfg, "apply", "-k", str(overlay.parent / "base" / "pools"), timeout=120)
     real = {n.name for n in nodes}
-    by_part = wait_for("every part Ready as pods on the real nodes", lambda: _ready_parts(real_cluster, ns, real),
+    by_part = wait_for("every part Ready as pods on the real nodes", lambda: ready_parts(real_cluster, ns, real),
                        timeout=180)
     with capsys.disabled():  # in the suite's output: the pods ran on the real nodes
         print(f"\nmanifests/ applied on the real nodes: every part Ready after {time.monotonic() - t0:.1f}s\n"
@@ -112,17 +111,14 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
     node.write_kernel_log(f"4,1301,{int(time.monotonic() * 1e6)},-;{XID79}")
     job_images: set[str] = set()  # the reboot Job is deleted once it succeeded: seen while it runs
 
-    def repaired() -> bool:
+    def rebooted_through_its_job() -> bool:
         for job in kube.list_items(f"/apis/batch/v1/namespaces/{ns}/jobs",
                                    label_selector=f"app.kubernetes.io/name={REBOOT_JOB}"):
             job_images.update(c["image"] for c in job["spec"]["template"]["spec"]["containers"])
-        n = kube.get_node(node.name)
-        return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
-                and names.maintenance_required not in (n["metadata"].get("labels") or {})
-                and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
+        return repaired(kube, node.name, before)
 
-    wait_for("the node rebooted through the reboot Job, verified and uncordoned", repaired, timeout=300,
-             interval=0.5)
+    wait_for("the node rebooted through the reboot Job, verified and uncordoned", rebooted_through_its_job,
+             timeout=300, interval=0.5)
     records = [r for r in kube.list_items(Kube.custom_path(names.api_group, api.VERSION, "remediations"))
                if r["spec"]["node"] == node.name]
     assert records and records[-1]["status"]["phase"] == "Succeeded", records

@@ -14,19 +14,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from autoclusters import api
-from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.realnodes import RealNode
-from autoclusters.kube import Kube, NotFound
+from autoclusters.kube import Kube
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.real_nodes_support import XID79, deployed_stack, repaired
+from tests.integration.real_nodes_support import XID79, deployed_stack, ready_parts, repaired
 from tests.integration.test_pulumi_cli import Project
 
 
@@ -34,29 +32,6 @@ from tests.integration.test_pulumi_cli import Project
 def deployed(real_cluster: ClusterHandle, tmp_path: Path) -> Iterator[tuple[Project, str, str, list[RealNode]]]:
     with deployed_stack(real_cluster, tmp_path) as d:
         yield d.proj, d.ns, d.pool, d.nodes
-
-
-PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}
-
-
-def _ready_parts(cluster: ClusterHandle, ns: str, real: set[str]) -> dict[str, list[dict[str, Any]]] | None:
-    """The stack's pods by part, once each part has its pods Ready on the real nodes."""
-    by_part: dict[str, list[dict[str, Any]]] = {}
-    for pod in cluster.kube.list_items(f"/api/v1/namespaces/{ns}/pods"):
-        by_part.setdefault(pod["metadata"]["labels"].get("app.kubernetes.io/name", ""), []).append(pod)
-    for part, want in PARTS.items():
-        ready = [p for p in by_part.get(part, []) if p["spec"].get("nodeName") in real
-                 and {c["type"]: c["status"] for c in p["status"].get("conditions", [])}.get("Ready") == "True"]
-        if len(ready) != want:
-            return None
-    controllers = {p["metadata"]["name"] for p in by_part["autoclusters-controller"]}
-    try:  # one leader, a controller pod of this stack (a pod that crashes at start never takes it)
-        lease = cluster.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE_NAME}")
-    except NotFound:
-        return None
-    if lease["spec"].get("holderIdentity") not in controllers:
-        return None
-    return by_part
 
 
 def test_pulumi_up_runs_every_part_as_pods_on_the_real_nodes(
@@ -67,7 +42,7 @@ def test_pulumi_up_runs_every_part_as_pods_on_the_real_nodes(
     proj.pulumi("up", "--yes", timeout=900)
     took = time.monotonic() - t0
     real = {n.name for n in nodes}
-    by_part = wait_for("every part Ready as pods on the real nodes", lambda: _ready_parts(real_cluster, ns, real),
+    by_part = wait_for("every part Ready as pods on the real nodes", lambda: ready_parts(real_cluster, ns, real),
                        timeout=120)
     with capsys.disabled():  # in the suite's output: the pods ran on the real nodes
         print(f"\npulumi up on the real nodes: {took:.1f}s, every part Ready after {time.monotonic() - t0:.1f}s\n"
