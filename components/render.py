@@ -147,10 +147,11 @@ def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
     files: dict[str, list[dict[str, Any]]] = {}
     for obj in map(manifest, stack_objects(config)):
         path = file_for(obj)
-        if path and obj["kind"] == api.POOLS.kind:
+        if not path:
+            continue
+        if obj["kind"] == api.POOLS.kind:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **GITOPS_POOL_ANNOTATIONS}
-        if path:
-            files.setdefault(path, []).append(obj)
+        files.setdefault(path, []).append(obj)
     def order(obj: dict[str, Any]) -> tuple[int, str, str]:
         kind = obj["kind"]
         rank = _KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)
@@ -201,11 +202,9 @@ def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path 
     fresh = render()
     out = [p for p, text in fresh.items() if not (root / p).exists() or (root / p).read_text() != text]
     out += [str(p.relative_to(root)) for p in root.rglob("*.yaml") if str(p.relative_to(root)) not in fresh]
-    if not monitoring.exists() or monitoring.read_text() != render_monitoring():
-        out.append(str(monitoring.relative_to(ROOT)) if monitoring.is_relative_to(ROOT) else str(monitoring))
-    out += [str((overlays / p).relative_to(ROOT)) if overlays.is_relative_to(ROOT) else str(overlays / p)
-            for p, text in render_overlays().items()
-            if not (overlays / p).exists() or (overlays / p).read_text() != text]
+    generated = {monitoring: render_monitoring(), **{overlays / p: text for p, text in render_overlays().items()}}
+    out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+            for p, text in generated.items() if not p.exists() or p.read_text() != text]
     return sorted(out)
 
 
