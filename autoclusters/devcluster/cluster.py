@@ -199,7 +199,8 @@ class LocalCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         progress(f"creating certificates in {self.pki.dir}")
         self.pki.create(CLIENTS)
-        ports = {k: p.free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok", "opa")}
+        names = ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok", "opa")
+        ports = dict(zip(names, p.free_ports(len(names)), strict=True))
         self._write_kubeconfigs(ports["apiserver"])
         procs: list[p.Proc] = []
         try:

@@ -113,7 +113,7 @@ def start_karpenter(cluster_dir: Path, kubeconfig: Path, logs: Path, progress: P
     kube.apply(node_class(), field_manager="autoclusters-dev")
     types = cluster_dir / "karpenter-instance-types.json"
     types.write_text(json.dumps(instance_types(), indent=2))
-    ports = {"karpenter_metrics": p.free_port(), "karpenter_health": p.free_port()}
+    ports = dict(zip(("karpenter_metrics", "karpenter_health"), p.free_ports(2), strict=True))
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "SYSTEM_NAMESPACE": NAMESPACE, "KARPENTER_SERVICE": COMPONENT,
            "METRICS_PORT": str(ports["karpenter_metrics"]), "HEALTH_PROBE_PORT": str(ports["karpenter_health"]),
            "INSTANCE_TYPES_FILE_PATH": str(types), "LOG_LEVEL": "info"}

@@ -158,8 +158,7 @@ class LocalSlurm:
         bins = locate()
         t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
-        ctld_port = p.free_port()
-        node_ports = [p.free_port() for _ in settings.nodes]
+        ctld_port, *node_ports = p.free_ports(1 + len(settings.nodes))
         self.write_config(settings, ctld_port, node_ports)
         munge = self.dir / "munge"
         key = munge / "munge.key"

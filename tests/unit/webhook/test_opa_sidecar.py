@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,18 +18,13 @@ from typing import Any
 import pytest
 
 from autoclusters.deploy import stack, workloads
+from autoclusters.devcluster.processes import free_ports
 from autoclusters.names import Names
 from autoclusters.policy import opa
 from tests.conftest import tool_missing
 
 NAMES = Names(domain="crusoe.ai")
 NAMESPACE = "gpu-ops"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _objects() -> list[dict[str, Any]]:
@@ -58,7 +52,7 @@ class Sidecar:
             self.binary = str(opa.opa_binary())
         except opa.OpaError as e:
             tool_missing(str(e))
-        self.port, self.diag = _free_port(), _free_port()
+        self.port, self.diag = free_ports(2)
         self.container_args = args
         self.args = [a.replace("/policies", str(mount))
                      .replace(f"127.0.0.1:{workloads.OPA_PORT}", f"127.0.0.1:{self.port}")
