@@ -80,7 +80,7 @@ test: setup image slurm training journal-remote real-nodes
 	  echo "make test: ignoring $$v=$${!v} (make test runs every suite on its own local cluster;" \
 	       "run pytest tests/integration directly to test another cluster)"; done
 	env $(addprefix -u ,$(TEST_CLUSTER_VARS)) AUTOCLUSTERS_REQUIRE_TOOLS=1 AUTOCLUSTERS_REQUIRE_TRAINING=1 \
-	  $(BIN)/pytest tests -q -p no:cacheprovider
+	  $(BIN)/pytest tests -q -p no:cacheprovider --durations=25
 
 # A brand (make manifests|demo DOMAIN=crusoe.ai PREFIX=Crusoe [EVENT_SOURCE=nodepool-service]):
 # the label domain, condition prefix and event source. manifests/ keeps the default names;
