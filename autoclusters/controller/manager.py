@@ -69,7 +69,7 @@ class Controller:
         self.shard = Shard(self.config.shards, self.config.shard)
         self.metrics = Metrics()
         self.metrics.shard.labels(str(self.shard.shard), str(self.shard.shards)).set(1)
-        self.metrics.count_requests(kube.requests.snapshot)
+        self.metrics.count_requests(kube.requests.snapshot, kube.requests.snapshot_throttled)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
@@ -182,7 +182,8 @@ class Controller:
                 if after is not None:
                     self.queue.add(key, after)
             except KubeError as e:
-                delay = self.queue.backoff(key)
+                # never sooner than the server asked (a throttled request's Retry-After)
+                delay = self.queue.backoff(key, at_least=e.retry_after or 0.0)
                 self.metrics.reconcile_errors.inc()
                 log.warning("reconcile %s failed (%s); retrying in %.2fs", key, e, delay)
             except Exception:
