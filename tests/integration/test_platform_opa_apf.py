@@ -204,7 +204,7 @@ def test_priority_and_fairness_throttling_the_controller_loses_no_work(metered: 
     held = sum(load.held) / max(1, len(load.held))
     print(f"\nthrottled level: {seats} seats, {len(load._threads)} held by a co-tenant ({len(load.held)} reads of "
           f"{held:.1f}s, {load.refused} refused); the API server refused {rejected:g} requests of the identity, "
-          f"the controller's: {by_controller:g} of {requests:g} requests; both repairs Succeeded {took:.1f}s after "
+          f"the controller's: {by_controller:g} of {requests:g} requests; all four repairs Succeeded {took:.1f}s after "
           "the fault")
     assert rejected > 0 and by_controller > 0, "nothing was throttled: the case proves nothing"
     assert by_controller + load.refused == rejected  # every refusal of the identity seen, and counted once
