@@ -100,7 +100,10 @@ class Controller:
                                               image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
                                               host_reboot_command=host_reboot_argv(c.host_reboot_command),
                                               allow_lists=lists))
-        election = kube.for_component(LEADER_ELECTION)
+        # The lease's requests never wait out a Retry-After: a renewal held past the renew
+        # deadline would leave this replica acting on a lease that is running out; failing at
+        # once, the elector tries again each retry period and steps down at the deadline.
+        election = kube.for_component(LEADER_ELECTION, throttle_retries=0)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,
                                      name=lease_name(c.lease_name, c.shards, c.shard), identity=c.identity,

@@ -6,6 +6,7 @@ queue and the informer never come back sooner than the server asked."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,22 @@ def test_throttling_that_outlasts_the_retries_reaches_the_caller_with_the_delay(
             kube.for_component("leader-election").get("/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
     assert e.value.retry_after == 2.0 and e.value.status == 429
     assert isinstance(e.value, TooManyRequests)  # an eviction's caller still takes it as "later"
-    assert waits == [2.0] * kube.throttle_retries
-    assert kube.requests.snapshot_throttled() == {("leader-election", "get", "leases"): kube.throttle_retries + 1}
+    assert waits == [2.0, 2.0]  # a third wait would pass the 5 s budget: the caller backs off instead
+    assert kube.requests.snapshot_throttled() == {("leader-election", "get", "leases"): 3}
+
+
+def test_a_view_without_retries_fails_at_once_and_a_long_retry_after_goes_to_the_caller(tmp_path: Path) -> None:
+    long_wait = THROTTLED.replace(b"Retry-After: 2", b"Retry-After: 9")
+    answers = iter([[THROTTLED], [long_wait]])
+    with serving(lambda req: next(answers)) as srv:
+        waits: list[float] = []
+        kube = _kube(tmp_path, srv.port, waits)
+        with pytest.raises(Throttled):
+            kube.for_component("leader-election", throttle_retries=0).get("/apis/coordination.k8s.io/v1/leases")
+        with pytest.raises(Throttled) as e:
+            kube.get("/api/v1/nodes/n1")
+    assert waits == [] and e.value.retry_after == 9.0
+    assert kube.throttle_retries == 3  # the view's setting is its own
 
 
 def test_a_disruption_budgets_429_is_the_eviction_apis_answer_not_throttling(tmp_path: Path) -> None:
@@ -113,3 +128,18 @@ def test_the_controller_exports_the_throttled_requests() -> None:
     labels = {"component": "controller", "verb": "patch", "resource": "nodes"}
     assert reg.get_sample_value("autoclusters_controller_api_requests_total", labels) == 5
     assert reg.get_sample_value("autoclusters_controller_api_throttled_total", labels) == 2
+
+
+def test_the_controllers_lease_requests_never_wait_out_a_retry_after() -> None:
+    """A renewal held past the renew deadline would leave the replica acting on a lease running
+    out: the elector's requests fail at once; the reconciles' wait as the client does."""
+    from autoclusters.clock import FakeClock
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.manager import Controller
+    from autoclusters.names import Names
+    from tests.unit.fakeapi import FakeApi
+
+    controller = Controller(FakeApi().kube(), ControllerConfig(metrics_port=0), names=Names(),
+                            clock=FakeClock(datetime(2026, 12, 1, tzinfo=UTC)))
+    assert controller.elector._kube.throttle_retries == 0
+    assert controller.kube.throttle_retries == 3
