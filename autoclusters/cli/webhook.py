@@ -19,7 +19,7 @@ from typing import Any
 from autoclusters.cli.errors import EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.deploy import DEFAULT_NAMESPACE, allow_lists
-from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME, default_node_agents
+from autoclusters.deploy.admission import OPA_TIMEOUT_SECONDS, WEBHOOK_CONFIG_NAME, default_node_agents
 from autoclusters.names import Names
 from autoclusters.policy.config import PolicyConfig, controller_identity
 
@@ -33,7 +33,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--listen", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     run.add_argument("--port", type=int, default=8443)
     run.add_argument("--opa-url", default="http://127.0.0.1:8181", help="the OPA server holding policies/")
-    run.add_argument("--opa-timeout", type=float, default=1.0, help="seconds to wait for one OPA decision")
+    run.add_argument("--opa-timeout", type=float, default=OPA_TIMEOUT_SECONDS,
+                     help=f"seconds to wait for one OPA decision (default {OPA_TIMEOUT_SECONDS:g}; keep it below the "
+                          "webhook configuration's timeoutSeconds)")
     run.add_argument("--cert-dir", type=Path, help="keep a generated, self-renewing CA and serving cert here")
     run.add_argument("--hosts", default=None,
                      help="comma-separated names/IPs for the serving cert (default: 127.0.0.1, localhost and the "

@@ -69,7 +69,7 @@ class Controller:
         self.shard = Shard(self.config.shards, self.config.shard)
         self.metrics = Metrics()
         self.metrics.shard.labels(str(self.shard.shard), str(self.shard.shards)).set(1)
-        self.metrics.count_requests(kube.requests.snapshot)
+        self.metrics.count_requests(kube.requests.snapshot, kube.requests.snapshot_throttled)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
@@ -100,7 +100,10 @@ class Controller:
                                               image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
                                               host_reboot_command=host_reboot_argv(c.host_reboot_command),
                                               allow_lists=lists))
-        election = kube.for_component(LEADER_ELECTION)
+        # The lease's requests never wait out a Retry-After: a renewal held past the renew
+        # deadline would leave this replica acting on a lease that is running out; failing at
+        # once, the elector tries again each retry period and steps down at the deadline.
+        election = kube.for_component(LEADER_ELECTION, throttle_retries=0)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,
                                      name=lease_name(c.lease_name, c.shards, c.shard), identity=c.identity,
@@ -182,7 +185,8 @@ class Controller:
                 if after is not None:
                     self.queue.add(key, after)
             except KubeError as e:
-                delay = self.queue.backoff(key)
+                # never sooner than the server asked (a throttled request's Retry-After)
+                delay = self.queue.backoff(key, at_least=e.retry_after or 0.0)
                 self.metrics.reconcile_errors.inc()
                 log.warning("reconcile %s failed (%s); retrying in %.2fs", key, e, delay)
             except Exception:

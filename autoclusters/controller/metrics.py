@@ -61,27 +61,37 @@ class Metrics:
         self.shard = Gauge("autoclusters_controller_shard", "1, labelled with this process's shard and the number "
                            "of shards (sharding by pool; 0 of 1 when not sharded)", ["shard", "shards"], registry=r)
 
-    def count_requests(self, counts: RequestCounts) -> None:
+    def count_requests(self, counts: RequestCounts, throttled: RequestCounts | None = None) -> None:
         """Exports ``autoclusters_controller_api_requests_total{component, verb, resource}``,
-        read from ``counts`` (the client's request counter) at each scrape."""
-        self.registry.register(_RequestsCollector(counts))
+        read from ``counts`` (the client's request counter) at each scrape, and of those the
+        ones the API server's flow control refused (429 with Retry-After, each sent again after
+        it), ``autoclusters_controller_api_throttled_total``, read from ``throttled``."""
+        self.registry.register(_RequestsCollector(counts, throttled or dict))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
 
 
+API_REQUESTS = "autoclusters_controller_api_requests"
+API_THROTTLED = "autoclusters_controller_api_throttled"
+
+
 class _RequestsCollector:
-    def __init__(self, counts: RequestCounts) -> None:
+    def __init__(self, counts: RequestCounts, throttled: RequestCounts) -> None:
         self.counts = counts
+        self.throttled = throttled
 
     def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily("autoclusters_controller_api_requests",
-                                     "API requests this process has made, by the part that sent them "
-                                     "(controller, leader-election, provider/<type>), verb and resource",
-                                     labels=["component", "verb", "resource"])
-        for (component, verb, resource), n in sorted(self.counts().items()):
-            family.add_metric([component, verb, resource], n)
-        yield family
+        for name, text, counts in (
+                (API_REQUESTS, "API requests this process has made, by the part that sent them "
+                               "(controller, leader-election, provider/<type>), verb and resource", self.counts),
+                (API_THROTTLED, "API requests the API server's flow control refused with 429 (API Priority "
+                                "and Fairness), each sent again after its Retry-After; by part, verb and resource",
+                 self.throttled)):
+            family = CounterMetricFamily(name, text, labels=["component", "verb", "resource"])
+            for (component, verb, resource), n in sorted(counts().items()):
+                family.add_metric([component, verb, resource], n)
+            yield family
 
 
 def phase_entered(record: dict[str, Any]) -> datetime | None:

@@ -37,6 +37,11 @@ WEBHOOK_PATH = "/validate"
 # create). Both admission layers match exactly these.
 NODE_RESOURCES = ("nodes", "nodes/status")
 NODE_OPERATIONS = ("CREATE", "UPDATE")
+# How long the API server waits for the webhook (the configuration's ``timeoutSeconds``), and
+# how long the webhook waits for OPA: below it, so a hung OPA gets the webhook's own denial,
+# which says the policy engine did not answer, instead of the API server's time-out.
+WEBHOOK_TIMEOUT_SECONDS = 3
+OPA_TIMEOUT_SECONDS = 1.0
 # A label value can never contain '<', so this stands for "label absent" in CEL comparisons.
 ABSENT = "<absent>"
 _PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
@@ -204,7 +209,7 @@ def webhook_names(names: Names) -> tuple[str, str]:
 def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = None,
                           namespace: str = DEFAULT_NAMESPACE, service: str = "autoclusters-webhook",
                           name: str = WEBHOOK_CONFIG_NAME, node_selector: dict[str, Any] | None = None,
-                          timeout_seconds: int = 3, include_pools: bool = True,
+                          timeout_seconds: int = WEBHOOK_TIMEOUT_SECONDS, include_pools: bool = True,
                           controllers: list[str] | None = None) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration. ``url`` (e.g. ``https://127.0.0.1:8443/validate``)
     is for a webhook running on the API server's host (the local cluster); otherwise the

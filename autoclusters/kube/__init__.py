@@ -11,6 +11,7 @@ from autoclusters.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    Throttled,
     TooManyRequests,
     Unavailable,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "Kube",
     "KubeError",
     "NotFound",
+    "Throttled",
     "TooManyRequests",
     "Unavailable",
     "load_kube",

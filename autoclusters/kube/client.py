@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -22,9 +23,10 @@ from autoclusters.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    Throttled,
     Unavailable,
+    from_status,
     lost_race,
-    translate,
     translated,
 )
 from autoclusters.kube.json_patch import field_tests
@@ -39,11 +41,25 @@ JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 
+# A request the API server's flow control refused (429, :class:`Throttled`) is sent again up to
+# this many times, each after the answer's Retry-After (or THROTTLE_WAIT_S without one), as
+# client-go does, while its waits stay within THROTTLE_BUDGET_S in all (the server asks for up
+# to 32 s; a thread is not held that long, nor a write delayed past a lease); then the caller
+# sees the error, with its Retry-After.
+THROTTLE_RETRIES = 3
+THROTTLE_WAIT_S = 1.0
+THROTTLE_BUDGET_S = 5.0
+
+
 class Kube:
     """One connection to one API server, used from many threads."""
 
-    def __init__(self, api_client: Any, *, user_agent: str = "autoclusters") -> None:
+    def __init__(self, api_client: Any, *, user_agent: str = "autoclusters",
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._api = api_client
+        self.sleep = sleep  # how a throttled request waits out its Retry-After
+        self.throttle_retries = THROTTLE_RETRIES
+        self.throttle_budget = THROTTLE_BUDGET_S
         self._api.user_agent = user_agent
         self.requests = RequestCounter()
         self.component = CONTROLLER
@@ -52,11 +68,14 @@ class Kube:
         # header dicts merged, errors raised by name below it
         self._send: Callable[..., Any] | None = getattr(api_client, "send", None)
 
-    def for_component(self, component: str) -> Kube:
+    def for_component(self, component: str, *, throttle_retries: int | None = None) -> Kube:
         """The same client (connections, request counter, discovery) whose requests are counted
-        as ``component``'s: the controller hands these to its leader election and providers."""
+        as ``component``'s: the controller hands these to its leader election and providers.
+        ``throttle_retries``: this view's own (0: a throttled request fails at once)."""
         view = copy.copy(self)
         view.component = component
+        if throttle_retries is not None:
+            view.throttle_retries = throttle_retries
         return view
 
     @property
@@ -77,6 +96,26 @@ class Kube:
     ) -> Any:
         q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in query.items()
              if v is not None] if query else None
+        waited = 0.0
+        for attempt in range(self.throttle_retries + 1):
+            try:
+                return self._request_once(method, path, query, q, body, content_type, timeout, stream)
+            except Throttled as e:
+                # API Priority and Fairness refused it before any handler read it: nothing was
+                # done, so it is sent again once the server's Retry-After has passed, a few times
+                # and within a budget; then the caller's own retry (the work queue's backoff, the
+                # informer's, each no sooner than Retry-After) takes over.
+                self.requests.add_throttled(method, path, query, component=self.component)
+                wait = e.retry_after if e.retry_after is not None else THROTTLE_WAIT_S
+                if attempt == self.throttle_retries or waited + wait > self.throttle_budget:
+                    raise
+                self.sleep(wait)
+                waited += wait
+        raise AssertionError("unreachable")
+
+    def _request_once(self, method: str, path: str, query: dict[str, Any] | None, q: list[tuple[str, Any]] | None,
+                      body: Any, content_type: str | None, timeout: float | tuple[float, float],
+                      stream: bool) -> Any:
         self.requests.add(method, path, query, component=self.component)
         if self._send is not None:
             resp = self._send(method, path, q, body, content_type, timeout, stream)
@@ -278,9 +317,9 @@ class Kube:
 
 
 def _api_error(resp: Any) -> KubeError:
-    from kubernetes.client.exceptions import ApiException
-
-    return translate(ApiException(status=resp.status, reason=resp.reason, body=resp.data))
+    headers = resp.getheaders() if hasattr(resp, "getheaders") else getattr(resp, "headers", None)
+    retry_after = next((str(v) for k, v in (headers or {}).items() if str(k).lower() == "retry-after"), None)
+    return from_status(resp.status or 0, resp.reason or "", resp.data, retry_after)
 
 
 def load_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters", qps_pool: int = 32) -> Kube:

@@ -10,10 +10,12 @@ from contextlib import contextmanager
 class KubeError(Exception):
     """Any failed call to the API server."""
 
-    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+    def __init__(self, message: str, status: int | None = None, reason: str = "",
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after  # the answer's Retry-After, in seconds, where it had one
 
 
 class NotFound(KubeError):
@@ -34,6 +36,15 @@ class Invalid(KubeError):
 
 class TooManyRequests(KubeError):
     """HTTP 429: throttled, or an eviction a PodDisruptionBudget does not allow now."""
+
+
+class Throttled(TooManyRequests):
+    """HTTP 429 from the API server's flow control (API Priority and Fairness, or the
+    max-in-flight limits), not from a resource: the request was refused before any handler
+    read it, so nothing was done and sending it again after ``retry_after`` is safe. The
+    client (``Kube.request``) does so a few times; a caller sees this only once those ran out.
+    An eviction that a PodDisruptionBudget refuses is a plain :class:`TooManyRequests`: the
+    eviction API answered it, with a Status object."""
 
 
 class Unavailable(KubeError):
@@ -68,6 +79,40 @@ def lost_race(e: KubeError) -> bool:
                                        or "test operation does not apply" in text)
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header's delay in seconds (the API server sends whole seconds); None
+    for none, or for a form it does not send (an HTTP date)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def from_status(status: int, reason: str, body: str | bytes | None, retry_after: str | None = None) -> KubeError:
+    """The named error of an answer of ``status`` (300 or more) with ``body``: the one
+    translation of both transports. A 429 whose body is no Status object is flow control's
+    (:class:`Throttled`)."""
+    msg = _message(body, reason or f"HTTP {status}")
+    delay = retry_after_seconds(retry_after)
+    if status == 429 and not _is_status_object(body):
+        return Throttled(msg, status=status, reason=reason, retry_after=delay)
+    cls = _BY_STATUS.get(status, Unavailable if status >= 500 or status == 0 else KubeError)
+    return cls(msg, status=status, reason=reason, retry_after=delay)
+
+
+def _is_status_object(body: str | bytes | None) -> bool:
+    if not body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("kind") == "Status"
+
+
 def _message(body: str | bytes | None, fallback: str) -> str:
     if not body:
         return fallback
@@ -85,10 +130,9 @@ def translate(exc: BaseException) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
     if isinstance(exc, ApiException):
-        status = exc.status or 0
-        msg = _message(exc.body, exc.reason or str(exc))
-        cls = _BY_STATUS.get(status, Unavailable if status >= 500 or status == 0 else KubeError)
-        return cls(msg, status=status, reason=exc.reason or "")
+        headers = exc.headers or {}
+        retry_after = next((str(v) for k, v in headers.items() if str(k).lower() == "retry-after"), None)
+        return from_status(exc.status or 0, exc.reason or "", exc.body, retry_after)
     return Unavailable(f"{type(exc).__name__}: {exc}")
 
 

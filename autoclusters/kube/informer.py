@@ -234,6 +234,7 @@ class Informer:
                 if e.status == 410 or "too old" in str(e).lower():
                     log.info("%s: watch expired, listing again", self.name)
                     continue
+                delay = max(delay, e.retry_after or 0.0)  # never sooner than the server asked
                 log.warning("%s: list or watch failed (%s); listing again in %.1fs", self.name, e, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._max_backoff)

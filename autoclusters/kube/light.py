@@ -31,7 +31,7 @@ import yaml
 
 from autoclusters.kube.client import Kube
 from autoclusters.kube.connection import TLS, Response, Server, header_lines
-from autoclusters.kube.errors import _BY_STATUS, KubeError, Unavailable, _message
+from autoclusters.kube.errors import KubeError, from_status
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 _TOKEN_REREAD_S = 60.0
@@ -151,9 +151,7 @@ class LightApiClient:
 def _raise_for(resp: Response) -> None:
     """The named error of an answer with a status of 300 or more, its body read whole."""
     data = resp.body.read_all() if resp.body is not None else resp.data
-    status = resp.status
-    cls = _BY_STATUS.get(status, Unavailable if status >= 500 else KubeError)
-    raise cls(_message(data, resp.reason or f"HTTP {status}"), status=status, reason=resp.reason or "")
+    raise from_status(resp.status, resp.reason or "", data, resp.headers.get("retry-after"))
 
 
 def _materialise(data: str | None, path: str | None, base: Path, tmp: Path, name: str) -> str | None:

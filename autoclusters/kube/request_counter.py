@@ -65,8 +65,23 @@ class RequestCounter:
     # again and again (its record's status, its node, the events collection)
     _kinds: dict[tuple[str, str, str, bool], tuple[str, str, str]] = field(default_factory=dict, repr=False)
 
+    # requests the API server's flow control refused (429 with Retry-After), by the same key
+    throttled: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
     def add(self, method: str, path: str = "", query: Mapping[str, Any] | None = None, *,
             component: str = CONTROLLER) -> None:
+        key = self._key(method, path, query, component)
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def add_throttled(self, method: str, path: str = "", query: Mapping[str, Any] | None = None, *,
+                      component: str = CONTROLLER) -> None:
+        """One request (already counted by ``add``) that flow control answered with 429."""
+        key = self._key(method, path, query, component)
+        with self._lock:
+            self.throttled[key] = self.throttled.get(key, 0) + 1
+
+    def _key(self, method: str, path: str, query: Mapping[str, Any] | None, component: str) -> tuple[str, str, str]:
         watch = bool(query) and str(query.get("watch", "")).lower() in ("true", "1")  # type: ignore[union-attr]
         seen = (component, method, path, watch)
         key = self._kinds.get(seen)
@@ -75,12 +90,15 @@ class RequestCounter:
             if len(self._kinds) >= _KINDS_MAX:
                 self._kinds.clear()
             self._kinds[seen] = key
-        with self._lock:
-            self.counts[key] = self.counts.get(key, 0) + 1
+        return key
 
     def snapshot(self) -> dict[tuple[str, str, str], int]:
         with self._lock:
             return dict(self.counts)
+
+    def snapshot_throttled(self) -> dict[tuple[str, str, str], int]:
+        with self._lock:
+            return dict(self.throttled)
 
     @property
     def total(self) -> int:

@@ -52,12 +52,13 @@ class WorkQueue:
             if self._timer_at is None or when < self._timer_at:
                 self._cond.notify()  # due sooner than the timer wakes (or no timer): one worker looks
 
-    def backoff(self, key: str) -> float:
-        """Schedules ``key`` again after its next backoff delay; returns that delay."""
+    def backoff(self, key: str, *, at_least: float = 0.0) -> float:
+        """Schedules ``key`` again after its next backoff delay, or ``at_least`` (a server's
+        Retry-After) when that is longer; returns the delay."""
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-        delay = min(self._max, self._base * (2 ** n))
+        delay = max(at_least, min(self._max, self._base * (2 ** n)))
         self.add(key, delay)
         return delay
 

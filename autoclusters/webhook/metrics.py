@@ -17,6 +17,10 @@ class WebhookMetrics:
                                ["outcome"], registry=self.registry)
         for outcome in (*OUTCOMES, BAD_REQUEST):  # exported from the start at 0 (rate() needs a start)
             self.reviews.labels(outcome)
+        # Reviews OPA gave no answer to within --opa-timeout (also counted as outcome "error").
+        self.opa_timeouts = Counter("autoclusters_webhook_opa_timeouts_total",
+                                    "OPA queries that got no answer within the webhook's time-out (denied)",
+                                    registry=self.registry)
         self.violations = Counter("autoclusters_webhook_violations_total", "Rule violations found, by rule",
                                   ["rule"], registry=self.registry)
         self.latency = Histogram("autoclusters_webhook_review_seconds", "Time to answer one AdmissionReview",

@@ -103,6 +103,13 @@ def unavailable(error: str) -> Decision:
                     outcome="error")
 
 
+def timed_out(seconds: float) -> Decision:
+    """OPA took the query and gave no answer within the webhook's own time-out (a hung or
+    overloaded policy engine): an error, denied, said in words a person at kubectl reads."""
+    return Decision(False, reason=f"the policy engine did not answer in time (no decision within {seconds:g}s); "
+                                  "denied until it answers", outcome="error", extra={"timed_out": True})
+
+
 def response(uid: str, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview the API server expects back."""
     resp: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}

@@ -79,6 +79,8 @@ class Webhook:
             return web.json_response({"error": str(e)}, status=400)
         decision = await self.decider.decide(req)
         self.metrics.reviews.labels(decision.outcome).inc()
+        if decision.extra.get("timed_out"):
+            self.metrics.opa_timeouts.inc()
         for v in decision.violations:
             self.metrics.violations.labels(v.rule).inc()
         out = review.response(req["uid"], decision)

@@ -77,6 +77,12 @@ class Admission:
         self.mode = ""
         self.nodes: list[str] = []
         self.probe = ""  # a node for wait_enforced, made by the fixture once the identities exist
+        # where the webhook process asks OPA, its environment (its names) and the controller
+        # identities its configuration exempts (None: the defaults of the system's namespace)
+        self.opa_url: str = cluster.opa_url or ""
+        self.webhook_env: dict[str, str] | None = None
+        self.webhook_args: list[str] = []
+        self.controllers: list[str] | None = None
 
     # --- identities -------------------------------------------------------------------------
     def setup_identities(self) -> None:
@@ -161,9 +167,10 @@ class Admission:
         log = open(self.workdir / "webhook.log", "ab")  # noqa: SIM115 - handed to the child process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autoclusters.cli.main", "webhook", "run", "--listen", "127.0.0.1",
-             "--port", str(self.port), "--opa-url", self.cluster.opa_url, "--cert-dir", str(cert_dir),
-             "--hosts", "127.0.0.1", "--kubeconfig", self.cluster.kubeconfig, "--webhook-config", self.webhook_name],
-            stdout=log, stderr=subprocess.STDOUT)
+             "--port", str(self.port), "--opa-url", self.opa_url, "--cert-dir", str(cert_dir),
+             "--hosts", "127.0.0.1", "--kubeconfig", self.cluster.kubeconfig, "--webhook-config", self.webhook_name,
+             *self.webhook_args],
+            stdout=log, stderr=subprocess.STDOUT, env=self.webhook_env)
         deadline = time.monotonic() + 30
         import ssl
 
@@ -185,7 +192,7 @@ class Admission:
     def apply_webhook_config(self, ca_bundle: bytes) -> None:
         self.cluster.apply(webhook_configuration(
             self.names, ca_bundle=ca_bundle, url=f"https://127.0.0.1:{self.port}/validate",
-            name=self.webhook_name, node_selector=self.scope, include_pools=False))
+            name=self.webhook_name, node_selector=self.scope, include_pools=False, controllers=self.controllers))
 
     def webhook_stop(self, *, remove_config: bool) -> None:
         if self.proc is not None:

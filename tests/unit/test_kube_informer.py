@@ -286,3 +286,17 @@ def test_a_late_deletion_of_an_older_object_leaves_the_name_created_again_in_the
     assert [s for s in seen if s[0] == "b"] == [("b", None, "2"), ("b", None, None), ("b", None, None),
                                                 ("b", None, "23")]
     assert [o["metadata"]["name"] for o in inf.items()] == ["b"] and inf.get("b") == obj("b", 23)
+
+
+def test_a_throttled_list_or_watch_waits_at_least_the_servers_retry_after() -> None:
+    from autoclusters.kube.errors import Throttled
+
+    inf, kube, stop, _ = informer([
+        ("list", Throttled("too many requests", status=429, retry_after=4.0)),
+        ("list", ([obj("a", 1)], "10")),
+        ("watch", ([], Throttled("too many requests", status=429, retry_after=0.2))),
+        ("list", ([obj("a", 1)], "20")),
+    ])
+    inf._run()
+    assert kube.calls == ["list", "list", "watch@10", "list", "watch@20"]
+    assert stop.waits == [4.0, 0.5]  # the server's delay when longer than the backoff, the backoff otherwise

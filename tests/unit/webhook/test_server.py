@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import json
@@ -21,6 +22,7 @@ from aiohttp import web
 from cryptography import x509
 
 from autoclusters.clock import FakeClock
+from autoclusters.names import Names
 from autoclusters.policy import opa
 from autoclusters.webhook.certs import CertManager, CertPolicy, CertStore
 from autoclusters.webhook.decider import OpaDecider
@@ -149,6 +151,56 @@ def test_opa_down_is_a_fast_denial_and_not_ready(tmp_path: Path) -> None:
         assert (await w.get(s, "/healthz"))[0] == 200
 
     asyncio.run(_serve(f"http://127.0.0.1:{_free_port()}", _certs(tmp_path), body))
+
+
+def test_opa_that_never_answers_is_a_timed_denial_that_says_so_and_is_counted(tmp_path: Path) -> None:
+    """A stand-in for a frozen OPA: a socket that takes connections (the kernel's backlog) and
+    never answers. The webhook answers on its own time-out (0.5 s here), denies, and says why."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+
+        async def body(w: Running, s: aiohttp.ClientSession) -> None:
+            start = time.monotonic()
+            _, out = await w.post(s, _sample("allowed", "user-approves-while-required"))
+            took = time.monotonic() - start
+            assert 0.5 <= took < 2, took
+            resp = out["response"]
+            assert resp["allowed"] is False and resp["status"]["code"] == 500
+            assert "the policy engine did not answer in time (no decision within 0.5s)" in resp["status"]["message"]
+            _, metrics = await w.get(s, "/metrics")
+            assert "autoclusters_webhook_opa_timeouts_total 1.0" in metrics
+            assert 'autoclusters_webhook_reviews_total{outcome="error"} 1.0' in metrics
+
+        asyncio.run(_serve(url, _certs(tmp_path), body))
+
+
+def test_opa_refusing_connections_is_an_error_but_no_timeout(tmp_path: Path) -> None:
+    async def body(w: Running, s: aiohttp.ClientSession) -> None:
+        _, out = await w.post(s, _sample("allowed", "user-approves-while-required"))
+        assert "could not decide" in out["response"]["status"]["message"]
+        _, metrics = await w.get(s, "/metrics")
+        assert "autoclusters_webhook_opa_timeouts_total 0.0" in metrics
+
+    asyncio.run(_serve(f"http://127.0.0.1:{_free_port()}", _certs(tmp_path), body))
+
+
+def test_the_webhooks_opa_timeout_is_below_the_configurations_timeout() -> None:
+    """The webhook must answer before the API server gives up on it (``timeoutSeconds``), or
+    a hung OPA reads as the API server's "context deadline exceeded", not as our denial."""
+    import inspect
+
+    from autoclusters.cli import webhook as cli
+    from autoclusters.deploy.admission import OPA_TIMEOUT_SECONDS, webhook_configuration
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["webhook", "run"])
+    hooks = webhook_configuration(Names(), ca_bundle=b"ca")["webhooks"]
+    assert {h["timeoutSeconds"] for h in hooks} == {3}
+    assert 0 < args.opa_timeout == OPA_TIMEOUT_SECONDS < 3
+    assert inspect.signature(OpaDecider).parameters["timeout"].default == OPA_TIMEOUT_SECONDS
 
 
 def test_bad_request_is_400(opa_url: str, tmp_path: Path) -> None:
