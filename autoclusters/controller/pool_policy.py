@@ -28,8 +28,8 @@ class Pool:
     provider_error: str = ""  # invalid spec.provider: the pool still reports faults, repairs are held
     default: bool = False  # no GpuNodePool: the nodes' pool label, under the cluster default policy
 
-    def provider_for(self, action: RepairAction) -> ProviderSpec | None:
-        return None if self.provider_error else self.config.provider.for_action(action.value)
+    def provider_for(self, action: str) -> ProviderSpec | None:
+        return None if self.provider_error else self.config.provider.for_action(action)
 
     @property
     def mode(self) -> ConsentMode:

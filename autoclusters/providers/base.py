@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autoclusters.controller.statemachine import Operation, ProviderView
 from autoclusters.kube import Kube, NotFound
+from autoclusters.providers.types import Operation, ProviderView
 
 # Reads a node from the controller's cache: the object, or None when it does not exist.
 NodeLookup = Callable[[str], dict[str, Any] | None]

@@ -26,12 +26,12 @@ from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import CLUSTERAPI_VERSIONS
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeLookup, ProviderError
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = CLUSTERAPI_VERSIONS[0]

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoclusters import api, capture
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy.providers import EC2_CREDENTIALS, EC2_MODES, EC2_SECRET
 from autoclusters.kube import Kube
 from autoclusters.names import Names
@@ -54,6 +53,7 @@ from autoclusters.providers.remote_reset import (
     read_secret,
     secret_text,
 )
+from autoclusters.providers.types import Operation
 
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]+)/(?P<instance>i-[0-9a-f]{8,17})$")
 # A zone's region: the zone's name up to its first number (us-east-1a, us-west-2-lax-1a, us-gov-west-1a,

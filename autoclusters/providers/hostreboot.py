@@ -38,13 +38,13 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.deploy.reboot_job import COMPONENT, CONTAINER, NSENTER, REBOOT_SECURITY_CONTEXT, TOLERATIONS
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
 # The Job's fixed shape (deploy/reboot_job.py, whose admission policy holds the controller's Jobs

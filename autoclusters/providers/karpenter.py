@@ -38,11 +38,11 @@ from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"

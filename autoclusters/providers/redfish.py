@@ -42,13 +42,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy.providers import REDFISH_SECRET
 from autoclusters.kube import Kube
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, read_node
 from autoclusters.providers.hostreboot import boot_id
 from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, read_secret, secret_text
+from autoclusters.providers.types import Operation
 from autoclusters.redact import redact_url
 
 log = logging.getLogger(__name__)

@@ -162,3 +162,12 @@ def test_the_architecture_page_shows_these_ranks() -> None:
             shown[key] = int(cells[1])
     expected = {**RANKS, **OUTSIDE}
     assert shown == expected
+
+
+def test_providers_import_nothing_of_the_controller() -> None:
+    """A provider is a plug-in: what it shares with the controller (the operation, its state and
+    view, the action table, the declaration types) lives in ``providers/``, and no module there
+    imports ``controller/`` (the state machine's rank would allow it; this rule does not)."""
+    found = [(name, imported) for name, path in _modules() if name.split(".")[0] == "providers"
+             for imported in _imports(path) if imported.split(".")[:2] == ["autoclusters", "controller"]]
+    assert found == []

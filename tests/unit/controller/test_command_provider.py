@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from autoclusters.api import RepairAction
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.providers.command import CommandProvider
+from autoclusters.providers.types import Operation, ProviderState
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,6 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.cli import controller as controller_cli
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy import pod_settings
 from autoclusters.deploy.pod_settings import COMPONENTS, PULL_SECRETS_FLAG, SETTINGS
 from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
@@ -21,6 +20,7 @@ from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import reboot_job
+from autoclusters.providers.types import Operation
 
 REPO = Path(__file__).resolve().parents[3]
 VALUES: dict[str, Any] = {
