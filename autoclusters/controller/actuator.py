@@ -50,7 +50,7 @@ from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.json_patch import pointer
 from autoclusters.names import Names
-from autoclusters.providers import Provider, ProviderError
+from autoclusters.providers.base import Provider, ProviderError
 from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
 
 log = logging.getLogger(__name__)

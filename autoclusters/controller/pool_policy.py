@@ -39,7 +39,7 @@ class Pool:
     def breaker_state(self) -> str:
         return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", BreakerState.CLOSED))
 
-    def action_for(self, fault: FaultRef) -> RepairAction | None:
+    def action_for(self, fault: FaultRef) -> str | None:
         """The pool's action for a fault; None = not repaired.
 
         A code the pool names in ``spec.repairCodes`` gets that repair: the one way to repair a

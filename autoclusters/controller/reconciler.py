@@ -73,10 +73,9 @@ from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.memo import ObjectMemo
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN, EVENT_RECORD_UNREADABLE
-from autoclusters.providers import Provider, ProviderError, build_provider
 from autoclusters.providers.actions import ACTIONS, Proof
-from autoclusters.providers.base import NodeCache
-from autoclusters.providers.registry import BuildContext
+from autoclusters.providers.base import NodeCache, Provider, ProviderError
+from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.replacement import ReplacementClaims
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 

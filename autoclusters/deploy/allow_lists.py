@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import pool_fields
-from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderChoice
+from autoclusters.deploy.providers import KINDS, ProviderChoice
 from autoclusters.redact import redact
 
 
@@ -139,13 +139,13 @@ def from_config(raw: Any, where: str = STACK_SETTING) -> AllowLists:
 
 def provider_fields(choice: ProviderChoice) -> Iterator[tuple[str, AllowList, Any]]:
     """(field path, list, value) of every provider setting of ``choice`` held to a list."""
-    for action, spec in (("", choice.default), *((a, getattr(choice, a)) for a in ACTIONS)):
+    for action, spec in (("", choice.default), *choice.own.items()):
         if spec is None:
             continue
         for s in KINDS[spec.type].settings:
             if s.allow_list and s.name in spec.settings:
                 prefix = f"spec.provider.{action}." if action else "spec.provider."
-                yield f"{prefix}{spec.type.value}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
+                yield f"{prefix}{spec.type}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
 
 
 def named_fields(*, provider: ProviderChoice, hook_url: str = "", hook_command: tuple[str, ...] = ()

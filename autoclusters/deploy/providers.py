@@ -19,8 +19,11 @@ Everything else derives from ``KINDS``: the CRD schema (``crds.py``), the strict
 (``parse_provider_choice``, used by the stack config, the Pulumi components and the
 controller), the Rego data of the pool policy (``rego_module``, rendered to
 ``policies/lib/providers.rego``) and the controller's registry of builders (a test
-proves its keys equal ``ProviderType``). Adding a provider = one ``ProviderKind`` here,
-one builder in ``autoclusters/providers/registry.py``, one section in docs/operations.md.
+proves its keys equal those of ``KINDS``). ``KINDS`` is open: ``register_provider`` adds a
+provider, and the per-action fields (``reset``, ``replace``, any later action) come from the
+action table (``autoclusters/providers/actions.py``), so a provider and an action registered
+from a test module show in the schema, the parser and the roles
+(tests/unit/controller/test_action_plugin.py).
 """
 
 from __future__ import annotations
@@ -34,8 +37,13 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.api import RepairAction, generated_rego_module
+from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 
-ACTIONS = tuple(a.value for a in RepairAction)  # what a provider may be chosen for
+
+def actions() -> tuple[str, ...]:
+    """What a provider may be chosen for: the actions of the table, in its order."""
+    return ACTION_TABLE.names()
+
 # The Cluster API versions of Machine the clusterapi provider speaks, the default first:
 # v1beta2 is Cluster API's storage version from v1.11 on; older releases serve only v1beta1.
 CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
@@ -53,6 +61,8 @@ EC2_CREDENTIALS = ("podIdentity", "secret")
 
 
 class ProviderType(enum.StrEnum):
+    """The built-in providers, for code that names one; ``KINDS`` holds every registered provider."""
+
     SIMULATED = "simulated"
     COMMAND = "command"
     CLUSTERAPI = "clusterapi"
@@ -140,32 +150,38 @@ class Rule:
 
 @dataclass(frozen=True)
 class ProviderKind:
-    type: ProviderType
+    type: str  # a ProviderType member for a built-in provider
     actions: tuple[str, ...]
     description: str
     settings: tuple[Setting, ...] = ()
     rbac: tuple[Rule, ...] = ()  # beyond the controller's own (nodes get/list/watch/patch, pods, events)
+    local_only: bool = False  # its rights are granted on a local (kwok) cluster only
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", str(self.type))  # a plain string (YAML, JSON, Rego)
+        object.__setattr__(self, "actions", tuple(str(a) for a in self.actions))
 
     def setting(self, name: str) -> Setting | None:
         return next((s for s in self.settings if s.name == name), None)
 
 
-KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
-    ProviderKind(ProviderType.SIMULATED, ACTIONS,
+_RESET_AND_REPLACE = (RepairAction.RESET.value, RepairAction.REPLACE.value)
+KINDS: dict[str, ProviderKind] = {k.type: k for k in (
+    ProviderKind(ProviderType.SIMULATED, _RESET_AND_REPLACE,
                  "kwok nodes of the local simulator only: reset = NotReady then Ready with a new boot id, "
                  "replace = a new node joins the pool. Refuses any node kwok does not manage.",
                  (Setting("resetSeconds", "integer", "How long a reset takes (default: the controller's "
                           "--sim-reset-seconds).", minimum=0),
                   Setting("replaceSeconds", "integer", "How long a replacement takes (default: the controller's "
                           "--sim-replace-seconds).", minimum=0)),
-                 (Rule("", "nodes", ("create", "delete")), Rule("", "nodes/status", ("patch",)))),
-    ProviderKind(ProviderType.COMMAND, ACTIONS,
+                 (Rule("", "nodes", ("create", "delete")), Rule("", "nodes/status", ("patch",))), local_only=True),
+    ProviderKind(ProviderType.COMMAND, _RESET_AND_REPLACE,
                  "Runs an operator's script in the controller's container: ARGV + ACTION NODE; exit 0 = done.",
                  (Setting("command", "strings", "The program and its first arguments; an entry of the allow-list "
                           "allowLists.commands.", required=True, allow_list="commands"),
                   Setting("timeoutSeconds", "integer", "The script fails after this long.", minimum=1,
                           default=900))),
-    ProviderKind(ProviderType.CLUSTERAPI, ACTIONS,
+    ProviderKind(ProviderType.CLUSTERAPI, _RESET_AND_REPLACE,
                  "Cluster API: replace deletes the node's Machine; reset sets its remediation annotation.",
                  (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
                           "one when the cluster does not serve it).",
@@ -222,22 +238,36 @@ KINDS: dict[ProviderType, ProviderKind] = {k.type: k for k in (
 )}
 
 
-def granted_providers(local: bool) -> tuple[ProviderType, ...]:
-    """The providers whose rights an installation's controller gets: every one but the
-    simulated, whose node create/delete and nodes/status patch only a local (kwok) cluster
-    needs (its provider refuses every node kwok does not manage)."""
-    return tuple(t for t in KINDS if local or t != ProviderType.SIMULATED)
+def register_provider(kind: ProviderKind) -> ProviderKind:
+    """Adds a provider (its builder goes in ``providers/registry.py``); its actions must be in the action table."""
+    unknown = [a for a in kind.actions if a not in ACTION_TABLE]
+    if unknown:
+        raise ValueError(f"provider {kind.type!r} names actions that are not registered: {', '.join(unknown)}")
+    if kind.type in KINDS and KINDS[kind.type] != kind:
+        raise ValueError(f"provider {kind.type!r} is registered already")
+    KINDS[kind.type] = kind
+    return kind
+
+
+def granted_providers(local: bool) -> tuple[str, ...]:
+    """The providers whose rights an installation's controller gets: every one but those whose
+    rights only a local (kwok) cluster needs (the simulated one's node create/delete and
+    nodes/status patch; its provider refuses every node kwok does not manage)."""
+    return tuple(t for t, k in KINDS.items() if local or not k.local_only)
 
 
 @dataclass(frozen=True)
 class ProviderSpec:
     """One provider and its checked settings (camelCase, defaults filled in)."""
 
-    type: ProviderType
+    type: str  # a key of KINDS
     settings: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", str(self.type))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type.value, self.type.value: dict(self.settings)}
+        return {"type": str(self.type), str(self.type): dict(self.settings)}
 
     def key(self) -> str:
         """The spec as a string (a cache key); computed once: the controller asks on every reconcile."""
@@ -253,11 +283,18 @@ class ProviderChoice:
     """A pool's providers: one for every action it supports, and per-action overrides."""
 
     default: ProviderSpec | None = None
-    reset: ProviderSpec | None = None
-    replace: ProviderSpec | None = None
+    own: Mapping[str, ProviderSpec] = field(default_factory=dict)  # action -> its own provider
+
+    @property
+    def reset(self) -> ProviderSpec | None:
+        return self.own.get(RepairAction.RESET)
+
+    @property
+    def replace(self) -> ProviderSpec | None:
+        return self.own.get(RepairAction.REPLACE)
 
     def for_action(self, action: str) -> ProviderSpec | None:
-        own = self.reset if action == RepairAction.RESET else self.replace if action == RepairAction.REPLACE else None
+        own = self.own.get(action)
         if own is not None:
             return own
         if self.default is not None and action in KINDS[self.default.type].actions:
@@ -266,23 +303,23 @@ class ProviderChoice:
 
     @property
     def configured(self) -> bool:
-        return any(self.for_action(a) for a in ACTIONS)
+        return any(self.for_action(a) for a in actions())
 
     def missing(self) -> tuple[str, ...]:
-        """The actions no provider covers."""
-        return tuple(a for a in ACTIONS if self.for_action(a) is None)
+        """The actions every pool needs (the action table's ``every_pool``) that no provider covers."""
+        return tuple(a for a in ACTION_TABLE.required() if self.for_action(a) is None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = self.default.to_dict() if self.default else {}
-        for action in ACTIONS:
-            spec = getattr(self, action)
+        for action in actions():
+            spec = self.own.get(action)
             if spec is not None:
                 out[action] = spec.to_dict()
         return out
 
     def describe(self) -> str:
         """``reset=hostReboot replace=command`` / ``none``, for status lines."""
-        parts = [f"{a}={s.type.value}" for a in ACTIONS if (s := self.for_action(a)) is not None]
+        parts = [f"{a}={s.type}" for a in actions() if (s := self.for_action(a)) is not None]
         return " ".join(parts) or "none"
 
 
@@ -292,27 +329,25 @@ NO_PROVIDER = ProviderChoice()
 def _parse_spec(raw: Any, where: str, *, action: str = "") -> ProviderSpec:
     if not isinstance(raw, Mapping):
         raise ProviderSettingsError(f"{where} must be a mapping with a 'type', got {type(raw).__name__}")
-    allowed = {"type", *(t.value for t in ProviderType)}
+    allowed = {"type", *KINDS}
     if not action:
-        allowed |= set(ACTIONS)
+        allowed |= set(actions())
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ProviderSettingsError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; "
                                     f"allowed: {', '.join(sorted(allowed))}")
     kind_name = raw.get("type")
-    try:
-        kind = KINDS[ProviderType(str(kind_name))]
-    except ValueError:
-        raise ProviderSettingsError(f"{where}.type must be one of {'|'.join(t.value for t in ProviderType)}, "
-                                    f"got {kind_name!r}") from None
-    others = sorted(k for k in raw if k in {t.value for t in ProviderType} and k != kind.type.value)
+    kind = KINDS.get(str(kind_name)) if isinstance(kind_name, str) else None
+    if kind is None:
+        raise ProviderSettingsError(f"{where}.type must be one of {'|'.join(KINDS)}, got {kind_name!r}")
+    others = sorted(k for k in raw if k in KINDS and k != kind.type)
     if others:
-        raise ProviderSettingsError(f"{where}.{others[0]} does not apply to type {kind.type.value}")
+        raise ProviderSettingsError(f"{where}.{others[0]} does not apply to type {kind.type}")
     if action and action not in kind.actions:
-        raise ProviderSettingsError(f"{where}.type {kind.type.value} cannot {action} a node "
+        raise ProviderSettingsError(f"{where}.type {kind.type} cannot {action} a node "
                                     f"(it supports: {', '.join(kind.actions)})")
-    settings_raw = raw.get(kind.type.value) or {}
-    here = f"{where}.{kind.type.value}"
+    settings_raw = raw.get(kind.type) or {}
+    here = f"{where}.{kind.type}"
     if not isinstance(settings_raw, Mapping):
         raise ProviderSettingsError(f"{here} must be a mapping, got {type(settings_raw).__name__}")
     names = {s.name for s in kind.settings}
@@ -337,16 +372,17 @@ def parse_provider_choice(raw: Any, where: str = "provider") -> ProviderChoice:
         return NO_PROVIDER
     if not isinstance(raw, Mapping):
         raise ProviderSettingsError(f"{where} must be a mapping, got {type(raw).__name__}")
-    own = {a: _parse_spec(raw[a], f"{where}.{a}", action=a) for a in ACTIONS if a in raw}
+    names = actions()
+    own = {a: _parse_spec(raw[a], f"{where}.{a}", action=a) for a in names if a in raw}
     default = None
-    if "type" in raw or set(raw) - set(ACTIONS):
-        default = _parse_spec({k: v for k, v in raw.items() if k not in ACTIONS}, where)
-    return ProviderChoice(default, own.get(RepairAction.RESET), own.get(RepairAction.REPLACE))
+    if "type" in raw or set(raw) - set(names):
+        default = _parse_spec({k: v for k, v in raw.items() if k not in names}, where)
+    return ProviderChoice(default, own)
 
 
 # --- derived forms ------------------------------------------------------------------------
 def _spec_schema(*, with_actions: bool) -> dict[str, Any]:
-    props: dict[str, Any] = {"type": {"type": "string", "enum": [t.value for t in ProviderType],
+    props: dict[str, Any] = {"type": {"type": "string", "enum": list(KINDS),
                                       "description": "The provider; its settings go in the field of the same name."}}
     for kind in KINDS.values():
         s: dict[str, Any] = {"type": "object", "description": kind.description,
@@ -354,17 +390,17 @@ def _spec_schema(*, with_actions: bool) -> dict[str, Any]:
         required = [x.name for x in kind.settings if x.required]
         if required:
             s["required"] = required
-        props[kind.type.value] = s
-    rules = [{"rule": f"!has(self.{k.type.value}) || (has(self.type) && self.type == '{k.type.value}')",
-              "message": f"{k.type.value} settings apply to type {k.type.value} only"} for k in KINDS.values()]
-    rules += [{"rule": f"!has(self.type) || self.type != '{k.type.value}' || has(self.{k.type.value})",
-               "message": f"type {k.type.value} needs its settings in the field {k.type.value} "
+        props[kind.type] = s
+    rules = [{"rule": f"!has(self.{k.type}) || (has(self.type) && self.type == '{k.type}')",
+              "message": f"{k.type} settings apply to type {k.type} only"} for k in KINDS.values()]
+    rules += [{"rule": f"!has(self.type) || self.type != '{k.type}' || has(self.{k.type})",
+               "message": f"type {k.type} needs its settings in the field {k.type} "
                           f"({', '.join(x.name for x in k.settings if x.required)} required)"}
               for k in KINDS.values() if any(x.required for x in k.settings)]
     out: dict[str, Any] = {"type": "object", "properties": props}
     if with_actions:
-        for action in ACTIONS:
-            able = [k.type.value for k in KINDS.values() if action in k.actions]
+        for action in actions():
+            able = [k.type for k in KINDS.values() if action in k.actions]
             sub = _spec_schema(with_actions=False)
             sub["required"] = ["type"]
             sub["properties"]["type"] = {"type": "string", "enum": able,
@@ -387,8 +423,8 @@ def provider_schema() -> dict[str, Any]:
 def rego_data() -> dict[str, Any]:
     """What the pool policy needs to know about providers."""
     return {
-        "actions": list(ACTIONS),
-        "types": {k.type.value: {
+        "actions": list(actions()),
+        "types": {k.type: {
             "actions": list(k.actions),
             "settings": {s.name: {"kind": s.kind, "required": s.required, "values": list(s.values),
                                   "allow_list": s.allow_list,

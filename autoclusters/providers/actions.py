@@ -51,6 +51,10 @@ class ActionKind:
     every_pool: bool = True
     description: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", str(self.name))  # a plain string (YAML, JSON, Rego)
+        object.__setattr__(self, "escalates_to", str(self.escalates_to))
+
     @property
     def keeps_node(self) -> bool:
         """The node stays (a reset of some kind): its success counts in the node's reset history."""

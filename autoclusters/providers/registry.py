@@ -95,7 +95,7 @@ def _ec2(s: Mapping[str, Any], c: BuildContext) -> Provider:
                        nodes=c.nodes)
 
 
-BUILDERS: dict[ProviderType, Builder] = {
+BUILDERS: dict[str, Builder] = {  # one line per provider: its type (deploy/providers.py, KINDS) and builder
     ProviderType.SIMULATED: _simulated,
     ProviderType.COMMAND: _command,
     ProviderType.CLUSTERAPI: _clusterapi,

@@ -52,7 +52,7 @@ def test_command_provider_timeout(tmp_path) -> None:
 
 
 def test_command_provider_rejects_empty_command() -> None:
-    from autoclusters.providers import ProviderError
+    from autoclusters.providers.base import ProviderError
 
     with pytest.raises(ProviderError):
         CommandProvider([])

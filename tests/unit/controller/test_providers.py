@@ -16,7 +16,7 @@ from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names
-from autoclusters.providers import ProviderError
+from autoclusters.providers.base import ProviderError
 from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.types import Operation, ProviderState, ProviderView

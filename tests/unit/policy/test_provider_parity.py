@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy.crds import pool_schema
-from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderType, rego_data, rego_module
+from autoclusters.deploy.providers import KINDS, ProviderType, actions, rego_data, rego_module
 from autoclusters.policy import opa
 from autoclusters.providers.registry import BUILDERS
 from tests.conftest import tool_missing
@@ -30,13 +30,13 @@ def test_crd_enums_equal_python() -> None:
     crd = _crd_provider()
     assert set(crd["properties"]["type"]["enum"]) == PYTHON_TYPES
     assert set(crd["properties"]) >= PYTHON_TYPES  # one settings object per type
-    for action in ACTIONS:
-        able = {k.type.value for k in KINDS.values() if action in k.actions}
+    for action in actions():
+        able = {k.type for k in KINDS.values() if action in k.actions}
         assert set(crd["properties"][action]["properties"]["type"]["enum"]) == able
 
 
 def test_every_type_has_a_builder() -> None:
-    assert {t.value for t in BUILDERS} == PYTHON_TYPES == {t.value for t in KINDS}
+    assert set(BUILDERS) == PYTHON_TYPES == set(KINDS)
 
 
 def test_opa_sees_the_same_types_and_actions() -> None:
@@ -48,12 +48,12 @@ def test_opa_sees_the_same_types_and_actions() -> None:
     assert set(value["types"]) == PYTHON_TYPES
     assert value == rego_data()
     assert {t: set(v["actions"]) for t, v in value["types"].items()} == {
-        k.type.value: set(k.actions) for k in KINDS.values()}
+        k.type: set(k.actions) for k in KINDS.values()}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS, key=str))
-def test_crd_settings_equal_python(kind: ProviderType) -> None:
-    props = _crd_provider()["properties"][kind.value]
+def test_crd_settings_equal_python(kind: str) -> None:
+    props = _crd_provider()["properties"][kind]
     assert set(props["properties"]) == {s.name for s in KINDS[kind].settings}
     assert set(props.get("required", [])) == {s.name for s in KINDS[kind].settings if s.required}
 
