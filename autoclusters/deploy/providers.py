@@ -15,13 +15,14 @@ type's field may be present). ``reset`` / ``replace`` choose a provider for one 
 A pool with no provider for an action never picks one itself: the controller holds that
 repair with "no repair provider configured".
 
-Everything else derives from ``KINDS``: the CRD schema (``crds.py``), the strict parser
-(``parse_provider_choice``, used by the stack config, the Pulumi components and the
-controller), the Rego data of the pool policy (``rego_module``, rendered to
-``policies/lib/providers.rego``) and the controller's registry of builders (a test
-proves its keys equal those of ``KINDS``). ``KINDS`` is open: ``register_provider`` adds a
-provider, and the per-action fields (``reset``, ``replace``, any later action) come from the
-action table (``autoclusters/providers/actions.py``), so a provider and an action registered
+Each provider declares itself in its own module (``providers/<type>.py``: a ``ProviderKind``,
+``providers/declaration.py``) and ``providers/registry.py`` registers it with one line;
+``KINDS`` here is that registry. Everything else derives from it: the CRD schema
+(``crds.py``), the strict parser (``parse_provider_choice``, used by the stack config, the
+Pulumi components and the controller), the Rego data of the pool policy (``rego_module``,
+rendered to ``policies/lib/providers.rego``) and the controller's roles
+(``deploy/controller.py``). The per-action fields (``reset``, ``replace``, any later action)
+come from the action table (``providers/actions.py``), so a provider and an action registered
 from a test module show in the schema, the parser and the roles
 (tests/unit/controller/test_action_plugin.py).
 """
@@ -31,33 +32,22 @@ from __future__ import annotations
 import enum
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import api
 from autoclusters.api import RepairAction, generated_rego_module
 from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
+from autoclusters.providers.declaration import ProviderKind as ProviderKind
+from autoclusters.providers.declaration import ProviderSettingsError as ProviderSettingsError
+from autoclusters.providers.declaration import Rule as Rule
+from autoclusters.providers.declaration import Setting as Setting
 
 
 def actions() -> tuple[str, ...]:
     """What a provider may be chosen for: the actions of the table, in its order."""
     return ACTION_TABLE.names()
-
-# The Cluster API versions of Machine the clusterapi provider speaks, the default first:
-# v1beta2 is Cluster API's storage version from v1.11 on; older releases serve only v1beta1.
-CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
-# The redfish provider's BMC credentials (keys username, password; optional ca.crt, PEM), written by
-# the operator in the controller's namespace; the controller may read this one Secret only.
-REDFISH_SECRET = "autoclusters-redfish"
-# The ec2 provider's AWS keys when a pool says credentials: secret (keys aws_access_key_id,
-# aws_secret_access_key; optional aws_session_token), in the controller's namespace; by default it
-# uses the pod's identity (boto3's chain: IRSA, EKS Pod Identity) and reads no Secret.
-EC2_SECRET = "autoclusters-ec2"
-# How the ec2 provider resets an instance: RebootInstances, or StopInstances then StartInstances
-# (a full power cycle: the instance may move to another host, its instance store is lost).
-EC2_MODES = ("reboot", "stopStart")
-EC2_CREDENTIALS = ("podIdentity", "secret")
 
 
 class ProviderType(enum.StrEnum):
@@ -72,181 +62,42 @@ class ProviderType(enum.StrEnum):
     EC2 = "ec2"
 
 
-class ProviderSettingsError(ValueError):
-    """Provider settings that cannot be used; the message names the field."""
+class _Registry(Mapping[str, ProviderKind]):
+    """``providers/registry.py``'s ``KINDS``, read when first used: the provider modules import
+    ``deploy/`` (the reboot Job's shape, the allow-lists), so this module may not import them
+    while it loads."""
+
+    @staticmethod
+    def _kinds() -> dict[str, ProviderKind]:
+        from autoclusters.providers.registry import KINDS as registered
+
+        return registered
+
+    def __getitem__(self, key: str) -> ProviderKind:
+        return self._kinds()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(self._kinds()))
+
+    def __len__(self) -> int:
+        return len(self._kinds())
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One field of a provider's settings. ``kind``: integer, string, strings (a non-empty list), enum, boolean."""
-
-    name: str
-    kind: str
-    description: str
-    required: bool = False
-    minimum: int | None = None
-    default: Any = None
-    values: tuple[str, ...] = ()
-    # the operator's allow-list the value must be an entry of (deploy/allow_lists.py: "commands",
-    # "images", "urls"); "": any value the kind takes
-    allow_list: str = ""
-
-    def schema(self) -> dict[str, Any]:
-        s: dict[str, Any]
-        if self.kind == "integer":
-            s = {"type": "integer"}
-            if self.minimum is not None:
-                s["minimum"] = self.minimum
-        elif self.kind == "string":
-            s = {"type": "string", "minLength": 1}
-        elif self.kind == "strings":
-            s = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
-        elif self.kind == "enum":
-            s = {"type": "string", "enum": list(self.values)}
-        elif self.kind == "boolean":
-            s = {"type": "boolean"}
-        else:  # pragma: no cover - a typo in KINDS
-            raise AssertionError(self.kind)
-        if self.default is not None:
-            s["default"] = self.default
-        s["description"] = self.description
-        return s
-
-    def check(self, value: Any, where: str) -> Any:
-        bad = ""
-        if self.kind == "integer":
-            if not isinstance(value, int) or isinstance(value, bool):
-                bad = "must be an integer"
-            elif self.minimum is not None and value < self.minimum:
-                bad = f"must be an integer >= {self.minimum}"
-        elif self.kind == "string":
-            if not isinstance(value, str) or not value:
-                bad = "must be a non-empty string"
-        elif self.kind == "strings":
-            if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) and v for v in value):
-                bad = "must be a non-empty list of non-empty strings"
-            else:
-                value = list(value)
-        elif self.kind == "enum" and value not in self.values:
-            bad = f"must be one of {'|'.join(self.values)}"
-        elif self.kind == "boolean" and not isinstance(value, bool):
-            bad = "must be true or false"
-        if bad:
-            raise ProviderSettingsError(f"{where}.{self.name} {bad}, got {value!r}")
-        return value
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One RBAC rule a provider needs: cluster-wide, or in the controller's namespace; limited to
-    the objects ``names`` names when it has any (RBAC's ``resourceNames``)."""
-
-    group: str
-    resource: str
-    verbs: tuple[str, ...]
-    namespaced: bool = False
-    names: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ProviderKind:
-    type: str  # a ProviderType member for a built-in provider
-    actions: tuple[str, ...]
-    description: str
-    settings: tuple[Setting, ...] = ()
-    rbac: tuple[Rule, ...] = ()  # beyond the controller's own (nodes get/list/watch/patch, pods, events)
-    local_only: bool = False  # its rights are granted on a local (kwok) cluster only
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "type", str(self.type))  # a plain string (YAML, JSON, Rego)
-        object.__setattr__(self, "actions", tuple(str(a) for a in self.actions))
-
-    def setting(self, name: str) -> Setting | None:
-        return next((s for s in self.settings if s.name == name), None)
-
-
-_RESET_AND_REPLACE = (RepairAction.RESET.value, RepairAction.REPLACE.value)
-KINDS: dict[str, ProviderKind] = {k.type: k for k in (
-    ProviderKind(ProviderType.SIMULATED, _RESET_AND_REPLACE,
-                 "kwok nodes of the local simulator only: reset = NotReady then Ready with a new boot id, "
-                 "replace = a new node joins the pool. Refuses any node kwok does not manage.",
-                 (Setting("resetSeconds", "integer", "How long a reset takes (default: the controller's "
-                          "--sim-reset-seconds).", minimum=0),
-                  Setting("replaceSeconds", "integer", "How long a replacement takes (default: the controller's "
-                          "--sim-replace-seconds).", minimum=0)),
-                 (Rule("", "nodes", ("create", "delete")), Rule("", "nodes/status", ("patch",))), local_only=True),
-    ProviderKind(ProviderType.COMMAND, _RESET_AND_REPLACE,
-                 "Runs an operator's script in the controller's container: ARGV + ACTION NODE; exit 0 = done.",
-                 (Setting("command", "strings", "The program and its first arguments; an entry of the allow-list "
-                          "allowLists.commands.", required=True, allow_list="commands"),
-                  Setting("timeoutSeconds", "integer", "The script fails after this long.", minimum=1,
-                          default=900))),
-    ProviderKind(ProviderType.CLUSTERAPI, _RESET_AND_REPLACE,
-                 "Cluster API: replace deletes the node's Machine; reset sets its remediation annotation.",
-                 (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
-                          "one when the cluster does not serve it).",
-                          default=CLUSTERAPI_VERSIONS[0], values=tuple(sorted(CLUSTERAPI_VERSIONS))),),
-                 (Rule("cluster.x-k8s.io", "machines", ("get", "patch", "delete")),)),
-    ProviderKind(ProviderType.HOST_REBOOT, (RepairAction.RESET.value,),
-                 "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
-                 "node reports a new boot id and is Ready.",
-                 (Setting("image", "string", "Image of the reboot Job (needs nsenter; the autoclusters image "
-                          "by default); another must be an entry of the allow-list allowLists.images.",
-                          allow_list="images"),
-                  Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
-                          "new boot id this long after the Job started.", minimum=1, default=600)),
-                 (Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),)),
-    ProviderKind(ProviderType.KARPENTER, (RepairAction.REPLACE.value,),
-                 "Karpenter: replace deletes the node's NodeClaim after the drain; done when a new Ready node of "
-                 "the same NodePool (with the pool's label) is matched to the replacement.",
-                 (Setting("timeoutSeconds", "integer", "The replacement fails when no new Ready node of the "
-                          "NodePool is matched this long after the operation started (Karpenter launches "
-                          "nodes only for Pending pods).", minimum=1, default=900),),
-                 (Rule("karpenter.sh", "nodeclaims", ("get", "list", "patch", "delete")),)),
-    ProviderKind(ProviderType.REDFISH, (RepairAction.RESET.value,),
-                 "Power-cycles the node's system through its BMC (Redfish ComputerSystem.Reset); the system's "
-                 f"URL is the node's annotation; credentials in the Secret {REDFISH_SECRET} of the controller's "
-                 "namespace; done when the node reports a new boot id and is Ready.",
-                 (Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
-                          "new boot id this long after the operation started.", minimum=1, default=600),
-                  Setting("requestTimeoutSeconds", "integer", "How long one request to the BMC may take "
-                          "(connect and answer).", minimum=1, default=30),
-                  Setting("powerOnAfterSeconds", "integer", "A system still powered off this long after the "
-                          "reset is powered on (ResetType On); still off as long again, the reset fails.",
-                          minimum=1, default=60),
-                  Setting("insecureSkipTLSVerify", "boolean", "Do not verify the BMC's certificate (by default "
-                          f"it is verified against ca.crt of the Secret {REDFISH_SECRET}, else the system's "
-                          "trust store).", default=False)),
-                 (Rule("", "secrets", ("get",), namespaced=True, names=(REDFISH_SECRET,)),)),
-    ProviderKind(ProviderType.EC2, (RepairAction.RESET.value,),
-                 "Reboots (or stops and starts) the EC2 instance of the node's spec.providerID "
-                 "(aws:///ZONE/INSTANCE-ID) through the EC2 API; done when the node reports a new boot id and "
-                 "is Ready.",
-                 (Setting("mode", "enum", "reboot: RebootInstances; stopStart: StopInstances, then StartInstances "
-                          "once it is stopped (a full power cycle; the instance store is lost).",
-                          default=EC2_MODES[0], values=EC2_MODES),
-                  Setting("region", "string", "The instance's region (by default the region of the zone in the "
-                          "node's providerID)."),
-                  Setting("credentials", "enum", "podIdentity: the controller pod's identity (boto3's default "
-                          f"chain: IRSA, EKS Pod Identity); secret: the keys in the Secret {EC2_SECRET} of the "
-                          "controller's namespace.", default=EC2_CREDENTIALS[0], values=EC2_CREDENTIALS),
-                  Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
-                          "new boot id this long after the operation started.", minimum=1, default=900),
-                  Setting("requestTimeoutSeconds", "integer", "How long one request to the EC2 API may take "
-                          "(connect and answer).", minimum=1, default=30)),
-                 (Rule("", "secrets", ("get",), namespaced=True, names=(EC2_SECRET,)),)),
-)}
+KINDS: Mapping[str, ProviderKind] = _Registry()  # every registered provider, by type
 
 
 def register_provider(kind: ProviderKind) -> ProviderKind:
-    """Adds a provider (its builder goes in ``providers/registry.py``); its actions must be in the action table."""
-    unknown = [a for a in kind.actions if a not in ACTION_TABLE]
-    if unknown:
-        raise ValueError(f"provider {kind.type!r} names actions that are not registered: {', '.join(unknown)}")
-    if kind.type in KINDS and KINDS[kind.type] != kind:
-        raise ValueError(f"provider {kind.type!r} is registered already")
-    KINDS[kind.type] = kind
-    return kind
+    """Adds a provider at run time, as ``providers/registry.py``'s lines do (a test's own, say)."""
+    from autoclusters.providers.registry import register
+
+    return register(kind)
+
+
+def unregister_provider(name: str) -> None:
+    """Removes a provider a test registered."""
+    from autoclusters.providers.registry import KINDS as registered
+
+    registered.pop(name, None)
 
 
 def granted_providers(local: bool) -> tuple[str, ...]:

@@ -21,24 +21,25 @@ from autoclusters.deploy import crds
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 from autoclusters.deploy.providers import (
-    KINDS,
     ProviderKind,
     ProviderSettingsError,
     Rule,
     Setting,
     parse_provider_choice,
     register_provider,
+    unregister_provider,
 )
 from autoclusters.names import Names
-from autoclusters.providers import registry
 from autoclusters.providers.actions import ACTIONS, ActionKind, Deadline, Proof
-from autoclusters.providers.base import NodeLookup, Provider
+from autoclusters.providers.base import BuildContext, NodeLookup, Provider
+from autoclusters.providers.declaration import CredentialSource
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from tests.unit.controller.harness import Harness
 
 GPU_RESET = "gpuReset"
 TEST_PROVIDER = "testGpuReset"
 RULE = Rule("gpu.example.com", "gpuresets", ("create", "get"))
+SECRET = "test-gpu-reset-credentials"
 
 
 class GpuResets(Provider):
@@ -71,7 +72,7 @@ class GpuResets(Provider):
 BUILT: list[GpuResets] = []
 
 
-def _build(settings: Mapping[str, Any], context: registry.BuildContext) -> Provider:
+def _build(settings: Mapping[str, Any], context: BuildContext) -> Provider:
     BUILT.append(GpuResets(fail=bool(settings["fail"])))
     return BUILT[-1]
 
@@ -83,14 +84,12 @@ def plugin() -> Iterator[None]:
     register_provider(ProviderKind(TEST_PROVIDER, (GPU_RESET,), "Resets one GPU (a test's provider).",
                                    (Setting("fail", "boolean", "The reset fails.", default=False),
                                     Setting("gpus", "integer", "GPUs reset at once.", minimum=1, default=1)),
-                                   (RULE,)))
-    registry.BUILDERS[TEST_PROVIDER] = _build
+                                   rules=(RULE,), credentials=CredentialSource(secret=SECRET), build=_build))
     BUILT.clear()
     try:
         yield
     finally:
-        del registry.BUILDERS[TEST_PROVIDER]
-        del KINDS[TEST_PROVIDER]
+        unregister_provider(TEST_PROVIDER)
         ACTIONS.unregister(GPU_RESET)
 
 
@@ -126,6 +125,7 @@ def test_the_crd_the_parser_and_the_roles_pick_up_a_registered_provider_and_acti
 
     cluster_role, _, role, *_ = controller_rbac(Names())
     assert _granted(cluster_role["rules"]) == set(RULE.verbs) and _granted(role["rules"]) == set()
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": [SECRET]} in role["rules"]
 
 
 def test_without_the_registration_none_of_it_is_there() -> None:
@@ -136,7 +136,8 @@ def test_without_the_registration_none_of_it_is_there() -> None:
         parse_provider_choice({"type": "simulated", GPU_RESET: {"type": TEST_PROVIDER}})
     with pytest.raises(PoolConfigError, match=re.escape("repairCodes.gpu:79 must be one of reset|replace,")):
         pool_from_config({"name": "p", "repairCodes": {"gpu:79": GPU_RESET}})
-    assert _granted(controller_rbac(Names())[0]["rules"]) == set()
+    cluster_role, _, role, *_ = controller_rbac(Names())
+    assert _granted(cluster_role["rules"]) == set() and SECRET not in str(role["rules"])
 
 
 def _gpu_reset_pool(h: Harness, *, fail: bool) -> None:

@@ -138,12 +138,14 @@ def test_the_docs_table_is_the_settings_table() -> None:
 def test_the_controllers_pull_secrets_reach_the_host_reboot_provider() -> None:
     from autoclusters.controller.manager import Controller
     from autoclusters.providers.hostreboot import HostRebootProvider
-    from autoclusters.providers.registry import BUILDERS
+    from autoclusters.providers.registry import KINDS
     from tests.unit.fakeapi import FakeApi
 
     controller = Controller(FakeApi().kube(), ControllerConfig(image_pull_secrets="regcred,mirror",
                                                                provider_image="img:1"))
     context = controller.reconciler._build_context
-    provider = BUILDERS[ProviderType.HOST_REBOOT]({"timeoutSeconds": 60}, context)
+    build = KINDS[ProviderType.HOST_REBOOT].build
+    assert build is not None
+    provider = build({"timeoutSeconds": 60}, context)
     assert isinstance(provider, HostRebootProvider)
     assert provider.image_pull_secrets == ("regcred", "mirror")
