@@ -63,7 +63,7 @@ from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
 from autoclusters.providers.hostreboot import boot_id, job_name_for
-from autoclusters.providers.karpenter import GUARD_ANNOTATIONS
+from autoclusters.providers.registry import node_guards
 
 JSON = dict[str, Any]
 
@@ -135,7 +135,8 @@ def node_annotations_ours(names: Names, annotations: dict[str, Any]) -> list[str
     fixed = {*names.warning_annotations, names.marked_at_annotation, names.karpenter_guard_marker,
              names.operation_annotation, names.slurm_jobs, names.slurm_external_drain, names.slurm_cordoned,
              names.redfish_reset_annotation}  # not redfish_system_annotation: the operator's BMC address
-    guards = {k for k in str(annotations.get(names.karpenter_guard_marker, "")).split(",") if k in GUARD_ANNOTATIONS}
+    guarded = {k for g in node_guards() for k in g.annotations}  # the providers' node guards (Karpenter's)
+    guards = {k for k in str(annotations.get(names.karpenter_guard_marker, "")).split(",") if k in guarded}
     return sorted(k for k, v in annotations.items()
                   if k in fixed or k in guards or k.startswith(names.drain_ack_prefix)
                   or (k == n.SLINKY_CORDON_REASON and str(v).startswith(n.DRAIN_REASON_PREFIX)))

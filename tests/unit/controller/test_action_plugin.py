@@ -5,7 +5,9 @@ The registration is what a new provider module does: an ``ActionKind`` in the ac
 (``providers/actions.py``), a ``ProviderKind`` (``deploy/providers.py``, ``register_provider``)
 and a builder (``providers/registry.py``). The CRD schema, the strict pool parser and the
 controller's roles pick them up, and the state machine, driven through the deterministic
-harness, carries a gpuReset out (and escalates a failed one by the table) as it does a reset.
+harness, carries a gpuReset out (and escalates a failed one by the table) as it does a reset;
+the provider's credentials Secret becomes a rule of the Role and its node guard is written on
+its nodes while they are marked.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from autoclusters.deploy.providers import (
 from autoclusters.names import Names
 from autoclusters.providers.actions import ACTIONS, ActionKind, Deadline, Proof
 from autoclusters.providers.base import BuildContext, NodeLookup, Provider
-from autoclusters.providers.declaration import CredentialSource
+from autoclusters.providers.declaration import CredentialSource, NodeGuard
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from tests.unit.controller.harness import Harness
 
@@ -40,6 +42,7 @@ GPU_RESET = "gpuReset"
 TEST_PROVIDER = "testGpuReset"
 RULE = Rule("gpu.example.com", "gpuresets", ("create", "get"))
 SECRET = "test-gpu-reset-credentials"
+GUARD = NodeGuard("gpu.example.com/fleet", ("gpu.example.com/do-not-drain",))  # its backend's own hands-off mark
 
 
 class GpuResets(Provider):
@@ -84,7 +87,8 @@ def plugin() -> Iterator[None]:
     register_provider(ProviderKind(TEST_PROVIDER, (GPU_RESET,), "Resets one GPU (a test's provider).",
                                    (Setting("fail", "boolean", "The reset fails.", default=False),
                                     Setting("gpus", "integer", "GPUs reset at once.", minimum=1, default=1)),
-                                   rules=(RULE,), credentials=CredentialSource(secret=SECRET), build=_build))
+                                   rules=(RULE,), credentials=CredentialSource(secret=SECRET), guards=(GUARD,),
+                                   build=_build))
     BUILT.clear()
     try:
         yield
@@ -148,7 +152,7 @@ def _gpu_reset_pool(h: Harness, *, fail: bool) -> None:
 def test_the_state_machine_carries_out_a_registered_action(plugin: None) -> None:
     h = Harness()
     _gpu_reset_pool(h, fail=False)
-    h.node("n1")
+    h.node("n1", **{GUARD.label: "a"})
     h.start()
     boot = h.boot_id("n1")
     h.fault("n1")
@@ -159,6 +163,7 @@ def test_the_state_machine_carries_out_a_registered_action(plugin: None) -> None
     assert provider.driven == [(f"{record['metadata']['name']}-1", GPU_RESET, "n1")]
     node = h.node_obj("n1")
     assert node is not None and node["spec"].get("unschedulable") is True  # drained as for a reset
+    assert node["metadata"]["annotations"][GUARD.annotations[0]] == "true"  # its node guard, while marked
     h.clear_fault("n1")  # the GPU is back: the detector clears its condition, with no reboot
     h.run(lambda: h.phase("n1") == "Succeeded", detector=False)
     assert h.phase("n1") == "Succeeded" and h.boot_id("n1") == boot
@@ -166,6 +171,7 @@ def test_the_state_machine_carries_out_a_registered_action(plugin: None) -> None
     assert done["message"] == "Single-GPU reset succeeded: the node is Ready and reports no gpu fault."
     node = h.node_obj("n1")
     assert node is not None and not node["spec"].get("unschedulable")
+    assert GUARD.annotations[0] not in (node["metadata"].get("annotations") or {})  # removed with the marking
     h.stop()
 
 
