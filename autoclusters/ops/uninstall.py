@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoclusters import names as n
-from autoclusters.api import HOLDING, TERMINAL, Phase, RepairAction
+from autoclusters.api import HOLDING, TERMINAL, Phase
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.controller.remediation_record import phase_of
 from autoclusters.controller.shards import layout_of
@@ -62,6 +62,7 @@ from autoclusters.kube.json_patch import pointer
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
+from autoclusters.providers.actions import ACTIONS, Proof
 from autoclusters.providers.hostreboot import boot_id, job_name_for
 from autoclusters.providers.registry import node_guards
 
@@ -223,8 +224,8 @@ def cordon_verdict(node: JSON, record: JSON | None, names: Names, namespace: str
             "placed there now would meet the faulty GPU", f"{uncordon} once the node is repaired"))
     if phase in (Phase.ACTING, Phase.VERIFYING):
         op = status.get("operation") or {}
-        action = op.get("action") or status.get("action")
-        if action == RepairAction.REPLACE.value:
+        action = str(op.get("action") or status.get("action") or "")
+        if action in ACTIONS and ACTIONS[action].proof == Proof.REPLACED:  # the node goes (the action table)
             return CordonVerdict(False, Leftover(
                 name, "the cordon", f"its replacement (Remediation {rec}, operation {op.get('id', '?')}) is under "
                 "way and the provider removes the node", f"{uncordon} if the node is to stay"))
