@@ -18,7 +18,7 @@ an installation that names no entry runs no pool author's program, image or URL.
 host-reboot Job's default image, the controller's own, needs no entry.
 
 Which field of a pool is held to which list is written once: ``pool_fields.ALLOW_LISTED`` for
-the fields of the pool's own spec, and each provider setting's ``allow_list`` (``deploy/providers.py``) for
+the fields of the pool's own spec, and each provider setting's ``allow_list`` (its module's ``KIND``) for
 the providers' (a new provider's URL or command setting names its list there and is checked
 by the parser below, the controller and the Rego alike).
 """
