@@ -191,3 +191,18 @@ def test_a_failed_registered_action_escalates_as_the_table_says(plugin: None) ->
     assert escalated["message"].endswith("VM reset follows under the same approval.")
     assert h.boot_id("n1") != boot  # the escalation's reset (the simulated provider) rebooted the node
     h.stop()
+
+
+def test_the_state_machine_names_no_action() -> None:
+    """Every answer about an action comes from the table: the state machine's code names neither
+    ``RepairAction`` nor an action's name (so a registered action needs no branch there)."""
+    import ast
+    from pathlib import Path
+
+    import autoclusters.controller.statemachine as sm
+
+    tree = ast.parse(Path(sm.__file__).read_text())
+    named = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    words = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert "RepairAction" not in named
+    assert not words & set(ACTIONS.names())
