@@ -17,7 +17,6 @@ import pulumi
 
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.pod_settings import PodSettings
-from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import rbac_objects
 from autoclusters.names import Names
 from components._args import require_namespace
@@ -31,7 +30,7 @@ class RbacArgs:
     slurm_bridge: bool = False  # the Slurm bridge's identity too (deploy.slurm_bridge)
     local: bool = False  # a local (kwok) cluster: the simulated provider's rights too (deploy.providers)
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
-    providers: tuple[ProviderType, ...] | None = None  # the controller's providers (None: all granted_providers)
+    providers: tuple[str, ...] | None = None  # the controller's providers (None: all granted_providers)
 
     def __post_init__(self) -> None:
         require_namespace(self.namespace, "Rbac")

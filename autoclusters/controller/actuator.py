@@ -50,12 +50,17 @@ from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.json_patch import pointer
 from autoclusters.names import Names
-from autoclusters.providers import Provider, ProviderError
-from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
+from autoclusters.providers.base import Provider, ProviderError
+from autoclusters.providers.registry import node_guards
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+
+
+def _guard_annotations() -> frozenset[str]:
+    """Every annotation a provider's node guard writes."""
+    return frozenset(k for g in node_guards() for k in g.annotations)
 
 
 
@@ -181,8 +186,8 @@ class Actuator:
             add = self._guard_annotations(node)
             if warning is not None and state is not None:
                 add.update(self._node_warning(node, state, warning))
-            if annotations_now is not None and any(k in GUARD_ANNOTATIONS or k == n.SLINKY_CORDON_REASON
-                                                   for k in add):
+            guarded = _guard_annotations()
+            if annotations_now is not None and any(k in guarded or k == n.SLINKY_CORDON_REASON for k in add):
                 # Karpenter's guards and Slinky's reason are ours only if absent (or ours) as read:
                 # the annotations are tested as a whole, so a user's own written meanwhile is kept
                 ops.insert(0, {"op": "test", "path": "/metadata/annotations", "value": annotations_now})
@@ -202,15 +207,19 @@ class Actuator:
         return written
 
     def _guard_annotations(self, node: JSON) -> dict[str, str]:
-        """Karpenter's do-not-disrupt on a Karpenter node, with our marker, unless already there."""
+        """The providers' node guards (``ProviderKind.guards``: Karpenter's do-not-disrupt on a
+        Karpenter node) on a node that carries a guard's label, with our marker, unless already there."""
         meta = node["metadata"]
-        if NODEPOOL_LABEL not in (meta.get("labels") or {}):
+        labels = meta.get("labels") or {}
+        guards = [g for g in node_guards() if g.label in labels]
+        if not guards:
             return {}
         annotations = meta.get("annotations")
         add: dict[str, str] = {}
-        if self._names.marked_at_annotation not in (annotations or {}):
+        if any(g.stamp_marked_at for g in guards) and self._names.marked_at_annotation not in (annotations or {}):
             add[self._names.marked_at_annotation] = utc_iso(self._clock.now())
-        added = [k for k in GUARD_ANNOTATIONS if (annotations or {}).get(k) != "true"]  # a user's own stays theirs
+        wanted = dict.fromkeys(k for g in guards for k in g.annotations)
+        added = [k for k in wanted if (annotations or {}).get(k) != "true"]  # a user's own stays theirs
         if added:
             add.update({k: "true" for k in added})
             add[self._names.karpenter_guard_marker] = ",".join(added)
@@ -241,7 +250,7 @@ class Actuator:
             annotations = node["metadata"].get("annotations") or {}
             ours = [self._names.marked_at_annotation, self._names.karpenter_guard_marker]
             ours += [k for k in str(annotations.get(self._names.karpenter_guard_marker, "")).split(",")
-                     if k in GUARD_ANNOTATIONS]  # the ones we added go; a user's own stay
+                     if k in _guard_annotations()]  # the ones we added go; a user's own stay
             ops += [{"op": "remove", "path": f"/metadata/annotations/{pointer(k)}"} for k in ours if k in annotations]
             return ops + self._warning_removals(node)
 

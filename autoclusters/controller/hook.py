@@ -48,7 +48,7 @@ class HookFailed(Exception):
 
 def payload(state: RepairState, deadline: datetime, reason: str) -> dict[str, Any]:
     f = state.fault
-    return {"node": state.node, "pool": state.pool, "record": state.name, "action": state.action.value,
+    return {"node": state.node, "pool": state.pool, "record": state.name, "action": str(state.action),
             "fault": {"class": f.fault_class, "code": f.code, "reason": f.reason, "message": f.message},
             "reason": reason, "deadline": utc_iso(deadline)}
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from autoclusters.api import ConsentMode, RepairAction
-
-_ACTION: dict[str, str] = {RepairAction.RESET: "VM reset", RepairAction.REPLACE: "node replacement"}
+from autoclusters.api import ConsentMode
+from autoclusters.providers.actions import ACTIONS
 
 
 class FaultLike(Protocol):
@@ -25,8 +24,8 @@ class FaultLike(Protocol):
 
 
 def action_name(action: str) -> str:
-    """``VM reset`` / ``node replacement``."""
-    return _ACTION.get(str(action), str(action))
+    """``VM reset`` / ``node replacement``: the action table's noun."""
+    return ACTIONS[action].noun if action in ACTIONS else str(action)
 
 
 def _cap(text: str) -> str:
@@ -65,8 +64,9 @@ def scheduled(action: str, start: str, why: str = "") -> str:
     return f"{_cap(action_name(action))} scheduled to start at {start}.{_why(why)}"
 
 
-def started(action: str, drain_seconds: float, *, after_failed_reset: bool = False) -> str:
-    lead = "The VM reset did not fix the node; node replacement started" if after_failed_reset \
+def started(action: str, drain_seconds: float, *, after_failed: str = "") -> str:
+    """``after_failed``: the action whose failure this one follows ("" for a first start)."""
+    lead = f"The {action_name(after_failed)} did not fix the node; {action_name(action)} started" if after_failed \
         else f"{_cap(action_name(action))} started"
     return (f"{lead}: the node is cordoned and its pods are evicted "
             f"(any still running after {int(drain_seconds)}s are deleted).")
@@ -111,21 +111,24 @@ def hook_failed(error: str) -> str:
     return f"The pool's pre-drain hook failed ({error}). The drain goes on as planned."
 
 
-def reset_succeeded(fault_class: str) -> str:
-    return f"VM reset succeeded: the node rebooted, is Ready and reports no {fault_class} fault."
+def succeeded_in_place(action: str, fault_class: str, *, rebooted: bool) -> str:
+    """The node stayed (a reset of some kind) and was proved repaired."""
+    how = "the node rebooted, is Ready" if rebooted else "the node is Ready"
+    return f"{_cap(action_name(action))} succeeded: {how} and reports no {fault_class} fault."
 
 
 def replace_succeeded(new_node: str, pool: str) -> str:
     return f"Node replacement succeeded: {new_node} took this node's place and is Ready in pool {pool}."
 
 
-def reset_failed(why: str) -> str:
-    """MaintenanceActionFailed for a reset: what failed and where to look (the provider's words)."""
-    return f"VM reset failed: {sentence(why)}"
+def action_failed(action: str, why: str) -> str:
+    """MaintenanceActionFailed for an action that escalates: what failed and where to look (the provider's words)."""
+    return f"{_cap(action_name(action))} failed: {sentence(why)}"
 
 
-def escalated_after_failed_reset(why: str) -> str:
-    return f"The VM reset failed ({why.rstrip('.')}); node replacement follows under the same approval."
+def escalated_after_failure(action: str, escalation: str, why: str) -> str:
+    return (f"The {action_name(action)} failed ({why.rstrip('.')}); {action_name(escalation)} follows under the "
+            "same approval.")
 
 
 def _why(why: str) -> str:

@@ -10,11 +10,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from autoclusters.api import TERMINAL, FaultClass, Phase, RepairAction
+from autoclusters.api import TERMINAL, FaultClass, Phase
 from autoclusters.clock import parse_iso
 from autoclusters.controller.remediation_record import UnreadableRecord, state_of
 from autoclusters.controller.statemachine import Outcome
 from autoclusters.kube import informer_metrics
+from autoclusters.providers.actions import ACTIONS
 
 RequestCounts = Callable[[], dict[tuple[str, str, str], int]]
 
@@ -39,9 +40,9 @@ class Metrics:
             self.faults.labels(fault_class.value)
         for phase in Phase:
             self.repairs.labels(phase.value)
-        for action in RepairAction:
+        for action in ACTIONS.names():
             for outcome in Outcome:
-                self.outcomes.labels(action.value, outcome.value)
+                self.outcomes.labels(action, outcome.value)
         self.breaker_open = Gauge("autoclusters_circuit_breaker_open", "1 while a pool's circuit breaker is open",
                                   ["pool"], registry=r)
         self.queue_depth = Gauge("autoclusters_workqueue_depth", "Keys waiting in the work queue", registry=r)

@@ -28,8 +28,8 @@ class Pool:
     provider_error: str = ""  # invalid spec.provider: the pool still reports faults, repairs are held
     default: bool = False  # no GpuNodePool: the nodes' pool label, under the cluster default policy
 
-    def provider_for(self, action: RepairAction) -> ProviderSpec | None:
-        return None if self.provider_error else self.config.provider.for_action(action.value)
+    def provider_for(self, action: str) -> ProviderSpec | None:
+        return None if self.provider_error else self.config.provider.for_action(action)
 
     @property
     def mode(self) -> ConsentMode:
@@ -39,7 +39,7 @@ class Pool:
     def breaker_state(self) -> str:
         return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", BreakerState.CLOSED))
 
-    def action_for(self, fault: FaultRef) -> RepairAction | None:
+    def action_for(self, fault: FaultRef) -> str | None:
         """The pool's action for a fault; None = not repaired.
 
         A code the pool names in ``spec.repairCodes`` gets that repair: the one way to repair a

@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from autoclusters import api, pool_fields
-from autoclusters.api import IN_PROGRESS, TERMINAL, Phase, RepairAction
+from autoclusters.api import IN_PROGRESS, TERMINAL, Phase
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller import drain as drainrules
@@ -51,13 +51,10 @@ from autoclusters.controller.statemachine import (
     HistoryView,
     NodeView,
     Observation,
-    Operation,
     Outcome,
     PodsView,
     PoolView,
     ProviderBlock,
-    ProviderState,
-    ProviderView,
     RepairPolicy,
     RepairState,
     Unmark,
@@ -76,10 +73,11 @@ from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.objects import node_ready
 from autoclusters.memo import ObjectMemo
 from autoclusters.names import EVENT_BREAKER_CLOSED, EVENT_BREAKER_OPEN, EVENT_RECORD_UNREADABLE
-from autoclusters.providers import Provider, ProviderError, build_provider
-from autoclusters.providers.base import NodeCache
-from autoclusters.providers.registry import BuildContext
+from autoclusters.providers.actions import ACTIONS, Proof
+from autoclusters.providers.base import NodeCache, Provider, ProviderError
+from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +89,7 @@ _PER_POOL_OBJECT_MAX = 1024  # answers kept per pool object (_provider, _policy)
 def _bound_spec(op: Operation) -> ProviderSpec:
     """The provider spec an operation was started with, checked as a pool's (raises
     ``ProviderSettingsError`` naming the field)."""
-    spec = parse_provider_choice({op.action.value: json.loads(op.provider)},
+    spec = parse_provider_choice({op.action: json.loads(op.provider)},
                                  "status.operation.provider").for_action(op.action)
     assert spec is not None  # parse_provider_choice keeps the action it was given
     return spec
@@ -223,7 +221,7 @@ class Reconciler:
             return "no open repair"
         return f"record {active['metadata'].get('name', '')} {(active.get('status') or {}).get('phase') or 'new'}"
 
-    def _provider(self, pool: Pool | None, action: RepairAction) -> tuple[Provider | None, ProviderBlock | None]:
+    def _provider(self, pool: Pool | None, action: str) -> tuple[Provider | None, ProviderBlock | None]:
         """The pool's provider for ``action``, or why there is none (never a default guessed).
         A reconcile asks several times; a pool object's answer is kept with the provider it found
         (a changed spec is a new object), and holds while that provider is still the one kept for
@@ -241,7 +239,7 @@ class Reconciler:
             return self._settings.policy
         return self._policy_of.get(pool, lambda: pool.policy(self._settings.policy))
 
-    def _find_provider(self, pool: Pool, action: RepairAction) -> tuple[
+    def _find_provider(self, pool: Pool, action: str) -> tuple[
             tuple[str, str] | None, Provider | str | None, Provider | None, ProviderBlock | None]:
         """(the key of the provider kept for the spec, what is kept under it, the provider, the block)."""
         if pool.provider_error:
@@ -300,16 +298,16 @@ class Reconciler:
         return cached, None
 
     @staticmethod
-    def _provider_specs(pool: Pool | None) -> tuple[tuple[RepairAction, str], ...]:
+    def _provider_specs(pool: Pool | None) -> tuple[tuple[str, str], ...]:
         """The pool's provider spec for each action it has one for: what an operation started now
         is bound to."""
         if pool is None or pool.provider_error:
             return ()
-        return tuple((a, spec.key()) for a in RepairAction if (spec := pool.provider_for(a)) is not None)
+        return tuple((a, spec.key()) for a in ACTIONS.names() if (spec := pool.provider_for(a)) is not None)
 
     def _provider_blocks(self, pool: Pool, node: JSON | None) -> tuple[ProviderBlock, ...]:
         blocks = []
-        for action in RepairAction:
+        for action in ACTIONS.names():
             provider, block = self._provider(pool, action)
             if provider is not None and (why := provider.refusal(node)):
                 block = ProviderBlock(action, HOLD_PROVIDER_REFUSED, why)
@@ -514,7 +512,8 @@ class Reconciler:
                 provider_view = provider.progress(state.operation, name, state.pool, self._fleet.node)
             elif op_block is not None:  # the operation's provider cannot be asked (gone from the pool, broken)
                 provider_view = ProviderView(ProviderState.FAILED, op_block.message)
-        if state is not None and state.phase == Phase.VERIFYING and state.action == RepairAction.REPLACE:
+        if state is not None and state.phase == Phase.VERIFYING \
+                and ACTIONS[state.action].proof == Proof.REPLACED:
             replacement_ready, replacement = self._replacement_ready(state)
         blocks: tuple[ProviderBlock, ...] = ()
         if pool is not None and (fault is not None or (state is not None and state.phase not in TERMINAL)):
@@ -577,7 +576,7 @@ class Reconciler:
                 continue
             if s.attempts > 0 and s.created and s.created >= now - timedelta(seconds=window):
                 started += 1
-            if s.outcome == Outcome.SUCCEEDED and s.action == RepairAction.RESET and s.completed \
+            if s.outcome == Outcome.SUCCEEDED and ACTIONS[s.action].keeps_node and s.completed \
                     and (last is None or (last.completed and s.completed > last.completed)):
                 last = s
         if last is None:
@@ -624,7 +623,7 @@ class Reconciler:
                 spent = (after.steps[-1].time - before.steps[-1].time).total_seconds() if after.steps else 0
                 self._metrics.phase_seconds.labels(before.phase.value).observe(max(spent, 0.0))
             if after.outcome and not (before and before.outcome):
-                self._metrics.outcomes.labels(after.action.value, after.outcome).inc()
+                self._metrics.outcomes.labels(str(after.action), after.outcome).inc()
 
     def _cleanup_leftovers(self, name: str, node: JSON | None, records: list[JSON], obs: Observation | None
                            ) -> None:
@@ -656,10 +655,11 @@ class Reconciler:
 
     # --- pool ------------------------------------------------------------------------------
     def _provider_condition(self, pool: Pool) -> tuple[str, bool, str, str]:
-        """RepairProviderReady: every action has a provider that accepts every node of the pool."""
+        """RepairProviderReady: every action every pool needs (the action table's ``every_pool``) has a
+        provider that accepts every node of the pool."""
         problems: list[ProviderBlock] = []
         providers: list[Provider] = []
-        for action in RepairAction:
+        for action in ACTIONS.required():
             provider, block = self._provider(pool, action)
             if block is not None:
                 problems.append(block)
@@ -669,7 +669,7 @@ class Reconciler:
         if problems:
             first = problems[0]
             if all(b.hold == HOLD_NO_PROVIDER for b in problems):
-                missing = ", ".join(b.action.value for b in problems)
+                missing = ", ".join(b.action for b in problems)
                 return ("RepairProviderReady", False, HOLD_NO_PROVIDER,
                         f"no repair provider configured for {missing}: faults are reported and nodes marked, "
                         "repairs are held until spec.provider names one")

@@ -15,9 +15,11 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import TERMINAL, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.clock import parse_iso, utc_iso
-from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
+from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.memo import ObjectMemo
 from autoclusters.names import Names
+from autoclusters.providers.actions import ACTIONS
+from autoclusters.providers.types import Operation
 
 JSON = dict[str, Any]
 
@@ -62,7 +64,7 @@ def new_record(state: RepairState, names: Names) -> JSON:
                                                      pool_label(names): _label_value(state.pool),
                                                      "app.kubernetes.io/part-of": "autoclusters"}},
         "spec": {"node": state.node, "pool": state.pool, "consentMode": state.consent_mode.value,
-                 "action": state.action.value,
+                 "action": str(state.action),
                  "fault": {"class": state.fault.fault_class, "code": state.fault.code,
                            "reason": state.fault.reason, "message": state.fault.message}},
     }
@@ -83,7 +85,7 @@ def _step(st: TimelineStep) -> JSON:
 
 def status_of(s: RepairState) -> JSON:
     status: JSON = {
-        "phase": s.phase.value, "action": s.action.value, "approved": s.approved, "escalated": s.escalated,
+        "phase": s.phase.value, "action": str(s.action), "approved": s.approved, "escalated": s.escalated,
         "escalatedFrom": s.escalated_from, "optOut": s.opt_out, "attempts": s.attempts,
         "nodeWasCordoned": s.node_was_cordoned, "warningAttempt": s.warning_attempt,
         "hold": s.hold, "outcome": s.outcome, "message": s.message,
@@ -97,7 +99,7 @@ def status_of(s: RepairState) -> JSON:
             status[key] = _ts(value)
     if s.operation is not None:
         op = s.operation
-        status["operation"] = {"id": op.id, "action": op.action.value, "started": utc_iso(op.started),
+        status["operation"] = {"id": op.id, "action": str(op.action), "started": utc_iso(op.started),
                                "bootIdBefore": op.boot_id_before, "newNode": op.new_node}
         if op.provider:  # the spec as the pool wrote it (type and settings), readable in the record
             status["operation"]["provider"] = json.loads(op.provider)
@@ -167,19 +169,18 @@ def _operation(op: Any) -> Operation | None:
         raise UnreadableRecord("status.operation is not an object")
     if not isinstance(op.get("id"), str) or not op["id"]:
         raise UnreadableRecord("status.operation has no id")
-    if op.get("action") not in _ACTIONS:
-        raise UnreadableRecord(f"status.operation.action {op.get('action')!r} is not one of {', '.join(_ACTIONS)}")
+    if op.get("action") not in ACTIONS:
+        raise UnreadableRecord(f"status.operation.action {op.get('action')!r} is not one of "
+                               f"{', '.join(ACTIONS.names())}")
     provider = op.get("provider")
     if provider is not None and not isinstance(provider, dict):
         raise UnreadableRecord("status.operation.provider is not an object")
-    return Operation(id=op["id"], action=RepairAction(op["action"]),
+    return Operation(id=op["id"], action=ACTIONS[op["action"]].name,
                      started=_time(op.get("started"), "operation.started"),
                      boot_id_before=op.get("bootIdBefore", ""), new_node=op.get("newNode", ""),
                      # the same string as ProviderSpec.key(): canonical JSON of the same object
                      provider=json.dumps(provider, sort_keys=True) if provider else "")
 
-
-_ACTIONS = tuple(a.value for a in RepairAction)
 
 
 def _parse(obj: JSON) -> RepairState | None:
@@ -198,7 +199,7 @@ def _parse(obj: JSON) -> RepairState | None:
         name=obj["metadata"]["name"], node=spec.get("node", ""), pool=spec.get("pool", ""),
         consent_mode=ConsentMode(spec.get("consentMode", api.DEFAULT_CONSENT_MODE)),
         fault=Fault(f.get("class", FaultClass.GPU), str(f.get("code", "")), f.get("reason", ""), f.get("message", "")),
-        phase=phase, action=RepairAction(status.get("action") or spec.get("action") or RepairAction.RESET),
+        phase=phase, action=ACTIONS[status.get("action") or spec.get("action") or RepairAction.RESET].name,
         approved=bool(status.get("approved")), escalated=bool(status.get("escalated")),
         escalated_from=status.get("escalatedFrom", ""), opt_out=bool(status.get("optOut")),
         attempts=int(status.get("attempts", 0)), node_was_cordoned=bool(status.get("nodeWasCordoned")),

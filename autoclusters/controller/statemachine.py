@@ -28,8 +28,10 @@ from autoclusters import names as n
 
 # The enums of the API are written once in autoclusters/api.py; import them from there (mypy's
 # implicit_reexport = false for this module, pyproject.toml, rejects importing them from here).
-from autoclusters.api import IN_PROGRESS, TERMINAL, ConsentMode, Phase, RepairAction
+from autoclusters.api import IN_PROGRESS, TERMINAL, ConsentMode, Phase
 from autoclusters.clock import utc_iso
+from autoclusters.providers.actions import ACTIONS, Deadline, Proof
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
 
 class Outcome(StrEnum):
@@ -38,13 +40,6 @@ class Outcome(StrEnum):
     FAILED = "Failed"
     BUDGET_EXHAUSTED = "AttemptBudgetExhausted"
     CANCELLED = "Cancelled"
-
-
-class ProviderState(StrEnum):
-    NOT_STARTED = "NotStarted"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
 
 
 # Named reasons a Scheduled repair is held; each is announced once with MaintenanceBlocked.
@@ -75,21 +70,6 @@ class Fault:
 
 
 @dataclass(frozen=True)
-class Operation:
-    """One provider call: its id makes a retried start a no-op (the provider records it)."""
-
-    id: str
-    action: RepairAction
-    started: datetime
-    boot_id_before: str = ""
-    new_node: str = ""
-    # The provider it was started with (its spec, ``ProviderSpec.key()``): every later look and
-    # call goes to that provider, whatever the pool's settings say since. "" in a record written
-    # before operations were bound: the pool's provider of the moment, as then.
-    provider: str = ""
-
-
-@dataclass(frozen=True)
 class TimelineStep:
     phase: str
     time: datetime
@@ -104,7 +84,7 @@ class RepairState:
     consent_mode: ConsentMode
     fault: Fault
     phase: Phase
-    action: RepairAction
+    action: str  # an action of the table (providers/actions.py)
     approved: bool = False  # an approval (label, or inherited) covers this repair and its escalation
     escalated: bool = False
     escalated_from: str = ""  # the record whose reset this replacement follows
@@ -172,22 +152,10 @@ class HistoryView:
 
 
 @dataclass(frozen=True)
-class ProviderView:
-    state: ProviderState = ProviderState.NOT_STARTED
-    message: str = ""
-    new_node: str = ""
-    next_check: float | None = None  # seconds until the provider expects progress (sooner than a poll)
-    # Every change of the operation's progress shows on the node itself (annotations, boot id,
-    # readiness), whose changes the controller watches: the next look waits for one of them (or
-    # next_check, or the operation's timeout) instead of polling every poll_seconds.
-    shows_on_node: bool = False
-
-
-@dataclass(frozen=True)
 class ProviderBlock:
     """Why no provider can start ``action`` on this node (one of the HOLD_*PROVIDER* reasons)."""
 
-    action: RepairAction
+    action: str
     hold: str
     message: str
 
@@ -196,23 +164,23 @@ class ProviderBlock:
 class Observation:
     node: NodeView
     fault: Fault | None  # the active fault, None when the node reports none (or its class is off)
-    fault_action: RepairAction | None  # the pool's action for that fault; None = not repaired
+    fault_action: str | None  # the pool's action for that fault (providers/actions.py); None = not repaired
     pool: PoolView | None  # None: the node belongs to no GpuNodePool
     pods: PodsView = PodsView()
     history: HistoryView = HistoryView()
-    provider: ProviderView = ProviderView()
+    provider: ProviderView = field(default_factory=ProviderView)
     replacement_ready: bool = False
     replacement_node: str = ""  # the new node found for a replacement no provider named (Verifying)
     provider_blocks: tuple[ProviderBlock, ...] = ()  # actions no provider can start here
     # the pool's provider for each action (``ProviderSpec.key()``), which an operation started now is bound to
-    provider_specs: tuple[tuple[RepairAction, str], ...] = ()
+    provider_specs: tuple[tuple[str, str], ...] = ()
     has_hook: bool = False  # the pool has a pre-drain hook (a Warn that calls it starts it)
     hook_running: bool = False  # the repair's pre-drain hook was started and has not ended yet
 
-    def provider_block(self, action: RepairAction) -> ProviderBlock | None:
+    def provider_block(self, action: str) -> ProviderBlock | None:
         return next((b for b in self.provider_blocks if b.action == action), None)
 
-    def provider_spec(self, action: RepairAction) -> str:
+    def provider_spec(self, action: str) -> str:
         return next((spec for a, spec in self.provider_specs if a == action), "")
 
 
@@ -231,6 +199,11 @@ class RepairPolicy:
     acknowledgers: tuple[str, ...] = ()  # node-level preparers the wait is for (e.g. "slurm")
     slinky: bool = False  # the warning also writes Slinky's node-cordon-reason (before the cordon)
     approval_label: str = n.Names().maintenance_approved  # the label the approval message tells users to add
+
+    def drain_seconds(self, action: str) -> float:
+        """The drain deadline of ``action``: the one of the pool's deadlines the action table names."""
+        return {Deadline.RESET: self.reset_drain_seconds,
+                Deadline.REPLACE: self.replace_drain_seconds}[ACTIONS[action].deadline]
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -433,17 +406,20 @@ def _decide(o: Observation, now: datetime, p: RepairPolicy, record_name: str) ->
     since_reset = (now - h.last_reset_at).total_seconds() if h.last_reset_at else None
     if since_reset is not None and h.last_reset_fault is not None and since_reset <= p.refault_window_seconds \
             and h.last_reset_fault.key == f.key:
+        again = ACTIONS[o.fault_action].escalates_to or o.fault_action
         msg = (f"{f.key} came back {int(since_reset)}s after the reset of {h.last_reset_record}; "
-               "replacing the node under the same approval")
-        s = _to(base, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True,
+               f"{ACTIONS[again].doing} under the same approval")
+        s = _to(base, Phase.SCHEDULED, now, msg, action=again, escalated=True,
                 escalated_from=h.last_reset_record,
                 approved=h.last_reset_approved or pool.mode == ConsentMode.AUTO)
         return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_ESCALATED, msg)))
     action, why = o.fault_action, ""
-    if action == RepairAction.RESET and since_reset is not None and h.last_reset_fault is not None \
+    escalation = ACTIONS[action].escalates_to
+    if escalation and since_reset is not None and h.last_reset_fault is not None \
             and since_reset <= p.reset_memory_seconds and h.last_reset_fault.fault_class == f.fault_class:
-        action = RepairAction.REPLACE
-        why = f"The node was reset {int(since_reset)}s ago for a {f.fault_class} fault, so it is replaced directly."
+        action = escalation
+        why = (f"The node was reset {int(since_reset)}s ago for a {f.fault_class} fault, "
+               f"so it is {ACTIONS[action].past} directly.")
     base = replace(base, action=action)
     if pool.mode == ConsentMode.PROPOSE and not o.node.approved:
         msg = words.awaiting_approval(action, o.node.name, p.approval_label, why)
@@ -496,7 +472,7 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
     block = o.provider_block(s.action)
     if block is not None:
         hold, why = block.hold, block.message
-    elif s.action == RepairAction.REPLACE and (s.opt_out or o.pods.opt_out) and not (s.approved or o.node.approved):
+    elif ACTIONS[s.action].opt_out_holds and (s.opt_out or o.pods.opt_out) and not (s.approved or o.node.approved):
         hold, why = HOLD_OPT_OUT, ("a pod on the node carries the auto-replacement opt-out label; "
                                    "add the approval label to replace it anyway")
     elif not s.started and o.pool is not None and o.pool.in_progress >= o.pool.max_concurrent:
@@ -511,8 +487,9 @@ def _scheduled(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -
             actions += (Emit(n.EVENT_BLOCKED, f"{s.action} held: {why}",
                              warning=hold in (HOLD_OPT_OUT, *PROVIDER_HOLDS)),)
         return Decision(replace(s, hold=hold, message=why), actions, p.hold_recheck_seconds)
-    deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
-    msg = words.started(s.action, deadline, after_failed_reset=s.escalated and s.started)
+    deadline = p.drain_seconds(s.action)
+    msg = words.started(s.action, deadline, after_failed=ACTIONS.escalated_from(s.action)
+                        if s.escalated and s.started else "")
     if s.started and s.pre_drain_deadline is not None:
         # an escalation: the workload was warned and evicted for this record already; no second wait
         started = _to(s, Phase.DRAINING, now, msg, drain_started=now, opt_out=s.opt_out or o.pods.opt_out,
@@ -622,7 +599,7 @@ def _evict(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> De
         msg = f"drained; {s.action} requested from the provider (operation {op.id})"
         return Decision(_to(s, Phase.ACTING, now, msg, operation=op, attempts=s.attempts + 1),
                         (*marking, DriveProvider(op)), p.poll_seconds)
-    deadline = p.reset_drain_seconds if s.action == RepairAction.RESET else p.replace_drain_seconds
+    deadline = p.drain_seconds(s.action)
     assert s.drain_started is not None
     force = now >= s.drain_started + timedelta(seconds=deadline)
     return Decision(s, (*marking, Drain(force=force)), p.poll_seconds)
@@ -633,7 +610,7 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> D
     assert op is not None
     if o.provider.state == ProviderState.SUCCEEDED:
         msg = f"{op.action} done by the provider; verifying the node"
-        if op.action == RepairAction.REPLACE:
+        if ACTIONS[op.action].proof == Proof.REPLACED:
             new = o.provider.new_node or op.new_node
             msg = f"node replaced by {new}; waiting for it to become Ready"
             return Decision(_to(s, Phase.VERIFYING, now, msg, verify_started=now, replacement_node=new),
@@ -654,26 +631,28 @@ def _acting(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> D
 def _verifying(s: RepairState, o: Observation, now: datetime, p: RepairPolicy) -> Decision:
     op = s.operation
     assert op is not None and s.verify_started is not None
-    if op.action == RepairAction.REPLACE:
+    proof = ACTIONS[op.action].proof
+    if proof == Proof.REPLACED:
         if o.replacement_ready:
             new = s.replacement_node or o.replacement_node
             msg = words.replace_succeeded(new, s.pool)
             return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now,
                                 replacement_node=new), (ClearWarning(), Emit(n.EVENT_SUCCEEDED, msg)))
-    elif o.node.exists and o.node.ready and o.node.boot_id != op.boot_id_before and o.fault is None:
-        msg = words.reset_succeeded(s.fault.fault_class)
+    elif o.node.exists and o.node.ready and o.fault is None and (
+            proof != Proof.REBOOTED or o.node.boot_id != op.boot_id_before):
+        msg = words.succeeded_in_place(op.action, s.fault.fault_class, rebooted=proof == Proof.REBOOTED)
         return Decision(_to(s, Phase.SUCCEEDED, now, msg, outcome=Outcome.SUCCEEDED.value, completed=now),
                         (Unmark(uncordon=not s.node_was_cordoned), Emit(n.EVENT_SUCCEEDED, msg)))
     deadline = s.verify_started + timedelta(seconds=p.verify_timeout_seconds)
     if now >= deadline:
-        what = "the new node did not become Ready" if op.action == RepairAction.REPLACE else (
+        what = "the new node did not become Ready" if proof == Proof.REPLACED else (
             "the node did not come back Ready and free of the fault")
         return _action_failed(s, o, now, p, f"{what} within {int(p.verify_timeout_seconds)}s")
     # Not verified yet: the node takes no work, so a marking or cordon someone removed meanwhile
     # (or a reset that re-registered the node without them) is put back; nothing is written to a
     # node that carries them (or that is gone: a replaced one). The warning stays as it is.
     marked = (EnsureMarked(cordon=True),)
-    if op.action == RepairAction.REPLACE:
+    if proof == Proof.REPLACED:
         return Decision(s, marked, p.poll_seconds)  # the new node is another key: polled
     # A reset is verified on the node alone (Ready, boot id, fault condition, its marking), and
     # each change of it starts a look: no poll, only the timeout's own.
@@ -689,17 +668,18 @@ def _action_failed(s: RepairState, o: Observation, now: datetime, p: RepairPolic
     hook (``_scheduled``; the record's ``preDrainDeadline`` is cleared until then). So does one
     whose provider was taken from the pool mid-operation while the node lacked the warning
     (``_provider_gone``: nobody can say the provider was asked)."""
-    if s.action == RepairAction.RESET:
-        failed = f"reset failed: {why}"
-        msg = f"{failed}; escalating to a replacement under the same approval"
+    escalation = ACTIONS[s.action].escalates_to
+    if escalation:
+        failed = f"{s.action} failed: {why}"
+        msg = f"{failed}; escalating to a {ACTIONS[escalation].short} under the same approval"
         unwarned = s.phase == Phase.ACTING and _hook_owed(s, o)
         if unwarned:
-            msg += "; the node never got the warning, so the replacement warns its workloads first"
-        esc = _to(s, Phase.SCHEDULED, now, msg, action=RepairAction.REPLACE, escalated=True, operation=None,
+            msg += f"; the node never got the warning, so the {ACTIONS[escalation].short} warns its workloads first"
+        esc = _to(s, Phase.SCHEDULED, now, msg, action=escalation, escalated=True, operation=None,
                   verify_started=None, approved=s.approved,
                   pre_drain_deadline=None if unwarned else s.pre_drain_deadline)
-        return Decision(esc, (Emit(n.EVENT_FAILED, words.reset_failed(why), warning=True),
-                              Emit(n.EVENT_ESCALATED, words.escalated_after_failed_reset(why))), 0)
+        return Decision(esc, (Emit(n.EVENT_FAILED, words.action_failed(s.action, why), warning=True),
+                              Emit(n.EVENT_ESCALATED, words.escalated_after_failure(s.action, escalation, why))), 0)
     return _failed(s, now, f"{s.action} failed: {why}")
 
 

@@ -18,7 +18,7 @@ an installation that names no entry runs no pool author's program, image or URL.
 host-reboot Job's default image, the controller's own, needs no entry.
 
 Which field of a pool is held to which list is written once: ``pool_fields.ALLOW_LISTED`` for
-the fields of the pool's own spec, and each provider setting's ``allow_list`` (``deploy/providers.py``) for
+the fields of the pool's own spec, and each provider setting's ``allow_list`` (its module's ``KIND``) for
 the providers' (a new provider's URL or command setting names its list there and is checked
 by the parser below, the controller and the Rego alike).
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import pool_fields
-from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderChoice
+from autoclusters.deploy.providers import KINDS, ProviderChoice
 from autoclusters.redact import redact
 
 
@@ -139,13 +139,13 @@ def from_config(raw: Any, where: str = STACK_SETTING) -> AllowLists:
 
 def provider_fields(choice: ProviderChoice) -> Iterator[tuple[str, AllowList, Any]]:
     """(field path, list, value) of every provider setting of ``choice`` held to a list."""
-    for action, spec in (("", choice.default), *((a, getattr(choice, a)) for a in ACTIONS)):
+    for action, spec in (("", choice.default), *choice.own.items()):
         if spec is None:
             continue
         for s in KINDS[spec.type].settings:
             if s.allow_list and s.name in spec.settings:
                 prefix = f"spec.provider.{action}." if action else "spec.provider."
-                yield f"{prefix}{spec.type.value}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
+                yield f"{prefix}{spec.type}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
 
 
 def named_fields(*, provider: ProviderChoice, hook_url: str = "", hook_command: tuple[str, ...] = ()

@@ -19,7 +19,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, cluster_scoped_name
 from autoclusters.deploy.patch_limits import controller_pod_patch_policy, policy_binding
-from autoclusters.deploy.providers import KINDS, ProviderType
+from autoclusters.deploy.providers import KINDS
 from autoclusters.deploy.workloads import WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET, cluster_role_binding
 from autoclusters.names import Names
 
@@ -31,11 +31,11 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
 
 
 def _with_providers(rules: list[dict[str, Any]], *, namespaced: bool,
-                    providers: Iterable[ProviderType]) -> list[dict[str, Any]]:
+                    providers: Iterable[str] | None) -> list[dict[str, Any]]:
     """``rules`` plus the rules of that scope of each of ``providers``; verbs of one resource
     (and the same ``resourceNames``) merged, in order."""
     out = [dict(r, verbs=list(r["verbs"])) for r in rules]
-    for kind in (KINDS[t] for t in providers):
+    for kind in (KINDS[t] for t in (tuple(KINDS) if providers is None else providers)):
         for need in kind.rbac:
             if need.namespaced != namespaced:
                 continue
@@ -62,7 +62,7 @@ def webhook_certificate_rules(config_name: str) -> tuple[dict[str, Any], list[di
 
 def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
                             webhook_config: str | None = None,
-                            providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
+                            providers: Iterable[str] | None = None) -> dict[str, Any]:
     g = names.api_group
     certs = [webhook_certificate_rules(webhook_config)[0]] if webhook_config else []
     return {
@@ -91,7 +91,7 @@ def controller_cluster_role_binding(namespace: str = DEFAULT_NAMESPACE, name: st
 
 def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoclusters-controller-leader",
                           webhook_config: str | None = None,
-                          providers: Iterable[ProviderType] = tuple(KINDS)) -> dict[str, Any]:
+                          providers: Iterable[str] | None = None) -> dict[str, Any]:
     certs = webhook_certificate_rules(webhook_config)[1] if webhook_config else []
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -120,7 +120,7 @@ def controller_lease_role_binding(namespace: str = DEFAULT_NAMESPACE, name: str 
 def controller_rbac(names: Names, namespace: str = DEFAULT_NAMESPACE,
                     service_account: str = CONTROLLER_SERVICE_ACCOUNT, *,
                     webhook_config: str | None = None,
-                    providers: Iterable[ProviderType] = tuple(KINDS)) -> list[dict[str, Any]]:
+                    providers: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """ClusterRole + binding and the namespaced Lease role + binding, for one service account,
     with the rights of ``providers`` (``deploy.providers.granted_providers``: the stack's);
     with ``webhook_config``, the rights to keep the webhook's certificate; and the admission

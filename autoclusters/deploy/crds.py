@@ -12,14 +12,20 @@ from enum import StrEnum
 from typing import Any
 
 from autoclusters import api, pool_fields
-from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
+from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase
 from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
+from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 
 
 def _enum(kind: type[StrEnum], **extra: Any) -> dict[str, Any]:
     return {"type": "string", "enum": [m.value for m in kind], **extra}
+
+
+def _actions() -> dict[str, Any]:
+    """The repair actions (the action table, providers/actions.py: reset, replace and any registered since)."""
+    return {"type": "string", "enum": list(ACTION_TABLE.names())}
 
 
 def _settings(group: str) -> dict[str, Any]:
@@ -73,7 +79,7 @@ def pool_schema() -> dict[str, Any]:
         "faultClasses": _obj({c.value: _enum(ClassAction, default=ClassAction.DEFAULT.value) for c in FaultClass},
                              description="Per fault class action for the codes that repair; default = the "
                                          "catalog's action for the code."),
-        "repairCodes": {"type": "object", "default": {}, "additionalProperties": _enum(RepairAction),
+        "repairCodes": {"type": "object", "default": {}, "additionalProperties": _actions(),
                         "description": "<class>:<code> -> reset | replace: repairs a code whose catalog action is "
                                        "none (an application or software Xid, an unknown code); the one opt-in.",
                         "x-kubernetes-validations": [{
@@ -126,12 +132,12 @@ def remediation_schema() -> dict[str, Any]:
         "node": {"type": "string"},
         "pool": {"type": "string"},
         "consentMode": _enum(ConsentMode),
-        "action": _enum(RepairAction),
+        "action": _actions(),
         "fault": fault,
     }, required=["node", "pool", "fault"])
     status = _obj({
         "phase": _enum(Phase),
-        "action": _enum(RepairAction),
+        "action": _actions(),
         "approved": {"type": "boolean"},
         "escalated": {"type": "boolean"},
         "escalatedFrom": {"type": "string"},

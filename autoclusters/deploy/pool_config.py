@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoclusters import api, pool_fields
-from autoclusters.api import ClassAction, ConsentMode, FaultClass, RepairAction
+from autoclusters.api import ClassAction, ConsentMode, FaultClass
 from autoclusters.deploy import DEFAULT_IMAGE, allow_lists
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.controller_flags import ControllerFlagsError, controller_flags
@@ -30,15 +30,16 @@ from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_confi
 from autoclusters.deploy.pod_settings import PodSettings, PodSettingsError
 from autoclusters.deploy.pool_slurm import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.deploy.providers import (
+    KINDS,
     NO_PROVIDER,
     ProviderChoice,
     ProviderSettingsError,
-    ProviderType,
     host_reboot_argv,
     parse_provider_choice,
 )
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, Names, event_source_error
+from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 from autoclusters.redact import redact
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -103,7 +104,7 @@ class PoolConfig:
     name: str
     consent_mode: ConsentMode = pool_fields.CONSENT_MODE.default
     fault_classes: Mapping[str, ClassAction] = field(default_factory=dict)
-    repair_codes: Mapping[str, RepairAction] = field(default_factory=dict)  # "gpu:13" -> reset (explicit opt-in)
+    repair_codes: Mapping[str, str] = field(default_factory=dict)  # "gpu:13" -> reset (explicit opt-in)
     max_concurrent_repairs: int = pool_fields.MAX_CONCURRENT_REPAIRS.default
     circuit_breaker: CircuitBreaker = CircuitBreaker()
     reset_deadline_seconds: int = pool_fields.RESET_DEADLINE_SECONDS.default  # drain.*, escalation.* and
@@ -140,12 +141,15 @@ class PoolConfig:
                                       f"expected one of {', '.join(FaultClass)}")
             actions[cls] = _enum(ClassAction, action, f"{where}: faultClasses.{cls}")
         object.__setattr__(self, "fault_classes", actions)
-        codes: dict[str, RepairAction] = {}
+        codes: dict[str, str] = {}
         for key, repair in dict(self.repair_codes).items():
             if not isinstance(key, str) or not re.match(api.REPAIR_CODE_PATTERN, key):
                 raise PoolConfigError(f"{where}: repairCodes key {key!r} must be <class>:<code> with class one of "
                                       f"{', '.join(FaultClass)} (e.g. gpu:13)")
-            codes[key] = _enum(RepairAction, repair, f"{where}: repairCodes.{key}")
+            if not isinstance(repair, str) or repair not in ACTION_TABLE:  # any action of the table
+                raise PoolConfigError(f"{where}: repairCodes.{key} must be one of "
+                                      f"{'|'.join(ACTION_TABLE.names())}, got {repair!r}")
+            codes[key] = ACTION_TABLE[repair].name
         object.__setattr__(self, "repair_codes", codes)
         _check_settings(self, where)
         if self.node_selector is not None:
@@ -366,7 +370,7 @@ def pool_spec(pool: PoolConfig) -> dict[str, Any]:
     spec: dict[str, Any] = {
         **pool_fields.spec_of(pool, ""),
         "faultClasses": {cls.value: pool.fault_classes.get(cls, ClassAction.DEFAULT).value for cls in FaultClass},
-        "repairCodes": {key: action.value for key, action in sorted(pool.repair_codes.items())},
+        "repairCodes": {key: str(action) for key, action in sorted(pool.repair_codes.items())},
         "circuitBreaker": pool_fields.spec_of(pool.circuit_breaker, "circuitBreaker"),
         **{group: pool_fields.spec_of(pool, group) for group in ("drain", "escalation", "attemptBudget")},
         "preDrain": pre_drain_spec(pool.pre_drain),
@@ -426,7 +430,7 @@ class StackConfig:
     allow_lists: allow_lists.AllowLists = allow_lists.NONE
     # the providers whose rights the controller gets (deploy.controller); None: those in use, the
     # stack's pools' and the default pool's (pools added later by GitOps need theirs listed)
-    controller_providers: tuple[ProviderType, ...] | None = None
+    controller_providers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         from autoclusters.deploy.default_pool import check_spec  # it builds on this module
@@ -487,37 +491,36 @@ class StackConfig:
     def _check_controller_providers(self, listed: Any) -> None:
         if isinstance(listed, str) or not isinstance(listed, list | tuple):
             raise PoolConfigError(f"controllerProviders must be a list of provider types, got {listed!r}")
-        types = []
+        types: list[str] = []
         for t in listed:
-            try:
-                types.append(ProviderType(t))
-            except ValueError:
-                raise PoolConfigError(f"controllerProviders: {t!r} is not one of "
-                                      f"{'|'.join(p.value for p in ProviderType)}") from None
-        if ProviderType.SIMULATED in types and not self.local:
-            raise PoolConfigError("controllerProviders: simulated needs local: true (a kwok cluster)")
-        missing = [f"{t.value} (used by {where})" for t, where in self.providers_in_use().items() if t not in types]
+            if not isinstance(t, str) or t not in KINDS:
+                raise PoolConfigError(f"controllerProviders: {t!r} is not one of {'|'.join(KINDS)}")
+            types.append(t)
+        local_only = next((t for t in types if KINDS[t].local_only), None)
+        if local_only is not None and not self.local:
+            raise PoolConfigError(f"controllerProviders: {local_only} needs local: true (a kwok cluster)")
+        missing = [f"{t} (used by {where})" for t, where in self.providers_in_use().items() if t not in types]
         if missing:
             raise PoolConfigError(f"controllerProviders leaves out providers in use: {', '.join(missing)}")
         object.__setattr__(self, "controller_providers", tuple(dict.fromkeys(types)))
 
-    def providers_in_use(self) -> dict[ProviderType, str]:
+    def providers_in_use(self) -> dict[str, str]:
         """Each provider type the stack's pools or its default pool name, with the first that does."""
         choices = [(f"pool {p.name!r}", p.provider) for p in self.pools]
         choices.append(("defaultPool", parse_provider_choice(self.default_pool.get("provider"))))
-        used: dict[ProviderType, str] = {}
+        used: dict[str, str] = {}
         for where, choice in choices:
-            for spec in (choice.default, choice.reset, choice.replace):
+            for spec in (choice.default, *choice.own.values()):
                 if spec is not None:
                     used.setdefault(spec.type, where)
         return used
 
     @property
-    def granted_providers(self) -> tuple[ProviderType, ...]:
+    def granted_providers(self) -> tuple[str, ...]:
         """The providers whose rights the controller gets: ``controllerProviders``, else those in use."""
         if self.controller_providers is not None:
             return self.controller_providers
-        return tuple(t for t in ProviderType if t in self.providers_in_use())
+        return tuple(t for t in KINDS if t in self.providers_in_use())
 
     @property
     def slurm_bridge(self) -> bool:

@@ -34,7 +34,7 @@ from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_roles import pool_roles
-from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
+from autoclusters.deploy.providers import granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.names import Names
 
@@ -43,7 +43,7 @@ JOB_SHAPE_POLICY = "autoclusters-controller-jobs"
 
 
 def rbac_objects(names: Names, namespace: str, *, slurm_bridge: bool = False, local: bool = False,
-                 providers: Iterable[ProviderType] | None = None) -> list[dict[str, Any]]:
+                 providers: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Every service account, role and binding of the system, service accounts first; the
     Slurm bridge's when asked (``StackConfig.slurm_bridge``: a pool of the stack enables Slurm);
     the pool viewer, editor and author roles (``deploy.pool_roles``); the controller's with the

@@ -136,7 +136,7 @@ def repair_from_object(obj: dict[str, Any]) -> Repair:
 def _from_state(s: RepairState, created: datetime | None) -> Repair:
     steps = tuple(HistoryStep(st.phase, st.time, st.message) for st in s.steps)
     return Repair(
-        name=s.name, node=s.node, pool=s.pool, consent_mode=s.consent_mode.value, action=s.action.value,
+        name=s.name, node=s.node, pool=s.pool, consent_mode=s.consent_mode.value, action=str(s.action),
         fault_class=s.fault.fault_class, fault_code=s.fault.code, fault_reason=s.fault.reason,
         fault_message=s.fault.message, phase=s.phase.value, outcome=s.outcome,
         message=s.message or (steps[-1].message if steps else ""), replacement_node=s.replacement_node,

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoclusters import names as n
-from autoclusters.api import HOLDING, TERMINAL, Phase, RepairAction
+from autoclusters.api import HOLDING, TERMINAL, Phase
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.controller.remediation_record import phase_of
 from autoclusters.controller.shards import layout_of
@@ -62,8 +62,9 @@ from autoclusters.kube.json_patch import pointer
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops import resources as res
+from autoclusters.providers.actions import ACTIONS, Proof
 from autoclusters.providers.hostreboot import boot_id, job_name_for
-from autoclusters.providers.karpenter import GUARD_ANNOTATIONS
+from autoclusters.providers.registry import node_guards
 
 JSON = dict[str, Any]
 
@@ -135,7 +136,8 @@ def node_annotations_ours(names: Names, annotations: dict[str, Any]) -> list[str
     fixed = {*names.warning_annotations, names.marked_at_annotation, names.karpenter_guard_marker,
              names.operation_annotation, names.slurm_jobs, names.slurm_external_drain, names.slurm_cordoned,
              names.redfish_reset_annotation}  # not redfish_system_annotation: the operator's BMC address
-    guards = {k for k in str(annotations.get(names.karpenter_guard_marker, "")).split(",") if k in GUARD_ANNOTATIONS}
+    guarded = {k for g in node_guards() for k in g.annotations}  # the providers' node guards (Karpenter's)
+    guards = {k for k in str(annotations.get(names.karpenter_guard_marker, "")).split(",") if k in guarded}
     return sorted(k for k, v in annotations.items()
                   if k in fixed or k in guards or k.startswith(names.drain_ack_prefix)
                   or (k == n.SLINKY_CORDON_REASON and str(v).startswith(n.DRAIN_REASON_PREFIX)))
@@ -222,8 +224,8 @@ def cordon_verdict(node: JSON, record: JSON | None, names: Names, namespace: str
             "placed there now would meet the faulty GPU", f"{uncordon} once the node is repaired"))
     if phase in (Phase.ACTING, Phase.VERIFYING):
         op = status.get("operation") or {}
-        action = op.get("action") or status.get("action")
-        if action == RepairAction.REPLACE.value:
+        action = str(op.get("action") or status.get("action") or "")
+        if action in ACTIONS and ACTIONS[action].proof == Proof.REPLACED:  # the node goes (the action table)
             return CordonVerdict(False, Leftover(
                 name, "the cordon", f"its replacement (Remediation {rec}, operation {op.get('id', '?')}) is under "
                 "way and the provider removes the node", f"{uncordon} if the node is to stay"))

@@ -4,9 +4,7 @@ Each provider is driven by the controller with one ``Operation`` at a time and m
 two promises: ``drive`` is idempotent for an operation id (calling it again after a crash
 never starts a second reset or a second replacement), and ``progress`` reads what the
 backend itself recorded, so a restarted controller finds an operation where it left it.
+
+This package's ``__init__`` imports nothing: ``deploy/`` reads the action table
+(``providers/actions.py``) and the providers' declarations without loading the backends.
 """
-
-from autoclusters.providers.base import NodeLookup, Provider, ProviderError
-from autoclusters.providers.registry import build_provider
-
-__all__ = ["NodeLookup", "Provider", "ProviderError", "build_provider"]

@@ -6,8 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autoclusters.controller.statemachine import Operation, ProviderView
+from autoclusters import api
+from autoclusters.clock import Clock
+from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
+from autoclusters.deploy.allow_lists import AllowLists
+from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.kube import Kube, NotFound
+from autoclusters.names import Names
+from autoclusters.providers.types import Operation, ProviderView
 
 # Reads a node from the controller's cache: the object, or None when it does not exist.
 NodeLookup = Callable[[str], dict[str, Any] | None]
@@ -58,3 +64,20 @@ class Provider(Protocol):
         so a node it cannot repair is never cordoned and drained for nothing. Read from the node's
         labels, annotations and spec: the pool's condition asks again only when those (or the
         node's conditions) change, not on a heartbeat."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every builder (``ProviderKind.build``) may use: the API, the clock, the names, the controller's settings."""
+
+    kube: Kube
+    clock: Clock
+    names: Names
+    sim_reset_seconds: float = api.SIM_RESET_SECONDS
+    sim_replace_seconds: float = api.SIM_REPLACE_SECONDS
+    namespace: str = api.DEFAULT_NAMESPACE  # where provider Jobs run (the controller's namespace)
+    image: str = ""  # the controller's own image: the default image of provider Jobs
+    image_pull_secrets: tuple[str, ...] = ()  # Secrets of ``namespace`` provider Jobs pull their image with
+    nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
+    host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
+    allow_lists: AllowLists = NO_ENTRIES  # the operator's (--allow-lists): a setting held to one must be an entry

@@ -20,19 +20,22 @@ The operation id is written on the Machine, so a retried ``drive`` does nothing 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
-from autoclusters.deploy.providers import CLUSTERAPI_VERSIONS
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.providers.base import BuildContext, NodeLookup, Provider, ProviderError
+from autoclusters.providers.declaration import ProviderKind, Rule, Setting
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
+# The Cluster API versions of Machine the clusterapi provider speaks, the default first:
+# v1beta2 is Cluster API's storage version from v1.11 on; older releases serve only v1beta1.
+CLUSTERAPI_VERSIONS = ("v1beta2", "v1beta1")
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = CLUSTERAPI_VERSIONS[0]
 MACHINE_ANNOTATION = "cluster.x-k8s.io/machine"
@@ -211,3 +214,17 @@ class ClusterApiProvider:
                 f"pool {pool} (label {self._names.pool_label}={pool}) from a Machine in {ref.namespace}"))
         self._claims.forget(op)
         return ProviderView(ProviderState.SUCCEEDED, new_node=new)
+
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return ClusterApiProvider(c.kube, c.clock, c.names, version=str(s["version"]))
+
+
+KIND = ProviderKind(
+    "clusterapi", (RepairAction.RESET.value, RepairAction.REPLACE.value),
+    "Cluster API: replace deletes the node's Machine; reset sets its remediation annotation.",
+    (Setting("version", "enum", "The Cluster API version of the Machine objects (the other "
+             "one when the cluster does not serve it).",
+             default=CLUSTERAPI_VERSIONS[0], values=tuple(sorted(CLUSTERAPI_VERSIONS))),),
+    rules=(Rule("cluster.x-k8s.io", "machines", ("get", "patch", "delete")),),
+    build=_build)

@@ -16,13 +16,15 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autoclusters import api, capture
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
-from autoclusters.providers.base import NodeLookup, ProviderError
+from autoclusters.api import RepairAction
+from autoclusters.providers.base import BuildContext, NodeLookup, Provider, ProviderError
+from autoclusters.providers.declaration import ProviderKind, Setting
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)
@@ -104,3 +106,16 @@ class CommandProvider:
         if result.ok:
             return ProviderView(ProviderState.SUCCEEDED, new_node=result.new_node)
         return ProviderView(ProviderState.FAILED, result.message)
+
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return CommandProvider(list(s["command"]), timeout=float(s["timeoutSeconds"]))
+
+
+KIND = ProviderKind(
+    "command", (RepairAction.RESET.value, RepairAction.REPLACE.value),
+    "Runs an operator's script in the controller's container: ARGV + ACTION NODE; exit 0 = done.",
+    (Setting("command", "strings", "The program and its first arguments; an entry of the allow-list "
+             "allowLists.commands.", required=True, allow_list="commands"),
+     Setting("timeoutSeconds", "integer", "The script fails after this long.", minimum=1, default=900)),
+    build=_build)

@@ -34,17 +34,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation
-from autoclusters.deploy.providers import EC2_CREDENTIALS, EC2_MODES, EC2_SECRET
 from autoclusters.kube import Kube
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, read_node
+from autoclusters.providers.base import BuildContext, NodeCache, Provider, read_node
+from autoclusters.providers.declaration import CredentialSource, ProviderKind, Setting
 from autoclusters.providers.hostreboot import boot_id
 from autoclusters.providers.remote_reset import (
     RemoteReset,
@@ -54,7 +54,16 @@ from autoclusters.providers.remote_reset import (
     read_secret,
     secret_text,
 )
+from autoclusters.providers.types import Operation
 
+# The AWS keys when a pool says credentials: secret (keys aws_access_key_id, aws_secret_access_key;
+# optional aws_session_token), in the controller's namespace; by default it uses the pod's identity
+# (boto3's chain: IRSA, EKS Pod Identity) and reads no Secret.
+EC2_SECRET = "autoclusters-ec2"
+# How an instance is reset: RebootInstances, or StopInstances then StartInstances (a full power
+# cycle: the instance may move to another host, its instance store is lost).
+EC2_MODES = ("reboot", "stopStart")
+EC2_CREDENTIALS = ("podIdentity", "secret")
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]+)/(?P<instance>i-[0-9a-f]{8,17})$")
 # A zone's region: the zone's name up to its first number (us-east-1a, us-west-2-lax-1a, us-gov-west-1a,
 # us-east-1-wl1-bos-wlz-1: AWS's naming of Availability, Local and Wavelength Zones).
@@ -280,3 +289,33 @@ class _Calls:
                 raise Ec2Failure(f"{self.where}: {action} failed: {e}") from None
             self.sleep(wait)  # a throttled call was not carried out: asking again doubles nothing
             wait = min(wait * 2, _BACKOFF_MAX)
+
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return Ec2Provider(c.kube, c.clock, c.names, namespace=c.namespace, mode=str(s["mode"]),
+                       region=str(s.get("region", "")), credentials=str(s["credentials"]),
+                       timeout=float(s["timeoutSeconds"]), request_timeout=float(s["requestTimeoutSeconds"]),
+                       nodes=c.nodes)
+
+
+KIND = ProviderKind(
+    "ec2", (RepairAction.RESET.value,),
+    "Reboots (or stops and starts) the EC2 instance of the node's spec.providerID "
+    "(aws:///ZONE/INSTANCE-ID) through the EC2 API; done when the node reports a new boot id and "
+    "is Ready.",
+    (Setting("mode", "enum", "reboot: RebootInstances; stopStart: StopInstances, then StartInstances "
+             "once it is stopped (a full power cycle; the instance store is lost).",
+             default=EC2_MODES[0], values=EC2_MODES),
+     Setting("region", "string", "The instance's region (by default the region of the zone in the "
+             "node's providerID)."),
+     Setting("credentials", "enum", "podIdentity: the controller pod's identity (boto3's default "
+             f"chain: IRSA, EKS Pod Identity); secret: the keys in the Secret {EC2_SECRET} of the "
+             "controller's namespace.", default=EC2_CREDENTIALS[0], values=EC2_CREDENTIALS),
+     Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+             "new boot id this long after the operation started.", minimum=1, default=900),
+     Setting("requestTimeoutSeconds", "integer", "How long one request to the EC2 API may take "
+             "(connect and answer).", minimum=1, default=30)),
+    credentials=CredentialSource(secret=EC2_SECRET,
+                                 keys=("aws_access_key_id", "aws_secret_access_key", "aws_session_token"),
+                                 workload_identity=True, setting="credentials"),
+    build=_build)

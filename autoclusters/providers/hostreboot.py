@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.deploy.reboot_job import COMPONENT, CONTAINER, NSENTER, REBOOT_SECURITY_CONTEXT, TOLERATIONS
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
+from autoclusters.providers.base import BuildContext, NodeCache, NodeLookup, Provider, ProviderError, read_node
+from autoclusters.providers.declaration import ProviderKind, Rule, Setting
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
 # The Job's fixed shape (deploy/reboot_job.py, whose admission policy holds the controller's Jobs
@@ -250,3 +252,22 @@ def _one_line(text: str, limit: int = api.OUTPUT_REPORT_CHARS) -> str:
     """The container's words (its termination message: the end of its log) as the record and
     the events show them: one line, redacted as every program's output is, cut."""
     return redact(" ".join(str(text).split()), limit).rstrip(".")
+
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return HostRebootProvider(c.kube, c.clock, c.names, namespace=c.namespace,
+                              image=str(s.get("image") or c.image), timeout=float(s["timeoutSeconds"]),
+                              nodes=c.nodes, host_command=c.host_reboot_command,
+                              image_pull_secrets=c.image_pull_secrets)
+
+
+KIND = ProviderKind(
+    "hostReboot", (RepairAction.RESET.value,),
+    "Reboots the node's host with a short-lived privileged Job pinned to the node; done when the "
+    "node reports a new boot id and is Ready.",
+    (Setting("image", "string", "Image of the reboot Job (needs nsenter; the autoclusters image "
+             "by default); another must be an entry of the allow-list allowLists.images.", allow_list="images"),
+     Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+             "new boot id this long after the Job started.", minimum=1, default=600)),
+    rules=(Rule("batch", "jobs", ("get", "create", "delete"), namespaced=True),),
+    build=_build)

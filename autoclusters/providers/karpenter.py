@@ -32,17 +32,19 @@ the operation where it left it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, NodeLookup, ProviderError, read_node
+from autoclusters.providers.base import BuildContext, NodeCache, NodeLookup, Provider, ProviderError, read_node
+from autoclusters.providers.declaration import NodeGuard, ProviderKind, Rule, Setting
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
@@ -275,3 +277,20 @@ class KarpenterProvider:
                     "Karpenter's logs")
         return msg
 
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return KarpenterProvider(c.kube, c.clock, c.names, timeout_seconds=float(s["timeoutSeconds"]), nodes=c.nodes)
+
+
+KIND = ProviderKind(
+    "karpenter", (RepairAction.REPLACE.value,),
+    "Karpenter: replace deletes the node's NodeClaim after the drain; done when a new Ready node of "
+    "the same NodePool (with the pool's label) is matched to the replacement.",
+    (Setting("timeoutSeconds", "integer", "The replacement fails when no new Ready node of the "
+             "NodePool is matched this long after the operation started (Karpenter launches "
+             "nodes only for Pending pods).", minimum=1, default=900),),
+    rules=(Rule("karpenter.sh", "nodeclaims", ("get", "list", "patch", "delete")),),
+    # a marked Karpenter node is left alone by Karpenter's disruption and its node repair, and gets
+    # the time of its marking, from which the replacement counts new nodes
+    guards=(NodeGuard(NODEPOOL_LABEL, GUARD_ANNOTATIONS, stamp_marked_at=True),),
+    build=_build)

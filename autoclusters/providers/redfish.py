@@ -36,19 +36,20 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation
-from autoclusters.deploy.providers import REDFISH_SECRET
 from autoclusters.kube import Kube
 from autoclusters.names import Names
-from autoclusters.providers.base import NodeCache, read_node
+from autoclusters.providers.base import BuildContext, NodeCache, Provider, read_node
+from autoclusters.providers.declaration import CredentialSource, ProviderKind, Setting
 from autoclusters.providers.hostreboot import boot_id
 from autoclusters.providers.remote_reset import RemoteReset, ResetFailure, read_secret, secret_text
+from autoclusters.providers.types import Operation
 from autoclusters.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 # The resets that restart a running system, most thorough first (Redfish ResetType values,
 # DMTF Redfish schema Resource.ResetType: PowerCycle = power removed and restored,
 # ForceRestart = an immediate restart, GracefulRestart = the OS is asked first).
+# The BMC credentials (keys username, password; optional ca.crt, PEM), written by the operator in
+# the controller's namespace; the controller may read this one Secret only.
+REDFISH_SECRET = "autoclusters-redfish"
 RESTARTS = ("PowerCycle", "ForceRestart", "GracefulRestart")
 POWER_ON = "On"
 _POLL_SECONDS = 1.0  # how often the power state is read after the reset
@@ -259,3 +263,29 @@ def _ca_file(pem: str) -> Any:
         yield path
     finally:
         os.unlink(path)
+
+
+def _build(s: Mapping[str, Any], c: BuildContext) -> Provider:
+    return RedfishProvider(c.kube, c.clock, c.names, namespace=c.namespace, timeout=float(s["timeoutSeconds"]),
+                           request_timeout=float(s["requestTimeoutSeconds"]),
+                           power_on_after=float(s["powerOnAfterSeconds"]),
+                           insecure=bool(s["insecureSkipTLSVerify"]), nodes=c.nodes)
+
+
+KIND = ProviderKind(
+    "redfish", (RepairAction.RESET.value,),
+    "Power-cycles the node's system through its BMC (Redfish ComputerSystem.Reset); the system's "
+    f"URL is the node's annotation; credentials in the Secret {REDFISH_SECRET} of the controller's "
+    "namespace; done when the node reports a new boot id and is Ready.",
+    (Setting("timeoutSeconds", "integer", "The reset fails when the node is not back Ready with a "
+             "new boot id this long after the operation started.", minimum=1, default=600),
+     Setting("requestTimeoutSeconds", "integer", "How long one request to the BMC may take "
+             "(connect and answer).", minimum=1, default=30),
+     Setting("powerOnAfterSeconds", "integer", "A system still powered off this long after the "
+             "reset is powered on (ResetType On); still off as long again, the reset fails.",
+             minimum=1, default=60),
+     Setting("insecureSkipTLSVerify", "boolean", "Do not verify the BMC's certificate (by default "
+             f"it is verified against ca.crt of the Secret {REDFISH_SECRET}, else the system's "
+             "trust store).", default=False)),
+    credentials=CredentialSource(secret=REDFISH_SECRET, keys=("username", "password", "ca.crt")),
+    build=_build)

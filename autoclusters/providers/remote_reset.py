@@ -27,12 +27,12 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup
 from autoclusters.providers.hostreboot import boot_id
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import Any
 
 from autoclusters.clock import parse_iso
-from autoclusters.controller.statemachine import Operation
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.kube.json_patch import pointer
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
+from autoclusters.providers.types import Operation
 
 JSON = dict[str, Any]
 

@@ -29,10 +29,10 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso, utc_iso_micro
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.kube import Conflict, Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup, read_node
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.sim import nodes as sim
 from autoclusters.sim.hosts import REBOOT, reboot_request
 

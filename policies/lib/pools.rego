@@ -157,7 +157,8 @@ _fault_class_violation(class, action) := {
 	not action in fault_class_actions
 }
 
-repair_actions := {a | some a in api.repair_actions}
+# the action table (autoclusters/providers/actions.py), through policies/lib/providers.rego
+repair_actions := {a | some a in providers.actions}
 
 repair_code_violations(obj) := {v |
 	some key, action in object.get(obj, ["spec", "repairCodes"], {})
@@ -171,7 +172,7 @@ _repair_code_violation(key, action) := {
 	not regex.match(api.repair_code_pattern, key)
 } else := {
 	"rule": "pool-repair-codes",
-	"msg": sprintf("spec.repairCodes.%s is %v, expected one of %s", [key, action, concat(", ", api.repair_actions)]),
+	"msg": sprintf("spec.repairCodes.%s is %v, expected one of %s", [key, action, concat(", ", providers.actions)]),
 } if {
 	not action in repair_actions
 }

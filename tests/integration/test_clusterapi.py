@@ -23,7 +23,6 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import SystemClock
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Invalid, Kube, NotFound
 from autoclusters.providers.clusterapi import (
@@ -32,6 +31,7 @@ from autoclusters.providers.clusterapi import (
     REMEDIATE_ANNOTATION,
     ClusterApiProvider,
 )
+from autoclusters.providers.types import Operation, ProviderState
 from tests.integration.helpers import upstream_crds
 
 pytestmark = pytest.mark.integration

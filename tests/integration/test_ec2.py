@@ -23,8 +23,8 @@ import boto3
 import pytest
 
 from autoclusters import names as n
-from autoclusters.deploy.providers import EC2_SECRET
 from autoclusters.kube import Conflict
+from autoclusters.providers.ec2 import EC2_SECRET
 from autoclusters.sim.hosts import boot_id_after
 from tests.integration.controller_support import Env
 from tests.integration.ec2_support import Ec2Proxy, moto_server

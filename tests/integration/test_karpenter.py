@@ -23,7 +23,6 @@ from autoclusters.clock import SystemClock
 from autoclusters.controller import drain as drainrules
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.notifier import LogNotifier
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.demo.story import training_workload
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster.handle import ClusterHandle
@@ -40,6 +39,7 @@ from autoclusters.providers.karpenter import (
     claim_of,
     nodeclaims_path,
 )
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import wait_for
 

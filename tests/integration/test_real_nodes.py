@@ -22,7 +22,6 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import SystemClock
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.node_init import REBOOT_VERB
@@ -32,6 +31,7 @@ from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers import hostreboot
 from autoclusters.providers.hostreboot import HostRebootProvider, boot_id, job_name
+from autoclusters.providers.types import Operation, ProviderState
 from tests.integration.helpers import kubectl
 
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from autoclusters.api import RepairAction
-from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
 from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.deploy.reboot_job import job_shape_binding, job_shape_policy
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Forbidden, Kube, NotFound, load_kube
 from autoclusters.providers.hostreboot import reboot_job
+from autoclusters.providers.types import Operation
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

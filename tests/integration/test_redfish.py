@@ -27,8 +27,8 @@ import requests
 
 from autoclusters import certificates
 from autoclusters import names as n
-from autoclusters.deploy.providers import REDFISH_SECRET
 from autoclusters.kube import Conflict, NotFound
+from autoclusters.providers.redfish import REDFISH_SECRET
 from autoclusters.sim.hosts import boot_id_after
 from tests.integration.controller_support import Env
 from tests.integration.helpers import wait_for

@@ -21,9 +21,8 @@ RANKS = {
     "api": 0, "pool_fields": 0, "doc_tables": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
     "redact": 0, "capture": 0,
     "kube": 1,
-    "faults": 2, "deploy": 2,
+    "faults": 2, "deploy": 2, "providers": 2,  # deploy/ derives the CRD, the parser and the roles from providers/
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,
-    "providers": 3,
     "detector": 4, "controller": 4, "webhook": 4, "policy": 4, "ops": 4, "slurm": 4,
     "devcluster": 5, "sim": 5,
     "cli": 6, "demo": 6,
@@ -34,9 +33,9 @@ OUTSIDE = {"components": 5, "examples": 7}
 # bundle (the local stack's Pulumi program) is still to go (issue 13, item 7).
 KNOWN_BUNDLE_IMPORTS = {("devcluster.pulumi_env", "components.stack")}
 # The simulation (``sim/``) stands above the product it stands in for: nothing below it imports
-# it but the provider registry's entry for the ``simulated`` provider type, the one door from
+# it but the ``simulated`` provider's declaration (providers/simulated.py), the one door from
 # the product's layers (the other door, ``detector run --simulate``, is a command above it).
-SIMULATION_DOORS = {("providers.registry", "sim.provider")}
+SIMULATION_DOORS = {("providers.simulated", "sim.provider")}
 
 
 def _rank(module: str) -> tuple[str, int]:
@@ -120,7 +119,7 @@ def _loads_the_simulation_when_imported(path: Path) -> bool:
 
 def test_the_simulation_is_reached_only_through_its_doors() -> None:
     """Below the simulation's rank only the doors import it, and both doors load it only when
-    asked to (inside a function, never when their module loads): the registry when a pool names
+    asked to (inside a function, never when their module loads): the simulated provider's builder when a pool names
     the ``simulated`` type, the detector command when told ``--simulate``. A controller or an
     agent on real nodes never has the simulation in its process."""
     sim_rank = RANKS["sim"]
@@ -128,7 +127,7 @@ def test_the_simulation_is_reached_only_through_its_doors() -> None:
              if not name.startswith("/") and _rank(name)[1] < sim_rank
              for imported in _imports(path) if imported.startswith("autoclusters.sim")}
     assert found == SIMULATION_DOORS
-    for door in (PACKAGE / "providers" / "registry.py", PACKAGE / "cli" / "detector.py"):
+    for door in (PACKAGE / "providers" / "simulated.py", PACKAGE / "cli" / "detector.py"):
         assert not _loads_the_simulation_when_imported(door), door
     assert "autoclusters.sim.fleet" in _imports(PACKAGE / "cli" / "detector.py")
 
@@ -162,3 +161,12 @@ def test_the_architecture_page_shows_these_ranks() -> None:
             shown[key] = int(cells[1])
     expected = {**RANKS, **OUTSIDE}
     assert shown == expected
+
+
+def test_providers_import_nothing_of_the_controller() -> None:
+    """A provider is a plug-in: what it shares with the controller (the operation, its state and
+    view, the action table, the declaration types) lives in ``providers/``, and no module there
+    imports ``controller/`` (the state machine's rank would allow it; this rule does not)."""
+    found = [(name, imported) for name, path in _modules() if name.split(".")[0] == "providers"
+             for imported in _imports(path) if imported.split(".")[:2] == ["autoclusters", "controller"]]
+    assert found == []

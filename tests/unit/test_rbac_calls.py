@@ -234,9 +234,9 @@ def test_the_cluster_api_providers_rules_are_its_calls() -> None:
     """A reset (the Machine's remediation annotation) and a replacement (the Machine deleted, a
     new node of the pool matched), as tests/unit/controller/test_clusterapi.py drives them."""
     from autoclusters.api import RepairAction
-    from autoclusters.controller.statemachine import Operation
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.providers import KINDS, ProviderType
+    from autoclusters.providers.types import Operation
     from tests.unit.controller.test_clusterapi import World
 
     w = World()
@@ -290,10 +290,10 @@ def test_the_host_reboot_providers_rules_are_its_calls() -> None:
     a failed one, whose pod is read for its exit status (tests/unit/controller/
     test_host_reboot_command.py drives them the same way)."""
     from autoclusters.api import RepairAction
-    from autoclusters.controller.statemachine import Operation
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.providers import KINDS, ProviderType
     from autoclusters.providers.hostreboot import HostRebootProvider
+    from autoclusters.providers.types import Operation
     from tests.unit.controller.test_host_reboot_command import NS, _failed_job
 
     clock = FakeClock()

@@ -8,12 +8,12 @@ from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.controller.statemachine import Operation, ProviderView
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
 from autoclusters.deploy import stack as stack_objects
 from autoclusters.deploy.providers import KINDS, ProviderType
 from autoclusters.names import Names
 from autoclusters.providers.remote_reset import RemoteReset
+from autoclusters.providers.types import Operation, ProviderView
 from tests.unit.fakeapi import FakeApi
 from tests.unit.rbac_calls import Grant, calls, grants, ungranted, unused
 

@@ -9,7 +9,6 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.pool_config import pool_from_config
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
@@ -20,6 +19,7 @@ from autoclusters.providers.clusterapi import (
     machine_ref,
     remediation_patch,
 )
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from tests.unit.fakeapi import FakeApi
 
 JSON = dict[str, Any]

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from autoclusters.api import RepairAction
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.providers.command import CommandProvider
+from autoclusters.providers.types import Operation, ProviderState
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -52,7 +52,7 @@ def test_command_provider_timeout(tmp_path) -> None:
 
 
 def test_command_provider_rejects_empty_command() -> None:
-    from autoclusters.providers import ProviderError
+    from autoclusters.providers.base import ProviderError
 
     with pytest.raises(ProviderError):
         CommandProvider([])

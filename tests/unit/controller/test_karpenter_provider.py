@@ -12,10 +12,10 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, KarpenterProvider
+from autoclusters.providers.types import Operation, ProviderState
 from tests.unit.controller.karpenter_fakes import FakeKarpenterKube
 
 NAMES = Names()

@@ -16,11 +16,10 @@ from autoclusters.controller.statemachine import (
     Decision,
     Emit,
     Fault,
-    ProviderState,
-    ProviderView,
     RepairPolicy,
     transition,
 )
+from autoclusters.providers.types import ProviderState, ProviderView
 from tests.unit.controller.test_statemachine import T0, P, node, obs
 
 BRANDS = [n.Names(), n.Names("crusoe.ai", "Crusoe")]

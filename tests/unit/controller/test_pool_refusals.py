@@ -13,7 +13,7 @@ from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.controller.pool_policy import Pool, parse_pool
 from autoclusters.controller.statemachine import HOLD_PROVIDER_REFUSED
-from autoclusters.providers import Provider
+from autoclusters.providers.base import Provider
 from tests.unit.controller.harness import NAMES, Harness
 
 REFUSE = "example.com/refuse"  # a label the fake provider refuses nodes by

@@ -37,8 +37,6 @@ from autoclusters.controller.statemachine import (
     PodsView,
     PoolView,
     ProviderBlock,
-    ProviderState,
-    ProviderView,
     RepairPolicy,
     RepairState,
     Unmark,
@@ -55,6 +53,7 @@ from autoclusters.deploy.pool_config import (
 )
 from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
+from autoclusters.providers.types import ProviderState, ProviderView
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")

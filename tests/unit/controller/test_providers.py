@@ -12,14 +12,14 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.controller.statemachine import Operation, ProviderState, ProviderView
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names
-from autoclusters.providers import ProviderError
+from autoclusters.providers.base import ProviderError
 from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
 from autoclusters.providers.registry import BuildContext, build_provider
+from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from autoclusters.sim.provider import ANN_FAIL_RESET, ANN_OPERATION, ANN_STARTED, SimulatedProvider

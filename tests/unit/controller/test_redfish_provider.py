@@ -12,18 +12,17 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.controller.statemachine import Operation, ProviderState
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import (
-    REDFISH_SECRET,
     ProviderSettingsError,
     ProviderSpec,
     ProviderType,
     parse_provider_choice,
 )
 from autoclusters.names import Names
-from autoclusters.providers.redfish import RedfishProvider, choose_reset, credentials, system_ref
+from autoclusters.providers.redfish import REDFISH_SECRET, RedfishProvider, choose_reset, credentials, system_ref
 from autoclusters.providers.registry import BuildContext, build_provider
+from autoclusters.providers.types import Operation, ProviderState
 from tests.unit.controller.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.fakeapi import FakeApi
 from tests.unit.rbac_calls import calls

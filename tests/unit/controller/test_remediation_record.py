@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller.remediation_record import record_name, state_of, status_of, status_patch
-from autoclusters.controller.statemachine import Fault, Operation, RepairState, TimelineStep
+from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
+from autoclusters.providers.types import Operation
 from tests.unit.fakeapi import merge_patch
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

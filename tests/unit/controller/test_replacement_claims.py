@@ -8,9 +8,9 @@ from typing import Any
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import utc_iso
-from autoclusters.controller.statemachine import Operation
 from autoclusters.names import Names
 from autoclusters.providers.replacement import ReplacementClaims
+from autoclusters.providers.types import Operation
 
 NAMES = Names()
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

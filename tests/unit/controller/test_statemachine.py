@@ -27,14 +27,13 @@ from autoclusters.controller.statemachine import (
     PodsView,
     PoolView,
     ProviderBlock,
-    ProviderState,
-    ProviderView,
     RepairPolicy,
     RepairState,
     Unmark,
     Warn,
     transition,
 )
+from autoclusters.providers.types import ProviderState, ProviderView
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")

@@ -13,7 +13,6 @@ import pytest
 from autoclusters.api import RepairAction
 from autoclusters.cli import controller as controller_cli
 from autoclusters.controller.config import ControllerConfig
-from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy import pod_settings
 from autoclusters.deploy.pod_settings import COMPONENTS, PULL_SECRETS_FLAG, SETTINGS
 from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
@@ -21,6 +20,7 @@ from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.names import Names
 from autoclusters.providers.hostreboot import reboot_job
+from autoclusters.providers.types import Operation
 
 REPO = Path(__file__).resolve().parents[3]
 VALUES: dict[str, Any] = {
@@ -138,12 +138,14 @@ def test_the_docs_table_is_the_settings_table() -> None:
 def test_the_controllers_pull_secrets_reach_the_host_reboot_provider() -> None:
     from autoclusters.controller.manager import Controller
     from autoclusters.providers.hostreboot import HostRebootProvider
-    from autoclusters.providers.registry import BUILDERS
+    from autoclusters.providers.registry import KINDS
     from tests.unit.fakeapi import FakeApi
 
     controller = Controller(FakeApi().kube(), ControllerConfig(image_pull_secrets="regcred,mirror",
                                                                provider_image="img:1"))
     context = controller.reconciler._build_context
-    provider = BUILDERS[ProviderType.HOST_REBOOT]({"timeoutSeconds": 60}, context)
+    build = KINDS[ProviderType.HOST_REBOOT].build
+    assert build is not None
+    provider = build({"timeoutSeconds": 60}, context)
     assert isinstance(provider, HostRebootProvider)
     assert provider.image_pull_secrets == ("regcred", "mirror")

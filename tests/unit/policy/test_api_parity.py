@@ -62,9 +62,14 @@ def test_crd_names_equal_python() -> None:
 
 
 def test_the_override_actions_are_the_repair_actions_and_two_words() -> None:
-    """The three action enums share their repair actions (a new one appears in all three)."""
+    """The three action enums share their repair actions (a new one appears in all three), and
+    they are the built-in actions of the action table, in its order (which the CRD, the parser,
+    the state machine and the pool policy's repairCodes read)."""
+    from autoclusters.providers.actions import ACTIONS
+
     assert set(ClassAction) == {*RepairAction, ClassAction.DEFAULT, ClassAction.OFF}
     assert set(api.CatalogAction) == {*RepairAction, api.CatalogAction.NONE}
+    assert [a.value for a in RepairAction] == list(ACTIONS.names())
 
 
 def test_the_phase_roles_are_disjoint_phases() -> None:

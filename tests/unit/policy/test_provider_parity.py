@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy.crds import pool_schema
-from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderType, rego_data, rego_module
+from autoclusters.deploy.providers import KINDS, ProviderType, actions, rego_data, rego_module
 from autoclusters.policy import opa
-from autoclusters.providers.registry import BUILDERS
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
@@ -30,13 +29,14 @@ def test_crd_enums_equal_python() -> None:
     crd = _crd_provider()
     assert set(crd["properties"]["type"]["enum"]) == PYTHON_TYPES
     assert set(crd["properties"]) >= PYTHON_TYPES  # one settings object per type
-    for action in ACTIONS:
-        able = {k.type.value for k in KINDS.values() if action in k.actions}
+    for action in actions():
+        able = {k.type for k in KINDS.values() if action in k.actions}
         assert set(crd["properties"][action]["properties"]["type"]["enum"]) == able
 
 
 def test_every_type_has_a_builder() -> None:
-    assert {t.value for t in BUILDERS} == PYTHON_TYPES == {t.value for t in KINDS}
+    """The built-in types are those registered (providers/registry.py), each with its builder."""
+    assert set(KINDS) == PYTHON_TYPES and all(k.build is not None for k in KINDS.values())
 
 
 def test_opa_sees_the_same_types_and_actions() -> None:
@@ -48,12 +48,12 @@ def test_opa_sees_the_same_types_and_actions() -> None:
     assert set(value["types"]) == PYTHON_TYPES
     assert value == rego_data()
     assert {t: set(v["actions"]) for t, v in value["types"].items()} == {
-        k.type.value: set(k.actions) for k in KINDS.values()}
+        k.type: set(k.actions) for k in KINDS.values()}
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS, key=str))
-def test_crd_settings_equal_python(kind: ProviderType) -> None:
-    props = _crd_provider()["properties"][kind.value]
+def test_crd_settings_equal_python(kind: str) -> None:
+    props = _crd_provider()["properties"][kind]
     assert set(props["properties"]) == {s.name for s in KINDS[kind].settings}
     assert set(props.get("required", [])) == {s.name for s in KINDS[kind].settings if s.required}
 
@@ -73,3 +73,20 @@ def test_the_controller_roles_grant_what_each_provider_needs() -> None:
             assert set(need.verbs) <= granted(rules, need.group, need.resource), (kind.type, need)
     assert granted(cluster_role["rules"], "batch", "jobs") == set()  # Jobs only in the controller's namespace
     assert granted(role["rules"], "batch", "jobs") == {"get", "create", "delete"}
+
+
+def test_the_docs_provider_table_shows_every_registered_provider_and_its_actions() -> None:
+    """docs/controller.md's providers table: one row per registered type, and a "—" exactly in the
+    column of an action (reset, replace) the type does not support."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "controller.md").read_text()
+    table = doc.split("<!-- providers-table", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    columns = [c.strip() for c in table[0].strip("|").split("|")]
+    assert columns[:3] == ["type", "reset", "replace"]
+    rows = {}
+    for row in table[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(KINDS)
+    for name, cells in rows.items():
+        for column, cell in zip(columns[1:3], cells[1:3], strict=True):
+            assert cell.startswith("—") == (column not in KINDS[name].actions), (name, column)

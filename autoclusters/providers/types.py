@@ -1,0 +1,46 @@
+"""What the controller and the providers share: one provider operation and where it stands.
+
+The state machine (``controller/statemachine.py``) starts an ``Operation`` and reads a
+``ProviderView`` back; a provider receives the one and answers with the other. Both live here,
+in ``providers/``, so a provider imports nothing from ``controller/`` (tests/unit/test_layers.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class ProviderState(StrEnum):
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One provider call: its id makes a retried start a no-op (the provider records it)."""
+
+    id: str
+    action: str  # an action of the action table (providers/actions.py): reset, replace, ...
+    started: datetime
+    boot_id_before: str = ""
+    new_node: str = ""
+    # The provider it was started with (its spec, ``ProviderSpec.key()``): every later look and
+    # call goes to that provider, whatever the pool's settings say since. "" in a record written
+    # before operations were bound: the pool's provider of the moment, as then.
+    provider: str = ""
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    state: ProviderState = ProviderState.NOT_STARTED
+    message: str = ""
+    new_node: str = ""
+    next_check: float | None = None  # seconds until the provider expects progress (sooner than a poll)
+    # Every change of the operation's progress shows on the node itself (annotations, boot id,
+    # readiness), whose changes the controller watches: the next look waits for one of them (or
+    # next_check, or the operation's timeout) instead of polling every poll_seconds.
+    shows_on_node: bool = False
