@@ -37,9 +37,10 @@ from autoclusters.controller import drain as drainrules
 from autoclusters.controller import messages as words
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.cache import POOL_KEY, PRE_START, Fleet
+from autoclusters.controller.cache import POOL_KEY, Fleet
 from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
+from autoclusters.controller.record_index import PRE_START
 from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,
     HOLD_NOT_ALLOW_LISTED,
