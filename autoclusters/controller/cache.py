@@ -63,7 +63,6 @@ class Fleet:
         ``shard``: the pools this process owns (all by default). ``gather_seconds``: the node and
         record watches read a burst's events together (``Kube.watch``)."""
         self.names = names
-        self.catalog = catalog
         self._enqueue = enqueue
         self._enqueue_pool = enqueue_pool or enqueue
         self._lock = threading.RLock()
@@ -105,6 +104,10 @@ class Fleet:
             inf.stop()
 
     # --- reads, answered by the parts ------------------------------------------------------------
+    @property
+    def catalog(self) -> Catalog:
+        return self.fault_reader.catalog
+
     @property
     def pools(self) -> dict[str, Pool]:
         return self.pool_store.pools
