@@ -159,7 +159,7 @@ def main() -> int:
     for _ in range(args.rounds):
         informer = Informer(kube, "/api/v1/nodes", fleet._on_node, name="nodes")
         fleet.node_informer = informer
-        fleet._prints.clear()
+        fleet.node_index._prints.clear()
         for n in nodes:  # the versions before the heartbeats, as the list left them
             informer._apply({"type": "ADDED", "object": n})
         t = time.thread_time()

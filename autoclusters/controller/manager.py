@@ -211,7 +211,7 @@ class Controller:
         for r in self.fleet.record_informer.items():
             if rec.is_active(r) and self.fleet.owns_pool(r["spec"].get("pool", "")):
                 self.queue.add(r["spec"]["node"])
-        self.reconciler.recheck_providers()
+        self.reconciler.pool_reconciler.recheck_providers()
         for pool in list(self.fleet.pools):
             if self.fleet.owns_pool(pool):
                 self.queue.add(POOL_KEY + pool)

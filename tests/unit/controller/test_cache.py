@@ -151,7 +151,7 @@ def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_ot
                                          "message": message}]
         api.put("/api/v1/nodes", node)
     ctl = Controller(api.kube(), ControllerConfig(metrics_port=0), names=NAMES)
-    ctl.fleet.catalog = Failing()  # type: ignore[assignment]
+    ctl.fleet.fault_reader.catalog = Failing()  # type: ignore[assignment]
     ctl.fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
     inf = ctl.fleet.node_informer
 
@@ -215,7 +215,7 @@ def test_a_fault_is_read_from_a_condition_once_and_from_a_node_object_once(monke
     assert again == ref and cond is beat["status"]["conditions"][0] and len(read) == 2
 
     fleet._on_node("n0", node, None)  # deleted: forgotten, and not remembered by a late reader
-    assert fleet.fault_of(node)[0] == ref and "n0" not in fleet._faults
+    assert fleet.fault_of(node)[0] == ref and not fleet.fault_reader.remembers("n0")
 
 
 def test_a_condition_without_a_reason_fingerprints_as_one_with_an_empty_reason() -> None:
@@ -228,7 +228,7 @@ def test_a_condition_without_a_reason_fingerprints_as_one_with_an_empty_reason()
     bare = _gpu_node("n1", xid, ready_reason=False)
     empty = _gpu_node("n1", xid, beat="t1")
     empty["status"]["conditions"][1].update(reason="", message="")
-    assert fleet._fingerprint(bare) == fleet._fingerprint(empty)
+    assert fleet.node_index.fingerprint(bare) == fleet.node_index.fingerprint(empty)
     fleet._on_node("n1", None, bare)
     queued.clear()
     fleet._on_node("n1", bare, empty)
@@ -260,17 +260,17 @@ def test_member_changes_mark_the_nodes_that_joined_left_or_changed() -> None:
 
 def test_a_pool_status_change_keeps_the_parsed_spec_and_a_spec_change_reindexes(monkeypatch: pytest.MonkeyPatch
                                                                                ) -> None:
-    from autoclusters.controller import cache
+    from autoclusters.controller import pool_store
     from autoclusters.controller.cache import POOL_KEY, Fleet
 
     parsed: list[str] = []
-    real = cache.parse_pool
+    real = pool_store.parse_pool
 
-    def counted(obj: dict) -> cache.Pool:
+    def counted(obj: dict) -> pool_store.Pool:
         parsed.append(obj["metadata"]["name"])
         return real(obj)
 
-    monkeypatch.setattr(cache, "parse_pool", counted)
+    monkeypatch.setattr(pool_store, "parse_pool", counted)
     queued: list[str] = []
     fleet = Fleet(object(), NAMES, load_catalog(), queued.append)  # type: ignore[arg-type]  # no call is made
     fleet.node_informer.synced.set()
@@ -340,13 +340,13 @@ def test_a_change_that_keeps_labels_and_conditions_keeps_the_indexes_without_loo
     changes = fleet.track_members()
     fleet._on_pool("a", None, {"metadata": {"name": "a"}, "spec": {}})
     looked: list[str] = []
-    real = fleet.pool_for
+    real = fleet.pool_store.pool_for
 
     def pool_for(node: dict) -> object:
         looked.append(node["metadata"]["name"])
         return real(node)
 
-    fleet.pool_for = pool_for  # type: ignore[method-assign,assignment]
+    fleet.pool_store.pool_for = pool_for  # type: ignore[method-assign,assignment]
     xid = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
     v1 = _gpu_node("n1", xid)
     fleet._on_node("n1", None, v1)
@@ -452,4 +452,4 @@ def test_a_record_event_of_a_version_we_wrote_queues_nothing() -> None:
     fleet._on_record("r1", ours, record("3", "Acting"))  # someone else's change of the record
     assert queued == ["n1"]
     fleet._on_record("r1", record("3", "Acting"), None)  # deleted: forgotten
-    assert "r1" not in fleet._written_rv
+    assert fleet.record_index.is_news("r1", None, {"metadata": {"resourceVersion": "2"}})

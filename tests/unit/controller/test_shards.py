@@ -219,7 +219,7 @@ def test_the_handlers_drop_other_shards_objects_before_any_index() -> None:
     fleet._on_node("a", None, _node("a", mine, fault=True))
     fleet._on_node("b", None, _node("b", theirs, fault=True))
     assert fleet.counts(mine) == (1, 1) and fleet.counts(theirs) == (0, 0)
-    assert "b" not in fleet._prints and "b" not in fleet._node_pool  # nothing kept of it
+    assert not fleet.node_index.is_indexed("b")  # nothing kept of it
     assert "b" not in queued and POOL_KEY + theirs not in queued
     # a default-policy pool (a label value naming no GpuNodePool) shards by that value alike
     fleet._on_default("cfg", None, None)
@@ -249,7 +249,7 @@ def test_a_node_relabelled_into_another_shards_pool_leaves_this_shard() -> None:
     fleet._on_node("a", None, _node("a", mine, fault=True))
     queued.clear()
     fleet._on_node("a", _node("a", mine, fault=True), _node("a", theirs, fault=True))
-    assert fleet.counts(mine) == (0, 0) and "a" not in fleet._prints
+    assert fleet.counts(mine) == (0, 0) and not fleet.node_index.is_printed("a")
     assert POOL_KEY + mine in queued  # its old pool's counts changed
     fleet._on_node("a", _node("a", theirs, fault=True), _node("a", mine, fault=True))
     assert fleet.counts(mine) == (1, 1)
@@ -281,7 +281,7 @@ def test_a_node_with_a_repair_in_progress_belongs_to_the_repairs_shard() -> None
         fleet.record_informer.upsert(done)
         fleet._on_record("r1", active, done)
     assert [f.owns("a") for f in fleets] == [False, True]
-    assert fleets[1].counts(theirs) == (1, 1) and "a" not in fleets[0]._prints
+    assert fleets[1].counts(theirs) == (1, 1) and not fleets[0].node_index.is_printed("a")
 
 
 def node_in(shard: int, shards: int, prefix: str = "node") -> str:
@@ -317,7 +317,7 @@ def test_a_node_in_no_pool_belongs_to_the_shard_of_its_name_which_also_sees_its_
         fleet.node_informer.upsert(unpooled)
         fleet._on_node(name, pooled, unpooled)
     assert [f.owns(name) for f in fleets] == [False, True]
-    assert [f._is_indexed(name) for f in fleets] == [False, True]
+    assert [f.node_index.is_indexed(name) for f in fleets] == [False, True]
     assert name in queued[1]  # looked at by its new shard (shard 0 queues it too, and skips it: not its own)
     assert fleets[1].records_of(name) == [done]  # another shard's record, closed: history
     # a new repair of the node, in progress in shard 0's pool: the node is shard 0's again, and

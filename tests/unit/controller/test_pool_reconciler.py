@@ -1,6 +1,7 @@
-"""The pool's RepairProviderReady condition, kept up to date between passes: each pass asks the
-providers only about the members changed since the last one (joined, left, or changed in what a
-reconcile reacts to), and says what a pass over every member would say."""
+"""The pool reconciler (``controller.pool_reconciler``): the pool's RepairProviderReady condition,
+kept up to date between passes: each pass asks the providers only about the members changed
+since the last one (joined, left, or changed in what a reconcile reacts to), and says what a
+pass over every member would say."""
 
 from __future__ import annotations
 
@@ -60,17 +61,17 @@ def _serve(h: Harness, pool: Pool | dict[str, Any], provider: Refusing) -> None:
 def _condition(h: Harness, name: str = "p") -> tuple[str, bool, str, str]:
     pool = h.fleet.pool_named(name)
     assert pool is not None
-    return h.reconciler._provider_condition(pool)
+    return h.reconciler.pool_reconciler._provider_condition(pool)
 
 
 def _from_scratch(h: Harness, name: str = "p") -> tuple[str, bool, str, str]:
     """What a pass over every member says (the kept answers forgotten), for comparison."""
-    kept = h.reconciler._refusals.pop(name, None)
+    kept = h.reconciler.pool_reconciler._refusals.pop(name, None)
     try:
         return _condition(h, name)
     finally:
         if kept is not None:
-            h.reconciler._refusals[name] = kept
+            h.reconciler.pool_reconciler._refusals[name] = kept
 
 
 def _label(h: Harness, node: str, key: str, value: str | None) -> None:
@@ -173,7 +174,7 @@ def test_two_providers_name_a_node_both_refuse_once_with_the_first_actions_reaso
             return (reset if action == RepairAction.RESET else replace), None  # type: ignore[return-value]
         return original(p, action)
 
-    h.reconciler._provider = by_action  # type: ignore[method-assign,assignment]
+    h.reconciler.pool_reconciler._provider = by_action  # the pool reconciler's view of the providers
     _label(h, "n2", "example.com/other", "yes")
     _label(h, "n2", REFUSE, "yes")
     _label(h, "n6", "example.com/other", "yes")
@@ -217,12 +218,12 @@ def test_a_deleted_pool_forgets_its_answers() -> None:
         fake = Refusing()
         _serve(harness, harness.fleet.pool_named("gone"), fake)  # type: ignore[arg-type]
         _condition(harness, "gone")
-        assert "gone" in harness.reconciler._refusals
+        assert "gone" in harness.reconciler.pool_reconciler._refusals
         harness.api.remove(harness.pool_path("gone"))
         harness.api.settle()
-        assert harness.reconciler.reconcile_pool("gone") is None
-        assert "gone" not in harness.reconciler._refusals
-        assert harness.reconciler._member_changes.take("gone") == set()
+        assert harness.reconciler.pool_reconciler.reconcile("gone") is None
+        assert "gone" not in harness.reconciler.pool_reconciler._refusals
+        assert harness.reconciler.pool_reconciler._member_changes.take("gone") == set()
     finally:
         harness.stop()
 
@@ -268,11 +269,11 @@ def test_an_answer_that_changes_with_no_node_changing_is_read_again_at_the_resyn
     assert "refuses 10 node(s)" in _condition(h)[3]
     fake.served = True  # Cluster API installed: no node changed
     assert "refuses 10 node(s)" in _condition(h)[3]  # kept
-    h.reconciler.recheck_providers()
+    h.reconciler.pool_reconciler.recheck_providers()
     assert _condition(h)[1] is True
 
     # The manager's resync asks for it.
     ctl = Controller(h.kube, ControllerConfig(metrics_port=0), names=NAMES)
-    ctl.reconciler._refusals["p"] = h.reconciler._refusals["p"]
+    ctl.reconciler.pool_reconciler._refusals["p"] = h.reconciler.pool_reconciler._refusals["p"]
     ctl.resync()
-    assert ctl.reconciler._refusals == {}
+    assert ctl.reconciler.pool_reconciler._refusals == {}
