@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from autoclusters import api
 from autoclusters.deploy import default_pool as defaults
 from autoclusters.devcluster.cluster import LocalCluster
-from autoclusters.kube import Kube
+from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.informer import LIST_REASONS
 from autoclusters.kube.informer_metrics import LISTS
 from autoclusters.names import EVENT_APPROVED, EVENT_AWAITING_APPROVAL, EVENT_FAILED, EVENT_STARTED, EVENT_SUCCEEDED
@@ -202,7 +202,17 @@ def park(env: Env, namespace: str, *, acting_reset_seconds: float = ACTING_RESET
 
 
 def _held_pod(env: Env, namespace: str, node: str) -> None:
-    """A pod on ``node`` whose PDB allows no eviction: the drain waits."""
+    """A pod on ``node`` whose PDB allows no eviction: the drain waits. The pod is created once
+    the namespace has its default service account (admission refuses it before; after an API
+    server restart kube-controller-manager creates it only once its own watches are back)."""
+    def has_default_account() -> bool:
+        try:
+            env.kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+        except NotFound:
+            return False
+        return True
+
+    wait_for(f"the default service account of {namespace}", has_default_account)
     env.kube.create(f"/api/v1/namespaces/{namespace}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": node, "labels": {"held": node}},
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
