@@ -36,7 +36,7 @@ from autoclusters.deploy import default_pool as defaults
 from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
-from autoclusters.kube.informer import Informer
+from autoclusters.kube.informer import WATCH_SECONDS, Informer
 from autoclusters.names import Names
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class MemberChanges:
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
                  namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
-                 shard: Shard | None = None, gather_seconds: float = 0.0, watch_seconds: int = 240) -> None:
+                 shard: Shard | None = None, gather_seconds: float = 0.0, watch_seconds: int = WATCH_SECONDS) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
         to write one status for a burst of changes); ``enqueue`` by default.
         ``shard``: the pools this process owns (all by default). ``gather_seconds``: the node and

@@ -77,6 +77,8 @@ JSON = dict[str, Any]
 # it, or the API server's watch cache no longer holds it), any other error of the list or the watch.
 LIST_INITIAL, LIST_EXPIRED, LIST_ERROR = "initial", "expired", "error"
 LIST_REASONS = (LIST_INITIAL, LIST_EXPIRED, LIST_ERROR)
+# How long each watch runs before the API server ends it and it is resumed (``watch_timeout``).
+WATCH_SECONDS = 240
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
 Transform = Callable[[JSON], JSON]
 
@@ -118,7 +120,7 @@ def _name(obj: JSON) -> str:
 
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
-                 watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
+                 watch_timeout: int = WATCH_SECONDS, name: str = "", transform: Transform | None = None,
                  backoff: float = 1.0, max_backoff: float = 30.0, gather_seconds: float = 0.0) -> None:
         self._kube = kube
         self._gather = gather_seconds  # Kube.watch's: a burst's events read together
