@@ -32,6 +32,8 @@ _FLAGS: dict[str, str] = {
                                  "is written once)",
     "watch_gather_seconds": "the node and record watches read the events of a burst together, each waiting at "
                             "most this long (0: every event wakes the watch)",
+    "watch_seconds": "each watch of nodes, pools and records runs this long, then is resumed from the last "
+                     "version seen (a version etcd compacted meanwhile: a fresh list)",
     "gc_interval_seconds": "how often old records are garbage-collected",
     "retention_days": "keep closed Remediation records this long",
     "metrics_port": "Prometheus metrics port (0: off)",

@@ -47,7 +47,7 @@ from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy import default_pool as defaults
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
-from autoclusters.kube.informer import Informer
+from autoclusters.kube.informer import WATCH_SECONDS, Informer
 from autoclusters.names import Names
 
 JSON = dict[str, Any]
@@ -57,11 +57,12 @@ POOL_KEY = "pool:"
 class Fleet:
     def __init__(self, kube: Kube, names: Names, catalog: Catalog, enqueue: Callable[[str], None], *,
                  namespace: str = DEFAULT_NAMESPACE, enqueue_pool: Callable[[str], None] | None = None,
-                 shard: Shard | None = None, gather_seconds: float = 0.0) -> None:
+                 shard: Shard | None = None, gather_seconds: float = 0.0, watch_seconds: int = WATCH_SECONDS) -> None:
         """``enqueue_pool`` queues a pool's key after a change of its nodes (the manager delays it
         to write one status for a burst of changes); ``enqueue`` by default.
         ``shard``: the pools this process owns (all by default). ``gather_seconds``: the node and
-        record watches read a burst's events together (``Kube.watch``)."""
+        record watches read a burst's events together (``Kube.watch``). ``watch_seconds``: each watch's
+        length before the API server ends it and it is resumed (``Informer``'s ``watch_timeout``)."""
         self.names = names
         self._enqueue = enqueue
         self._enqueue_pool = enqueue_pool or enqueue
@@ -73,13 +74,16 @@ class Fleet:
         self.shard = self.ownership.shard
         self._sharded = self.ownership.sharded
         g = names.api_group
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", gather_seconds=gather_seconds)
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", gather_seconds=gather_seconds,
+                                      watch_timeout=watch_seconds)
         self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
-                                      name=api.POOLS.plural)
+                                      name=api.POOLS.plural, watch_timeout=watch_seconds)
         self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
-                                        self._on_record, name=api.REMEDIATIONS.plural, gather_seconds=gather_seconds)
+                                        self._on_record, name=api.REMEDIATIONS.plural, gather_seconds=gather_seconds,
+                                        watch_timeout=watch_seconds)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
-                                         label_selector=defaults.SELECTOR, name="default-pool")
+                                         label_selector=defaults.SELECTOR, name="default-pool",
+                                         watch_timeout=watch_seconds)
         self.record_index = RecordIndex(self._lock, self.record_informer.get)
         self.slots = RepairSlots(self._lock, self.record_index.busy)
 

@@ -12,6 +12,7 @@ from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import WEBHOOK_CONFIG_NAME
 from autoclusters.deploy.controller import LEASE_NAME
 from autoclusters.deploy.workloads import CONTROLLER, WEBHOOK_CA_SECRET
+from autoclusters.kube.informer import WATCH_SECONDS
 from autoclusters.webhook.certs import CertPolicy
 
 _CERTS = CertPolicy()
@@ -38,6 +39,9 @@ class ControllerConfig:
     # together than this, each waits at most this long, and one wake-up of the watch's thread
     # handles them all (a lone event is read at once). 0: every event wakes the thread.
     watch_gather_seconds: float = 0.02
+    # How long each watch of the cache runs before the API server ends it and the informer resumes
+    # it from the last version seen (kube/informer.py; a version etcd compacted meanwhile: 410, a list).
+    watch_seconds: int = WATCH_SECONDS
     gc_interval_seconds: float = 3600
     retention_days: float = api.RETENTION_DAYS
     metrics_port: int = 9102  # 0: no metrics server

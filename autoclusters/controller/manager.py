@@ -76,8 +76,9 @@ class Controller:
         delay = self.config.pool_status_delay_seconds
         self.fleet = Fleet(kube, self.names, catalog, self.queue.add, namespace=self.config.namespace,
                            enqueue_pool=lambda key: self.queue.add(key, delay),
-                           shard=self.shard, gather_seconds=self.config.watch_gather_seconds)
-        self.metrics.informer_errors.informers = self.fleet.informers
+                           shard=self.shard, gather_seconds=self.config.watch_gather_seconds,
+                           watch_seconds=self.config.watch_seconds)
+        self.metrics.informer_counts.informers = self.fleet.informers
         self.metrics.open_repairs.records = lambda: [r for r in self.fleet.record_informer.items()
                                                      if self.fleet.owns_pool((r.get("spec") or {}).get("pool", ""))]
         self.metrics.open_repairs.now = self.clock.now

@@ -51,9 +51,9 @@ class Metrics:
         self.reconciles = Counter("autoclusters_reconciles_total", "Reconciles run, by the kind of key (node, pool)",
                                   ["kind"], registry=r)
         # the name every process with informers exports, read from the informers at each scrape
-        # (the manager names them: ``informer_errors.informers``)
-        self.informer_errors = informer_metrics.HandlerErrors(lambda: ())
-        r.register(self.informer_errors)
+        # (the manager names them: ``informer_counts.informers``)
+        self.informer_counts = informer_metrics.InformerMetrics(lambda: ())
+        r.register(self.informer_counts)
         # open repairs by pool and phase, read from the record cache at each scrape (the manager
         # names the records: those of this shard's pools; none on a standby, whose cache is empty)
         self.open_repairs = OpenRepairs()

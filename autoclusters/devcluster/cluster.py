@@ -22,7 +22,7 @@ import shutil
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ CLIENTS = {
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# The components ``LocalCluster.restart_component`` kills and starts again on the same ports and data.
+RESTARTABLE = ("etcd", "kube-apiserver")
 
 
 def state_root() -> Path:
@@ -176,6 +178,13 @@ class LocalCluster:
         port = (st.get("ports") or {}).get("opa")
         return f"http://127.0.0.1:{port}" if port else None
 
+    @property
+    def etcd_url(self) -> str | None:
+        """etcd's client URL (its v3 HTTP/JSON gateway answers there too)."""
+        st = self.state() or {}
+        port = (st.get("ports") or {}).get("etcd")
+        return f"http://127.0.0.1:{port}" if port else None
+
     def _save(self, procs: list[p.Proc], ports: dict[str, int], extra: dict[str, Any]) -> None:
         self.state_file.write_text(json.dumps(
             {"name": self.name, "procs": [asdict(x) for x in procs], "ports": ports, **extra}, indent=2))
@@ -250,9 +259,6 @@ class LocalCluster:
     def _start_all(self, tools: Tools, ports: dict[str, int], procs: list[p.Proc], progress: Progress,
                    policies: Path, heartbeats: Heartbeats, real_nodes: bool = False) -> None:
         d, pki = self.dir, self.pki
-        ca_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
-        admin_crt, admin_key = pki.client_cert("admin")
-        ca_ctx.load_cert_chain(str(admin_crt), str(admin_key))
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
@@ -271,8 +277,7 @@ class LocalCluster:
                        f"--advertise-client-urls={etcd}", f"--listen-peer-urls={peer}",
                        f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=default={peer}",
                        "--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=4294967296"],
-              lambda: p.http_ok(f"{etcd}/health", expect=b'"true"'))
-        api = f"https://127.0.0.1:{ports['apiserver']}"
+              self._health_check("etcd", ports))
         # With real nodes the API server is also reached from their network (kubelets, pods through
         # the `kubernetes` Service), and reaches webhook pods by their endpoints' addresses.
         network = (["--bind-address=0.0.0.0", f"--advertise-address={realnodes.HOST_IP}",
@@ -290,7 +295,7 @@ class LocalCluster:
             "--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true", "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
             "--profiling=false", "--event-ttl=1h", "--v=1",
-        ], lambda: p.http_ok(f"{api}/readyz", context=ca_ctx), timeout=120)
+        ], self._health_check("kube-apiserver", ports), timeout=120)
         kcm_port, sched_port = ports["kcm"], ports["scheduler"]
         start("kube-controller-manager", [
             tools.kube_controller_manager, f"--kubeconfig={d / 'controller-manager.kubeconfig'}",
@@ -326,6 +331,60 @@ class LocalCluster:
                       "--set=decision_logs.console=true",
                       *opa_load_args(policies)],
               lambda: p.http_ok(f"{opa}/health"))
+
+    def _health_check(self, name: str, ports: dict[str, int]) -> Callable[[], bool]:
+        """The check that a restartable component (``RESTARTABLE``) is healthy: etcd's /health,
+        the API server's /readyz (as the admin: every check passed)."""
+        if name == "etcd":
+            return lambda: p.http_ok(f"http://127.0.0.1:{ports['etcd']}/health", expect=b'"true"')
+        if name == "kube-apiserver":
+            ca_ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+            admin_crt, admin_key = self.pki.client_cert("admin")
+            ca_ctx.load_cert_chain(str(admin_crt), str(admin_key))
+            return lambda: p.http_ok(f"https://127.0.0.1:{ports['apiserver']}/readyz", context=ca_ctx)
+        raise ValueError(f"no restart for component {name!r}: only {', '.join(RESTARTABLE)}")
+
+    # --- a component crashed and started again (the platform fault tests) ------------------
+    def kill_component(self, name: str) -> None:
+        """SIGKILLs one running component of ``RESTARTABLE`` (a crash: no shutdown of its own) and
+        waits until it is gone; ``start_component`` starts it again."""
+        self._health_check(name, {})  # refuses a component that cannot be started again
+        proc = self._component(name)
+        if not p.alive(proc):
+            raise p.StartError(f"{name} of cluster {self.name!r} is not running")
+        p.kill(proc)
+
+    def start_component(self, name: str, progress: Progress = _noop, timeout: float = 120,
+                        flags: Sequence[str] = ()) -> float:
+        """Starts a component ``kill_component`` stopped with the command line it had (the same
+        ports, data directory and certificates), plus ``flags`` (after the others, so they win;
+        kept for its next start); waits until it is healthy and returns the seconds that took."""
+        check = self._health_check(name, (self.state() or {}).get("ports") or {})
+        old = self._component(name)
+        if p.alive(old):
+            raise p.StartError(f"{name} of cluster {self.name!r} is still running (pid {old.pid})")
+        if not old.argv:
+            raise p.StartError(f"{name} of cluster {self.name!r} was started without a recorded command line")
+        progress(f"starting {name} again")
+        proc = p.spawn(name, [*old.argv, *flags], self.logs, self.dir)
+        st = self.state() or {}
+        st["procs"] = [asdict(proc) if d.get("name") == name else d for d in st.get("procs", [])]
+        self.state_file.write_text(json.dumps(st, indent=2))
+        took = p.wait_healthy(proc, check, timeout, progress)
+        progress(f"  {name} healthy again after {took:.1f}s")
+        return took
+
+    def restart_component(self, name: str, progress: Progress = _noop, timeout: float = 120) -> float:
+        """``kill_component`` then ``start_component``: a crash and a restart on the same ports
+        and data; returns the seconds from the start until healthy."""
+        self.kill_component(name)
+        return self.start_component(name, progress, timeout)
+
+    def _component(self, name: str) -> p.Proc:
+        found = [x for x in self.procs() if x.name == name]
+        if not found:
+            raise p.StartError(f"cluster {self.name!r} has no {name}")
+        return found[-1]
 
     def _write_kubeconfigs(self, api_port: int) -> None:
         server = f"https://127.0.0.1:{api_port}"

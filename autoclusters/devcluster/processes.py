@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -44,6 +44,7 @@ class Proc:
     pid: int
     binary: str
     log: str
+    argv: list[str] = field(default_factory=list)  # what started it (``spawn``), to start it again
 
 
 def spawn(name: str, argv: list[str], logs: Path, cwd: Path, env: dict[str, str] | None = None) -> Proc:
@@ -51,7 +52,7 @@ def spawn(name: str, argv: list[str], logs: Path, cwd: Path, env: dict[str, str]
     with open(log_path, "ab") as log:
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              cwd=cwd, start_new_session=True, env=env)
-    proc = Proc(name, p.pid, argv[0], str(log_path))
+    proc = Proc(name, p.pid, argv[0], str(log_path), list(argv))
     _wait_exec(proc, p)
     return proc
 
@@ -80,6 +81,22 @@ def alive(proc: Proc) -> bool:
     return argv0 in ("", proc.binary) or comm == Path(proc.binary).name[:15]
 
 
+def kill(proc: Proc, timeout: float = 10.0) -> None:
+    """SIGKILL to the process's group (a crash: no shutdown of its own), then waits until it is
+    gone: reaped, not only a zombie, whose other threads may still hold its sockets (a
+    restart on the same port would find it in use)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap(proc.pid)
+        if not alive(proc) and not _zombie(proc.pid):
+            return
+        if time.monotonic() > deadline:
+            raise StartError(f"{proc.name} (pid {proc.pid}) still runs {timeout:.0f}s after SIGKILL")
+        time.sleep(0.05)
+
+
 def stop(proc: Proc, grace: float = 10.0) -> None:
     if not alive(proc):
         _reap(proc.pid)
@@ -99,6 +116,15 @@ def stop(proc: Proc, grace: float = 10.0) -> None:
         if not alive(proc):
             return
         time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    """The pid is a process that exited and is not reaped yet (or whose threads still exit)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return False
 
 
 def _reap(pid: int) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 from autoclusters.clock import Clock, utc_iso, utc_iso_micro
 from autoclusters.kube.client import Kube
-from autoclusters.kube.errors import Conflict, KubeError, NotFound
+from autoclusters.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
 from autoclusters.names import event_source_error
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 EVENT_NAMESPACE = "default"
 MAX_MESSAGE = 1024  # the API server's limit for an event's message (note)
 MAX_INSTANCE = 128
+
+def _passing(e: KubeError) -> bool:
+    """A failure that a later try may not meet: the API server unreachable, restarting, or busy."""
+    return isinstance(e, Unavailable | TooManyRequests)
+
 
 def event_name(obj: str, at: datetime) -> str:
     """``<object>.<hex nanoseconds>``: names that list in time order (client-go's scheme)."""
@@ -100,12 +105,19 @@ class EventRecorder:
     different objects are written side by side (one sender wrote about 9 events a second at
     a busy API server's 70 ms per POST, and at 250 simultaneous repairs the events trailed
     the repairs by up to a minute). The queues are bounded; an event that does not fit is
-    logged and dropped.
+    logged and dropped. A sender whose write fails for a passing reason (the API server
+    unreachable or restarting, a 5xx, a 429) tries the same event again, waiting ``retry_first``
+    seconds doubling to ``retry_max``, for up to ``retry_seconds`` (client-go's broadcaster tries
+    12 times over two minutes): an API server that restarts mid-repair costs no event, and the
+    object's later events wait behind it, so the order holds. A create whose answer was lost may
+    have landed: its retry finding the event's own name taken is that write, not a second event.
+    Written inline (``background=False``), an event is tried once: the caller never waits.
     """
 
     def __init__(self, kube: Kube, clock: Clock, source: str, *, instance: str = "",
                  aggregate_seconds: float = 600, max_cache: int = 4096, background: bool = False,
-                 max_queue: int = 10000, senders: int = 1) -> None:
+                 max_queue: int = 10000, senders: int = 1, retry_seconds: float = 120, retry_first: float = 0.5,
+                 retry_max: float = 10) -> None:
         why = event_source_error(source)
         if why:
             raise ValueError(why)
@@ -120,6 +132,7 @@ class EventRecorder:
         self._last: datetime | None = None
         self._last_second: dict[tuple[str, str, str], datetime] = {}
         self._queues: list[queue.Queue[_Pending]] = []
+        self._retry = (retry_seconds, retry_first, retry_max)
         if background:
             if senders < 1:
                 raise ValueError(f"senders must be at least 1, not {senders}")
@@ -170,36 +183,63 @@ class EventRecorder:
         while True:
             pending = q.get()
             try:
-                self._write(pending)
+                self._write(pending, retry=True)
             finally:
                 q.task_done()
 
-    def _write(self, p: _Pending) -> None:
+    def _write(self, p: _Pending, retry: bool = False) -> None:
+        """Writes one event; with ``retry``, again after a passing failure (see the class)."""
+        total, delay, most = self._retry
+        deadline = self._clock.monotonic() + total
+        again = False
+        while True:
+            try:
+                self._send(p, again)
+                return
+            except KubeError as e:
+                if not (retry and _passing(e) and self._clock.monotonic() + delay <= deadline):
+                    log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
+                    return
+                log.info("event %s on %s %s not written yet (%s); trying again in %.1fs", p.reason, p.ref.kind,
+                         p.ref.name, e, delay)
+            self._clock.sleep(delay)
+            delay = min(delay * 2, most)
+            again = True
+
+    def _send(self, p: _Pending, again: bool) -> None:
+        """One try; ``again``: an earlier try of this event failed, perhaps after its create landed."""
         key = (p.ref.kind, p.ref.event_namespace, p.ref.name, p.reason, p.message)
         ns = p.ref.event_namespace
         mono = self._clock.monotonic()
         with self._lock:
             prev = self._seen.get(key)
-        try:
-            if prev and mono - prev[2] < self._aggregate:
-                name, count, first = prev
-                try:
-                    self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}", {
-                        "count": count + 1, "lastTimestamp": utc_iso(p.seen),
-                        "series": {"count": count + 1, "lastObservedTime": utc_iso_micro(p.at)}})
-                    self._remember(key, name, count + 1, first)
-                    return
-                except NotFound:
-                    pass
-            name = event_name(p.ref.name, p.at)
+        if prev and mono - prev[2] < self._aggregate:
+            name, count, first = prev
             try:
-                self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
-            except Conflict:  # another writer took the name in the same microsecond
+                self._kube.patch(f"/api/v1/namespaces/{ns}/events/{name}", {
+                    "count": count + 1, "lastTimestamp": utc_iso(p.seen),
+                    "series": {"count": count + 1, "lastObservedTime": utc_iso_micro(p.at)}})
+                self._remember(key, name, count + 1, first)
+                return
+            except NotFound:
+                pass
+        name = event_name(p.ref.name, p.at)
+        try:
+            self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
+        except Conflict:
+            if not again or not self._is_ours(ns, name, p):  # not our earlier try's: another writer's, same µs
                 name = f"{name}{secrets.token_hex(2)}"
                 self._kube.create(f"/api/v1/namespaces/{ns}/events", self.body(name, p))
-            self._remember(key, name, 1, mono)
-        except KubeError as e:
-            log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
+        self._remember(key, name, 1, mono)
+
+    def _is_ours(self, ns: str, name: str, p: _Pending) -> bool:
+        """The event of that name is this one (an earlier try's create landed, its answer lost)."""
+        try:
+            got = self._kube.get(f"/api/v1/namespaces/{ns}/events/{name}")
+        except NotFound:
+            return False
+        return bool(got.get("reason") == p.reason and got.get("reportingInstance") == self.instance
+                    and got.get("eventTime") == utc_iso_micro(p.at))
 
     def body(self, name: str, p: _Pending) -> dict[str, Any]:
         seen = utc_iso(p.seen)  # first and last: formatted once

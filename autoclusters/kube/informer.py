@@ -11,6 +11,9 @@ fleet, the Slurm bridge, the approval example) is this class, with one error pol
 - any other error (the API server unreachable, a refused request) means a fresh list after a
   backoff that doubles from ``backoff`` to ``max_backoff`` and starts again after a list
   succeeds;
+- every list is counted by why it was made (``lists``, by ``LIST_REASONS``: the informer's
+  start, a 410, any other error), which ``kube/informer_metrics`` exports: a fresh list after
+  an API server restart or an etcd compaction shows there;
 - a handler that raises on one object is that object's error alone: it is logged with the
   object's name and counted (``handler_errors``, which every process that runs informers
   exports through ``kube/informer_metrics``), and the other objects of the list, the later
@@ -70,6 +73,12 @@ from autoclusters.kube.errors import KubeError
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
+# Why an informer listed: its start, a watch whose version expired (410 Gone: etcd compacted past
+# it, or the API server's watch cache no longer holds it), any other error of the list or the watch.
+LIST_INITIAL, LIST_EXPIRED, LIST_ERROR = "initial", "expired", "error"
+LIST_REASONS = (LIST_INITIAL, LIST_EXPIRED, LIST_ERROR)
+# How long each watch runs before the API server ends it and it is resumed (``watch_timeout``).
+WATCH_SECONDS = 240
 Handler = Callable[[str, JSON | None, JSON | None], None]  # (name, old, new); new None = deleted
 Transform = Callable[[JSON], JSON]
 
@@ -111,7 +120,7 @@ def _name(obj: JSON) -> str:
 
 class Informer:
     def __init__(self, kube: Kube, path: str, handler: Handler, *, label_selector: str | None = None,
-                 watch_timeout: int = 240, name: str = "", transform: Transform | None = None,
+                 watch_timeout: int = WATCH_SECONDS, name: str = "", transform: Transform | None = None,
                  backoff: float = 1.0, max_backoff: float = 30.0, gather_seconds: float = 0.0) -> None:
         self._kube = kube
         self._gather = gather_seconds  # Kube.watch's: a burst's events read together
@@ -125,6 +134,8 @@ class Informer:
         # changes of one object the transform or the handler raised on (the informer's thread writes
         # it; kube/informer_metrics reads it for the metric)
         self.handler_errors = 0
+        # lists made, by why (LIST_REASONS; the informer's thread writes it, kube/informer_metrics reads it)
+        self.lists = dict.fromkeys(LIST_REASONS, 0)
         self.name = name or path
         self._store: dict[str, JSON] = {}
         # name -> version of the copy we removed (``remove``), until the API server's word on
@@ -218,11 +229,13 @@ class Informer:
 
     def _run(self) -> None:
         rv = ""
+        why = LIST_INITIAL  # why the next list is made
         delay = self._backoff
         while not self._stop.is_set():
             try:
                 if not rv:
                     rv = self._relist()
+                    self.lists[why] += 1
                     delay = self._backoff
                 for event in self._kube.watch(self._path, resource_version=rv, label_selector=self._selector,
                                               timeout_seconds=self._watch_timeout, gather_seconds=self._gather):
@@ -232,14 +245,17 @@ class Informer:
             except KubeError as e:
                 rv = ""
                 if e.status == 410 or "too old" in str(e).lower():
-                    log.info("%s: watch expired, listing again", self.name)
+                    log.info("%s: watch expired (%s), listing again", self.name, e)
+                    why = LIST_EXPIRED
                     continue
                 delay = max(delay, e.retry_after or 0.0)  # never sooner than the server asked
+                why = LIST_ERROR
                 log.warning("%s: list or watch failed (%s); listing again in %.1fs", self.name, e, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._max_backoff)
             except Exception:  # a bug of the informer's own must not kill it (one object's are caught per object)
                 rv = ""
+                why = LIST_ERROR
                 log.exception("%s: unexpected error; listing again in %.1fs", self.name, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._max_backoff)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from autoclusters.kube.informer_metrics import HandlerErrors
+from autoclusters.kube.informer_metrics import InformerMetrics
 from autoclusters.slurm.bridge import SlurmBridge
 
 
@@ -40,7 +40,7 @@ class _BridgeCollector:
 def registry(bridge: SlurmBridge) -> CollectorRegistry:
     r = CollectorRegistry()
     r.register(_BridgeCollector(bridge))
-    r.register(HandlerErrors(lambda: bridge.informers))
+    r.register(InformerMetrics(lambda: bridge.informers))
     return r
 
 

@@ -55,7 +55,7 @@ from autoclusters.clock import Clock, SystemClock, utc_iso
 from autoclusters.kube import Kube, KubeError, NotFound, Unavailable, load_kube
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
-from autoclusters.kube.informer_metrics import HandlerErrors
+from autoclusters.kube.informer_metrics import InformerMetrics
 from autoclusters.names import Names
 from autoclusters.ops.approval import ApprovalStatus, approve_node
 from autoclusters.ops.resources import get_pool, labels_of
@@ -345,7 +345,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def metrics_registry(controller: ApprovalController) -> CollectorRegistry:
     """The watch's handler errors, under the name every autoclusters process with informers exports."""
     registry = CollectorRegistry()
-    registry.register(HandlerErrors(lambda: (controller.nodes,)))
+    registry.register(InformerMetrics(lambda: (controller.nodes,)))
     return registry
 
 

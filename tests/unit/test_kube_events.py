@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autoclusters.clock import FakeClock, utc_iso_micro
-from autoclusters.kube.errors import NotFound
+from autoclusters.kube.errors import Conflict, Forbidden, NotFound, Unavailable
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import REFERENCE_EVENT_SOURCE, event_source_error
 
@@ -198,3 +198,64 @@ def test_senders_must_be_at_least_one() -> None:
     with pytest.raises(ValueError, match="senders"):
         EventRecorder(EventStore(), FakeClock(), "autoclusters-controller", background=True,  # type: ignore[arg-type]
                       senders=0)
+
+
+class FlakyStore(EventStore):
+    """The events API through an API server that goes away: ``failures`` creates fail (after
+    writing, with ``lands``: the answer is lost, not the write); a taken name is a Conflict."""
+
+    def __init__(self, failures: int, error: Exception, lands: bool = False) -> None:
+        super().__init__()
+        self.failures, self.error, self.lands = failures, error, lands
+        self.creates = 0
+
+    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.creates += 1
+        if body["metadata"]["name"] in self.events:
+            raise Conflict("already exists", status=409)
+        if self.failures:
+            self.failures -= 1
+            if self.lands:
+                super().create(path, body)
+            raise self.error
+        return super().create(path, body)
+
+    def get(self, path: str, **_: Any) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[1]
+        if name not in self.events:
+            raise NotFound("not found", status=404)
+        return self.events[name]
+
+
+@pytest.mark.parametrize("lands", [False, True], ids=["write-lost", "answer-lost"])
+def test_a_sender_tries_an_event_again_while_the_api_server_is_away_and_writes_it_once(lands: bool) -> None:
+    store, clock = FlakyStore(3, Unavailable("connection refused"), lands=lands), FakeClock()
+    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+                        retry_seconds=60, retry_first=0.5, retry_max=2)
+    start = clock.monotonic()
+    rec.emit(NODE, "MaintenanceStarted", "a")
+    rec.emit(NODE, "MaintenanceSucceeded", "b")
+    rec.flush(5)
+    assert [store.events[n]["reason"] for n in store.order] == ["MaintenanceStarted", "MaintenanceSucceeded"]
+    assert len(store.events) == 2  # the landed create is the event, not a second one beside it
+    # lost writes: the first event waited 0.5 s doubling, at most retry_max; lost answers: each
+    # event's second try found its own create and stopped there
+    assert clock.monotonic() - start == (0.5 + 0.5 if lands else 0.5 + 1 + 2)
+
+
+@pytest.mark.parametrize("error", [Forbidden("forbidden", status=403), Unavailable("connection refused")])
+def test_a_refused_event_is_tried_once_and_a_passing_failure_only_for_retry_seconds(error: Exception) -> None:
+    store, clock = FlakyStore(100, error), FakeClock()
+    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+                        retry_seconds=10, retry_first=1, retry_max=4)
+    rec.emit(NODE, "MaintenanceStarted", "a")
+    rec.flush(5)
+    assert store.events == {}
+    # refused: one try; unreachable: tries after 1, 2, 4 s, and none that would end past 10 s
+    assert store.creates == (1 if isinstance(error, Forbidden) else 4)
+
+
+def test_an_inline_recorder_never_waits_to_try_again() -> None:
+    store, clock = FlakyStore(1, Unavailable("connection refused")), FakeClock()
+    EventRecorder(store, clock, "autoclusters-controller").emit(NODE, "MaintenanceStarted", "a")  # type: ignore[arg-type]
+    assert store.creates == 1 and store.events == {} and clock.monotonic() == 1000.0

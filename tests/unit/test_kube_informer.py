@@ -101,6 +101,8 @@ def test_resume_on_end_relist_at_once_on_410_and_back_off_doubling_on_other_erro
                     ("b", "13", "13"), ("a", "12", None),  # gone while the API was down: deleted on the list
                     ("b", "13", "13")]
     assert [o["metadata"]["name"] for o in inf.items()] == ["b"] and inf.synced.is_set()
+    # each list counted once, by why it was made: the start, the 410, the errors (a failed list counts none)
+    assert inf.lists == {"initial": 1, "expired": 1, "error": 2}
 
 
 def test_a_handler_that_raises_on_one_object_is_that_objects_error_alone() -> None:
@@ -300,3 +302,26 @@ def test_a_throttled_list_or_watch_waits_at_least_the_servers_retry_after() -> N
     inf._run()
     assert kube.calls == ["list", "list", "watch@10", "list", "watch@20"]
     assert stop.waits == [4.0, 0.5]  # the server's delay when longer than the backoff, the backoff otherwise
+
+
+def test_the_lists_by_reason_are_exported_in_both_forms_from_zero() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from autoclusters.kube.informer_metrics import InformerMetrics, text_lines
+
+    inf, _, _, _ = informer([
+        ("list", ([obj("a", 1)], "10")),
+        ("watch", ([], KubeError("too old", status=410))),
+        ("list", ([obj("a", 1)], "20")),
+    ])
+    inf._run()
+    text = "\n".join(text_lines([inf]))
+    for reason, count in (("initial", 1), ("expired", 1), ("error", 0)):
+        assert f'autoclusters_informer_lists_total{{informer="/api/v1/nodes",reason="{reason}"}} {count}' in text
+    registry = CollectorRegistry()
+    registry.register(InformerMetrics(lambda: (inf,)))
+    got = {reason: registry.get_sample_value("autoclusters_informer_lists_total",
+                                             {"informer": "/api/v1/nodes", "reason": reason})
+           for reason in ("initial", "expired", "error")}
+    assert got == {"initial": 1, "expired": 1, "error": 0}
+    assert registry.get_sample_value("autoclusters_informer_handler_errors_total", {"informer": "/api/v1/nodes"}) == 0

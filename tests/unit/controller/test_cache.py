@@ -453,3 +453,17 @@ def test_a_record_event_of_a_version_we_wrote_queues_nothing() -> None:
     assert queued == ["n1"]
     fleet._on_record("r1", record("3", "Acting"), None)  # deleted: forgotten
     assert fleet.record_index.is_news("r1", None, {"metadata": {"resourceVersion": "2"}})
+
+
+def test_every_watch_of_the_cache_runs_for_watch_seconds() -> None:
+    from autoclusters.controller.cache import Fleet
+    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.faults.catalog import load_catalog
+    from autoclusters.kube.informer import WATCH_SECONDS
+    from autoclusters.names import Names
+
+    default = Fleet(object(), Names(), load_catalog(), lambda _key: None)  # type: ignore[arg-type]  # no call is made
+    short = Fleet(object(), Names(), load_catalog(), lambda _key: None, watch_seconds=2)  # type: ignore[arg-type]
+    assert ControllerConfig().watch_seconds == WATCH_SECONDS
+    assert [i._watch_timeout for i in default.informers()] == [WATCH_SECONDS] * 4
+    assert [i._watch_timeout for i in short.informers()] == [2] * 4

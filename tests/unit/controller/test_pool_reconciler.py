@@ -169,7 +169,7 @@ def test_two_providers_name_a_node_both_refuse_once_with_the_first_actions_reaso
     reset, replace = Refusing(label=REFUSE), Refusing(label="example.com/other")  # one kind, two objects
     original = h.reconciler._provider
 
-    def by_action(p: Pool | None, action: RepairAction) -> tuple[Provider | None, Any]:
+    def by_action(p: Pool | None, action: str) -> tuple[Provider | None, Any]:
         if p is not None and p.name == "p":
             return (reset if action == RepairAction.RESET else replace), None  # type: ignore[return-value]
         return original(p, action)

@@ -37,8 +37,8 @@ def exported_names() -> set[str]:
     """What the controller, the detector, the Slurm bridge and the webhook export."""
     names = metric_names(Metrics().registry.collect())
     names |= metric_names(WebhookMetrics().registry.collect())
-    bridge = SimpleNamespace(stats=BridgeStats(), informers=(SimpleNamespace(name="pools", handler_errors=0),
-                                                             SimpleNamespace(name="nodes", handler_errors=0)))
+    bridge = SimpleNamespace(stats=BridgeStats(), informers=(SimpleNamespace(name="pools", handler_errors=0, lists={}),
+                                                             SimpleNamespace(name="nodes", handler_errors=0, lists={})))
     names |= metric_names(bridge_registry(cast(Any, bridge)).collect())
     text = detector_text([], cast(Any, SimpleNamespace(writes=0, failures=0)), 0.0, poll_errors=0)
     names |= set(re.findall(r"^# TYPE (\S+) ", text, re.M))
