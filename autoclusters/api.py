@@ -31,7 +31,15 @@ from typing import Any
 
 # --- objects -------------------------------------------------------------------------------
 GROUP_PREFIX = "remediation"  # the API group is remediation.<domain> (names.Names.api_group)
-VERSION = "v1alpha1"
+# The version the CRDs store and every client of ours speaks. v1beta1, not v1: the schema is
+# complete and tested, and a change that is not compatible comes only with a new version served
+# beside it (docs/deploy.md, "Upgrading"); v1 would promise the schema never changes
+# incompatibly, while the providers' settings are still growing.
+VERSION = "v1beta1"
+# Still served, with the same schema (deploy/crds.py builds every version from one schema, so
+# the conversion is None: the API server only rewrites apiVersion). Deprecated: kubectl warns.
+OLD_VERSIONS = ("v1alpha1",)
+SERVED_VERSIONS = (VERSION, *OLD_VERSIONS)
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,10 @@ class Names:
     def api_group(self) -> str:
         return f"{api.GROUP_PREFIX}.{self.domain}"
 
+    def crd_name(self, resource: api.Resource) -> str:
+        """The name of the CustomResourceDefinition of one of our resources."""
+        return f"{resource.plural}.{self.api_group}"
+
     @property
     def operation_annotation(self) -> str:
         """On what a provider operation acts through (a Machine, a reboot Job): its operation id."""

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoclusters import api
 from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller import remediation_record
@@ -112,7 +113,7 @@ def main() -> int:
         for obj in crd_objs:
             kube.apply(obj, field_manager="bench")
         time.sleep(3)  # CRDs established
-        kube.create(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools"),
+        kube.create(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools"),
                     gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": "propose"}), names))
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.threads) as ex:

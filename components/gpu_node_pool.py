@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from autoclusters import api
 from autoclusters.api import ConsentMode
 from autoclusters.deploy.pool_config import NodeBackend, PoolConfig, gpu_node_pool_object
 from autoclusters.names import Names
@@ -61,7 +62,11 @@ class GpuNodePool(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         nodes = self._nodes(args, child)
         obj = gpu_node_pool_object(pool, names)
-        self.pool_object = k8s_resource(obj, child, name=f"gpunodepool-{pool.name}")
+        # The pool's Pulumi type names its apiVersion: the types of the older versions are
+        # aliases, so an upgrade updates the pool in place instead of replacing (deleting) it.
+        aliases = [pulumi.Alias(type_=f"kubernetes:{names.api_group}/{v}:{api.POOLS.kind}") for v in api.OLD_VERSIONS]
+        self.pool_object = k8s_resource(obj, pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+            aliases=aliases)), name=f"gpunodepool-{pool.name}")
         self.pool_name = pulumi.Output.from_input(pool.name)
         self.consent_mode = pulumi.Output.from_input(pool.consent_mode.value)
         self.node_names = pulumi.Output.from_input(nodes)

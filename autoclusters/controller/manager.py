@@ -27,6 +27,7 @@ from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotif
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
+from autoclusters.controller.storage_migration import migrate_storage
 from autoclusters.controller.webhook_certs import WebhookCertKeeper
 from autoclusters.deploy import allow_lists
 from autoclusters.deploy.providers import host_reboot_argv
@@ -147,10 +148,15 @@ class Controller:
         loops = [(self._resync_loop, "resync"), (self._gc_loop, "gc")]
         if self.webhook_certs is not None:
             loops.append((self._webhook_cert_loop, "webhook-certs"))
+        if self.shard.shard == 0:  # once per installation, beside the work (controller/storage_migration.py)
+            loops.append((self._migrate_storage, "storage-migration"))
         for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+
+    def _migrate_storage(self) -> None:
+        migrate_storage(self.kube, self.names, self.recorder)
 
     def _stop_leading(self) -> None:
         self.metrics.is_leader.set(0)

@@ -3,12 +3,12 @@
 
 Cluster-wide: nodes (labels, taint, cordon), pods (list, evict, delete after the drain
 deadline, patch for the warning's annotations), events (on nodes, pools and the warned
-pods), our two custom resources. Namespaced: the leader-election Lease, in the controller's
-own namespace only. On top, what each repair provider the installation grants needs (``Rule``
-entries of ``deploy.providers.KINDS``: node create/delete for the simulated one, only on a
-local cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot,
-``get`` of its one Secret there for Redfish),
-merged per resource.
+pods), our two custom resources and their two CRDs (the storage migration, by name).
+Namespaced: the leader-election Lease, in the controller's own namespace only. On top, what
+each repair provider the installation grants needs (``Rule`` entries of
+``deploy.providers.KINDS``: node create/delete for the simulated one, only on a local
+cluster; Machines for Cluster API, Jobs in the controller's namespace for host reboot,
+``get`` of its one Secret there for Redfish), merged per resource.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
                             providers: Iterable[str] | None = None) -> dict[str, Any]:
     g = names.api_group
     certs = [webhook_certificate_rules(webhook_config)[0]] if webhook_config else []
+    crd_names = [names.crd_name(r) for r in (api.POOLS, api.REMEDIATIONS)]
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -75,11 +76,16 @@ def controller_cluster_role(names: Names, name: str = "autoclusters-controller",
             _rule([""], ["pods"], ["list", "patch", "delete"]),
             _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["events"], ["create", "patch"]),
-            # the custom resources through informers: listed and watched, never read one by one
-            _rule([g], [api.POOLS.plural], ["list", "watch"]),
+            # the custom resources through informers: listed and watched, never read one by one;
+            # update: the storage migration writes each object back as read (controller/storage_migration.py)
+            _rule([g], [api.POOLS.plural], ["list", "watch", "update"]),
             _rule([g], [f"{api.POOLS.plural}/status"], ["patch"]),
-            _rule([g], [api.REMEDIATIONS.plural], ["list", "watch", "create", "delete"]),
+            _rule([g], [api.REMEDIATIONS.plural], ["list", "watch", "create", "delete", "update"]),
             _rule([g], [f"{api.REMEDIATIONS.plural}/status"], ["patch"]),
+            # and then trims the storedVersions of our two CRDs, by name
+            {**_rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get"]), "resourceNames": crd_names},
+            {**_rule(["apiextensions.k8s.io"], ["customresourcedefinitions/status"], ["patch"]),
+             "resourceNames": crd_names},
         ], namespaced=False, providers=providers) + certs,
     }
 

@@ -8,6 +8,7 @@ show the fields an operator looks for first.
 
 from __future__ import annotations
 
+import copy
 from enum import StrEnum
 from typing import Any
 
@@ -172,7 +173,7 @@ def _crd(names: Names, resource: api.Resource, schema: dict[str, Any], columns: 
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{resource.plural}.{names.api_group}",
+        "metadata": {"name": names.crd_name(resource),
                      "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "spec": {
             "group": names.api_group,
@@ -180,14 +181,29 @@ def _crd(names: Names, resource: api.Resource, schema: dict[str, Any], columns: 
             "names": {"kind": resource.kind, "plural": resource.plural, "singular": resource.singular,
                       "shortNames": [resource.short_name], "listKind": resource.list_kind,
                       "categories": ["autoclusters"]},
-            "versions": [{
-                "name": api.VERSION, "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": schema},
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-            }],
+            # Every served version from the one schema and columns: equal by construction, so the
+            # API server converts between them by rewriting apiVersion (strategy None).
+            "conversion": {"strategy": "None"},
+            "versions": [_version(v, resource, schema, columns) for v in api.SERVED_VERSIONS],
         },
     }
+
+
+def _version(name: str, resource: api.Resource, schema: dict[str, Any],
+             columns: list[dict[str, Any]]) -> dict[str, Any]:
+    """One version of a CRD: the storage version (``api.VERSION``) or an older one, still served
+    and deprecated (the API server sends the warning to every client that uses it)."""
+    version: dict[str, Any] = {
+        "name": name, "served": True, "storage": name == api.VERSION,
+        "schema": {"openAPIV3Schema": copy.deepcopy(schema)},
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": copy.deepcopy(columns),
+    }
+    if name != api.VERSION:
+        version["deprecated"] = True
+        version["deprecationWarning"] = (f"{resource.kind} {name} is deprecated: use {api.VERSION} "
+                                         "(the same schema; docs/deploy.md, \"Upgrading\")")
+    return version
 
 
 def gpu_node_pool_crd(names: Names) -> dict[str, Any]:

@@ -42,5 +42,5 @@ api := {
 		"replace",
 	],
 	"repair_code_pattern": "^(gpu|nvswitch|dcgm|interconnect):[A-Za-z0-9_]{1,64}$",
-	"version": "v1alpha1",
+	"version": "v1beta1",
 }

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from autoclusters import api
 from autoclusters.clock import utc_iso
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.devcluster.handle import ClusterHandle
@@ -138,9 +139,9 @@ def create_record(kube: Kube, names: Names, state: Any) -> dict[str, Any]:
     """A ``Remediation`` exactly as the controller persists a ``RepairState`` (its own serializer)."""
     from autoclusters.controller import remediation_record
 
-    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "remediations"),
+    kube.create(Kube.custom_path(names.api_group, api.VERSION, "remediations"),
                 remediation_record.new_record(state, names))
-    return kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "remediations", state.name) + "/status",
+    return kube.patch(Kube.custom_path(names.api_group, api.VERSION, "remediations", state.name) + "/status",
                       {"status": remediation_record.status_of(state)})
 
 
@@ -149,9 +150,9 @@ def create_pool(kube: Kube, names: Names, pool: str, mode: str, status: dict[str
 
     obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode,
                                                  "provider": {"type": "simulated"}}), names)
-    kube.create(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools"), obj)
+    kube.create(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools"), obj)
     if status is not None:
-        kube.patch(Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools", pool) + "/status",
+        kube.patch(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools", pool) + "/status",
                    {"status": status})
 
 

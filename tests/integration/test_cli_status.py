@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autoclusters import api
 from autoclusters.api import ConsentMode, Phase, RepairAction
 from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.devcluster.handle import ClusterHandle
@@ -125,7 +126,7 @@ def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty
     from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
     from autoclusters.kube import Invalid
 
-    pools_path = Kube.custom_path(names.api_group, "v1alpha1", "gpunodepools")
+    pools_path = Kube.custom_path(names.api_group, api.VERSION, "gpunodepools")
     a, sel, stray = f"mem-{unique}", f"mem-{unique}-sel", f"mem-{unique}-none"
     zone = {f"zone-{unique}": "z1"}
     bad: dict[str, Any]
@@ -150,5 +151,5 @@ def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty
         delete_pool_nodes(cluster, names, a)
         delete_pool_nodes(cluster, names, stray)
         for pool in (a, sel):
-            cluster.kube.delete_object({"apiVersion": f"{names.api_group}/v1alpha1", "kind": "GpuNodePool",
+            cluster.kube.delete_object({"apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
                                         "metadata": {"name": pool}})

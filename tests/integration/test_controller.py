@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autoclusters import api
 from autoclusters import names as n
 from tests.integration.controller_support import ROW_REMAP_FAILURE_MESSAGE, Env
 from tests.integration.helpers import wait_for
@@ -103,7 +104,7 @@ def test_a_pool_that_names_an_unknown_xid_in_repair_codes_repairs_it(ctl: Env) -
 def test_the_api_server_rejects_a_bad_pool(ctl: Env, spec: dict, expect: str) -> None:
     from autoclusters.kube import Invalid
 
-    body = {"apiVersion": f"{ctl.names.api_group}/v1alpha1", "kind": "GpuNodePool",
+    body = {"apiVersion": f"{ctl.names.api_group}/{api.VERSION}", "kind": "GpuNodePool",
             "metadata": {"name": f"bad-{abs(hash(expect)) % 10000}"}, "spec": spec}
     with pytest.raises(Invalid) as err:
         ctl.kube.create(ctl.pool_path(), body)

@@ -148,16 +148,19 @@ def test_the_detectors_rules_are_its_calls_on_a_node(tmp_path: Path) -> None:
 def test_the_controllers_own_rules_are_its_calls() -> None:
     """The controller's real pieces (tests/unit/controller/harness.py) through a whole repair of
     a node with pods (one evicted, one a PodDisruptionBudget holds, deleted at the deadline), its
-    leader election, the webhook's certificate and the collection of old records. Its calls are
+    leader election, the webhook's certificate, the collection of old records and the storage
+    migration. Its calls are
     all granted (the simulated provider's rights with them: a local installation's); and every
     rule but the providers' is used. Each provider with rules has its own case below; the
     command provider has none."""
     from autoclusters.controller.manager import Controller
     from autoclusters.controller.own_image import own_image
     from autoclusters.controller.shards import LayoutGuard
+    from autoclusters.controller.storage_migration import CRDS_PATH, migrate_storage
     from autoclusters.controller.webhook_certs import WebhookCertKeeper
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.admission import webhook_configuration
+    from autoclusters.deploy.crds import crds
     from autoclusters.deploy.providers import KINDS
     from autoclusters.deploy.workloads import CONTROLLER_CONTAINER, WEBHOOK_CA_SECRET, WEBHOOK_TLS_SECRET
     from autoclusters.kube.events import ObjectRef
@@ -203,6 +206,10 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
         keeper.sync()  # the Secrets made
         h.clock.advance(91 * 86400)
         keeper.sync()  # renewed
+        # the storage migration after an upgrade: each object written back, the CRDs' storedVersions trimmed
+        for crd in crds(NAMES):
+            h.api.put(CRDS_PATH, {**crd, "status": {"storedVersions": [*api.OLD_VERSIONS, api.VERSION]}})
+        assert all(m.trimmed and m.rewritten for m in migrate_storage(h.kube, NAMES, h.recorder))
         collector = type("C", (), {"kube": h.kube, "names": NAMES, "fleet": h.fleet, "clock": h.clock,
                                    "config": type("K", (), {"retention_days": 90.0})()})()
         assert Controller.collect_garbage(collector) == 1

@@ -216,7 +216,7 @@ def test_simulated_pool_creates_its_nodes_and_the_pool_object():
     assert {n["gpus"] for n in nodes} == {4}
     assert {n["kubeconfig"] for n in nodes} == {"/tmp/kc"}
     obj = _one(mocks, "GpuNodePool")
-    assert obj["apiVersion"] == "remediation.autoclusters.io/v1alpha1"
+    assert obj["apiVersion"] == "remediation.autoclusters.io/v1beta1"
     assert obj["metadata"]["name"] == "a100"
     assert obj["spec"]["consentMode"] == "propose"
 

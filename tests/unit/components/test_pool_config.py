@@ -22,7 +22,7 @@ def test_consent_mode_defaults_to_auto_and_every_default_is_written():
     pool = pool_from_config({"name": "a100"})
     assert pool.consent_mode is ConsentMode.AUTO
     obj = gpu_node_pool_object(pool, Names())
-    assert obj["apiVersion"] == "remediation.autoclusters.io/v1alpha1"
+    assert obj["apiVersion"] == "remediation.autoclusters.io/v1beta1"
     assert obj["kind"] == "GpuNodePool"
     assert obj["metadata"]["name"] == "a100"
     spec = obj["spec"]
@@ -58,7 +58,7 @@ def test_pool_fields_reach_the_spec():
     assert spec["provider"] == {"type": "command", "command": {"command": ["/bin/fix"], "timeoutSeconds": 900},
                                 "reset": {"type": "hostReboot", "hostReboot": {"timeoutSeconds": 600}}}
     assert pool.provider.describe() == "reset=hostReboot replace=command"
-    assert gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["apiVersion"] == "remediation.crusoe.ai/v1alpha1"
+    assert gpu_node_pool_object(pool, Names("crusoe.ai", "Crusoe"))["apiVersion"] == "remediation.crusoe.ai/v1beta1"
 
 
 @pytest.mark.parametrize(("pool", "message"), [

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from autoclusters import api
 from autoclusters.controller import remediation_record as rec
 from autoclusters.names import (
     EVENT_BLOCKED,
@@ -320,7 +321,7 @@ def test_a_failed_reset_escalates_to_a_replacement_that_joins_the_pool(h: Harnes
 def test_a_pool_without_a_provider_holds_and_an_invalid_pool_says_why_on_itself(h: Harness) -> None:
     h.pool("bare", provider=None)
     h.node("n1", pool="bare")
-    h.api.put(h.pool_path(), {"apiVersion": f"{NAMES.api_group}/v1alpha1", "kind": "GpuNodePool",
+    h.api.put(h.pool_path(), {"apiVersion": f"{NAMES.api_group}/{api.VERSION}", "kind": "GpuNodePool",
                               "metadata": {"name": "broken"}, "spec": {"consentMode": "sometimes"}})
     h.start()
     h.run()

@@ -41,3 +41,24 @@ def test_only_a_local_installations_controller_may_create_and_delete_nodes() -> 
     assert simulated == {("", "nodes", "create"), ("", "nodes", "delete"), ("", "nodes/status", "patch")}
     assert not simulated & grants(False) and others <= grants(False)
     assert simulated | others <= grants(True)
+
+
+def test_every_served_version_has_the_one_schema_so_no_conversion_is_needed() -> None:
+    """Conversion strategy None is right only while the versions' schemas are equal: the
+    builder makes each from the one schema (copies, so no YAML anchors), and this holds them
+    equal. The storage version is ``api.VERSION``; the old ones are served and deprecated."""
+    from autoclusters import api
+
+    for crd in crds(NAMES):
+        spec = crd["spec"]
+        assert spec["conversion"] == {"strategy": "None"}
+        versions = {v["name"]: v for v in spec["versions"]}
+        assert list(versions) == [api.VERSION, *api.OLD_VERSIONS] and api.OLD_VERSIONS
+        new = versions[api.VERSION]
+        assert new["served"] and new["storage"] and "deprecated" not in new
+        for old in api.OLD_VERSIONS:
+            v = versions[old]
+            assert v["served"] and not v["storage"] and v["deprecated"]
+            assert api.VERSION in v["deprecationWarning"]
+            for part in ("schema", "subresources", "additionalPrinterColumns"):
+                assert v[part] == new[part] and v[part] is not new[part]
