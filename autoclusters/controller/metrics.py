@@ -66,8 +66,22 @@ class Metrics:
         read from ``counts`` (the client's request counter) at each scrape."""
         self.registry.register(_RequestsCollector(counts))
 
+    def count_fenced(self, refused: Callable[[], int]) -> None:
+        """Exports ``autoclusters_controller_fenced_writes_total``: writes this replica refused
+        because its lease view had expired (kube/fence.py), read at each scrape."""
+        self.registry.register(_FencedCollector(refused))
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
+
+
+class _FencedCollector:
+    def __init__(self, refused: Callable[[], int]) -> None:
+        self.refused = refused
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("autoclusters_controller_fenced_writes",
+                                  "Writes refused because this replica's lease view had expired", value=self.refused())
 
 
 class _RequestsCollector:

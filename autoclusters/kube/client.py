@@ -27,6 +27,7 @@ from autoclusters.kube.errors import (
     translate,
     translated,
 )
+from autoclusters.kube.fence import READS, LeaseFence
 from autoclusters.kube.json_patch import field_tests
 from autoclusters.kube.request_counter import CONTROLLER, RequestCounter
 
@@ -47,6 +48,7 @@ class Kube:
         self._api.user_agent = user_agent
         self.requests = RequestCounter()
         self.component = CONTROLLER
+        self.fence: LeaseFence | None = None  # asked before every write (``fenced``)
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
         # the lean transport's own path (kube.light): no URL built and taken apart again, no
         # header dicts merged, errors raised by name below it
@@ -58,6 +60,26 @@ class Kube:
         view = copy.copy(self)
         view.component = component
         return view
+
+    def fenced(self, fence: LeaseFence) -> Kube:
+        """The same client whose every write (any request but a read) is refused unless
+        ``fence`` is open (:mod:`autoclusters.kube.fence`); the views made from it
+        (``for_component``) carry the fence too."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
+
+    def unfenced(self) -> Kube:
+        """The same client without a fence: only for the leader election, whose renewals open it."""
+        view = copy.copy(self)
+        view.fence = None
+        return view
+
+    def check_fence(self, what: str) -> None:
+        """Raises ``Fenced`` when this client is fenced and the fence is closed: for a write that
+        does not go through this client (a provider's own backend)."""
+        if self.fence is not None:
+            self.fence.check(what)
 
     @property
     def host(self) -> str:
@@ -77,6 +99,8 @@ class Kube:
     ) -> Any:
         q = [(k, v if not isinstance(v, bool) else str(v).lower()) for k, v in query.items()
              if v is not None] if query else None
+        if self.fence is not None and method not in READS:
+            self.fence.check(f"{method} {path}")
         self.requests.add(method, path, query, component=self.component)
         if self._send is not None:
             resp = self._send(method, path, q, body, content_type, timeout, stream)
