@@ -118,7 +118,11 @@ def _run(args: argparse.Namespace) -> int:
         shards.check(config.shards, config.shard)
     except shards.ShardConfigError as e:
         raise CliError(str(e), 2) from None
-    kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
+    config = config.with_identity()
+    # The replica's identity in its user agent (after the "/", so the API server's default field
+    # manager stays "autoclusters-controller"): an audit log tells the replicas' requests apart.
+    kube = load_kube(args.kubeconfig, user_agent=f"autoclusters-controller/{config.identity}",
+                     qps_pool=max(32, config.workers * 2))
     pod = own_pod()
     if not config.provider_image and pod:  # the Deployment's image, whatever set it (controller/own_image.py)
         try:
