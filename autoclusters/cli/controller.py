@@ -7,6 +7,7 @@ tests and demos shorten them through configuration, never by patching code.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -139,7 +140,12 @@ def _run(args: argparse.Namespace) -> int:
     ok = controller.run()
     if not ok:
         print("error: lost the leader lease; exiting so a supervisor restarts this replica", file=sys.stderr)
-        return 1
+        # At once: a thread may still wait on a request sent before the lease was lost (on a
+        # black-holed network, until its time-out); its answer cannot be acted on (every write
+        # is fenced) and must not hold up the restart.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
     return 0
 
 

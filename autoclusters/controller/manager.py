@@ -164,6 +164,12 @@ class Controller:
 
     def _shutdown(self) -> None:
         self.queue.close()
+        if self.lost_leadership:
+            # Nothing more may be written (every write is fenced) and a thread may hang on a
+            # request sent before the loss (a black-holed network): no flush, no joins; the CLI
+            # exits at once for its supervisor to restart it.
+            self.actuator.hooks.close()
+            return
         self.actuator.hooks.close()
         self.recorder.flush()
         self.fleet.stop()

@@ -238,8 +238,8 @@ class Kube:
             self.delete(self.resource_path(obj), {"propagationPolicy": "Background"})
 
     # --- nodes ------------------------------------------------------------------------
-    def get_node(self, name: str) -> JSON:
-        return self.get(f"/api/v1/nodes/{quote(name)}")
+    def get_node(self, name: str, *, timeout: float = 30) -> JSON:
+        return self.request("GET", f"/api/v1/nodes/{quote(name)}", timeout=timeout)
 
     def list_nodes(self, label_selector: str | None = None) -> Items:
         return self.list_items("/api/v1/nodes", label_selector=label_selector)
@@ -247,8 +247,9 @@ class Kube:
     def patch_node(self, name: str, body: Any, patch_type: str = MERGE) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}", body, patch_type)
 
-    def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
-        return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
+    def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC, *, timeout: float = 30) -> JSON:
+        return self.request("PATCH", f"/api/v1/nodes/{quote(name)}/status", body=body, content_type=patch_type,
+                            timeout=timeout)
 
     def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], Items], *, attempts: int = 5,
                            fields_only: bool = False) -> JSON:

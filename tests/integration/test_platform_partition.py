@@ -1,0 +1,113 @@
+"""When the platform fails (issue 28): a leader stopped past its lease, and a controller whose
+network to the API server is black-holed. Each case parks three repairs at once, one under
+``propose`` awaiting approval, one under ``auto`` draining, one under ``auto`` acting, and then
+injects the fault; the other replica takes over and every repair ends once, with one provider
+action each. The proof that the replica that lost its lease wrote nothing afterwards is the API
+server's audit log (each replica's identity is in its user agent): it is independent of the
+fence it checks, and without the fence the stopped leader's first writes after SIGCONT (its
+due re-evictions, its events) are there (checked by hand, see docs/controller.md)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.integration.controller_support import CONTROLLER_FLAGS, Env
+from tests.integration.helpers import wait_for
+from tests.integration.platform_fencing_support import (
+    api_port,
+    describe,
+    each_ends_once,
+    exited_lost_lease,
+    park,
+    proxied_kubeconfig,
+    release,
+    start_controller_with,
+    stopped,
+    writes_by,
+)
+from tests.integration.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def ns(ctl: Env) -> Iterator[str]:
+    with ctl.workload_namespace("part") as name:
+        yield name
+        ctl.ensure_one_controller()
+
+
+def _only(ctl: Env, identity: str) -> None:
+    """Leaves one replica, ``identity`` (started if it is not running), holding the lease."""
+    for c in ctl.running():
+        if c.identity != identity:
+            c.terminate()  # a clean stop releases the lease at once
+    if not any(c.identity == identity for c in ctl.running()):
+        ctl.start_controller(identity)
+    ctl.wait_leader(ctl.running(), timeout=30)
+    assert ctl.leader() == identity
+
+
+def test_a_leader_stopped_past_its_lease_writes_nothing_once_resumed(ctl: Env, ns: str) -> None:
+    leader = next(c for c in ctl.running() if c.identity == ctl.leader())
+    standby = ctl.start_controller("standby")
+    parked = park(ctl, ns)  # the leader is draining one node (a PDB refuses it) and resetting another
+    assert writes_by(ctl, leader.identity), "the audit log shows no write of the leader's at all"
+    with stopped(leader):
+        stopped_at = time.monotonic()
+        wait_for("the standby to take the lease", lambda: ctl.leader() == "standby", timeout=30)
+        took_over = time.monotonic() - stopped_at
+        resumed = datetime.now(UTC)  # the lease is the standby's since before this instant
+    exited = exited_lost_lease(leader)
+    late = writes_by(ctl, leader.identity, after=resumed)
+    assert late == [], f"the old leader wrote after it lost the lease: {describe(late)}"
+    fenced = leader.log().count("writes fenced")
+    release(ctl, parked)
+    done = each_ends_once(ctl, parked)
+    assert standby.proc.poll() is None and ctl.leader() == "standby"
+    print(f"\n[partition] SIGSTOP: standby led {took_over:.1f}s after the stop; the old leader saw the loss and "
+          f"exited {exited - stopped_at:.1f}s after the stop ({fenced} fenced-write lines); "
+          f"all three repairs done {done - stopped_at:.1f}s after the stop")
+
+
+def test_a_black_holed_leader_is_replaced_and_writes_nothing_once_restored(ctl: Env, ns: str, tmp_path: Path) -> None:
+    with TcpProxy("127.0.0.1", api_port(ctl.sa_kubeconfig)) as proxy:
+        for c in ctl.running():
+            c.terminate()
+        edge = start_controller_with(ctl, proxied_kubeconfig(ctl.sa_kubeconfig, proxy, tmp_path / "proxied"), "edge")
+        _only(ctl, "edge")
+        direct = ctl.start_controller("direct")
+        parked = park(ctl, ns)
+        assert writes_by(ctl, "edge"), "the audit log shows no write of the proxied leader's"
+        proxy.black_hole()
+        holed_at = time.monotonic()
+        cut = datetime.now(UTC)
+        wait_for("the direct replica to take the lease", lambda: ctl.leader() == "direct", timeout=30)
+        took_over = time.monotonic() - holed_at
+        release(ctl, parked)  # the world moves on while the old leader is cut off
+        # the cut-off leader gives up on its own clock, no answer needed: lease requests time out
+        exited = exited_lost_lease(edge)
+        hole = 2 * float(CONTROLLER_FLAGS["--lease-seconds"])  # the fault's length: twice the lease
+        wait_for("the hole to last past the lease", lambda: time.monotonic() - holed_at >= hole, timeout=hole + 5)
+        proxy.restore()
+        assert proxy.dropped > 0  # its requests went into the hole
+        done = each_ends_once(ctl, parked)
+        late = writes_by(ctl, "edge", after=cut)
+        assert late == [], f"the cut-off leader's writes arrived after it lost the lease: {describe(late)}"
+        # restarted behind the restored line (as its supervisor would): a follower that leaves the lease alone
+        again = start_controller_with(ctl, str(tmp_path / "proxied"), "edge-restarted")
+        looked = re.compile(r"lease \S+ held by direct \(renewed (\S+)\): not taken\n")
+        wait_for("the restarted replica's looks at two renewals", lambda: len(set(looked.findall(again.log()))) >= 2)
+        assert "became the leader" not in again.log()
+        assert direct.proc.poll() is None and ctl.leader() == "direct"
+        lease = ctl.kube.get(ctl.lease_path)["spec"]
+        assert lease["holderIdentity"] == "direct" and lease["leaseTransitions"] >= 1
+    print(f"\n[partition] black hole: the direct replica led {took_over:.1f}s after the cut; the cut-off leader "
+          f"exited {exited - holed_at:.1f}s after it; all three repairs done {done - holed_at:.1f}s after it")
+
