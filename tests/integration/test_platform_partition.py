@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -75,12 +76,12 @@ def _only(ctl: Env, identity: str) -> None:
 
 def test_a_leader_stopped_past_its_lease_writes_nothing_once_resumed(ctl: Env, ns: str) -> None:
     leader = next(c for c in ctl.running() if c.identity == ctl.leader())
-    standby = ctl.start_controller("standby")
+    standby = ctl.start_controller(f"standby-{secrets.token_hex(2)}")  # a name no earlier replica had
     parked = park(ctl, ns)  # the leader is draining one node (a PDB refuses it) and resetting another
     assert writes_by(ctl, leader.identity), "the audit log shows no write of the leader's at all"
     with stopped(leader):
         stopped_at = time.monotonic()
-        wait_for("the standby to take the lease", lambda: ctl.leader() == "standby", timeout=30)
+        wait_for("the standby to take the lease", lambda: ctl.leader() == standby.identity, timeout=30)
         took_over = time.monotonic() - stopped_at
         resumed = datetime.now(UTC)  # the lease is the standby's since before this instant
     exited = exited_lost_lease(leader)
@@ -89,26 +90,28 @@ def test_a_leader_stopped_past_its_lease_writes_nothing_once_resumed(ctl: Env, n
     fenced = leader.log().count("writes fenced")
     release(ctl, parked)
     done = each_ends_once(ctl, parked)
-    assert standby.proc.poll() is None and ctl.leader() == "standby"
+    assert standby.proc.poll() is None and ctl.leader() == standby.identity
     print(f"\n[partition] SIGSTOP: standby led {took_over:.1f}s after the stop; the old leader saw the loss and "
           f"exited {exited - stopped_at:.1f}s after the stop ({fenced} fenced-write lines); "
           f"all three repairs done {done - stopped_at:.1f}s after the stop")
 
 
 def test_a_black_holed_leader_is_replaced_and_writes_nothing_once_restored(ctl: Env, ns: str, tmp_path: Path) -> None:
+    suffix = secrets.token_hex(2)  # names no earlier replica had
     with TcpProxy("127.0.0.1", api_port(ctl.sa_kubeconfig)) as proxy:
         for c in ctl.running():
             c.terminate()
-        edge = start_controller_with(ctl, proxied_kubeconfig(ctl.sa_kubeconfig, proxy, tmp_path / "proxied"), "edge")
-        _only(ctl, "edge")
-        direct = ctl.start_controller("direct")
+        edge = start_controller_with(ctl, proxied_kubeconfig(ctl.sa_kubeconfig, proxy, tmp_path / "proxied"),
+                                     f"edge-{suffix}")
+        _only(ctl, edge.identity)
+        direct = ctl.start_controller(f"direct-{suffix}")
         parked = park(ctl, ns)
-        assert writes_by(ctl, "edge"), "the audit log shows no write of the proxied leader's"
+        assert writes_by(ctl, edge.identity), "the audit log shows no write of the proxied leader's"
         proxy.black_hole()
         holed_at = time.monotonic()
-        cut = datetime.now(UTC)
-        wait_for("the direct replica to take the lease", lambda: ctl.leader() == "direct", timeout=30)
+        wait_for("the direct replica to take the lease", lambda: ctl.leader() == direct.identity, timeout=30)
         took_over = time.monotonic() - holed_at
+        lost = datetime.now(UTC)  # the lease is the direct replica's since before this instant
         release(ctl, parked)  # the world moves on while the old leader is cut off
         # the cut-off leader gives up on its own clock, no answer needed: lease requests time out
         exited = exited_lost_lease(edge)
@@ -117,16 +120,16 @@ def test_a_black_holed_leader_is_replaced_and_writes_nothing_once_restored(ctl: 
         proxy.restore()
         assert proxy.dropped > 0  # its requests went into the hole
         done = each_ends_once(ctl, parked)
-        late = writes_by(ctl, "edge", after=cut)
+        late = writes_by(ctl, edge.identity, after=lost)
         assert late == [], f"the cut-off leader's writes arrived after it lost the lease: {describe(late)}"
         # restarted behind the restored line (as its supervisor would): a follower that leaves the lease alone
-        again = start_controller_with(ctl, str(tmp_path / "proxied"), "edge-restarted")
-        looked = re.compile(r"lease \S+ held by direct \(renewed (\S+)\): not taken\n")
+        again = start_controller_with(ctl, str(tmp_path / "proxied"), f"{edge.identity}-restarted")
+        looked = re.compile(rf"lease \S+ held by {re.escape(direct.identity)} \(renewed (\S+)\): not taken\n")
         wait_for("the restarted replica's looks at two renewals", lambda: len(set(looked.findall(again.log()))) >= 2)
         assert "became the leader" not in again.log()
-        assert direct.proc.poll() is None and ctl.leader() == "direct"
+        assert direct.proc.poll() is None and ctl.leader() == direct.identity
         lease = ctl.kube.get(ctl.lease_path)["spec"]
-        assert lease["holderIdentity"] == "direct" and lease["leaseTransitions"] >= 1
+        assert lease["holderIdentity"] == direct.identity and lease["leaseTransitions"] >= 1
     print(f"\n[partition] black hole: the direct replica led {took_over:.1f}s after the cut; the cut-off leader "
           f"exited {exited - holed_at:.1f}s after it; all three repairs done {done - holed_at:.1f}s after it")
 
