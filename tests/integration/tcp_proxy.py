@@ -72,6 +72,8 @@ class TcpProxy:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (a close alone does not)
+        with contextlib.suppress(OSError):
             self._server.close()
         with self._lock:
             links, self._links = self._links, []
