@@ -7,6 +7,7 @@ tests and demos shorten them through configuration, never by patching code.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -120,7 +121,11 @@ def _run(args: argparse.Namespace) -> int:
         shards.check(config.shards, config.shard)
     except shards.ShardConfigError as e:
         raise CliError(str(e), 2) from None
-    kube = load_kube(args.kubeconfig, user_agent="autoclusters-controller", qps_pool=max(32, config.workers * 2))
+    config = config.with_identity()
+    # The replica's identity in its user agent (after the "/", so the API server's default field
+    # manager stays "autoclusters-controller"): an audit log tells the replicas' requests apart.
+    kube = load_kube(args.kubeconfig, user_agent=f"autoclusters-controller/{config.identity}",
+                     qps_pool=max(32, config.workers * 2))
     pod = own_pod()
     if not config.provider_image and pod:  # the Deployment's image, whatever set it (controller/own_image.py)
         try:
@@ -137,7 +142,12 @@ def _run(args: argparse.Namespace) -> int:
     ok = controller.run()
     if not ok:
         print("error: lost the leader lease; exiting so a supervisor restarts this replica", file=sys.stderr)
-        return 1
+        # At once: a thread may still wait on a request sent before the lease was lost (on a
+        # black-holed network, until its time-out); its answer cannot be acted on (every write
+        # is fenced) and must not hold up the restart.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
     return 0
 
 

@@ -121,6 +121,8 @@ class Actuator:
             if provider is None:  # the next observation reports why (the pool's provider went away)
                 log.warning("node %s: no provider to drive operation %s", node, action.operation.id)
                 return current
+            # a provider may act through a backend of its own: fenced here as the client fences writes
+            self._kube.check_fence(f"provider {provider.name} {action.operation.action} on node {node}")
             try:
                 provider.drive(action.operation, node, state.pool if state else "")
             except ProviderError as e:  # a setting the provider refuses: its progress reports the failure

@@ -35,6 +35,7 @@ from autoclusters.deploy.workloads import webhook_certificate_hosts
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
 from autoclusters.kube.events import EventRecorder
+from autoclusters.kube.fence import LeaseFence
 from autoclusters.kube.leader import LeaderElector
 from autoclusters.kube.request_counter import LEADER_ELECTION
 from autoclusters.kube.workqueue import WorkQueue
@@ -63,14 +64,23 @@ def expired(records: list[dict[str, Any]], now: datetime, retention_days: float)
 class Controller:
     def __init__(self, kube: Kube, config: ControllerConfig, *, names: Names | None = None,
                  clock: Clock | None = None, notifier: Notifier | None = None) -> None:
-        self.kube = kube
         self.config = config.with_identity()
         self.names = names or Names()
         self.clock = clock or SystemClock()
+        # Every write of this controller goes through this client or a view of it, so every
+        # write is fenced by the lease (kube/fence.py); only the election's client is not.
+        self.fence = LeaseFence(self.clock)
+        # The lease's requests never wait out a Retry-After either: a renewal held past the renew
+        # deadline would leave this replica acting on a lease that is running out; failing at
+        # once, the elector tries again each retry period and steps down at the deadline.
+        election = kube.unfenced().for_component(LEADER_ELECTION, throttle_retries=0)
+        kube = kube.fenced(self.fence)
+        self.kube = kube
         self.shard = Shard(self.config.shards, self.config.shard)
         self.metrics = Metrics()
         self.metrics.shard.labels(str(self.shard.shard), str(self.shard.shards)).set(1)
         self.metrics.count_requests(kube.requests.snapshot, kube.requests.snapshot_throttled)
+        self.metrics.count_fenced(lambda: self.fence.refused)
         self.queue = WorkQueue(monotonic=self.clock.monotonic)
         self.stop_event = threading.Event()
         catalog = load_catalog(self.config.catalog_path or None)
@@ -102,15 +112,12 @@ class Controller:
                                               image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
                                               host_reboot_command=host_reboot_argv(c.host_reboot_command),
                                               allow_lists=lists))
-        # The lease's requests never wait out a Retry-After: a renewal held past the renew
-        # deadline would leave this replica acting on a lease that is running out; failing at
-        # once, the elector tries again each retry period and steps down at the deadline.
-        election = kube.for_component(LEADER_ELECTION, throttle_retries=0)
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,
                                      name=lease_name(c.lease_name, c.shards, c.shard), identity=c.identity,
                                      lease_seconds=c.lease_seconds, renew_deadline=c.renew_deadline_seconds,
-                                     retry_period=c.retry_period_seconds, may_acquire=self.layouts.may_lead)
+                                     retry_period=c.retry_period_seconds, may_acquire=self.layouts.may_lead,
+                                     fence=self.fence)
         # One keeper of the webhook's certificate per installation: shard 0's leader.
         self.webhook_certs = (WebhookCertKeeper(
             kube, self.clock, namespace=c.namespace, tls_secret=c.webhook_tls_secret, ca_secret=c.webhook_ca_secret,
@@ -167,6 +174,12 @@ class Controller:
 
     def _shutdown(self) -> None:
         self.queue.close()
+        if self.lost_leadership:
+            # Nothing more may be written (every write is fenced) and a thread may hang on a
+            # request sent before the loss (a black-holed network): no flush, no joins; the CLI
+            # exits at once for its supervisor to restart it.
+            self.actuator.hooks.close()
+            return
         self.actuator.hooks.close()
         self.recorder.flush()
         self.fleet.stop()

@@ -69,12 +69,27 @@ class Metrics:
         it), ``autoclusters_controller_api_throttled_total``, read from ``throttled``."""
         self.registry.register(_RequestsCollector(counts, throttled or dict))
 
+    def count_fenced(self, refused: Callable[[], int]) -> None:
+        """Exports ``autoclusters_controller_fenced_writes_total``: writes this replica refused
+        because its lease view had expired (kube/fence.py), read at each scrape."""
+        self.registry.register(_FencedCollector(refused))
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
 
 
 API_REQUESTS = "autoclusters_controller_api_requests"
 API_THROTTLED = "autoclusters_controller_api_throttled"
+FENCED_WRITES = "autoclusters_controller_fenced_writes"
+
+
+class _FencedCollector:
+    def __init__(self, refused: Callable[[], int]) -> None:
+        self.refused = refused
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(FENCED_WRITES,
+                                  "Writes refused because this replica's lease view had expired", value=self.refused())
 
 
 class _RequestsCollector:

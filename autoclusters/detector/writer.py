@@ -12,6 +12,11 @@ Guarantees:
 3. Isolation: each node has its own backoff and at most one write in flight; writes run
    on a small pool, so one node whose writes fail or hang never delays another node.
    A global rate limit keeps a process that serves many simulated nodes polite.
+4. Bounded memory: an API server that is away for minutes costs nothing that grows. What is
+   pending is the latest desired state per node and condition type (``pending``), never a
+   queue of writes; each request gives up after ``request_timeout_s``, and the backoff is
+   capped at ``backoff_max_s``, so the condition is written at most that long after the API
+   server is back.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class WriterConfig:
     backoff_max_s: float = 60.0
     workers: int = 4
     qps: float = 50.0  # writes per second for the whole process
+    request_timeout_s: float = 30.0  # one write or read of a node: an unanswered one fails after this
 
 
 @dataclass
@@ -101,6 +107,14 @@ class ConditionWriter:
     def forget(self, node: str) -> None:
         with self._lock:
             self._nodes.pop(node, None)
+
+    def pending(self) -> tuple[int, int, int]:
+        """What this writer holds, however long the API server is away: (nodes, conditions,
+        writes in flight). Bounded by design: one entry per node served, one desired state per
+        condition type (a newer state replaces an older one; nothing queues), at most one
+        write in flight per node."""
+        with self._lock:
+            return (len(self._nodes), sum(len(st.desired) for st in self._nodes.values()), len(self._futures))
 
     def status(self, node: str) -> dict[str, Any]:
         with self._lock:
@@ -167,7 +181,7 @@ class ConditionWriter:
                     st.synced, st.in_flight = True, False
                     return
                 body, snapshot = self._patch_body(st)
-            self.kube.patch_node_status(name, body)
+            self.kube.patch_node_status(name, body, timeout=self.config.request_timeout_s)
             with self._lock:
                 now = self.clock.monotonic()
                 st.written.update(snapshot)
@@ -202,7 +216,7 @@ class ConditionWriter:
 
     def _resync(self, name: str) -> None:
         """Reads the node's own-type conditions so transition times and kept states are right."""
-        node = self.kube.get_node(name)
+        node = self.kube.get_node(name, timeout=self.config.request_timeout_s)
         conds = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
         with self._lock:
             st = self._nodes.get(name)

@@ -65,6 +65,19 @@ def _noop(_: str) -> None:
     pass
 
 
+# Writes by service accounts (the controllers under test run as one), at the Metadata level
+# (who, what, when, the answer's code; no bodies), from the stage where the answer is known.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+"""
+
+
 class LocalCluster:
     def __init__(self, name: str = "dev", root: Path | None = None) -> None:
         if not name or not all(c.isalnum() or c in "-_" for c in name):
@@ -75,6 +88,15 @@ class LocalCluster:
         self.logs = self.dir / "logs"
         self.state_file = self.dir / "state.json"
         self.kubeconfig = self.dir / "kubeconfig"
+        # Service accounts' writes, one JSON line each (metadata only): which replica of the
+        # controller wrote what, and when (the write fencing test reads it).
+        self.audit_log = self.logs / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-maxsize=64", "--audit-log-maxbackup=1"]
 
     # --- state ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any] | None:
@@ -294,7 +316,7 @@ class LocalCluster:
             f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
             "--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true", "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
-            "--profiling=false", "--event-ttl=1h", "--v=1",
+            "--profiling=false", "--event-ttl=1h", "--v=1", *self._audit_flags(),
         ], self._health_check("kube-apiserver", ports), timeout=120)
         kcm_port, sched_port = ports["kcm"], ports["scheduler"]
         start("kube-controller-manager", [

@@ -29,6 +29,7 @@ from autoclusters.kube.errors import (
     lost_race,
     translated,
 )
+from autoclusters.kube.fence import READS, LeaseFence
 from autoclusters.kube.json_patch import field_tests
 from autoclusters.kube.request_counter import CONTROLLER, RequestCounter
 
@@ -63,6 +64,7 @@ class Kube:
         self._api.user_agent = user_agent
         self.requests = RequestCounter()
         self.component = CONTROLLER
+        self.fence: LeaseFence | None = None  # asked before every write (``fenced``)
         self._discovery: dict[tuple[str, str], tuple[str, bool]] = {}
         # the lean transport's own path (kube.light): no URL built and taken apart again, no
         # header dicts merged, errors raised by name below it
@@ -77,6 +79,26 @@ class Kube:
         if throttle_retries is not None:
             view.throttle_retries = throttle_retries
         return view
+
+    def fenced(self, fence: LeaseFence) -> Kube:
+        """The same client whose every write (any request but a read) is refused unless
+        ``fence`` is open (:mod:`autoclusters.kube.fence`); the views made from it
+        (``for_component``) carry the fence too."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
+
+    def unfenced(self) -> Kube:
+        """The same client without a fence: only for the leader election, whose renewals open it."""
+        view = copy.copy(self)
+        view.fence = None
+        return view
+
+    def check_fence(self, what: str) -> None:
+        """Raises ``Fenced`` when this client is fenced and the fence is closed: for a write that
+        does not go through this client (a provider's own backend)."""
+        if self.fence is not None:
+            self.fence.check(what)
 
     @property
     def host(self) -> str:
@@ -116,6 +138,9 @@ class Kube:
     def _request_once(self, method: str, path: str, query: dict[str, Any] | None, q: list[tuple[str, Any]] | None,
                       body: Any, content_type: str | None, timeout: float | tuple[float, float],
                       stream: bool) -> Any:
+        # Checked before each send, a throttled write's retry included: its wait may outlast the lease.
+        if self.fence is not None and method not in READS:
+            self.fence.check(f"{method} {path}")
         self.requests.add(method, path, query, component=self.component)
         if self._send is not None:
             resp = self._send(method, path, q, body, content_type, timeout, stream)
@@ -253,8 +278,8 @@ class Kube:
             self.delete(self.resource_path(obj), {"propagationPolicy": "Background"})
 
     # --- nodes ------------------------------------------------------------------------
-    def get_node(self, name: str) -> JSON:
-        return self.get(f"/api/v1/nodes/{quote(name)}")
+    def get_node(self, name: str, *, timeout: float = 30) -> JSON:
+        return self.request("GET", f"/api/v1/nodes/{quote(name)}", timeout=timeout)
 
     def list_nodes(self, label_selector: str | None = None) -> Items:
         return self.list_items("/api/v1/nodes", label_selector=label_selector)
@@ -262,8 +287,9 @@ class Kube:
     def patch_node(self, name: str, body: Any, patch_type: str = MERGE) -> JSON:
         return self.patch(f"/api/v1/nodes/{quote(name)}", body, patch_type)
 
-    def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC) -> JSON:
-        return self.patch(f"/api/v1/nodes/{quote(name)}/status", body, patch_type)
+    def patch_node_status(self, name: str, body: Any, patch_type: str = STRATEGIC, *, timeout: float = 30) -> JSON:
+        return self.request("PATCH", f"/api/v1/nodes/{quote(name)}/status", body=body, content_type=patch_type,
+                            timeout=timeout)
 
     def patch_node_guarded(self, node: JSON, ops_for: Callable[[JSON], Items], *, attempts: int = 5,
                            fields_only: bool = False) -> JSON:

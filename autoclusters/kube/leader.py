@@ -5,7 +5,9 @@ replicas racing for an expired lease exactly one update succeeds, the other gets
 Conflict. Expiry is judged on this replica's own monotonic clock from the moment it last
 saw the lease change (as client-go does), never by comparing two machines' wall clocks.
 A leader that cannot renew within ``renew_deadline`` gives up before the lease expires,
-so the next leader never overlaps with it. A leader renews with one request: the PUT of the
+so the next leader never overlaps with it; each request on the Lease waits at most
+``renew_deadline`` (as client-go's), so an API server that stops answering (a black-holed
+network) does not hold the elector past it. A leader renews with one request: the PUT of the
 Lease its own last write returned (client-go's fast path); only when that PUT finds the Lease
 changed by someone else (a Conflict) or gone does it read the Lease and decide as a candidate.
 
@@ -31,6 +33,7 @@ from typing import Any
 from autoclusters.clock import Clock, utc_iso_micro
 from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import Conflict, KubeError, NotFound
+from autoclusters.kube.fence import LeaseFence
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +41,11 @@ log = logging.getLogger(__name__)
 class LeaderElector:
     def __init__(self, kube: Kube, clock: Clock, *, namespace: str, name: str, identity: str,
                  lease_seconds: float = 15, renew_deadline: float = 10, retry_period: float = 2,
-                 may_acquire: Callable[[], bool] | None = None) -> None:
+                 may_acquire: Callable[[], bool] | None = None, fence: LeaseFence | None = None) -> None:
         """``may_acquire``: asked before each attempt to take the lease (not to renew it); while
-        it answers False this replica does not campaign (the controller's shard layout guard)."""
+        it answers False this replica does not campaign (the controller's shard layout guard).
+        ``fence``: opened by each successful acquire or renewal until ``renew_deadline`` after the
+        request was sent, closed when the lease is lost or released (:mod:`autoclusters.kube.fence`)."""
         if not renew_deadline < lease_seconds:
             raise ValueError("renew_deadline must be shorter than the lease duration")
         self._kube = kube
@@ -56,21 +61,24 @@ class LeaderElector:
         self._written: dict[str, Any] | None = None  # the Lease as our last write left it, while we hold it
         self._leader = threading.Event()
         self._may_acquire = may_acquire
+        self.fence = fence
+        self._attempt_sent = 0.0  # monotonic time the current attempt began (before its request)
 
     @property
     def is_leader(self) -> bool:
         return self._leader.is_set()
 
     def try_acquire_or_renew(self) -> bool:
+        self._attempt_sent = self._clock.monotonic()
         if self._written is not None and self._renew(self._written):
             return True  # renewed on the Lease our last write returned: no read
         try:
-            lease = self._kube.get(self._path)
+            lease = self._kube.request("GET", self._path, timeout=self.renew_deadline)
         except NotFound:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self._name},
                     "spec": self._spec(transitions=0, acquire=True)}
             try:
-                self._wrote(self._kube.create(self._ns_path, body))
+                self._wrote(self._kube.request("POST", self._ns_path, body=body, timeout=self.renew_deadline))
                 return True
             except Conflict:
                 return False
@@ -81,6 +89,8 @@ class LeaderElector:
         if seen != self._observed[0]:
             self._observed = (seen, mono)
         duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
+        if holder and holder != self.identity and self.fence is not None:
+            self.fence.revoke()  # someone else holds it (or may take it now): not us
         if holder and holder != self.identity and mono < self._observed[1] + duration:
             # the candidate's sign that it looked and left the lease to its holder (``--verbose``)
             log.debug("lease %s held by %s (renewed %s): not taken", self._name, holder, spec.get("renewTime"))
@@ -92,7 +102,7 @@ class LeaderElector:
             new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
         lease["spec"] = new_spec
         try:
-            self._wrote(self._kube.replace(self._path, lease))  # carries metadata.resourceVersion: a precondition
+            self._wrote(self._put(lease))  # carries metadata.resourceVersion: a precondition
         except Conflict:
             return False
         return True
@@ -103,16 +113,21 @@ class LeaderElector:
         spec = dict(written.get("spec") or {})
         spec["renewTime"] = utc_iso_micro(self._clock.now())
         try:
-            self._wrote(self._kube.replace(self._path, {**written, "spec": spec}))
+            self._wrote(self._put({**written, "spec": spec}))
             return True
         except (Conflict, NotFound):
             self._written = None
             return False
 
+    def _put(self, lease: dict[str, Any]) -> dict[str, Any]:
+        return self._kube.request("PUT", self._path, body=lease, timeout=self.renew_deadline)
+
     def _wrote(self, lease: dict[str, Any]) -> None:
         """Keeps the Lease our write returned (and what it says, as seen now) for the next renewal."""
         spec = lease.get("spec") or {}
         self._written = lease if spec.get("holderIdentity") == self.identity else None
+        if self.fence is not None and self._written is not None:
+            self.fence.grant(self._attempt_sent + self.renew_deadline)
         self._observed = (f"{spec.get('holderIdentity') or ''}|{spec.get('renewTime')}", self._clock.monotonic())
 
     def _spec(self, *, transitions: int, acquire: bool) -> dict[str, Any]:
@@ -138,6 +153,8 @@ class LeaderElector:
             elif self._clock.monotonic() - last_renew > self.renew_deadline:
                 break
         self._leader.clear()
+        if self.fence is not None:
+            self.fence.revoke()
         if not stop.is_set():
             log.error("%s lost the leadership (lease %s)", self.identity, self._name)
         on_stopped()
@@ -158,6 +175,8 @@ class LeaderElector:
             lease["spec"]["holderIdentity"] = ""
             lease["spec"]["leaseDurationSeconds"] = 1
             self._written = None
+            if self.fence is not None:
+                self.fence.revoke()  # before the lease is given away
             self._kube.replace(self._path, lease)
         except KubeError as e:
             log.info("lease %s not released: %s", self._name, e)

@@ -15,7 +15,7 @@ class RacingKube(Kube):
         self.rv = 1
         self.patches: list[list[dict[str, Any]]] = []
 
-    def get_node(self, name: str) -> dict[str, Any]:
+    def get_node(self, name: str, *, timeout: float = 30) -> dict[str, Any]:
         return {"metadata": {"name": name, "resourceVersion": str(self.rv), "labels": {"seen": str(self.rv)}}}
 
     def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:

@@ -24,13 +24,14 @@ class FakeKube:
         self.created: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def get_node(self, name: str) -> dict[str, Any]:
+    def get_node(self, name: str, *, timeout: float = 30) -> dict[str, Any]:
         self.gets.append(name)
         if name not in self.nodes:
             raise NotFound(f"nodes {name} not found", status=404)
         return copy.deepcopy(self.nodes[name])
 
-    def patch_node_status(self, name: str, body: dict[str, Any], patch_type: str = "") -> dict[str, Any]:
+    def patch_node_status(self, name: str, body: dict[str, Any], patch_type: str = "", *,
+                          timeout: float = 30) -> dict[str, Any]:
         if name in self.hang:
             self.hang[name].wait(5)
         if name in self.fail:

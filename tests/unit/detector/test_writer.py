@@ -130,3 +130,33 @@ def test_rate_limit_spreads_writes() -> None:
     clock.advance(1)
     assert len(step(w)) == 3
     w.close()
+
+
+def test_what_is_pending_while_the_api_server_is_away_does_not_grow() -> None:
+    """An API server away for a long time (every write fails), a fault that flaps the whole
+    while on many nodes: the writer holds one desired state per node and condition type and at
+    most one write in flight per node, however many changes and failed tries there were; once
+    the server is back, the latest state is written, once, per node."""
+    names = [f"n{i}" for i in range(5)]
+    kube, clock, w = make(names, backoff_max_s=2)
+    kube.fail.update(names)
+    other = n.DETECTOR_HEALTH_CONDITION
+    for i in range(2000):
+        node = names[i % len(names)]
+        w.set(node, T, TRUE if i % 2 else FALSE)
+        w.set(node, other, ConditionState(other, "False", "Healthy", f"round {i}"))
+        step(w)
+        held_nodes, held_states, in_flight = w.pending()
+        assert held_nodes <= len(names) and held_states <= 2 * len(names) and in_flight <= len(names)
+        clock.advance(0.5)
+    for node in names:  # the fault persists
+        w.set(node, T, TRUE)
+    assert w.pending() == (len(names), 2 * len(names), 0)
+    assert kube.patches == [] and w.failures > 100
+    kube.fail.clear()
+    clock.advance(2)  # the backoff's cap
+    step(w)
+    assert sorted(name for name, _ in kube.patches) == names  # one write each, of the latest states
+    for name in names:
+        assert kube.condition(name, T)["status"] == "True"
+    w.close()
