@@ -13,7 +13,8 @@ import pulumi
 import pulumi.runtime.config as runtime_config
 
 from autoclusters.deploy.kubernetes_version import too_old
-from autoclusters.deploy.pool_config import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
+from autoclusters.deploy.stack_config import STACK_SETTINGS, StackConfig, stack_config_from_dict
+from autoclusters.pools.pool_config import PoolConfigError
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
 NAMESPACE = "autoclusters"

@@ -32,12 +32,12 @@ from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
 from autoclusters.controller.shards import Shard
 from autoclusters.deploy import DEFAULT_NAMESPACE
-from autoclusters.deploy import default_pool as defaults
-from autoclusters.deploy.membership import Membership
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
 from autoclusters.kube.informer import Informer
 from autoclusters.names import Names
+from autoclusters.pools import default_pool as defaults
+from autoclusters.pools.membership import Membership
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
-from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
+from autoclusters.pools.slurm_policy import slurm_schema
 
 
 def _enum(kind: type[StrEnum], **extra: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from autoclusters.deploy import (
     cluster_scoped_name,
     controller,
     crds,
-    default_pool,
     detector,
     reboot_job,
     workloads,
@@ -32,11 +31,13 @@ from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
-from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_roles import pool_roles
 from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
+from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
+from autoclusters.pools.pool_config import gpu_node_pool_object
 
 CONTROLLER_REPLICAS = 2
 JOB_SHAPE_POLICY = "autoclusters-controller-jobs"

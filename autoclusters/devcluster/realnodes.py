@@ -309,7 +309,7 @@ def containerd_config(node: RealNode) -> str:
 def opa_image() -> tuple[str, str]:
     """The OPA image the stack's webhook pods name by default (``StackConfig.opa_image``), as the
     repository a containerd import is named under and its tag."""
-    from autoclusters.deploy.pool_config import StackConfig
+    from autoclusters.deploy.stack_config import StackConfig
 
     ref = StackConfig().opa_image
     repo, tag = ref.rsplit(":", 1)

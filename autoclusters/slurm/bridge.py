@@ -36,13 +36,13 @@ from typing import Any
 from autoclusters import api
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.controller.remediation_record import is_active
-from autoclusters.deploy.membership import Membership
-from autoclusters.deploy.pool_config import PoolConfig
-from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
 from autoclusters.names import SLURM_ACKNOWLEDGER, Names
+from autoclusters.pools.membership import Membership
+from autoclusters.pools.pool_config import PoolConfig
+from autoclusters.pools.slurm_policy import SignalTarget
 from autoclusters.repeats import RepeatedErrors
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from autoclusters.clock import parse_iso, utc_iso
-from autoclusters.deploy.pool_slurm import SlurmPolicy
 from autoclusters.names import DRAIN_REASON_PREFIX
+from autoclusters.pools.slurm_policy import SlurmPolicy
 from autoclusters.slurm.commands import SlurmJob, SlurmNode
 
 # Event reasons on the Kubernetes node (one place, so docs and tests use the same words).

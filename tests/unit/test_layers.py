@@ -21,7 +21,7 @@ RANKS = {
     "api": 0, "pool_fields": 0, "doc_tables": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
     "redact": 0, "capture": 0,
     "kube": 1,
-    "faults": 2, "deploy": 2,
+    "faults": 2, "pools": 2, "deploy": 2,
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,
     "providers": 3,
     "detector": 4, "controller": 4, "webhook": 4, "policy": 4, "ops": 4, "slurm": 4,

@@ -46,15 +46,15 @@ from autoclusters.controller.statemachine import (
     drain_reason,
     transition,
 )
-from autoclusters.deploy.pool_config import (
+from autoclusters.kube.events import ObjectRef
+from autoclusters.names import Names
+from autoclusters.pools.pool_config import (
     PoolConfigError,
     PreDrain,
     PreDrainHook,
     gpu_node_pool_object,
     pool_from_config,
 )
-from autoclusters.kube.events import ObjectRef
-from autoclusters.names import Names
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")

@@ -15,9 +15,9 @@ import pytest
 from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.deploy.crds import crds, pool_schema, remediation_schema
-from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, pool_from_config, pool_spec
 from autoclusters.names import Names
 from autoclusters.policy import opa
+from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, pool_from_config, pool_spec
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

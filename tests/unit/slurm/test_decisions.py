@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from autoclusters.deploy.pool_slurm import SlurmPolicy
+from autoclusters.pools.slurm_policy import SlurmPolicy
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import SlurmJob, SlurmNode
 
