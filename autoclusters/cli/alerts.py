@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from autoclusters.cli.errors import EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_USAGE, CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, spoken_duration, valid_approval_wait
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX

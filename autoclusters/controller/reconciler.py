@@ -38,7 +38,7 @@ from autoclusters.controller import messages as words
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, PRE_START, Fleet
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,

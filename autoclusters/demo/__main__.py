@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                       event_source=args.event_source)
     results: list[Result] = []
     try:
-        from autoclusters.demo.stack import DemoStack
+        from autoclusters.demo.demo_stack import DemoStack
 
         banner(2, total, f"pulumi up: CRDs, RBAC, detector, controller, admission policy, and pool '{POOL}' "
                          "(2 x 8x A100, consent mode auto)")
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_scenario(handle, runtime, args, ConsentMode.PROPOSE, nodes[1], stack=stack))
 
         if args.karpenter:
-            from autoclusters.demo import karpenter as kdemo
+            from autoclusters.demo import karpenter_replacement as kdemo
 
             banner(7, total, f"Replacement through Karpenter: pool '{kdemo.POOL}' of Karpenter's nodes, "
                              "a DCGM row-remapping failure (a replace fault) on one of them")

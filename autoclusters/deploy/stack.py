@@ -29,7 +29,7 @@ from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
-from autoclusters.deploy.nvml import NvmlReach
+from autoclusters.deploy.nvml_reach import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_roles import pool_roles
 from autoclusters.deploy.providers import ProviderType, granted_providers, host_reboot_argv
@@ -73,7 +73,7 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
                        settings: DetectorSettings | None = None, nvml: NvmlReach | None = None) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
     GPU node (the shared local cluster, where nodes of other pools may be mid-repair); ``nvml``:
-    the stack's ``nvml`` setting (deploy/nvml.py)."""
+    the stack's ``nvml`` setting (deploy/nvml_reach.py)."""
     obj = workloads.detector_daemonset(names, namespace, image, (settings or DetectorSettings()).args(),
                                        condition_codes=condition_codes, kernel_log_source=kernel_log_source,
                                        nvml=nvml)

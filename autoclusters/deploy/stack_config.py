@@ -18,7 +18,7 @@ from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.controller_flags import ControllerFlagsError, controller_flags
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
-from autoclusters.deploy.nvml import NvmlConfigError, NvmlReach, nvml_from_config
+from autoclusters.deploy.nvml_reach import NvmlConfigError, NvmlReach, nvml_from_config
 from autoclusters.deploy.pod_settings import PodSettings, PodSettingsError
 from autoclusters.deploy.providers import ProviderType, host_reboot_argv, parse_provider_choice
 from autoclusters.deploy.workloads import CONTROLLER

@@ -58,7 +58,7 @@ UNBACKED_GRACE = timedelta(seconds=30)  # a drain warning no record backs is rep
 
 @dataclass
 class BridgeStats:
-    """What the bridge did, for its log, its tests and its metrics (``slurm/metrics.py``)."""
+    """What the bridge did, for its log, its tests and its metrics (``slurm/bridge_metrics.py``)."""
 
     polls: int = 0
     actions: int = 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.controller import controller_rbac

@@ -14,8 +14,8 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, Phase, RepairAction
-from autoclusters.controller.config import ControllerConfig
-from autoclusters.detector.config import AgentConfig
+from autoclusters.controller.controller_config import ControllerConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.window import FaultTracker
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -24,7 +24,7 @@ RANKS = {
     "faults": 2, "pools": 2, "deploy": 2,
     "controller.statemachine": 3, "controller.messages": 3, "controller.breaker": 3, "controller.drain": 3,
     "providers": 3,
-    "detector": 4, "controller": 4, "webhook": 4, "policy": 4, "ops": 4, "slurm": 4,
+    "detector": 4, "controller": 4, "webhook": 4, "rego": 4, "ops": 4, "slurm": 4,
     "devcluster": 5, "sim": 5,
     "cli": 6, "demo": 6,
     "cli.main": 7,  # loads every command module; none of them imports it back

@@ -107,7 +107,7 @@ def test_the_detectors_rules_are_its_calls_on_a_node(tmp_path: Path) -> None:
     from autoclusters.api import KernelLogSource
     from autoclusters.deploy import DETECTOR_SERVICE_ACCOUNT
     from autoclusters.deploy.detector import detector_rbac
-    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.agent_config import AgentConfig
     from autoclusters.detector.node import NodePaths, build_agent
     from autoclusters.detector.writer import WriterConfig
     from autoclusters.faults.catalog import load_catalog

@@ -6,7 +6,7 @@ import pytest
 
 from autoclusters import pool_fields
 from autoclusters.api import ClassAction, ConsentMode
-from autoclusters.deploy.nvml import NvmlReach
+from autoclusters.deploy.nvml_reach import NvmlReach
 from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.names import Names
 from autoclusters.pools.pool_config import (

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy import workloads
-from autoclusters.deploy.nvml import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
+from autoclusters.deploy.nvml_reach import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.names import Names
 
@@ -27,7 +27,7 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     keys = {t["matchExpressions"][0]["key"] for t in terms}
     assert keys == {"nvidia.com/gpu.product", NAMES.pool_label}
     mounts = {v["hostPath"]["path"] for v in pod["volumes"]}
-    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml.py)
+    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml_reach.py)
     host = next(v for v in pod["volumes"] if v["name"] == HOST_ROOT_VOLUME)
     assert host["hostPath"]["type"] == "Directory"  # never created on the host, always there
     assert all(v["hostPath"]["type"] for v in pod["volumes"])  # type "" would create a missing path
@@ -186,7 +186,7 @@ def test_every_pod_command_is_one_the_cli_accepts(build):
 def test_the_stack_event_source_reaches_the_controller_flag(source, monkeypatch):
     """Stack config ``eventSource`` -> the Deployment's env -> ``controller run``'s setting."""
     from autoclusters.cli.main import build_parser
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.deploy.stack_config import stack_config_from_dict
 
     cfg = stack_config_from_dict({} if source is None else {"eventSource": source})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy import allow_lists
 from autoclusters.deploy.allow_lists import AllowList, AllowListError, AllowLists, from_config
 from autoclusters.deploy.providers import KINDS

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autoclusters.cli import controller as controller_cli
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy import controller_flags
 from autoclusters.deploy.controller_flags import TUNABLES
 from autoclusters.deploy.stack import stack_objects

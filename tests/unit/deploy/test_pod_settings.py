@@ -12,7 +12,7 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.cli import controller as controller_cli
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.controller.statemachine import Operation
 from autoclusters.deploy import pod_settings
 from autoclusters.deploy.pod_settings import COMPONENTS, PULL_SECRETS_FLAG, SETTINGS

@@ -9,8 +9,8 @@ import pytest
 
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.deploy.providers import ACTIONS, KINDS, ProviderType, rego_data, rego_module
-from autoclusters.policy import opa
 from autoclusters.providers.registry import BUILDERS
+from autoclusters.rego import opa
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

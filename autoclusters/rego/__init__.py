@@ -1,12 +1,12 @@
 """The Rego policies as a library: configuration, the OPA binary, and GitOps checks.
 
-``config`` says what the policies need to know (domain, controller identities);
+``policy_data`` says what the policies need to know (domain, controller identities);
 ``opa`` finds and runs the OPA binary; ``documents`` reads manifests; ``check`` turns
 manifests into findings. The webhook and ``autoclusters policy check`` both build on it.
 """
 
-from autoclusters.policy.check import Finding, check_documents
-from autoclusters.policy.config import PolicyConfig
-from autoclusters.policy.documents import Document, InputError, read_paths
+from autoclusters.rego.check import Finding, check_documents
+from autoclusters.rego.documents import Document, InputError, read_paths
+from autoclusters.rego.policy_data import PolicyConfig
 
 __all__ = ["Document", "Finding", "InputError", "PolicyConfig", "check_documents", "read_paths"]
