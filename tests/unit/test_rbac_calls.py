@@ -73,7 +73,7 @@ def test_the_webhook_has_no_rules_and_its_deployed_mode_makes_no_call(monkeypatc
     from autoclusters import certificates
     from autoclusters.cli.main import main
     from autoclusters.deploy import workloads
-    from autoclusters.kube import client
+    from autoclusters.kube import loader
 
     objs = stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE)
     assert grants(objs, _subject(WEBHOOK_SERVICE_ACCOUNT)) == set()
@@ -89,7 +89,7 @@ def test_the_webhook_has_no_rules_and_its_deployed_mode_makes_no_call(monkeypatc
     def no_client(*_: Any, **__: Any) -> Any:
         raise AssertionError("the webhook's deployed mode loaded a Kubernetes client")
 
-    monkeypatch.setattr(client, "load_kube", no_client)
+    monkeypatch.setattr(loader, "load_kube", no_client)
     monkeypatch.setattr("autoclusters.kube.load_kube", no_client)
     served: list[Any] = []
     monkeypatch.setattr(web, "run_app", lambda app, **kw: served.append((app, kw)))
