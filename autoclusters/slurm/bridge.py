@@ -220,7 +220,7 @@ class SlurmBridge:
             return None
         return d.Repair(record=name, reason=ann.get(self.names.drain_reason, "") or "repair", deadline=deadline)
 
-    def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:
+    def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.SlurmObservation:
         meta = node.get("metadata") or {}
         ann = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
@@ -232,7 +232,7 @@ class SlurmBridge:
             jobs = tuple(self.slurm.jobs_on(slurm_name))
             if mem.record == repair.record and mem.signalled:
                 signalled = self.slurm.jobs(mem.signalled)
-        return d.Observation(
+        return d.SlurmObservation(
             node=meta["name"], slurm_name=slurm_name, now=self.clock.now(), repair=repair,
             maintenance_required=labels.get(self.names.maintenance_required) == "true",
             ack=ann.get(self.names.drain_ack(ACKNOWLEDGER), ""),
