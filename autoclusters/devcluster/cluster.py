@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.deploy.policy_bundle import policies_dir
+from autoclusters.devcluster import local_karpenter, realnodes
 from autoclusters.devcluster import processes as p
-from autoclusters.devcluster import realnodes
 from autoclusters.devcluster.heartbeats import Heartbeats
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
@@ -156,8 +156,6 @@ class LocalCluster:
 
     def start_karpenter(self, progress: Progress = _noop) -> None:
         """Karpenter with its kwok cloud provider (see devcluster/local_karpenter.py); idempotent."""
-        from autoclusters.devcluster import local_karpenter
-
         if self.has_component(local_karpenter.COMPONENT):
             progress("karpenter is already running")
             return
