@@ -1,4 +1,4 @@
-"""The Rego policies as a library: configuration, the OPA binary, and GitOps checks.
+"""The Python side of the Rego policies (``policies/``): what they are told, the OPA binary, GitOps checks.
 
 ``policy_data`` says what the policies need to know (domain, controller identities);
 ``opa`` finds and runs the OPA binary; ``documents`` reads manifests; ``check`` turns

@@ -1,7 +1,9 @@
 """The layers of docs/architecture.md, checked: only the client layer imports the
 ``kubernetes`` library, no module imports from a layer above its own (the package, the
-deploy bundle ``components/`` and ``examples/``), the package imports neither of those two,
-the simulation is reached only through its doors, and the table in docs/architecture.md shows exactly these ranks."""
+deploy bundle ``components/`` and ``examples/``), no import cycle, not even inside a rank, an
+import inside a function only where ``LAZY_IMPORTS`` says why, the package imports neither of
+those two, the simulation is reached only through its doors, and the table in
+docs/architecture.md shows exactly these ranks."""
 
 from __future__ import annotations
 
@@ -37,6 +39,37 @@ KNOWN_BUNDLE_IMPORTS = {("devcluster.pulumi_env", "components.stack")}
 # it but the provider registry's entry for the ``simulated`` provider type, the one door from
 # the product's layers (the other door, ``detector run --simulate``, is a command above it).
 SIMULATION_DOORS = {("providers.registry", "sim.provider")}
+# Imports of the package (or of components/) are written at the top of a module. The modules
+# below also import some inside a function, each for the reason given; no other module may
+# (an import inside a function to dodge a cycle is refused twice: here, and by the cycle test,
+# which counts every import wherever it stands). Third-party imports are not concerned (the
+# client layer loads the ``kubernetes`` library only when it needs it, the NVML source
+# ``nvidia-ml-py`` only if installed).
+#
+# cli/main.py loads every subcommand's module to build its parser, in every process the
+# command starts (the detector on each GPU node, the controller, the webhook, the bridge); so a
+# subcommand's module loads the machinery of its subcommand when that subcommand runs.
+LAZY_IMPORTS = {
+    "cli.controller": "`controller run` loads the controller (its informers, providers, Prometheus "
+                      "client) and `controller manifests` the CRD and RBAC builders, in no other command",
+    "cli.detector": "`detector run` loads the node agent (and, with --simulate, the simulation: one of "
+                    "its two doors) and `detector inventory` NVML, so no other process holds either",
+    "cli.dev": "`dev ...` loads the local control plane (devcluster/), which no deployed process runs",
+    "cli.inject_fault": "loads the simulated hardware (sim/) only when a fault is injected: the door of "
+                        "the simulation stays with the commands that use it",
+    "cli.slurm_bridge": "`slurm-bridge run` loads the bridge and its Slurm client, in no other command",
+    "cli.webhook": "`webhook run` loads the webhook's aiohttp server and OPA decider, in no other command",
+    # plug-in loading: a provider type's module loads when a pool names the type (redfish brings
+    # sushy, ec2 boto3, simulated the simulation: the door the product's layers reach it by)
+    "providers.registry": "a provider type's module (and its client library) loads when a pool names it",
+    # the deploy bundle is not installed with the package: the local stack's program is loaded
+    # from a checkout, when the local stack is deployed (KNOWN_BUNDLE_IMPORTS)
+    "devcluster.pulumi_env": "components/stack.py, the Pulumi program, exists only in a checkout",
+    # Pulumi dynamic providers: Pulumi serializes the provider object and runs its methods in a
+    # provider process of its own; each method imports what it uses when it runs there
+    "/components.node_cleanup": "a dynamic provider's method runs in Pulumi's provider process",
+    "/components.simulated_node": "a dynamic provider's method runs in Pulumi's provider process",
+}
 
 
 def _rank(module: str) -> tuple[str, int]:
@@ -64,20 +97,187 @@ def _imports(path: Path) -> list[str]:
     return out
 
 
-def _modules() -> list[tuple[str, Path]]:
+def _modules(root: Path = ROOT) -> list[tuple[str, Path]]:
     """(name, path) of every module: package modules by their name without ``autoclusters.``,
     those of components/ and examples/ as ``/components....`` and ``/examples....``."""
     mods = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).with_suffix("")
+    for path in sorted((root / "autoclusters").rglob("*.py")):
+        rel = path.relative_to(root / "autoclusters").with_suffix("")
         name = ".".join(p for p in rel.parts if p != "__init__")
         if name:
             mods.append((name, path))
     for top in OUTSIDE:
-        for path in sorted((ROOT / top).rglob("*.py")):
-            rel = path.relative_to(ROOT).with_suffix("")
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
             mods.append(("/" + ".".join(p for p in rel.parts if p != "__init__"), path))
     return mods
+
+
+def _resolve(importer: str, is_package: bool, node: ast.Import | ast.ImportFrom, names: set[str]) -> list[str]:
+    """The modules of ``names`` (as ``_modules`` names them) that one import statement of module
+    ``importer`` (an ``__init__.py`` when ``is_package``) loads by name: ``from a.b import c`` is
+    module ``a.b.c`` when there is one, else ``a.b``; ``import a.b.c`` the longest of ``a.b.c``,
+    ``a.b``, ``a`` that is a module."""
+
+    def ours(absolute: str) -> str | None:
+        if absolute.startswith("autoclusters."):
+            name = absolute.removeprefix("autoclusters.")
+        elif absolute.split(".")[0] in OUTSIDE:
+            name = "/" + absolute
+        else:
+            return None
+        return name if name in names else None
+
+    found = []
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: from the importer's package (its own, for an __init__.py)
+            dotted = importer[1:] if importer.startswith("/") else f"autoclusters.{importer}"
+            package = dotted.split(".")[:None if is_package else -1]
+            package = package[:len(package) - node.level + 1]
+            base = ".".join(package + ([base] if base else []))
+        for alias in node.names:
+            target = ours(f"{base}.{alias.name}") or ours(base)
+            if target:
+                found.append(target)
+    else:
+        for alias in node.names:
+            parts = alias.name.split(".")
+            for n in range(len(parts), 0, -1):
+                target = ours(".".join(parts[:n]))
+                if target:
+                    found.append(target)
+                    break
+    return [f for f in found if f != importer]
+
+
+def _import_graph(root: Path = ROOT) -> dict[str, dict[str, bool]]:
+    """module -> {module it imports: whether every such import stands inside a function}. Every
+    import counts, at the top, under ``if TYPE_CHECKING:`` or inside a function."""
+    modules = dict(_modules(root))
+    names = set(modules)
+    graph: dict[str, dict[str, bool]] = {}
+    for name, path in modules.items():
+        edges: dict[str, bool] = {}
+        for node, in_function in _import_statements(ast.parse(path.read_text())):
+            for target in _resolve(name, path.name == "__init__.py", node, names):
+                edges[target] = edges.get(target, True) and in_function
+        graph[name] = edges
+    return graph
+
+
+def _import_statements(tree: ast.AST, in_function: bool = False) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Each import statement of a module, and whether it stands inside a function."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            found.append((child, in_function))
+        else:
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            found += _import_statements(child, inner)
+    return found
+
+
+def _cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
+    """The import cycles: each strongly connected set of two or more modules, sorted (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, bool]]) -> str:
+    ties = [f"{a} -> {b}{' (inside a function)' if graph[a][b] else ''}"
+            for a in cycle for b in sorted(graph[a]) if b in cycle]
+    return "; ".join(ties)
+
+
+def _lazy_importers(graph: dict[str, dict[str, bool]], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of the package (or components/) it imports inside a function."""
+    modules = dict(_modules(root))
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for node, in_function in _import_statements(ast.parse(path.read_text())):
+            if in_function:
+                found.setdefault(name, set()).update(_resolve(name, path.name == "__init__.py", node, set(modules)))
+    return {k: v for k, v in found.items() if v}
+
+
+def test_no_import_cycle() -> None:
+    """No two modules import each other, directly or around a circle, also inside one rank (the
+    layer test above lets a rank's modules import each other), and also where one of the imports
+    stands inside a function: an import moved into a function to break a cycle still counts."""
+    graph = _import_graph()
+    assert [_describe(c, graph) for c in _cycles(graph)] == []
+
+
+def test_imports_inside_functions_are_the_listed_ones() -> None:
+    """A module imports the package inside a function only when ``LAZY_IMPORTS`` lists it, with
+    why; a listed module that no longer does so leaves the list."""
+    assert sorted(_lazy_importers(_import_graph())) == sorted(LAZY_IMPORTS)
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_the_cycle_check_finds_a_cycle_inside_a_rank_and_one_hidden_in_a_function(tmp_path: Path) -> None:
+    """The checks above, on a tree of their own: two modules of one package that import each other
+    (one of them inside a function, as the two cycles this test found were hidden), a circle of
+    three, a relative import, and modules that only import one way, which pass."""
+    root = _tree(tmp_path, {
+        "autoclusters/__init__.py": "",
+        "autoclusters/pools/__init__.py": "",
+        "autoclusters/pools/config.py": "def check():\n    from autoclusters.pools.default import spec\n",
+        "autoclusters/pools/default.py": "from autoclusters.pools import config\n",
+        "autoclusters/kube/__init__.py": "from .client import Kube\n",
+        "autoclusters/kube/client.py": "from .errors import Bad\nclass Kube: ...\n",
+        "autoclusters/kube/errors.py": "class Bad(Exception): ...\n",
+        "autoclusters/a.py": "import autoclusters.b\n",
+        "autoclusters/b.py": "from autoclusters import c\n",
+        "autoclusters/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autoclusters.a import x\n",
+        "components/x.py": "from autoclusters.kube import Kube\nfrom autoclusters.kube.errors import Bad\n",
+    })
+    graph = _import_graph(root)
+    assert graph["kube.client"] == {"kube.errors": False}  # the relative imports, resolved
+    assert graph["kube"] == {"kube.client": False}
+    assert graph["/components.x"] == {"kube": False, "kube.errors": False}
+    assert _cycles(graph) == [["a", "b", "c"], ["pools.config", "pools.default"]]
+    assert _describe(["pools.config", "pools.default"], graph) == (
+        "pools.config -> pools.default (inside a function); pools.default -> pools.config")
+    assert _lazy_importers(graph, root) == {"pools.config": {"pools.default"}}
+    (root / "autoclusters/pools/config.py").write_text("def check() -> None: ...\n")  # the cycle broken
+    assert _cycles(_import_graph(root)) == [["a", "b", "c"]]
 
 
 def test_only_the_client_layer_imports_the_kubernetes_library() -> None:
