@@ -54,7 +54,8 @@ class StackConfig:
     kernel_log_source: api.KernelLogSource = api.DEFAULT_KERNEL_LOG_SOURCE
     # where the detectors read DCGM from (deploy.detector_settings)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
-    # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml: search order, host mount, runtime class)
+    # where the detector finds the driver's libnvidia-ml.so.1 (deploy.nvml_reach: search order, host mount,
+    # runtime class)
     nvml: NvmlReach = field(default_factory=NvmlReach)
     # where the pods run and what they carry, per part, and the image pull secrets (deploy.pod_settings)
     pods: PodSettings = field(default_factory=PodSettings)
