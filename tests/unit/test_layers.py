@@ -8,6 +8,7 @@ docs/architecture.md shows exactly these ranks."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -159,11 +160,16 @@ def _import_graph(root: Path = ROOT) -> dict[str, dict[str, bool]]:
     graph: dict[str, dict[str, bool]] = {}
     for name, path in modules.items():
         edges: dict[str, bool] = {}
-        for node, in_function in _import_statements(ast.parse(path.read_text())):
+        for node, in_function in _statements_of(path):
             for target in _resolve(name, path.name == "__init__.py", node, names):
                 edges[target] = edges.get(target, True) and in_function
         graph[name] = edges
     return graph
+
+
+@functools.cache
+def _statements_of(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    return _import_statements(ast.parse(path.read_text()))
 
 
 def _import_statements(tree: ast.AST, in_function: bool = False) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
@@ -219,12 +225,12 @@ def _describe(cycle: list[str], graph: dict[str, dict[str, bool]]) -> str:
     return "; ".join(ties)
 
 
-def _lazy_importers(graph: dict[str, dict[str, bool]], root: Path = ROOT) -> dict[str, set[str]]:
+def _lazy_importers(root: Path = ROOT) -> dict[str, set[str]]:
     """module -> the modules of the package (or components/) it imports inside a function."""
     modules = dict(_modules(root))
     found: dict[str, set[str]] = {}
     for name, path in modules.items():
-        for node, in_function in _import_statements(ast.parse(path.read_text())):
+        for node, in_function in _statements_of(path):
             if in_function:
                 found.setdefault(name, set()).update(_resolve(name, path.name == "__init__.py", node, set(modules)))
     return {k: v for k, v in found.items() if v}
@@ -241,7 +247,7 @@ def test_no_import_cycle() -> None:
 def test_imports_inside_functions_are_the_listed_ones() -> None:
     """A module imports the package inside a function only when ``LAZY_IMPORTS`` lists it, with
     why; a listed module that no longer does so leaves the list."""
-    assert sorted(_lazy_importers(_import_graph())) == sorted(LAZY_IMPORTS)
+    assert sorted(_lazy_importers()) == sorted(LAZY_IMPORTS)
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -275,8 +281,9 @@ def test_the_cycle_check_finds_a_cycle_inside_a_rank_and_one_hidden_in_a_functio
     assert _cycles(graph) == [["a", "b", "c"], ["pools.config", "pools.default"]]
     assert _describe(["pools.config", "pools.default"], graph) == (
         "pools.config -> pools.default (inside a function); pools.default -> pools.config")
-    assert _lazy_importers(graph, root) == {"pools.config": {"pools.default"}}
+    assert _lazy_importers(root) == {"pools.config": {"pools.default"}}
     (root / "autoclusters/pools/config.py").write_text("def check() -> None: ...\n")  # the cycle broken
+    _statements_of.cache_clear()
     assert _cycles(_import_graph(root)) == [["a", "b", "c"]]
 
 
