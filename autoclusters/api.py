@@ -7,7 +7,7 @@ Everything that names a consent mode, a fault class, a repair action or a phase 
 from here:
 
 - the CRD schemas (``deploy/crds.py``: enums),
-- the strict pool parser (``deploy/pool_config.py``) and with it the Pulumi components' args,
+- the strict pool parser (``pools/pool_config.py``) and with it the Pulumi components' args,
 - the controller (every module imports the enums from here; its ``RepairPolicy`` and
   ``ControllerConfig`` take their defaults from here) and the CLI's choices,
 - the Rego policies, through ``policies/lib/api.rego``, generated from ``rego_data`` by

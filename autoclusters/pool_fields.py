@@ -5,7 +5,7 @@ between settings is a ``NotAbove`` (``closeBelowPercent`` may not exceed ``openA
 or an ``Excludes`` (two booleans that may not both be true). Everything else is derived from
 this table:
 
-- the strict parser and the writer (``deploy/pool_config.py``, ``deploy/pool_slurm.py``: the
+- the strict parser and the writer (``pools/pool_config.py``, ``pools/slurm_policy.py``: the
   keys each object of the spec takes, the checks, the spec written with every default),
 - the CRD schema with its CEL rules (``deploy/crds.py``),
 - the Rego data the pool policy checks generically (``policies/lib/pool_fields.rego``,

@@ -64,7 +64,7 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, parse_iso, utc_iso
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.controller.shards import shard_of
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
@@ -839,7 +839,7 @@ def heartbeats_of(kubeconfig: str) -> dict[str, Any] | None:
 def karpenter_nodes(handle: ClusterHandle, pool: str, namespace: str, count: int) -> list[str]:
     """A NodePool named after the pool and ``count`` one-node workers: Karpenter launches the nodes."""
     from autoclusters.demo.story import training_workload
-    from autoclusters.devcluster.karpenter import NODE_CLASS, nodepool_manifest
+    from autoclusters.devcluster.local_karpenter import NODE_CLASS, nodepool_manifest
 
     kube, names = handle.kube, handle.names
     try:

@@ -32,9 +32,10 @@ import orjson
 
 from autoclusters.controller.cache import Fleet
 from autoclusters.faults.catalog import load_catalog
-from autoclusters.kube.client import Kube, load_kube
+from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import Conflict, NotFound
 from autoclusters.kube.informer import Informer
+from autoclusters.kube.loader import load_kube
 from autoclusters.names import Names
 from autoclusters.sim import nodes as sim
 

@@ -31,13 +31,13 @@ from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller import remediation_record
 from autoclusters.controller.statemachine import Fault, RepairState, TimelineStep
 from autoclusters.deploy.crds import crds
-from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.kube import Kube, load_kube
 from autoclusters.names import Names
 from autoclusters.ops.approval import approve_pool
 from autoclusters.ops.history import HistoryQuery, list_repairs
 from autoclusters.ops.resources import remediations_path
 from autoclusters.ops.snapshot import take_snapshot
+from autoclusters.pools.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.sim.nodes import gpu_node_manifest
 
 

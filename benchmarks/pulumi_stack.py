@@ -69,7 +69,7 @@ def start_webhook(kubeconfig: str, namespace: str, port: int, opa_url: str, tmp:
 
 def mock_render_seconds() -> float:
     """``AutoClusters`` for the pools of ``manifests/`` under the mock engine."""
-    from autoclusters.deploy.pool_config import stack_config_from_dict
+    from autoclusters.deploy.stack_config import stack_config_from_dict
     from components import AutoClusters, AutoClustersArgs
     from components._recording import record
     from components.render import EXAMPLE_POOLS

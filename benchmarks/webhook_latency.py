@@ -37,7 +37,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoclusters.policy import opa  # noqa: E402
+from autoclusters.rego import opa  # noqa: E402
 from autoclusters.webhook.review import opa_input  # noqa: E402
 
 SAMPLES = ROOT / "examples" / "policy-samples" / "admission"

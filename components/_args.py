@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from autoclusters.deploy.pool_config import PoolConfigError
+from autoclusters.pools.pool_config import PoolConfigError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 

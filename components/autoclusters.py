@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from autoclusters.deploy import default_pool, workloads
+from autoclusters.deploy import workloads
 from autoclusters.deploy.monitoring import monitoring_objects
-from autoclusters.deploy.pool_config import StackConfig
+from autoclusters.deploy.stack_config import StackConfig
+from autoclusters.pools import default_pool
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource
 from components.admission_policy import AdmissionPolicy, AdmissionPolicyArgs

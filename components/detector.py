@@ -9,7 +9,7 @@ import pulumi
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack
 from autoclusters.deploy.detector_settings import DetectorSettings
-from autoclusters.deploy.nvml import NvmlReach
+from autoclusters.deploy.nvml_reach import NvmlReach
 from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.names import Names
 from components._args import require_image, require_namespace
@@ -28,7 +28,7 @@ class DetectorArgs:
     kernel_log_source: KernelLogSource = DEFAULT_KERNEL_LOG_SOURCE  # kmsg or journal (stack: kernelLogSource)
     # where the detectors read DCGM from (the stack setting ``detector``)
     settings: DetectorSettings = field(default_factory=DetectorSettings)
-    nvml: NvmlReach = field(default_factory=NvmlReach)  # the stack's nvml setting (deploy/nvml.py)
+    nvml: NvmlReach = field(default_factory=NvmlReach)  # the stack's nvml setting (deploy/nvml_reach.py)
     pods: PodSettings = field(default_factory=PodSettings)  # the stack's pods / imagePullSecrets settings
 
     def __post_init__(self) -> None:

@@ -16,8 +16,8 @@ import pulumi_kubernetes as k8s
 
 from autoclusters import api
 from autoclusters.api import ConsentMode
-from autoclusters.deploy.pool_config import NodeBackend, PoolConfig, gpu_node_pool_object
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import NodeBackend, PoolConfig, gpu_node_pool_object
 from components._args import ComponentArgsError
 from components._k8s import k8s_resource
 from components.simulated_node import SimulatedGpuNode

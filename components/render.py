@@ -29,11 +29,12 @@ import yaml
 from autoclusters import __version__, api
 from autoclusters.deploy import IMAGE_REPOSITORY
 from autoclusters.deploy.monitoring import Monitoring, monitoring_objects
-from autoclusters.deploy.pool_config import PoolConfigError, StackConfig, stack_config_from_dict
 from autoclusters.deploy.providers import granted_providers
 from autoclusters.deploy.reboot_job import OWN_IMAGE_VARIABLE
 from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
+from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
+from autoclusters.pools.pool_config import PoolConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"

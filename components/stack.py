@@ -13,7 +13,9 @@ import pulumi
 import pulumi.runtime.config as runtime_config
 
 from autoclusters.deploy.kubernetes_version import too_old
-from autoclusters.deploy.pool_config import STACK_SETTINGS, PoolConfigError, StackConfig, stack_config_from_dict
+from autoclusters.deploy.stack_config import STACK_SETTINGS, StackConfig, stack_config_from_dict
+from autoclusters.kube import KubeError, load_kube
+from autoclusters.pools.pool_config import PoolConfigError
 from components.autoclusters import AutoClusters, AutoClustersArgs
 
 NAMESPACE = "autoclusters"
@@ -81,8 +83,6 @@ def check_cluster_version(kubeconfig: str) -> None:
     Asked only of a kubeconfig the stack names (``autoclusters:kubeconfig``, or the provider's
     path): without one the provider picks its own default, which is not sure to be the cluster
     this would ask. A cluster that cannot be asked is left to the provider to report."""
-    from autoclusters.kube import KubeError, load_kube
-
     try:
         version = load_kube(kubeconfig, user_agent="autoclusters-pulumi").get("/version")
     except KubeError as e:  # unreadable credentials, an unreachable server: the provider's to report
@@ -100,8 +100,6 @@ def program() -> None:
         check_cluster_version(kubeconfig)
     lister = None
     if any(p.nodes.selector for p in config.pools):
-        from autoclusters.kube import load_kube
-
         kube = load_kube(kubeconfig)
 
         def lister(selector: Mapping[str, str]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from autoclusters.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.kube import Kube, KubeError, load_kube
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, NameError_, Names
 

@@ -9,9 +9,12 @@ import argparse
 import sys
 from typing import Any
 
-from autoclusters.cli.errors import EXIT_USAGE, CliError
+from autoclusters.cli._cluster import names_from_args
+from autoclusters.cli._output import print_json
+from autoclusters.cli.exit_codes import EXIT_USAGE, CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
-from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, spoken_duration, valid_approval_wait
+from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS, rules, spoken_duration, valid_approval_wait
+from autoclusters.deploy.monitoring import prometheus_rule
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX
 
 
@@ -50,11 +53,6 @@ def _approval_wait(text: str) -> int:
 
 def _alerts(args: argparse.Namespace) -> int:
     import yaml
-
-    from autoclusters.cli._cluster import names_from_args
-    from autoclusters.cli._output import print_json
-    from autoclusters.deploy.alerts import rules
-    from autoclusters.deploy.monitoring import prometheus_rule
 
     names = names_from_args(args)
     labels: dict[str, str] = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json, print_table
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from autoclusters.ops.approval import ApprovalResult, ApprovalStatus, approve_nodes, approve_pool
 
 

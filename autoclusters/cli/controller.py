@@ -72,7 +72,7 @@ _TYPES: dict[str, type] = {"float": float, "int": int, "str": str}
 
 
 def register(sub: Any) -> None:
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
 
     ctl = sub.add_parser("controller", help="the remediation controller")
     csub = ctl.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
@@ -94,9 +94,9 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autoclusters.cli.errors import CliError
+    from autoclusters.cli.exit_codes import CliError
     from autoclusters.controller import shards
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.controller.own_image import OwnImageError, own_image, own_pod
     from autoclusters.deploy import allow_lists

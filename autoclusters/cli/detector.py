@@ -14,11 +14,11 @@ from typing import Any
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, REPAIR_CODE_PATTERN, KernelLogSource
 from autoclusters.cli._cluster import add_cluster_flags, connect, names_from_args
 from autoclusters.cli._output import add_output_flag, print_json
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
 from autoclusters.deploy.detector_settings import exporter_url_error
-from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH, HOST_MOUNT, LIBRARY, LOADER
-from autoclusters.detector.config import AgentConfig
+from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH, HOST_MOUNT, LIBRARY, LOADER
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import CatalogError, load_catalog
 from autoclusters.kube import Kube, KubeError
@@ -149,7 +149,7 @@ def _inventory(args: argparse.Namespace) -> int:
 def _metrics(args: argparse.Namespace, text: Callable[[Any], str]) -> None:
     """Starts the metrics endpoint when asked; ``text`` gets ``metrics.render`` (imported only then)."""
     if args.metrics_port:
-        from autoclusters.detector.metrics import render, serve
+        from autoclusters.detector.detector_metrics import render, serve
 
         try:
             serve(args.metrics_port, lambda: text(render), args.metrics_address)

@@ -67,7 +67,7 @@ def _progress(msg: str) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from autoclusters.cli._cluster import names_from_args
-    from autoclusters.cli.errors import EXIT_FAILED, CliError
+    from autoclusters.cli.exit_codes import EXIT_FAILED, CliError
     from autoclusters.devcluster.cluster import LocalCluster
     from autoclusters.devcluster.handle import ClusterHandle
     from autoclusters.devcluster.heartbeats import Heartbeats
@@ -126,7 +126,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _kubeconfig(args: argparse.Namespace) -> int:
-    from autoclusters.cli.errors import CliError
+    from autoclusters.cli.exit_codes import CliError
     from autoclusters.devcluster.cluster import LocalCluster
 
     cluster = LocalCluster(args.name)

@@ -8,7 +8,7 @@ from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json, print_table
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.ops.durations import DurationError, human_duration, parse_since
 from autoclusters.ops.history import HistoryQuery, RecordsNotInstalled, list_repairs

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json
-from autoclusters.cli.errors import EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_USAGE, CliError
 from autoclusters.detector.kernel_log import format_sxid_line, format_xid_line
 from autoclusters.detector.pci import SIMULATED_GPU_BUS_IDS
 from autoclusters.faults.catalog import FaultClass, load_catalog

@@ -1,4 +1,4 @@
-"""Entry point of the ``autoclusters`` command; exit codes scripts can rely on: ``cli/errors.py``."""
+"""Entry point of the ``autoclusters`` command; exit codes scripts can rely on: ``cli/exit_codes.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import autoclusters.cli as cli_pkg
 from autoclusters import __version__
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, CliError
 from autoclusters.kube.errors import KubeError, Unavailable
 from autoclusters.names import NameError_
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
-        if mod.name in {"main", "errors"} or mod.name.startswith("_"):
+        if mod.name in {"main", "exit_codes"} or mod.name.startswith("_"):
             continue
         module = importlib.import_module(f"{cli_pkg.__name__}.{mod.name}")
         register = getattr(module, "register", None)

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.cli._output import add_output_flag, print_json, print_table
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from autoclusters.deploy import allow_lists
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, NameError_, Names
-from autoclusters.policy import InputError, PolicyConfig, check_documents, read_paths
-from autoclusters.policy.config import controller_identity
-from autoclusters.policy.opa import OpaError
+from autoclusters.rego import InputError, PolicyConfig, check_documents, read_paths
+from autoclusters.rego.opa import OpaError
+from autoclusters.rego.policy_data import controller_identity
 
 
 def register(subparsers: Any) -> None:

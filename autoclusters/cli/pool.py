@@ -9,7 +9,7 @@ from typing import Any
 from autoclusters.api import ConsentMode
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json
-from autoclusters.cli.errors import EXIT_FAILED, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, CliError
 from autoclusters.ops.consent import PoolNotFound, set_consent_mode
 
 

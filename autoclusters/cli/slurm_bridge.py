@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from autoclusters.cli.errors import CliError
+from autoclusters.cli.exit_codes import CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
 
 
@@ -60,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     bridge = SlurmBridge(kube, Slurm(SubprocessRunner(env), timeout=args.command_timeout), names=Names.from_env(),
                          poll_seconds=args.poll_seconds, **backoff)
     if args.metrics_port:
-        from autoclusters.slurm.metrics import serve
+        from autoclusters.slurm.bridge_metrics import serve
 
         try:
             serve(bridge, args.metrics_port, args.metrics_address)

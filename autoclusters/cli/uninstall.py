@@ -12,7 +12,7 @@ from typing import Any
 
 from autoclusters.cli._cluster import add_cluster_flags, connect
 from autoclusters.cli._output import add_output_flag, print_json
-from autoclusters.cli.errors import EXIT_FAILED, EXIT_OK, CliError
+from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_OK, CliError
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.ops.uninstall import StillRunning, uninstall
 

@@ -45,11 +45,11 @@ from autoclusters.controller.statemachine import (
     Unmark,
     Warn,
 )
-from autoclusters.deploy.pool_config import PreDrainHook
 from autoclusters.kube import Kube, KubeError, NotFound, TooManyRequests
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.json_patch import pointer
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PreDrainHook
 from autoclusters.providers.base import Provider, ProviderError
 from autoclusters.providers.registry import node_guards
 

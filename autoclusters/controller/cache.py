@@ -44,11 +44,11 @@ from autoclusters.controller.repair_slots import RepairSlots
 from autoclusters.controller.shard_ownership import ShardOwnership
 from autoclusters.controller.shards import Shard
 from autoclusters.deploy import DEFAULT_NAMESPACE
-from autoclusters.deploy import default_pool as defaults
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
 from autoclusters.kube.informer import WATCH_SECONDS, Informer
 from autoclusters.names import Names
+from autoclusters.pools import default_pool as defaults
 
 JSON = dict[str, Any]
 POOL_KEY = "pool:"

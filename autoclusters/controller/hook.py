@@ -35,8 +35,8 @@ from autoclusters import api, capture
 from autoclusters.clock import utc_iso
 from autoclusters.controller.statemachine import RepairState
 from autoclusters.deploy import allow_lists
-from autoclusters.deploy.pool_config import PreDrainHook
 from autoclusters.deploy.providers import NO_PROVIDER
+from autoclusters.pools.pool_config import PreDrainHook
 from autoclusters.redact import redact
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from autoclusters.clock import Clock, SystemClock
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, Fleet
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.controller.hook import HookRunner
-from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.notifier import LogNotifier, Notifier, WebhookNotifier
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import LayoutGuard, Shard, lease_name

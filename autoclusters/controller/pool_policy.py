@@ -1,8 +1,8 @@
 """A pool's policy as the controller reads it from a ``GpuNodePool`` object.
 
 The spec is parsed with the same strict parser the deployment uses
-(``deploy.pool_config.pool_from_config``), so a pool object means the same thing wherever it is
-read. Which nodes belong is the membership rule of ``deploy.membership``, shared with the
+(``pools.pool_config.pool_from_config``), so a pool object means the same thing wherever it is
+read. Which nodes belong is the membership rule of ``pools.membership``, shared with the
 operator tools.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 from autoclusters.api import BreakerState, CatalogAction, ClassAction, ConsentMode, RepairAction
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.deploy.membership import config_of, provider_error
-from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError
 from autoclusters.deploy.providers import ProviderSpec
 from autoclusters.faults.catalog import FaultRef
+from autoclusters.pools.membership import config_of, provider_error
+from autoclusters.pools.pool_config import PoolConfig, PoolConfigError
 
 
 @dataclass(frozen=True)

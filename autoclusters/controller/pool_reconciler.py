@@ -20,7 +20,7 @@ from autoclusters import api
 from autoclusters.clock import Clock, utc_iso
 from autoclusters.controller import breaker as brk
 from autoclusters.controller.cache import Fleet
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.statemachine import (
     HOLD_NO_PROVIDER,

@@ -1,6 +1,6 @@
 """The pools as the controller reads them: every GpuNodePool parsed (or why it is invalid), the
-cluster default policy (``deploy.default_pool``) and the pools it makes per label value, and
-the membership rule (``deploy.membership``) built from them all."""
+cluster default policy (``pools.default_pool``) and the pools it makes per label value, and
+the membership rule (``pools.membership``) built from them all."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import ConsentMode
 from autoclusters.controller.pool_policy import Pool, PoolConfigError, default_pool, parse_pool
-from autoclusters.deploy import default_pool as defaults
-from autoclusters.deploy.membership import Membership
 from autoclusters.names import Names
+from autoclusters.pools import default_pool as defaults
+from autoclusters.pools.membership import Membership
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class PoolStore:
         self.pools: dict[str, Pool] = {}
         self.invalid_pools: dict[str, str] = {}
         self._membership = Membership((), names)
-        # the cluster default policy (deploy.default_pool): its spec, why the ConfigMap was not
+        # the cluster default policy (pools.default_pool): its spec, why the ConfigMap was not
         # used ("" when it was, or when there is none), and the pools it made, by label value
         self.default_spec, self.default_error = defaults.spec_of(None)
         self._default_pools: dict[str, Pool | None] = {}
@@ -39,7 +39,7 @@ class PoolStore:
         return self._membership
 
     def pool_for(self, node: JSON) -> Pool | None:
-        """The node's pool by the membership rule (``deploy.membership``), among the valid pools."""
+        """The node's pool by the membership rule (``pools.membership``), among the valid pools."""
         with self._lock:
             membership = self._membership
         name = membership.pool_of(node)

@@ -39,7 +39,7 @@ from autoclusters.controller import messages as words
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import POOL_KEY, Fleet
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.controller.pool_policy import Pool
 from autoclusters.controller.pool_reconciler import PoolReconciler, breaker_reading
 from autoclusters.controller.record_index import PRE_START

@@ -5,7 +5,7 @@ circuit breaker, their consent mode and their status are each the pool's own), s
 whole pools and no shard needs to ask another anything. A pool belongs to shard
 ``stable_hash(pool name) % shards``; the hash is a prefix of the name's SHA-256, the same in
 every process and every Python (never the built-in ``hash``, which is randomized per process).
-A node belongs to the shard of the pool the membership rule puts it in (``deploy.membership``),
+A node belongs to the shard of the pool the membership rule puts it in (``pools.membership``),
 or, while it has a repair in progress, to the shard of that repair's pool; a node in no pool
 and without a repair in progress belongs to the shard its own name hashes to
 (``shard_of_node``), which removes the marks a repair may have left on it (its pool deleted,

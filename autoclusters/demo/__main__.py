@@ -10,7 +10,9 @@ import time
 from autoclusters.api import ConsentMode, Phase
 from autoclusters.cli._output import print_table
 from autoclusters.clock import parse_iso
+from autoclusters.demo import karpenter_replacement as kdemo
 from autoclusters.demo import story
+from autoclusters.demo.demo_stack import DemoStack
 from autoclusters.demo.runtime import Runtime
 from autoclusters.demo.story import Result, say
 from autoclusters.deploy.workloads import CONTROLLER, EVENT_SOURCE_ENV
@@ -81,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
                       event_source=args.event_source)
     results: list[Result] = []
     try:
-        from autoclusters.demo.stack import DemoStack
-
         banner(2, total, f"pulumi up: CRDs, RBAC, detector, controller, admission policy, and pool '{POOL}' "
                          "(2 x 8x A100, consent mode auto)")
         webhook_port = free_port()
@@ -120,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_scenario(handle, runtime, args, ConsentMode.PROPOSE, nodes[1], stack=stack))
 
         if args.karpenter:
-            from autoclusters.demo import karpenter as kdemo
-
             banner(7, total, f"Replacement through Karpenter: pool '{kdemo.POOL}' of Karpenter's nodes, "
                              "a DCGM row-remapping failure (a replace fault) on one of them")
             knodes = kdemo.setup(cluster, handle, lambda m: say(f"    {m}"))

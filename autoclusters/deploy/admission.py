@@ -20,10 +20,11 @@ import base64
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy import DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
+from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
 from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
 from autoclusters.deploy.allow_lists import STACK_SETTING as ALLOW_LISTS_SETTING
 from autoclusters.deploy.allow_lists import AllowLists
+from autoclusters.deploy.detector import detector_username
 from autoclusters.names import Names
 
 ADMISSION_V1 = "admissionregistration.k8s.io/v1"
@@ -48,8 +49,6 @@ _PART_OF = {"app.kubernetes.io/part-of": "autoclusters"}
 
 
 def default_controllers(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
-
     return [f"system:serviceaccount:{namespace}:{CONTROLLER_SERVICE_ACCOUNT}"]
 
 
@@ -60,8 +59,6 @@ NODE_GROUPS = ("system:nodes",)
 
 
 def default_node_agents(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    from autoclusters.deploy.detector import detector_username
-
     return [detector_username(namespace)]
 
 

@@ -104,7 +104,7 @@ def controller_lease_role(namespace: str = DEFAULT_NAMESPACE, name: str = "autoc
         "kind": "Role",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "autoclusters"}},
         "rules": _with_providers([_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "create", "update"]),
-                                  # the cluster default policy's ConfigMap (deploy.default_pool)
+                                  # the cluster default policy's ConfigMap (pools.default_pool)
                                   _rule([""], ["configmaps"], ["list", "watch"]),
                                   # its own pod, for its image (controller/own_image.py)
                                   _rule([""], ["pods"], ["get"])],

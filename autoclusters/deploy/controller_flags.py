@@ -1,6 +1,6 @@
 """The controller's flags an operator tunes, as the stack setting ``controller`` (issue 29 item 3):
 ``controller: {workers: 32, retentionDays: 30}`` becomes ``--workers 32 --retention-days 30``
-on the controller's container. Each key is a field of ``controller.config.ControllerConfig``
+on the controller's container. Each key is a field of ``controller.controller_config.ControllerConfig``
 (a unit test holds the names, types and defaults equal; this layer cannot import it), and each
 value is checked here with a message that names the key.
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase
-from autoclusters.deploy.pool_slurm import slurm_schema
 from autoclusters.deploy.providers import provider_schema
 from autoclusters.names import Names
+from autoclusters.pools.slurm_policy import slurm_schema
 from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 
 

@@ -31,7 +31,7 @@ class DetectorSettings:
     dcgm_host: str = ""
     dcgm_exporter_url: str = ""
     # how long a fault must last before its condition is raised (``--window``); None: the
-    # detector's own default (60 s, detector/config.py)
+    # detector's own default (60 s, detector/agent_config.py)
     window_seconds: float | None = None
 
     def __post_init__(self) -> None:

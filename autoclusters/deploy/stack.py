@@ -21,7 +21,6 @@ from autoclusters.deploy import (
     cluster_scoped_name,
     controller,
     crds,
-    default_pool,
     detector,
     reboot_job,
     workloads,
@@ -30,13 +29,15 @@ from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
-from autoclusters.deploy.nvml import NvmlReach
+from autoclusters.deploy.nvml_reach import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
-from autoclusters.deploy.pool_config import StackConfig, gpu_node_pool_object
 from autoclusters.deploy.pool_roles import pool_roles
 from autoclusters.deploy.providers import granted_providers, host_reboot_argv
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
+from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
+from autoclusters.pools.pool_config import gpu_node_pool_object
 
 CONTROLLER_REPLICAS = 2
 JOB_SHAPE_POLICY = "autoclusters-controller-jobs"
@@ -72,7 +73,7 @@ def detector_daemonset(names: Names, namespace: str, image: str, *, await_rollou
                        settings: DetectorSettings | None = None, nvml: NvmlReach | None = None) -> dict[str, Any]:
     """The detector DaemonSet; without ``await_rollout`` Pulumi does not wait for a pod on every
     GPU node (the shared local cluster, where nodes of other pools may be mid-repair); ``nvml``:
-    the stack's ``nvml`` setting (deploy/nvml.py)."""
+    the stack's ``nvml`` setting (deploy/nvml_reach.py)."""
     obj = workloads.detector_daemonset(names, namespace, image, (settings or DetectorSettings()).args(),
                                        condition_codes=condition_codes, kernel_log_source=kernel_log_source,
                                        nvml=nvml)

@@ -23,7 +23,7 @@ from autoclusters.deploy import (
 from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
 from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
 from autoclusters.deploy.allow_lists import AllowLists
-from autoclusters.deploy.nvml import HOST_MOUNT, NvmlReach, apply_to_pod
+from autoclusters.deploy.nvml_reach import HOST_MOUNT, NvmlReach, apply_to_pod
 from autoclusters.names import Names
 
 PART_OF = "autoclusters"

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.clock import Clock
-from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
+from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.detector.agent import NodeAgent, Scheduled
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.dcgm import DEFAULT_COMMAND, DcgmSource
 from autoclusters.detector.dcgm_exporter import DcgmExporterSource, ExporterConfig
 from autoclusters.detector.infiniband import InfinibandSource
@@ -55,7 +55,7 @@ class NodePaths:
     gpu_map: dict[str, int] = field(default_factory=dict)
     accept_user_kmsg: bool = False  # count lines written to /dev/kmsg from user space (fault drills)
     use_nvml: bool = True
-    # where libnvidia-ml.so.1 is searched (deploy/nvml.py), host directories seen under host_root
+    # where libnvidia-ml.so.1 is searched (deploy/nvml_reach.py), host directories seen under host_root
     nvml_search: tuple[str, ...] = DEFAULT_SEARCH
     host_root: str = DEFAULT_HOST_ROOT
 

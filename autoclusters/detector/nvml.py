@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from autoclusters.deploy.nvml import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
+from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.detector.nvml_inventory import read_inventory, summary
 from autoclusters.detector.nvml_library import Found, preload
 from autoclusters.detector.pci import GpuIndex

@@ -1,4 +1,4 @@
-"""Finding the driver's ``libnvidia-ml.so.1`` for ``pynvml`` (search order: ``deploy/nvml.py``).
+"""Finding the driver's ``libnvidia-ml.so.1`` for ``pynvml`` (search order: ``deploy/nvml_reach.py``).
 
 ``pynvml`` loads the library by its soname alone (``CDLL("libnvidia-ml.so.1")``), so it finds
 only what the dynamic loader's path holds. To use a library found elsewhere (the GPU
@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autoclusters.deploy.nvml import LIBRARY, LIBRARY_DIRS, LOADER
+from autoclusters.deploy.nvml_reach import LIBRARY, LIBRARY_DIRS, LOADER
 
 
 @dataclass(frozen=True)

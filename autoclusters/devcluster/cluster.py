@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.deploy.policy_bundle import policies_dir
+from autoclusters.devcluster import local_karpenter, realnodes
 from autoclusters.devcluster import processes as p
-from autoclusters.devcluster import realnodes
 from autoclusters.devcluster.heartbeats import Heartbeats
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.slurm import LocalSlurm, SlurmSettings
 from autoclusters.devcluster.tools import Tools
 from autoclusters.kube import NotFound, load_kube
 from autoclusters.kube.objects import node_ready
-from autoclusters.policy.opa import IGNORE
+from autoclusters.rego.opa import IGNORE
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
 Progress = Callable[[str], None]
@@ -179,15 +179,13 @@ class LocalCluster:
         return any(x.name == name and p.alive(x) for x in self.procs())
 
     def start_karpenter(self, progress: Progress = _noop) -> None:
-        """Karpenter with its kwok cloud provider (see devcluster/karpenter.py); idempotent."""
-        from autoclusters.devcluster import karpenter
-
-        if self.has_component(karpenter.COMPONENT):
+        """Karpenter with its kwok cloud provider (see devcluster/local_karpenter.py); idempotent."""
+        if self.has_component(local_karpenter.COMPONENT):
             progress("karpenter is already running")
             return
         if not self.is_running():
             raise p.StartError(f"cluster {self.name!r} is not running; start it first")
-        proc, ports = karpenter.start_karpenter(self.dir, self.kubeconfig, self.logs, progress)
+        proc, ports = local_karpenter.start_karpenter(self.dir, self.kubeconfig, self.logs, progress)
         self.add_component(proc, ports)
 
     def is_running(self) -> bool:

@@ -36,7 +36,10 @@ from typing import Any
 
 import yaml
 
+from autoclusters import __version__
 from autoclusters.certificates import SERVER_AUTH
+from autoclusters.deploy import IMAGE_REPOSITORY
+from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.devcluster import processes as p
 from autoclusters.devcluster.pki import Pki
 from autoclusters.devcluster.tools import ToolsMissing, cache_dir, repo_root, versions
@@ -309,8 +312,6 @@ def containerd_config(node: RealNode) -> str:
 def opa_image() -> tuple[str, str]:
     """The OPA image the stack's webhook pods name by default (``StackConfig.opa_image``), as the
     repository a containerd import is named under and its tag."""
-    from autoclusters.deploy.pool_config import StackConfig
-
     ref = StackConfig().opa_image
     repo, tag = ref.rsplit(":", 1)
     if "/" in repo and "." not in repo.split("/", 1)[0]:
@@ -349,8 +350,6 @@ def images(image_archive: Path | None, tools: NodeTools, opa: Path | None = None
     name by default where they are built: the runtime image (``deploy.DEFAULT_IMAGE``, from
     ``make image``; also as ``LOCAL_IMAGE_REPOSITORY``, a name no default names, for trying an
     image override) and OPA's (from the OPA binary of ``make tools``)."""
-    from autoclusters.deploy import IMAGE_REPOSITORY
-
     out = [(str(tools.pause_archive), PAUSE_BASE_NAME)]
     if image_archive is not None:
         out += [(str(image_archive), IMAGE_REPOSITORY), (str(image_archive), LOCAL_IMAGE_REPOSITORY)]
@@ -362,8 +361,6 @@ def images(image_archive: Path | None, tools: NodeTools, opa: Path | None = None
 
 def default_image_archive(root: Path | None = None) -> Path | None:
     """``build/image/autoclusters-<version>.oci.tar`` (``make image``), when it is there."""
-    from autoclusters import __version__
-
     path = (root or repo_root()) / "build" / "image" / f"autoclusters-{__version__}.oci.tar"
     return path if path.exists() else None
 

@@ -4,7 +4,7 @@ Everything above it talks to the API server through :class:`Kube` and sees only 
 named exceptions of :mod:`autoclusters.kube.errors`.
 """
 
-from autoclusters.kube.client import Kube, load_kube
+from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import (
     Conflict,
     Forbidden,
@@ -15,6 +15,7 @@ from autoclusters.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
+from autoclusters.kube.loader import load_kube
 
 __all__ = [
     "Conflict",

@@ -5,7 +5,7 @@ autoclusters.ops.dashboard > dashboards/autoclusters-grafana.json``); a unit tes
 the file is stale or when a panel queries a metric the controller does not export, so a
 renamed metric cannot silently blank a panel.
 
-Metrics (``autoclusters.controller.metrics.Metrics``): ``autoclusters_faults_total{fault_class}``,
+Metrics (``autoclusters.controller.controller_metrics.Metrics``): ``autoclusters_faults_total{fault_class}``,
 ``autoclusters_repairs_phase_total{phase}``, ``autoclusters_repairs_outcome_total{action,outcome}``,
 ``autoclusters_repair_phase_seconds{phase}`` (histogram), ``autoclusters_circuit_breaker_open{pool}``,
 ``autoclusters_workqueue_depth``, ``autoclusters_reconcile_errors_total``, ``autoclusters_controller_leader``,

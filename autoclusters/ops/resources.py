@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy import default_pool
-from autoclusters.deploy.membership import Membership
 from autoclusters.kube import Forbidden, Kube, NotFound
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
+from autoclusters.pools.membership import Membership
 
 JSON = dict[str, Any]
 
@@ -59,7 +59,7 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def get_default_policy(kube: Kube, namespace: str) -> JSON | None:
-    """The cluster default policy's ConfigMap (``deploy.default_pool``), or None."""
+    """The cluster default policy's ConfigMap (``pools.default_pool``), or None."""
     try:
         return kube.get(f"/api/v1/namespaces/{namespace}/configmaps/{default_pool.CONFIGMAP}")
     except (NotFound, Forbidden):
@@ -70,7 +70,7 @@ def pool_reader(pools: list[JSON] | None, names: Names, *, default: bool = False
                 ) -> tuple[Callable[[Mapping[str, Any]], str], dict[str, str]]:
     """How the operator tools place a node in a pool, and the pool objects the controller ignores.
 
-    With pool objects, the controller's own rule (``deploy.membership``): "" for a node in no
+    With pool objects, the controller's own rule (``pools.membership``): "" for a node in no
     pool; an invalid pool (error by name in the second value) selects nothing. Without the
     GpuNodePool CRD (``pools`` None) nothing is decided by a controller, so the pool label is
     shown as it is. ``default``: a cluster default policy is in force (a label naming no pool

@@ -17,7 +17,7 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import BreakerState, ConsentMode
 from autoclusters.clock import Clock, parse_iso, utc_iso
-from autoclusters.deploy import DEFAULT_NAMESPACE, default_pool
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
 from autoclusters.detector.conditions import parse_sources
 from autoclusters.detector.source_records import SourceState
@@ -32,6 +32,7 @@ from autoclusters.ops.repairs import (
     Repair,
     repair_from_object,
 )
+from autoclusters.pools import default_pool
 
 JSON = dict[str, Any]
 
@@ -62,7 +63,7 @@ class PoolSummary:
 
 @dataclass(frozen=True)
 class DefaultPolicy:
-    """The cluster default policy in force (``deploy.default_pool``), as ``autoclusters status`` shows it."""
+    """The cluster default policy in force (``pools.default_pool``), as ``autoclusters status`` shows it."""
 
     consent_mode: str
     providers: str  # "reset=hostReboot replace=clusterapi", "none"

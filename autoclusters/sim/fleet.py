@@ -24,7 +24,7 @@ from typing import Any
 
 from autoclusters.clock import Clock
 from autoclusters.detector.agent import NodeAgent, Scheduled, Source
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.dcgm import DcgmSource
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters.api import DriverRecoveryAction
-from autoclusters.detector.dcgm import health_output
+from autoclusters.detector.dcgm import health_output, parse_health
 from autoclusters.detector.infiniband import ACTIVE_STATE, ERROR_COUNTERS, LINK_UP
 from autoclusters.detector.kernel_log import format_sxid_line, format_xid_line, kmsg_record
 from autoclusters.detector.pci import SIMULATED_GPU_BUS_IDS
@@ -177,8 +177,6 @@ class SimulatedHardware:
         raise ValueError(f"unknown fault kind {kind!r}")
 
     def _dcgm_incidents(self) -> list[tuple[int, str, str]]:
-        from autoclusters.detector.dcgm import parse_health
-
         try:
             found = parse_health(self.dcgm_json.read_text())
         except (FileNotFoundError, ValueError):

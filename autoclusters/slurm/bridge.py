@@ -36,13 +36,13 @@ from typing import Any
 from autoclusters import api
 from autoclusters.clock import Clock, SystemClock, parse_iso
 from autoclusters.controller.remediation_record import is_active
-from autoclusters.deploy.membership import Membership
-from autoclusters.deploy.pool_config import PoolConfig
-from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.kube.informer import Informer
 from autoclusters.names import SLURM_ACKNOWLEDGER, Names
+from autoclusters.pools.membership import Membership
+from autoclusters.pools.pool_config import PoolConfig
+from autoclusters.pools.slurm_policy import SignalTarget
 from autoclusters.repeats import RepeatedErrors
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import Slurm, SlurmError, SlurmJob
@@ -58,7 +58,7 @@ UNBACKED_GRACE = timedelta(seconds=30)  # a drain warning no record backs is rep
 
 @dataclass
 class BridgeStats:
-    """What the bridge did, for its log, its tests and its metrics (``slurm/metrics.py``)."""
+    """What the bridge did, for its log, its tests and its metrics (``slurm/bridge_metrics.py``)."""
 
     polls: int = 0
     actions: int = 0
@@ -220,7 +220,7 @@ class SlurmBridge:
             return None
         return d.Repair(record=name, reason=ann.get(self.names.drain_reason, "") or "repair", deadline=deadline)
 
-    def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.Observation:
+    def observe(self, node: Mapping[str, Any], slurm_name: str, slurm_node: Any) -> d.SlurmObservation:
         meta = node.get("metadata") or {}
         ann = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
@@ -232,7 +232,7 @@ class SlurmBridge:
             jobs = tuple(self.slurm.jobs_on(slurm_name))
             if mem.record == repair.record and mem.signalled:
                 signalled = self.slurm.jobs(mem.signalled)
-        return d.Observation(
+        return d.SlurmObservation(
             node=meta["name"], slurm_name=slurm_name, now=self.clock.now(), repair=repair,
             maintenance_required=labels.get(self.names.maintenance_required) == "true",
             ack=ann.get(self.names.drain_ack(ACKNOWLEDGER), ""),

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoclusters.deploy.pool_slurm import SignalTarget
+from autoclusters.pools.slurm_policy import SignalTarget
 
 _BUSY_BASES = frozenset({"allocated", "mixed", "completing"})
 _NODE_FIELDS = "NodeList:|,StateComplete:|,User:|,Timestamp:|,Reason:"

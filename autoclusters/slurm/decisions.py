@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from autoclusters.clock import parse_iso, utc_iso
-from autoclusters.deploy.pool_slurm import SlurmPolicy
 from autoclusters.names import DRAIN_REASON_PREFIX
+from autoclusters.pools.slurm_policy import SlurmPolicy
 from autoclusters.slurm.commands import SlurmJob, SlurmNode
 
 # Event reasons on the Kubernetes node (one place, so docs and tests use the same words).
@@ -64,7 +64,7 @@ class Repair:
 
 
 @dataclass(frozen=True)
-class Observation:
+class SlurmObservation:
     node: str  # the Kubernetes node
     slurm_name: str
     now: datetime
@@ -170,14 +170,14 @@ class Forget:
 SlurmEffect = SlurmDrain | Signal | Requeue | Ack | Resume | Report | KubeCordon | Note | Forget
 
 
-def decide(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
+def decide(obs: SlurmObservation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     if obs.repair is not None:
         return _during_repair(obs, obs.repair, mem, policy)
     out: list[SlurmEffect] = [Forget()] if mem.record else []
     return out + _outside_repair(obs, mem, policy)
 
 
-def _during_repair(obs: Observation, repair: Repair, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
+def _during_repair(obs: SlurmObservation, repair: Repair, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     # The bridge starts a new Memory for each record, so what it holds is this repair's.
     reported, signalled, requeued = mem.reported, mem.signalled, mem.requeued
     acked = obs.ack == repair.record
@@ -242,7 +242,7 @@ def external_note(node: SlurmNode) -> str:
     return f"{node.reason}{who}{when}" if who or when else node.reason
 
 
-def _outside_repair(obs: Observation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
+def _outside_repair(obs: SlurmObservation, mem: Memory, policy: SlurmPolicy) -> list[SlurmEffect]:
     node = obs.slurm
     out: list[SlurmEffect | None] = []
     external = node is not None and node.drain and not ours(node)

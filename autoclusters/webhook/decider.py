@@ -50,7 +50,7 @@ class OpaDecider:
         """Writes ``data.autoclusters.config`` so the policies know this installation's names."""
         await self.client.update_or_create_data(config, "autoclusters/config")
 
-    async def decide(self, request: dict[str, Any]) -> review.Decision:
+    async def decide(self, request: dict[str, Any]) -> review.AdmissionDecision:
         uid = request["uid"]
         try:
             reply = await self.client.query_rule(review.opa_input(request), PACKAGE, RULE)

@@ -28,7 +28,7 @@ OUTCOMES = ("allowed", "denied", "undefined", "error")
 
 
 @dataclass(frozen=True)
-class Decision:
+class AdmissionDecision:
     allowed: bool
     violations: tuple[Violation, ...] = ()
     reason: str = ""
@@ -78,39 +78,40 @@ def opa_input(request: dict[str, Any]) -> dict[str, Any]:
     return {"request": trimmed}
 
 
-def from_opa(uid: str, reply: dict[str, Any]) -> Decision:
+def from_opa(uid: str, reply: dict[str, Any]) -> AdmissionDecision:
     """Reads OPA's Data API reply for ``data.autoclusters.admission.decision``."""
     decision_id = reply.get("decision_id")
     if "result" not in reply:
-        return Decision(False, reason="policy decision undefined: the autoclusters admission policy is not loaded "
-                                      "or does not apply to this request (denied)",
-                        decision_id=decision_id, outcome="undefined")
+        return AdmissionDecision(False, reason="policy decision undefined: the autoclusters admission policy is not "
+                                 "loaded or does not apply to this request (denied)",
+                                 decision_id=decision_id, outcome="undefined")
     result = reply["result"]
     if not isinstance(result, dict) or result.get("uid") != uid or not isinstance(result.get("allowed"), bool):
-        return Decision(False, reason="malformed policy decision (denied)", decision_id=decision_id,
-                        outcome="undefined")
+        return AdmissionDecision(False, reason="malformed policy decision (denied)", decision_id=decision_id,
+                                 outcome="undefined")
     violations = tuple(Violation(str(v.get("rule", "unknown")), str(v.get("msg", "")))
                        for v in result.get("violations") or [] if isinstance(v, dict))
     if result["allowed"] and not violations:
-        return Decision(True, decision_id=decision_id)
+        return AdmissionDecision(True, decision_id=decision_id)
     if not violations:
-        return Decision(False, reason="denied by policy", decision_id=decision_id, outcome="denied")
-    return Decision(False, violations, decision_id=decision_id, outcome="denied")
+        return AdmissionDecision(False, reason="denied by policy", decision_id=decision_id, outcome="denied")
+    return AdmissionDecision(False, violations, decision_id=decision_id, outcome="denied")
 
 
-def unavailable(error: str) -> Decision:
-    return Decision(False, reason=f"the policy engine could not decide ({error}); denied until it is back",
-                    outcome="error")
+def unavailable(error: str) -> AdmissionDecision:
+    return AdmissionDecision(False, reason=f"the policy engine could not decide ({error}); denied until it is back",
+                             outcome="error")
 
 
-def timed_out(seconds: float) -> Decision:
+def timed_out(seconds: float) -> AdmissionDecision:
     """OPA took the query and gave no answer within the webhook's own time-out (a hung or
     overloaded policy engine): an error, denied, said in words a person at kubectl reads."""
-    return Decision(False, reason=f"the policy engine did not answer in time (no decision within {seconds:g}s); "
-                                  "denied until it answers", outcome="error", extra={"timed_out": True})
+    return AdmissionDecision(
+        False, reason=f"the policy engine did not answer in time (no decision within {seconds:g}s); "
+                      "denied until it answers", outcome="error", extra={"timed_out": True})
 
 
-def response(uid: str, decision: Decision) -> dict[str, Any]:
+def response(uid: str, decision: AdmissionDecision) -> dict[str, Any]:
     """The AdmissionReview the API server expects back."""
     resp: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from autoclusters.webhook import review
 from autoclusters.webhook.decider import OpaDecider
-from autoclusters.webhook.metrics import BAD_REQUEST, WebhookMetrics
+from autoclusters.webhook.webhook_metrics import BAD_REQUEST, WebhookMetrics
 
 log = logging.getLogger(__name__)
 

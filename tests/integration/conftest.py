@@ -57,7 +57,7 @@ def karpenter(cluster: ClusterHandle) -> ClusterHandle:
     """Karpenter with its kwok cloud provider on the cluster: started on the local cluster the
     first time a test asks; on a cluster a kubeconfig names, Karpenter must already run there
     (its NodeClaim API served and a KWOKNodeClass named ``default``)."""
-    from autoclusters.devcluster import karpenter as kp
+    from autoclusters.devcluster import local_karpenter as kp
     from autoclusters.devcluster.tools import ToolsMissing
     from autoclusters.kube import KubeError
     from tests.conftest import tool_missing

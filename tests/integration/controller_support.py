@@ -28,15 +28,15 @@ from typing import Any
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
-from autoclusters.controller.config import ControllerConfig
-from autoclusters.deploy import default_pool
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.controller import controller_rbac
-from autoclusters.deploy.pool_config import StackConfig
+from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
 from autoclusters.sim import nodes as simnodes
 from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE
 from tests.integration.helpers import controller_decided, wait_for

@@ -146,7 +146,7 @@ def create_record(kube: Kube, names: Names, state: Any) -> dict[str, Any]:
 
 
 def create_pool(kube: Kube, names: Names, pool: str, mode: str, status: dict[str, Any] | None = None) -> None:
-    from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
+    from autoclusters.pools.pool_config import gpu_node_pool_object, pool_from_config
 
     obj = gpu_node_pool_object(pool_from_config({"name": pool, "consentMode": mode,
                                                  "provider": {"type": "simulated"}}), names)

@@ -22,12 +22,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoclusters import api
-from autoclusters.deploy import default_pool as defaults
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.informer import LIST_REASONS
 from autoclusters.kube.informer_metrics import LISTS
 from autoclusters.names import EVENT_APPROVED, EVENT_AWAITING_APPROVAL, EVENT_FAILED, EVENT_STARTED, EVENT_SUCCEEDED
+from autoclusters.pools import default_pool as defaults
 from tests.integration.controller_support import ControllerProcess, Env
 from tests.integration.helpers import wait_for
 from tests.integration.test_controller_ha import assert_one_clean_reset, phase

@@ -20,8 +20,8 @@ from autoclusters.devcluster.cluster import opa_load_args
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.devcluster.processes import free_port
 from autoclusters.kube import Kube, NotFound, Throttled
-from autoclusters.policy import opa
-from autoclusters.policy.config import controller_identity
+from autoclusters.rego import opa
+from autoclusters.rego.policy_data import controller_identity
 from tests.integration.controller_support import Env
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"

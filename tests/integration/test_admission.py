@@ -376,7 +376,7 @@ def test_every_user_label_transition_matches_the_rego(admission: Admission, laye
     by a user, judged by the API server (this layer) and by the Rego; they must agree, so the
     CEL floor can never allow what the policy denies, nor the webhook's matchConditions skip it."""
     from autoclusters.kube import KubeError, load_kube
-    from autoclusters.policy import opa
+    from autoclusters.rego import opa
 
     req, appr = admission.names.maintenance_required, admission.names.maintenance_approved
     user_kube = load_kube(admission.user)

@@ -123,8 +123,8 @@ def test_status_places_nodes_by_the_membership_rule_and_the_crd_refuses_an_empty
         cluster: ClusterHandle, names: Names, unique: str) -> None:
     """The reproduced disagreement: a node labelled with pool ``a`` that another pool's selector
     also matches is in ``a`` (docs/operations.md, "Which pool a node belongs to")."""
-    from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
     from autoclusters.kube import Invalid
+    from autoclusters.pools.pool_config import gpu_node_pool_object, pool_from_config
 
     pools_path = Kube.custom_path(names.api_group, api.VERSION, "gpunodepools")
     a, sel, stray = f"mem-{unique}", f"mem-{unique}-sel", f"mem-{unique}-none"

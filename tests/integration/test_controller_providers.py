@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from autoclusters import names as n
-from autoclusters.deploy import default_pool
-from autoclusters.deploy.pool_config import StackConfig
+from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.kube import NotFound
+from autoclusters.pools import default_pool
 from autoclusters.providers.hostreboot import COMPONENT
 from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE, boot_id_after
 from autoclusters.sim.nodes import gpu_node_manifest

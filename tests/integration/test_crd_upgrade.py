@@ -35,12 +35,12 @@ import pytest
 
 from autoclusters import api
 from autoclusters.controller.storage_migration import CRDS_PATH, MIGRATED
-from autoclusters.deploy import default_pool
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
 from tests.integration.controller_support import BootWatcher, ControllerProcess, Env
 from tests.integration.helpers import wait_for
 

@@ -16,7 +16,7 @@ import pytest
 
 from autoclusters.cli.main import main as cli
 from autoclusters.clock import SystemClock
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import FaultClass, load_catalog

@@ -11,7 +11,7 @@ import pytest
 
 from autoclusters.api import KernelLogSource
 from autoclusters.clock import SystemClock
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.journal import current_boot_id
 from autoclusters.detector.node import NodePaths, build_agent
 from autoclusters.devcluster.handle import ClusterHandle

@@ -11,7 +11,7 @@ import pytest
 
 from autoclusters.clock import SystemClock
 from autoclusters.deploy.detector import detector_rbac
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.node import NodePaths, build_agent
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.faults.catalog import load_catalog

@@ -37,7 +37,7 @@ from autoclusters.deploy import (
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.crds import crds
 from autoclusters.deploy.detector import detector_rbac
-from autoclusters.deploy.nvml import DEFAULT_SEARCH, HOST_ROOT_VOLUME, LOADER
+from autoclusters.deploy.nvml_reach import DEFAULT_SEARCH, HOST_ROOT_VOLUME, LOADER
 from autoclusters.detector.kernel_log import format_xid_line
 from autoclusters.detector.nvml import driver_lists_gpus
 from autoclusters.detector.nvml_library import candidates
@@ -364,7 +364,7 @@ def test_detector_from_the_image_reads_dev_kmsg_and_writes_its_node_condition(
 def _opa(sidecar: dict[str, Any], policies: Path, port: int, diag: int) -> subprocess.Popen[bytes]:
     """The webhook pod's OPA sidecar, with the sidecar's own arguments (ports remapped):
     the ``openpolicyagent/opa`` image is that binary."""
-    from autoclusters.policy.opa import OpaError, opa_binary
+    from autoclusters.rego.opa import OpaError, opa_binary
     from tests.conftest import tool_missing
 
     try:

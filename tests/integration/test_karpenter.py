@@ -26,7 +26,7 @@ from autoclusters.controller.notifier import LogNotifier
 from autoclusters.demo.story import training_workload
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.devcluster.karpenter import nodepool_manifest
+from autoclusters.devcluster.local_karpenter import nodepool_manifest
 from autoclusters.kube import NotFound
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.objects import node_ready

@@ -23,8 +23,8 @@ from autoclusters.certificates import make_ca
 from autoclusters.deploy.admission import webhook_configuration, webhook_names
 from autoclusters.deploy.alerts import alerts, rules
 from autoclusters.deploy.monitoring import API_VERSION, Monitoring, monitoring_objects
-from autoclusters.deploy.pool_config import stack_config_from_dict
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Invalid, Kube, KubeError, NotFound
 from autoclusters.names import Names

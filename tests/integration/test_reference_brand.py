@@ -23,8 +23,8 @@ import pytest
 
 from autoclusters import names as n
 from autoclusters.deploy.crds import crds
-from autoclusters.deploy.pool_config import gpu_node_pool_object, pool_from_config
 from autoclusters.devcluster.handle import ClusterHandle
+from autoclusters.pools.pool_config import gpu_node_pool_object, pool_from_config
 from tests.integration.helpers import kubectl, wait_for
 from tests.integration.ops_support import (
     clear_fault,

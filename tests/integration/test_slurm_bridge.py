@@ -21,12 +21,12 @@ import pytest
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.deploy import SLURM_BRIDGE_SERVICE_ACCOUNT
-from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
-from autoclusters.deploy.pool_slurm import SignalTarget, SlurmPolicy
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Kube, load_kube
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfig, gpu_node_pool_object
+from autoclusters.pools.slurm_policy import SignalTarget, SlurmPolicy
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.bridge import ACKNOWLEDGER, SlurmBridge
 from tests.integration.helpers import wait_for

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autoclusters.deploy.pool_slurm import SignalTarget
 from autoclusters.devcluster.processes import free_port
+from autoclusters.pools.slurm_policy import SignalTarget
 from tests.integration.helpers import wait_for
 from tests.integration.slurm_support import TRAINING, SlurmHarness, events, slurm_harness, torchrun
 

@@ -11,7 +11,7 @@ import pytest
 
 from autoclusters.clock import SystemClock
 from autoclusters.detector import node as node_module
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.node import NodePaths, build_agent
 from autoclusters.detector.nvml import NO_BINDINGS
 from autoclusters.detector.source_records import SourceState, SourceStatus

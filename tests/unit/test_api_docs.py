@@ -14,8 +14,8 @@ from typing import Any
 
 from autoclusters import api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass, Phase, RepairAction
-from autoclusters.controller.config import ControllerConfig
-from autoclusters.detector.config import AgentConfig
+from autoclusters.controller.controller_config import ControllerConfig
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.window import FaultTracker
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -184,7 +184,7 @@ def test_the_prose_states_the_same_defaults() -> None:
 
 def test_the_deploy_page_lists_every_stack_setting() -> None:
     """The settings table of docs/deploy.md has a row for each key ``stack_config_from_dict`` reads."""
-    from autoclusters.deploy.pool_config import STACK_SETTINGS
+    from autoclusters.deploy.stack_config import STACK_SETTINGS
 
     text = (DOCS / "deploy.md").read_text()
     table = text.split("All settings (", 1)[1].split("\n\n", 2)[1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autoclusters.clock import FakeClock
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.names import Names
 from tests.unit.example_module import load_example
 from tests.unit.fakeapi import FakeApi

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from autoclusters.cli import main as cli
-from autoclusters.cli.errors import EXIT_FAILED
+from autoclusters.cli.exit_codes import EXIT_FAILED
 
 
 def test_every_command_module_registers() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters.demo import karpenter as kdemo
+from autoclusters.demo import karpenter_replacement as kdemo
 
 
 class _Kube:

@@ -10,12 +10,13 @@ import pytest
 
 from autoclusters.clock import FakeClock
 from autoclusters.controller.actuator import Actuator
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.controller.manager import Controller
-from autoclusters.controller.statemachine import DriveProvider, Operation
+from autoclusters.controller.statemachine import DriveProvider
 from autoclusters.kube import Kube
 from autoclusters.kube.fence import Fenced, LeaseFence
 from autoclusters.kube.leader import LeaderElector
+from autoclusters.providers.types import Operation
 from tests.unit.controller.harness import NAMES
 from tests.unit.fakeapi import FakeApi
 
@@ -142,7 +143,7 @@ def test_the_actuator_asks_the_fence_before_a_provider_action() -> None:
     fence = LeaseFence(clock)
     act = Actuator(api.kube().fenced(fence), NAMES, None, None, clock)  # type: ignore[arg-type]  # no event here
     provider = _Recording()
-    op = Operation(id="op-1", action=_state().action or "reset", started=clock.now())  # type: ignore[arg-type]
+    op = Operation(id="op-1", action=_state().action or "reset", started=clock.now())
     with pytest.raises(Fenced):
         act.run((DriveProvider(op),), "n1", None, _state(), provider)  # type: ignore[arg-type]
     assert provider.driven == []

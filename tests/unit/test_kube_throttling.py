@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.kube import Kube, Throttled, TooManyRequests
 from autoclusters.kube.errors import from_status, retry_after_seconds
 from autoclusters.kube.light import load_light_kube
@@ -134,7 +134,7 @@ def test_the_controllers_lease_requests_never_wait_out_a_retry_after() -> None:
     """A renewal held past the renew deadline would leave the replica acting on a lease running
     out: the elector's requests fail at once; the reconciles' wait as the client does."""
     from autoclusters.clock import FakeClock
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.names import Names
     from tests.unit.fakeapi import FakeApi

@@ -45,7 +45,7 @@ def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_operations_doc_names_the_event_source_that_matches_the_reference() -> None:
     from pathlib import Path
 
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.names import REFERENCE_EVENT_SOURCE
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()

@@ -73,7 +73,7 @@ def test_the_webhook_has_no_rules_and_its_deployed_mode_makes_no_call(monkeypatc
     from autoclusters import certificates
     from autoclusters.cli.main import main
     from autoclusters.deploy import workloads
-    from autoclusters.kube import client
+    from autoclusters.kube import loader
 
     objs = stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE)
     assert grants(objs, _subject(WEBHOOK_SERVICE_ACCOUNT)) == set()
@@ -89,7 +89,7 @@ def test_the_webhook_has_no_rules_and_its_deployed_mode_makes_no_call(monkeypatc
     def no_client(*_: Any, **__: Any) -> Any:
         raise AssertionError("the webhook's deployed mode loaded a Kubernetes client")
 
-    monkeypatch.setattr(client, "load_kube", no_client)
+    monkeypatch.setattr(loader, "load_kube", no_client)
     monkeypatch.setattr("autoclusters.kube.load_kube", no_client)
     served: list[Any] = []
     monkeypatch.setattr(web, "run_app", lambda app, **kw: served.append((app, kw)))
@@ -107,7 +107,7 @@ def test_the_detectors_rules_are_its_calls_on_a_node(tmp_path: Path) -> None:
     from autoclusters.api import KernelLogSource
     from autoclusters.deploy import DETECTOR_SERVICE_ACCOUNT
     from autoclusters.deploy.detector import detector_rbac
-    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.agent_config import AgentConfig
     from autoclusters.detector.node import NodePaths, build_agent
     from autoclusters.detector.writer import WriterConfig
     from autoclusters.faults.catalog import load_catalog

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.kube.request_counter import RequestCounter, request_kind
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoclusters.clock import FakeClock
-from autoclusters.detector.config import AgentConfig
-from autoclusters.detector.metrics import render
+from autoclusters.detector.agent_config import AgentConfig
+from autoclusters.detector.detector_metrics import render
 from autoclusters.detector.writer import WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names

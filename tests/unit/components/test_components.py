@@ -5,8 +5,9 @@ from typing import Any
 
 import pytest
 
-from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config, stack_config_from_dict
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
 from components import (
     AdmissionPolicy,
     AdmissionPolicyArgs,

@@ -73,7 +73,7 @@ def test_defaults_when_the_stack_sets_nothing():
     ({"autoclusters:pools": '[{"name": "a", "consentMode": "sometimes"}]'}, "consentMode must be one of"),
 ])
 def test_a_bad_setting_fails_naming_the_key(values, message):
-    from autoclusters.deploy.pool_config import PoolConfigError
+    from autoclusters.pools.pool_config import PoolConfigError
 
     with pytest.raises(PoolConfigError, match="invalid stack configuration") as e:
         _with_config(values)

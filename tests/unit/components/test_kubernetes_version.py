@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from autoclusters.deploy.kubernetes_version import MINIMUM, MINIMUM_TEXT, parse, too_old
-from autoclusters.deploy.pool_config import PoolConfigError
+from autoclusters.pools.pool_config import PoolConfigError
 from components._recording import record
 
 

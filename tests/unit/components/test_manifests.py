@@ -41,7 +41,7 @@ REFERENCE_BRAND = {"domain": "crusoe.ai", "conditionPrefix": "Crusoe", "eventSou
 @pytest.mark.parametrize("brand", [{}, REFERENCE_BRAND], ids=["default", "reference"])
 def test_rendered_manifests_pass_the_gitops_policy_check(brand, tmp_path, capsys, monkeypatch):
     from autoclusters.cli.main import main
-    from autoclusters.policy import opa
+    from autoclusters.rego import opa
 
     try:
         opa.opa_binary()

@@ -1,6 +1,6 @@
 """The stack registers the node cleanup with what its delete needs (the namespace, the names, the kubeconfig)."""
 
-from autoclusters.deploy.pool_config import stack_config_from_dict
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from components._recording import DYNAMIC, RecordingMocks, record
 from components.autoclusters import AutoClusters, AutoClustersArgs
 from components.node_cleanup import DEFAULT_WAIT_SECONDS

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from autoclusters.deploy.pool_config import stack_config_from_dict
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from components import AutoClusters, AutoClustersArgs
 from components._recording import RecordingMocks, record
 from components.render import EXAMPLE_POOLS, manifest
@@ -57,7 +57,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 def test_every_stack_setting_is_away_from_its_default_in_some_config() -> None:
     import dataclasses
 
-    from autoclusters.deploy.pool_config import StackConfig
+    from autoclusters.deploy.stack_config import StackConfig
 
     default = StackConfig()
     configs = [stack_config_from_dict(c) for c in CONFIGS.values()]
@@ -129,7 +129,7 @@ def test_the_prometheus_operators_objects_come_only_when_asked(settings, kinds):
 ], ids=["not-a-bool", "unknown-key", "not-a-mapping", "a-value-not-a-string", "labels-not-a-mapping",
         "wait-not-a-number", "wait-zero", "wait-a-bool"])
 def test_a_bad_monitoring_setting_is_a_configuration_error(monitoring, error):
-    from autoclusters.deploy.pool_config import PoolConfigError
+    from autoclusters.pools.pool_config import PoolConfigError
 
     with pytest.raises(PoolConfigError, match=error):
         stack_config_from_dict({"monitoring": monitoring})
@@ -185,7 +185,7 @@ def test_the_detectors_window_is_a_setting_its_own_parser_takes():
     ({"dcgm_host": "x"}, r"detector: unknown key\(s\) dcgm_host"),
 ], ids=["negative-window", "window-with-a-unit", "url-without-scheme", "host-with-a-space", "unknown-key"])
 def test_a_bad_detector_setting_is_a_configuration_error(detector, error):
-    from autoclusters.deploy.pool_config import PoolConfigError
+    from autoclusters.pools.pool_config import PoolConfigError
 
     with pytest.raises(PoolConfigError, match=error):
         stack_config_from_dict({"detector": detector})

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.deploy import workloads
-from autoclusters.deploy.nvml import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
+from autoclusters.deploy.nvml_reach import HOST_MOUNT, HOST_ROOT_VOLUME, NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir
 from autoclusters.names import Names
 
@@ -27,7 +27,7 @@ def test_detector_runs_on_gpu_nodes_through_repairs_with_its_host_mounts_and_lim
     keys = {t["matchExpressions"][0]["key"] for t in terms}
     assert keys == {"nvidia.com/gpu.product", NAMES.pool_label}
     mounts = {v["hostPath"]["path"] for v in pod["volumes"]}
-    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml.py)
+    assert mounts == {"/dev/kmsg", "/"}  # the host's root for the driver's NVML (deploy/nvml_reach.py)
     host = next(v for v in pod["volumes"] if v["name"] == HOST_ROOT_VOLUME)
     assert host["hostPath"]["type"] == "Directory"  # never created on the host, always there
     assert all(v["hostPath"]["type"] for v in pod["volumes"])  # type "" would create a missing path
@@ -186,8 +186,8 @@ def test_every_pod_command_is_one_the_cli_accepts(build):
 def test_the_stack_event_source_reaches_the_controller_flag(source, monkeypatch):
     """Stack config ``eventSource`` -> the Deployment's env -> ``controller run``'s setting."""
     from autoclusters.cli.main import build_parser
-    from autoclusters.controller.config import ControllerConfig
-    from autoclusters.deploy.pool_config import stack_config_from_dict
+    from autoclusters.controller.controller_config import ControllerConfig
+    from autoclusters.deploy.stack_config import stack_config_from_dict
 
     cfg = stack_config_from_dict({} if source is None else {"eventSource": source})
     dep = workloads.controller_deployment(NAMES, "ns1", "img:1", event_source=cfg.event_source)
@@ -217,7 +217,7 @@ def test_an_invalid_event_source_is_a_clear_usage_error(capsys):
 
 def test_a_sharded_controller_is_one_deployment_and_pdb_per_shard():
     from autoclusters.deploy import stack
-    from autoclusters.deploy.pool_config import stack_config_from_dict
+    from autoclusters.deploy.stack_config import stack_config_from_dict
 
     objs = stack.controller_objects(NAMES, "ns1", "img:1", shards=3)
     deps = [o for o in objs if o["kind"] == "Deployment"]
@@ -256,7 +256,8 @@ def test_a_sharded_controller_is_one_deployment_and_pdb_per_shard():
 
 @pytest.mark.parametrize("value", [0, -1, "two", True, 1.5])
 def test_controller_shards_must_be_a_positive_integer(value):
-    from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
+    from autoclusters.deploy.stack_config import stack_config_from_dict
+    from autoclusters.pools.pool_config import PoolConfigError
 
     with pytest.raises(PoolConfigError, match="controllerShards must be an integer"):
         stack_config_from_dict({"controllerShards": value})
@@ -271,8 +272,8 @@ def test_the_journal_detector_mounts_the_hosts_journal_where_its_source_reads_it
     without it, its own mounts, under a root of their own (never nested in another host mount)."""
     from autoclusters.api import KernelLogSource
     from autoclusters.cli.main import build_parser
-    from autoclusters.deploy.pool_config import stack_config_from_dict
     from autoclusters.deploy.stack import stack_objects
+    from autoclusters.deploy.stack_config import stack_config_from_dict
     from autoclusters.detector.journal import JOURNAL_DIRS, JournalSource
     from autoclusters.detector.kernel_log import KernelLogInterpreter
     from autoclusters.detector.node import NodePaths, kernel_log_source

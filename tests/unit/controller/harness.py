@@ -19,8 +19,8 @@ from autoclusters import api
 from autoclusters.clock import FakeClock, parse_iso, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.controller.hook import HookRunner
-from autoclusters.controller.metrics import Metrics
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import Shard
 from autoclusters.controller.statemachine import RepairPolicy

@@ -21,7 +21,6 @@ import pytest
 from autoclusters import names as n
 from autoclusters.deploy import crds
 from autoclusters.deploy.controller import controller_rbac
-from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 from autoclusters.deploy.providers import (
     ProviderKind,
     ProviderSettingsError,
@@ -32,6 +31,7 @@ from autoclusters.deploy.providers import (
     unregister_provider,
 )
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
 from autoclusters.providers.actions import ACTIONS, ActionKind, Deadline, Proof
 from autoclusters.providers.base import BuildContext, NodeLookup, Provider
 from autoclusters.providers.declaration import CredentialSource, NodeGuard

@@ -13,7 +13,7 @@ import pytest
 from autoclusters.controller.hook import HookRunner
 from autoclusters.controller.statemachine import HOLD_NOT_ALLOW_LISTED
 from autoclusters.deploy.allow_lists import AllowLists
-from autoclusters.deploy.pool_config import PreDrainHook
+from autoclusters.pools.pool_config import PreDrainHook
 from tests.unit.controller.harness import Harness
 
 

@@ -127,7 +127,7 @@ def test_a_node_the_cache_cannot_take_in_is_counted_by_the_controller_and_the_ot
     metric is each informer's own count (``Informer.handler_errors``, read by the collector every
     process with informers uses): every informer of the cache is exported, at 0 before its first
     error, so an alert on its increase sees the first one."""
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.sim import nodes as sim
     from tests.unit.fakeapi import FakeApi
@@ -457,7 +457,7 @@ def test_a_record_event_of_a_version_we_wrote_queues_nothing() -> None:
 
 def test_every_watch_of_the_cache_runs_for_watch_seconds() -> None:
     from autoclusters.controller.cache import Fleet
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.faults.catalog import load_catalog
     from autoclusters.kube.informer import WATCH_SECONDS
     from autoclusters.names import Names

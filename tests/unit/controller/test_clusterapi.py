@@ -9,8 +9,8 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.deploy.pool_config import pool_from_config
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import pool_from_config
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.clusterapi import (
     MACHINE_ANNOTATION,

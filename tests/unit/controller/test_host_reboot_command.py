@@ -11,10 +11,11 @@ import pytest
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock
-from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, host_reboot_argv
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfigError
 from autoclusters.providers.hostreboot import NSENTER, REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.types import Operation, ProviderState

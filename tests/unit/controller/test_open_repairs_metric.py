@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
+from autoclusters.controller.controller_metrics import open_repairs
 from autoclusters.controller.manager import Controller
-from autoclusters.controller.metrics import open_repairs
 from autoclusters.controller.shards import shard_of
 from autoclusters.names import Names
 from tests.unit.fakeapi import FakeApi

@@ -252,7 +252,7 @@ def test_an_answer_that_changes_with_no_node_changing_is_read_again_at_the_resyn
     """A provider's answer can depend on the cluster, not only on the node (the clusterapi
     provider refuses every node while the cluster serves no Machines): the kept answers stand
     until the resync, whose pool pass asks about every member again."""
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
 
     class Installed(Refusing):

@@ -44,15 +44,15 @@ from autoclusters.controller.statemachine import (
     drain_reason,
     transition,
 )
-from autoclusters.deploy.pool_config import (
+from autoclusters.kube.events import ObjectRef
+from autoclusters.names import Names
+from autoclusters.pools.pool_config import (
     PoolConfigError,
     PreDrain,
     PreDrainHook,
     gpu_node_pool_object,
     pool_from_config,
 )
-from autoclusters.kube.events import ObjectRef
-from autoclusters.names import Names
 from autoclusters.providers.types import ProviderState, ProviderView
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -21,9 +21,9 @@ from autoclusters.controller.shards import (
     shard_of,
     shard_of_node,
 )
-from autoclusters.deploy import default_pool
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
+from autoclusters.pools import default_pool
 from tests.unit.controller.harness import XID79, Harness
 from tests.unit.fakeapi import FakeApi
 

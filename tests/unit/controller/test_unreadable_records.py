@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from autoclusters.controller import remediation_record as rec
+from autoclusters.controller.controller_metrics import unreadable_records
 from autoclusters.controller.manager import expired
-from autoclusters.controller.metrics import unreadable_records
 from autoclusters.names import EVENT_RECORD_UNREADABLE
 from tests.unit.controller.harness import Harness
 

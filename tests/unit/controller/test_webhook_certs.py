@@ -192,7 +192,7 @@ def test_before_the_configuration_exists_a_valid_certificate_is_not_swapped() ->
 ])
 def test_the_controller_keeps_the_certificate_only_when_asked_and_only_on_shard_0(
         secret: str, shards: int, shard: int, keeps: bool) -> None:
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
 
     c = Controller(FakeApi().kube(), ControllerConfig(metrics_port=0, shards=shards, shard=shard,

@@ -15,8 +15,8 @@ import pytest
 
 from autoclusters.clock import utc_iso
 from autoclusters.detector.agent import NodeAgent, Scheduled
+from autoclusters.detector.detector_metrics import render
 from autoclusters.detector.kernel_log import KernelLogInterpreter, format_xid_line
-from autoclusters.detector.metrics import render
 from autoclusters.detector.pci import GpuIndex
 from autoclusters.detector.source_records import Poll, SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, WriterConfig

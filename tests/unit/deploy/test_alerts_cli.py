@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from autoclusters.cli.errors import EXIT_USAGE
+from autoclusters.cli.exit_codes import EXIT_USAGE
 from autoclusters.cli.main import main
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import webhook_names

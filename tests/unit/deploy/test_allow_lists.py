@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy import allow_lists
 from autoclusters.deploy.allow_lists import AllowList, AllowListError, AllowLists, from_config
-from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
 from autoclusters.deploy.providers import KINDS
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
+from autoclusters.pools.pool_config import PoolConfigError
 
 DOC = {"commands": {"replace": ["/opt/replace-node", "--fast"]}, "images": {"reboot": "registry.example/reboot:1"},
        "urls": {"notice": "https://ops.example/drain"}}

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from autoclusters.cli import controller as controller_cli
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy import controller_flags
 from autoclusters.deploy.controller_flags import TUNABLES
-from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
+from autoclusters.pools.pool_config import PoolConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 

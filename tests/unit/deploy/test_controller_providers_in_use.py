@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
 from autoclusters.deploy.providers import KINDS, ProviderType
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
+from autoclusters.pools.pool_config import PoolConfigError
 from components.render import render
 
 HOST_REBOOT_POOL = {"name": "a100", "provider": {"type": "hostReboot"}}

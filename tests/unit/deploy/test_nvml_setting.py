@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from autoclusters.deploy.nvml import NvmlReach
-from autoclusters.deploy.pool_config import stack_config_from_dict
+from autoclusters.deploy.nvml_reach import NvmlReach
+from autoclusters.deploy.stack_config import stack_config_from_dict
 
 REPO = Path(__file__).resolve().parents[3]
 

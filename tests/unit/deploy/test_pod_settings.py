@@ -12,13 +12,14 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.cli import controller as controller_cli
-from autoclusters.controller.config import ControllerConfig
+from autoclusters.controller.controller_config import ControllerConfig
 from autoclusters.deploy import pod_settings
 from autoclusters.deploy.pod_settings import COMPONENTS, PULL_SECRETS_FLAG, SETTINGS
-from autoclusters.deploy.pool_config import PoolConfigError, stack_config_from_dict
 from autoclusters.deploy.providers import ProviderType
 from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfigError
 from autoclusters.providers.hostreboot import reboot_job
 from autoclusters.providers.types import Operation
 

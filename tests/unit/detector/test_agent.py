@@ -164,7 +164,7 @@ def test_dcgm_fault_message(tmp_path: Path) -> None:
 def test_metrics_count_faults_by_class_and_state_and_unreadable_sources(tmp_path: Path) -> None:
     import urllib.request
 
-    from autoclusters.detector.metrics import render, serve
+    from autoclusters.detector.detector_metrics import render, serve
 
     _kube, clock, hw, writer, _, agent = setup(tmp_path, [Scheduled(Broken())])
     hw.inject({"kind": "xid", "code": 79, "gpu": 3}, CAT)
@@ -211,8 +211,8 @@ def test_a_poll_that_raises_is_counted_reported_on_the_node_and_the_loop_goes_on
     first poll that gets through clears it. Before the fix the first such poll ended the loop."""
     import logging
 
-    from autoclusters.detector.config import AgentConfig
-    from autoclusters.detector.metrics import render
+    from autoclusters.detector.agent_config import AgentConfig
+    from autoclusters.detector.detector_metrics import render
     from autoclusters.detector.node import NodeLoop
 
     kube, clock, hw, writer, events, agent = setup(tmp_path, [Scheduled(Broken())])
@@ -253,7 +253,7 @@ def test_the_node_loop_goes_on_after_polls_that_raise_and_stops_when_told(tmp_pa
     import threading
     import time
 
-    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.agent_config import AgentConfig
     from autoclusters.detector.node import NodeLoop
 
     _, clock, hw, writer, events, agent = setup(tmp_path)
@@ -293,7 +293,7 @@ def test_condition_codes_flag_is_checked() -> None:
     import pytest
 
     from autoclusters.cli.detector import _condition_codes
-    from autoclusters.cli.errors import CliError
+    from autoclusters.cli.exit_codes import CliError
 
     assert _condition_codes(" gpu:13, dcgm:DCGM_FR_THERMAL_VIOLATIONS ,") == {
         "gpu:13", "dcgm:DCGM_FR_THERMAL_VIOLATIONS"}

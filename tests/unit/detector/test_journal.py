@@ -166,7 +166,7 @@ def test_the_other_kernel_log_sources_report_their_state(tmp_path: Path) -> None
 ])
 def test_contradicting_kernel_log_flags_are_a_usage_error(flags: list[str], message: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from autoclusters.cli.errors import EXIT_USAGE
+    from autoclusters.cli.exit_codes import EXIT_USAGE
     from autoclusters.cli.main import main
 
     # before anything connects: the kubeconfig named here does not exist

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autoclusters.deploy.nvml import DEFAULT_SEARCH, LIBRARY, LOADER
+from autoclusters.deploy.nvml_reach import DEFAULT_SEARCH, LIBRARY, LOADER
 from autoclusters.detector.node import NodePaths, advertises_gpus, nvml_source
 from autoclusters.detector.nvml import NO_BINDINGS, TURNED_OFF, NvmlSource
 from autoclusters.detector.nvml_library import candidates, preload
@@ -340,7 +340,7 @@ def test_the_node_agent_always_has_the_nvml_source_and_logs_its_state(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``build_agent`` registers NVML whatever its state, so the state can be reported."""
     from autoclusters.clock import FakeClock
-    from autoclusters.detector.config import AgentConfig
+    from autoclusters.detector.agent_config import AgentConfig
     from autoclusters.detector.node import build_agent
     from autoclusters.names import Names
 

@@ -13,12 +13,12 @@ import pytest
 from autoclusters.clock import FakeClock
 from autoclusters.detector import node as node_module
 from autoclusters.detector.agent import NodeAgent, Scheduled
+from autoclusters.detector.agent_config import AgentConfig
 from autoclusters.detector.conditions import health_condition, parse_sources, sources_text
-from autoclusters.detector.config import AgentConfig
+from autoclusters.detector.detector_metrics import render
 from autoclusters.detector.infiniband import InfinibandSource
 from autoclusters.detector.kernel_log import KernelLogInterpreter
 from autoclusters.detector.kmsg import KernelLogFileSource
-from autoclusters.detector.metrics import render
 from autoclusters.detector.node import NodePaths, build_agent
 from autoclusters.detector.nvml import NO_BINDINGS, NvmlSource
 from autoclusters.detector.pci import GpuIndex

@@ -14,14 +14,14 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.deploy.admission import webhook_names
 from autoclusters.deploy.alerts import alerts, render, rules, spoken_duration
-from autoclusters.detector.metrics import render as detector_text
+from autoclusters.detector.detector_metrics import render as detector_text
 from autoclusters.names import Names
 from autoclusters.slurm.bridge import BridgeStats
-from autoclusters.slurm.metrics import registry as bridge_registry
-from autoclusters.webhook.metrics import WebhookMetrics
+from autoclusters.slurm.bridge_metrics import registry as bridge_registry
+from autoclusters.webhook.webhook_metrics import WebhookMetrics
 from tests.conftest import tool_missing
 from tests.unit.ops.metric_names import metric_names
 

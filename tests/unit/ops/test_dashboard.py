@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from autoclusters.controller.metrics import Metrics
+from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.deploy.alerts import LEADERS_PER_SHARD, alerts
 from autoclusters.ops.dashboard import dashboard, render
 from tests.unit.ops.metric_names import metric_names

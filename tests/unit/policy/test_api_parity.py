@@ -15,9 +15,9 @@ import pytest
 from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase, RepairAction
 from autoclusters.deploy.crds import crds, pool_schema, remediation_schema
-from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, pool_from_config, pool_spec
 from autoclusters.names import Names
-from autoclusters.policy import opa
+from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, pool_from_config, pool_spec
+from autoclusters.rego import opa
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
@@ -112,7 +112,7 @@ def test_crd_parser_and_spec_share_each_default_and_range(limit: pool_fields.Set
 
 
 def test_pool_config_and_the_controller_default_to_the_api() -> None:
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.statemachine import RepairPolicy
 
     pool = PoolConfig("p")
@@ -137,7 +137,7 @@ def test_the_simulated_provider_takes_the_controllers_seconds() -> None:
     5 s in the provider's own signature; only the flag's ever took effect)."""
     import inspect
 
-    from autoclusters.controller.config import ControllerConfig
+    from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.reconciler import Settings
     from autoclusters.providers.registry import BuildContext
     from autoclusters.sim.provider import SimulatedProvider

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autoclusters.policy.documents import InputError, parse_text, read_paths
+from autoclusters.rego.documents import InputError, parse_text, read_paths
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoclusters.cli.main import main
-from autoclusters.policy import opa
+from autoclusters.rego import opa
 from tests.conftest import tool_missing
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"

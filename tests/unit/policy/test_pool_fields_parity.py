@@ -13,10 +13,10 @@ import pytest
 from autoclusters import api, pool_fields
 from autoclusters.deploy.allow_lists import listing
 from autoclusters.deploy.crds import pool_schema
-from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, PreDrainHook, pool_from_config, pool_spec
 from autoclusters.names import Names
-from autoclusters.policy import opa
-from autoclusters.policy.config import PolicyConfig
+from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, PreDrainHook, pool_from_config, pool_spec
+from autoclusters.rego import opa
+from autoclusters.rego.policy_data import PolicyConfig
 from tests.conftest import tool_missing
 from tests.unit.policy.pool_cases import HOOK_URL, Case, cases, partner, put, values_of
 

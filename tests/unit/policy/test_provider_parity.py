@@ -9,7 +9,7 @@ import pytest
 
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.deploy.providers import KINDS, ProviderType, actions, rego_data, rego_module
-from autoclusters.policy import opa
+from autoclusters.rego import opa
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

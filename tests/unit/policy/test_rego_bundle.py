@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from autoclusters.deploy.allow_lists import AllowLists
-from autoclusters.policy import opa
-from autoclusters.policy.config import PolicyConfig
+from autoclusters.rego import opa
+from autoclusters.rego.policy_data import PolicyConfig
 from tests.conftest import tool_missing
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.deploy.pool_config import PoolConfig, gpu_node_pool_object
-from autoclusters.deploy.pool_slurm import SlurmPolicy
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfig, gpu_node_pool_object
+from autoclusters.pools.slurm_policy import SlurmPolicy
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.bridge import SlurmBridge
+from autoclusters.slurm.bridge_metrics import registry
 from autoclusters.slurm.commands import Result, Slurm
-from autoclusters.slurm.metrics import registry
 
 NAMES = Names()
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

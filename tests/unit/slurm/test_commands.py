@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from autoclusters.deploy.pool_slurm import SignalTarget
+from autoclusters.pools.slurm_policy import SignalTarget
 from autoclusters.slurm.commands import Result, Slurm, SlurmError, SubprocessRunner, parse_jobs, parse_nodes
 
 # Captured from Debian's Slurm 22.05 (sinfo -N -h -O NodeList:|,StateComplete:|,User:|,Timestamp:|,Reason:).

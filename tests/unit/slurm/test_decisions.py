@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from autoclusters.deploy.pool_slurm import SlurmPolicy
+from autoclusters.pools.slurm_policy import SlurmPolicy
 from autoclusters.slurm import decisions as d
 from autoclusters.slurm.commands import SlurmJob, SlurmNode
 
@@ -26,8 +26,8 @@ def job(state: str = "RUNNING", requeue: bool = True, restarts: int = 0, job_id:
 
 def obs(slurm: SlurmNode | None, *, at: float = 0, repair: d.Repair | None = REPAIR, jobs: tuple = (),
         signalled: dict | None = None, ack: str = "", maintenance: bool = True, cordoned: bool = False,
-        cordoned_by_us: bool = False, note: str = "") -> d.Observation:
-    return d.Observation("a100-0", "a100-0", T0 + timedelta(seconds=at), repair, maintenance, ack, cordoned,
+        cordoned_by_us: bool = False, note: str = "") -> d.SlurmObservation:
+    return d.SlurmObservation("a100-0", "a100-0", T0 + timedelta(seconds=at), repair, maintenance, ack, cordoned,
                          cordoned_by_us, slurm, note, tuple(jobs), signalled or {})
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autoclusters.deploy.crds import pool_schema
-from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config, pool_spec
-from autoclusters.deploy.pool_slurm import SignalTarget, SlurmPolicy, slurm_spec
+from autoclusters.pools.pool_config import PoolConfigError, pool_from_config, pool_spec
+from autoclusters.pools.slurm_policy import SignalTarget, SlurmPolicy, slurm_spec
 
 
 def test_default_is_off_and_written_out() -> None:

@@ -133,7 +133,7 @@ def test_the_rego_defaults_are_the_policy_config_defaults() -> None:
     deploy.admission.policy_config builds, or an installation without the data document would
     judge with other names."""
     from autoclusters.deploy.admission import policy_config
-    from autoclusters.policy import opa
+    from autoclusters.rego import opa
 
     try:
         rego = opa.evaluate("data.autoclusters.lib.config.defaults", {}, {})

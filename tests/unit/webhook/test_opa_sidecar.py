@@ -20,7 +20,7 @@ import pytest
 from autoclusters.deploy import stack, workloads
 from autoclusters.devcluster.processes import free_ports
 from autoclusters.names import Names
-from autoclusters.policy import opa
+from autoclusters.rego import opa
 from tests.conftest import tool_missing
 
 NAMES = Names(domain="crusoe.ai")
@@ -161,7 +161,7 @@ def test_the_configmaps_data_document_is_what_the_webhook_pushes() -> None:
     """One document, two ways into OPA: the ConfigMap's file and the webhook's push at its start
     (``webhook run`` with the Deployment's environment)."""
     from autoclusters.deploy.admission import default_node_agents
-    from autoclusters.policy.config import PolicyConfig, controller_identity
+    from autoclusters.rego.policy_data import PolicyConfig, controller_identity
 
     data = next(o for o in _objects() if o["kind"] == "ConfigMap")["data"]
     pushed = PolicyConfig(NAMES, (controller_identity(NAMESPACE),), tuple(default_node_agents(NAMESPACE))

@@ -56,14 +56,14 @@ def test_denial_message_names_every_rule() -> None:
 
 
 def test_response_shapes() -> None:
-    deny = review.response("u-1", review.Decision(False, (review.Violation("r", "m"),), decision_id="d-9",
+    deny = review.response("u-1", review.AdmissionDecision(False, (review.Violation("r", "m"),), decision_id="d-9",
                                                   outcome="denied"))
     assert deny["apiVersion"] == "admission.k8s.io/v1" and deny["kind"] == "AdmissionReview"
     assert deny["response"]["status"] == {"code": 403, "reason": "Forbidden", "message": "[r] m"}
     assert deny["response"]["auditAnnotations"] == {"opa-decision-id": "d-9"}
     err = review.response("u-2", review.unavailable("timeout"))
     assert err["response"]["allowed"] is False and err["response"]["status"]["code"] == 500
-    ok = review.response("u-3", review.Decision(True))
+    ok = review.response("u-3", review.AdmissionDecision(True))
     assert ok["response"] == {"uid": "u-3", "allowed": True}
 
 

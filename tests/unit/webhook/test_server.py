@@ -23,7 +23,7 @@ from cryptography import x509
 
 from autoclusters.clock import FakeClock
 from autoclusters.names import Names
-from autoclusters.policy import opa
+from autoclusters.rego import opa
 from autoclusters.webhook.certs import CertManager, CertPolicy, CertStore
 from autoclusters.webhook.decider import OpaDecider
 from autoclusters.webhook.server import Webhook, WebhookSettings

@@ -21,7 +21,7 @@ from autoclusters.demo import story
 from autoclusters.demo.story import Result, say
 from autoclusters.devcluster.cluster import LocalCluster
 from autoclusters.devcluster.handle import ClusterHandle
-from autoclusters.devcluster.karpenter import nodepool_manifest
+from autoclusters.devcluster.local_karpenter import nodepool_manifest
 from autoclusters.providers.karpenter import NODEPOOL_LABEL, nodeclaims_path
 
 POOL = "a100-karpenter"

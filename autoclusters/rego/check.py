@@ -14,9 +14,9 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from autoclusters.policy import opa
-from autoclusters.policy.config import PolicyConfig
-from autoclusters.policy.documents import Document
+from autoclusters.rego import opa
+from autoclusters.rego.documents import Document
+from autoclusters.rego.policy_data import PolicyConfig
 
 QUERY = "data.autoclusters.manifests.violation"
 

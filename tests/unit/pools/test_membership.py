@@ -1,4 +1,4 @@
-"""Pool membership: one rule (``deploy.membership``), and the controller and the operator
+"""Pool membership: one rule (``pools.membership``), and the controller and the operator
 tools read it alike."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 
 from autoclusters.api import RepairAction
 from autoclusters.controller.cache import Fleet
-from autoclusters.deploy import default_pool
 from autoclusters.deploy.crds import pool_schema
-from autoclusters.deploy.membership import Membership, config_of
-from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.ops import resources as res
 from autoclusters.ops.snapshot import build_snapshot, default_policy_of
+from autoclusters.pools import default_pool
+from autoclusters.pools.membership import Membership, config_of
+from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
 from tests.unit.ops.builders import NAMES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,16 +6,16 @@ import pytest
 
 from autoclusters import pool_fields
 from autoclusters.api import ClassAction, ConsentMode
-from autoclusters.deploy.nvml import NvmlReach
-from autoclusters.deploy.pool_config import (
+from autoclusters.deploy.nvml_reach import NvmlReach
+from autoclusters.deploy.stack_config import stack_config_from_dict
+from autoclusters.names import Names
+from autoclusters.pools.pool_config import (
     NodeBackend,
     PoolConfig,
     PoolConfigError,
     gpu_node_pool_object,
     pool_from_config,
-    stack_config_from_dict,
 )
-from autoclusters.names import Names
 
 
 def test_consent_mode_defaults_to_auto_and_every_default_is_written():

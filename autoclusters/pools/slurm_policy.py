@@ -1,7 +1,7 @@
 """``GpuNodePool.spec.slurm``: how the Slurm bridge treats a pool's nodes.
 
 Its settings (``enabled``, ``signal``, ...) are rows of the pool's field table
-(``autoclusters/pool_fields.py``), which the parser (``deploy/pool_config.py`` checks them),
+(``autoclusters/pool_fields.py``), which the parser (``pools/pool_config.py`` checks them),
 ``slurm_spec`` and ``slurm_schema`` derive from; ``nodeName``, a choice between a label and
 an annotation, is parsed and checked here.
 """
@@ -38,7 +38,7 @@ class SlurmPolicy:
 
     def check(self, where: str) -> None:
         """The ``nodeName`` mapping (the settings of the field table are checked with the pool's,
-        ``deploy/pool_config.py``)."""
+        ``pools/pool_config.py``)."""
         if self.node_name_label and self.node_name_annotation:
             raise SlurmSpecError(f"{where}: slurm.nodeName takes one of fromLabel or fromAnnotation")
         for key, label in ((self.node_name_label, "fromLabel"), (self.node_name_annotation, "fromAnnotation")):

@@ -5,7 +5,7 @@
 2. Otherwise the first pool, in order of name, whose ``nodeSelector`` matches the node's
    labels.
 3. Otherwise, when the node's pool label names no GpuNodePool at all (valid or not) and a
-   cluster default policy is in force (``deploy.default_pool``), the node is in the pool its
+   cluster default policy is in force (``pools.default_pool``), the node is in the pool its
    label names, under that default policy.
 4. Otherwise the node is in no pool (no consent mode applies; the controller leaves it alone).
 
@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from autoclusters.deploy.pool_config import PoolConfig, PoolConfigError, pool_from_config
 from autoclusters.deploy.providers import ProviderSettingsError, parse_provider_choice
 from autoclusters.kube.objects import selector_matches
 from autoclusters.names import Names
+from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, pool_from_config
 
 
 def config_of(obj: Mapping[str, Any]) -> PoolConfig:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoclusters import api
-from autoclusters.deploy.pool_config import PoolConfigError, pool_from_config
+from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
 
 CONFIGMAP = "autoclusters-default-pool"
 KEY = "spec"
