@@ -212,7 +212,7 @@ NOT_COPIES = {
     "ops/snapshot.py": {"remediations"},  # a key of `status -o json`
     "components/__init__.py": {"GpuNodePool"},  # the component class's name
     "components/render.py": {"propose", "interconnect"},  # the example pools' values
-    "deploy/providers.py": {"v1beta1"},  # a version of Cluster API's Machine, not of ours
+    "providers/clusterapi.py": {"v1beta1"},  # a version of Cluster API's Machine, not of ours
 }
 
 
