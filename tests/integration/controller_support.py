@@ -328,6 +328,30 @@ class BootWatcher:
             except KubeError as e:  # the stand-in must keep running through API hiccups
                 print(f"boot watcher: {e}", file=sys.stderr)
 
+def hold_drain(kube: Kube, namespace: str, node: str, name: str) -> None:
+    """A pod ``name`` on ``node`` whose PodDisruptionBudget (also ``name``) allows no eviction:
+    the node's drain waits until the budget is lowered. The pod is created once the namespace
+    has its default service account (admission refuses it before; after an API server restart
+    kube-controller-manager creates it only once its own watches are back)."""
+    def has_default_account() -> bool:
+        try:
+            kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+        except NotFound:
+            return False
+        return True
+
+    wait_for(f"the default service account of {namespace}", has_default_account)
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"held": name}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
+    kube.create(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"held": name}}}})
+    wait_for(f"the PDB of {name}", lambda: kube.get(
+        f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}").get("status", {}).get(
+        "currentHealthy") == 1)
+
 
 @contextlib.contextmanager
 def controller_env(cluster: ClusterHandle, log_dir: Path, owner: str = "ctl",

@@ -23,12 +23,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoclusters import api
 from autoclusters.devcluster.cluster import LocalCluster
-from autoclusters.kube import Kube, NotFound
+from autoclusters.kube import Kube
 from autoclusters.kube.informer import LIST_REASONS
 from autoclusters.kube.informer_metrics import LISTS
 from autoclusters.names import EVENT_APPROVED, EVENT_AWAITING_APPROVAL, EVENT_FAILED, EVENT_STARTED, EVENT_SUCCEEDED
 from autoclusters.pools import default_pool as defaults
-from tests.integration.controller_support import ControllerProcess, Env
+from tests.integration.controller_support import ControllerProcess, Env, hold_drain
 from tests.integration.helpers import wait_for
 from tests.integration.test_controller_ha import assert_one_clean_reset, phase
 
@@ -176,7 +176,7 @@ def park(env: Env, namespace: str, *, acting_reset_seconds: float = ACTING_RESET
             parked.waiting = node
         elif where == "Draining":
             parked.draining.append(node)
-            _held_pod(env, namespace, node)
+            hold_drain(env.kube, namespace, node, node)
         elif where == "Verifying":
             parked.verifying.append(node)
             env.watcher.hold_clear.add(node)
@@ -200,29 +200,6 @@ def park(env: Env, namespace: str, *, acting_reset_seconds: float = ACTING_RESET
         raise AssertionError(f"{e}; wanted {parked.phases}, last seen {seen[-1:]}") from None
     return parked
 
-
-def _held_pod(env: Env, namespace: str, node: str) -> None:
-    """A pod on ``node`` whose PDB allows no eviction: the drain waits. The pod is created once
-    the namespace has its default service account (admission refuses it before; after an API
-    server restart kube-controller-manager creates it only once its own watches are back)."""
-    def has_default_account() -> bool:
-        try:
-            env.kube.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-        except NotFound:
-            return False
-        return True
-
-    wait_for(f"the default service account of {namespace}", has_default_account)
-    env.kube.create(f"/api/v1/namespaces/{namespace}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": node, "labels": {"held": node}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
-    env.kube.create(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": node},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"held": node}}}})
-    wait_for(f"the PDB of {node}", lambda: env.kube.get(
-        f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{node}").get("status", {}).get(
-        "currentHealthy") == 1)
 
 
 # --- the checks -------------------------------------------------------------------------------------

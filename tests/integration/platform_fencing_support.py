@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
-from tests.integration.controller_support import ControllerProcess, Env
+from tests.integration.controller_support import ControllerProcess, Env, hold_drain
 from tests.integration.helpers import parse_time, wait_for
 from tests.integration.tcp_proxy import TcpProxy
 from tests.integration.test_controller_ha import assert_one_clean_reset, phase
@@ -45,15 +45,7 @@ def park(ctl: Env, ns: str, *, reset_seconds: int = 12) -> Parked:
     _, (waiting,) = ctl.pool("propose")
     _, (draining,) = ctl.pool("auto", drain={"resetDeadlineSeconds": 120, "replaceDeadlineSeconds": 120})
     _, (acting,) = ctl.pool("auto", provider={"type": "simulated", "simulated": {"resetSeconds": reset_seconds}})
-    ctl.kube.create(f"/api/v1/namespaces/{ns}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "held", "labels": {"app": "held"}},
-        "spec": {"nodeName": draining, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
-    ctl.kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
-    wait_for("PDB", lambda: ctl.kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/held")
-             .get("status", {}).get("currentHealthy") == 1)
+    hold_drain(ctl.kube, ns, draining, "held")
     parked = Parked(waiting, draining, acting, ns)
     for node in parked.nodes:
         ctl.raise_fault(node)

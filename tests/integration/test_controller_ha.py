@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.controller_support import Env
+from tests.integration.controller_support import Env, hold_drain
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -41,15 +41,7 @@ def test_killed_at_each_phase_boundary_resumes_without_double_or_lost_repair(ctl
     _, (draining,) = ctl.pool("auto", drain={"resetDeadlineSeconds": 120, "replaceDeadlineSeconds": 120})
     _, (acting,) = ctl.pool("auto", provider={"type": "simulated", "simulated": {"resetSeconds": 8}})
     _, (verifying,) = ctl.pool("auto")
-    ctl.kube.create(f"/api/v1/namespaces/{ns}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "held", "labels": {"app": "held"}},
-        "spec": {"nodeName": draining, "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "main", "image": "registry.example/trainer:1"}]}})
-    ctl.kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
-    wait_for("PDB", lambda: ctl.kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/held")
-             .get("status", {}).get("currentHealthy") == 1)
+    hold_drain(ctl.kube, ns, draining, "held")
     ctl.watcher.hold_clear.add(verifying)
     for node in (waiting, draining, acting, verifying):
         ctl.raise_fault(node)
