@@ -326,6 +326,20 @@ class Watcher(threading.Thread):
                 time.sleep(0.5)
 
 
+def controller_identity(handle: ClusterHandle, namespace: str, run_id: str,
+                        expiration: int = 7200) -> tuple[list[dict[str, Any]], str]:
+    """The controller's RBAC (deploy/controller.py; cluster-wide objects named for this run) applied
+    in ``namespace``, and a kubeconfig of its service account: the objects, to clean up, and its path."""
+    rbac = controller_rbac(handle.names, namespace=namespace)
+    for obj in rbac:
+        if obj["kind"].startswith("Cluster"):
+            obj["metadata"]["name"] = f"{obj['metadata']['name']}-{run_id}"
+        if obj["kind"] == "ClusterRoleBinding":
+            obj["roleRef"]["name"] = obj["metadata"]["name"]
+    handle.apply(rbac)
+    return rbac, handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=expiration)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kubeconfig", required=True)
@@ -381,14 +395,7 @@ def main() -> int:
     handle.apply(crds(names))
     with contextlib.suppress(Conflict):
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    rbac = controller_rbac(names, namespace=namespace)
-    for obj in rbac:
-        if obj["kind"].startswith("Cluster"):
-            obj["metadata"]["name"] = f"{obj['metadata']['name']}-{run_id}"
-        if obj["kind"] == "ClusterRoleBinding":
-            obj["roleRef"]["name"] = obj["metadata"]["name"]
-    handle.apply(rbac)
-    sa_kubeconfig = handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=7200)
+    rbac, sa_kubeconfig = controller_identity(handle, namespace, run_id)
     pool_path = Kube.custom_path(names.api_group, api.VERSION, "gpunodepools")
     provider: dict[str, Any] = {"type": "simulated", "simulated": {"resetSeconds": args.reset_seconds}}
     if args.karpenter:
