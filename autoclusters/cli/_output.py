@@ -22,6 +22,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: Text
 
 
 def print_json(data: Any, out: TextIO | None = None) -> None:
+    """The document in one write. ``json.dump`` writes it piece by piece, and with stdout
+    unbuffered (the image sets PYTHONUNBUFFERED) a log line on stderr, which shares the
+    container's log, could land inside the document and make it unreadable."""
     out = out or sys.stdout
-    json.dump(data, out, indent=2, sort_keys=True, default=str)
-    out.write("\n")
+    out.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    out.flush()
