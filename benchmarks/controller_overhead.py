@@ -71,6 +71,7 @@ from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
+from autoclusters.names import Names
 from autoclusters.sim import nodes as sim
 from autoclusters.sim.hosts import REBOOT_UNTIL
 
@@ -340,6 +341,15 @@ def controller_identity(handle: ClusterHandle, namespace: str, run_id: str,
     return rbac, handle.service_account_kubeconfig(namespace, "autoclusters-controller", expiration=expiration)
 
 
+
+def cleared_gpu_condition(names: Names) -> dict[str, Any]:
+    """The stand-in detector's nodes/status patch once a node rebooted: the GPU condition False."""
+    now = utc_iso(SystemClock().now())
+    return {"status": {"conditions": [{
+        "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
+        "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kubeconfig", required=True)
@@ -491,11 +501,8 @@ def main() -> int:
     stand_in_failed: dict[str, str] = {}  # node -> why the stand-in detector's write failed
 
     def clear_fault(name: str) -> None:
-        now = utc_iso(SystemClock().now())
         try:
-            kube.patch_node_status(name, {"status": {"conditions": [{
-                "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
-                "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+            kube.patch_node_status(name, cleared_gpu_condition(names))
         except KubeError as e:  # the pool would drop it: say so, and leave the node out of the phases
             stand_in_failed[name] = str(e)
             print(f"the stand-in detector could not clear {name}'s fault: {e}", flush=True)

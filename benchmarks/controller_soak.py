@@ -40,7 +40,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from controller_overhead import MESSAGE, Watcher, cleanup, controller_identity, free_port, parse_metrics, pct
+from controller_overhead import (
+    MESSAGE,
+    Watcher,
+    cleanup,
+    cleared_gpu_condition,
+    controller_identity,
+    free_port,
+    parse_metrics,
+    pct,
+)
 
 from autoclusters import api
 from autoclusters.clock import SystemClock, utc_iso
@@ -182,11 +191,8 @@ def main() -> int:
     detectors = ThreadPoolExecutor(16, thread_name_prefix="detector")
 
     def clear_fault(name: str) -> None:
-        now = utc_iso(SystemClock().now())
         try:
-            kube.patch_node_status(name, {"status": {"conditions": [{
-                "type": names.gpu_condition, "status": "False", "reason": "NoGpuFaultDetected",
-                "message": "No GPU fault detected.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+            kube.patch_node_status(name, cleared_gpu_condition(names))
         except KubeError as e:
             print(f"the stand-in detector could not clear {name}'s fault: {e}", flush=True)
 
