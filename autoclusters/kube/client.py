@@ -138,8 +138,8 @@ class Kube:
                       body: Any, content_type: str | None, timeout: float | tuple[float, float],
                       stream: bool) -> Any:
         # Checked before each send, a throttled write's retry included: its wait may outlast the lease.
-        if self.fence is not None and method not in READS:
-            self.fence.check(f"{method} {path}")
+        if method not in READS:
+            self.check_fence(f"{method} {path}")
         self.requests.add(method, path, query, component=self.component)
         if self._send is not None:
             resp = self._send(method, path, q, body, content_type, timeout, stream)
