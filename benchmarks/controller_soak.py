@@ -38,6 +38,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from controller_overhead import (
@@ -160,6 +161,11 @@ def main() -> int:
                     help="after the last fault, wait at most this long for the open repairs to end")
     ap.add_argument("--out", default="", help="also write the samples as CSV here")
     ap.add_argument("--keep", action="store_true", help="leave the pool, nodes and records behind")
+    ap.add_argument("--tracemalloc", default="", metavar="DIR",
+                    help="run the controller under tracemalloc (benchmarks/traced_controller.py): a "
+                         "snapshot into DIR at a third of the faults and at the end, and the "
+                         "allocations that grew between them printed (slows the controller)")
+    ap.add_argument("--tracemalloc-frames", type=int, default=12, help="frames kept per allocation")
     args = ap.parse_args()
 
     handle = ClusterHandle(args.kubeconfig, local=True)
@@ -217,12 +223,30 @@ def main() -> int:
     port = free_port()
     log_path = f"/tmp/controller-soak-{run_id}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed at the end
-    proc = subprocess.Popen([sys.executable, "-m", "autoclusters.cli.main", "controller", "run",
+    runner = [sys.executable, "-m", "autoclusters.cli.main"]
+    if args.tracemalloc:
+        runner = [sys.executable, str(Path(__file__).with_name("traced_controller.py")), args.tracemalloc,
+                  str(args.tracemalloc_frames), "--"]
+    proc = subprocess.Popen([*runner, "controller", "run",
                              "--kubeconfig", sa_kubeconfig, "--namespace", namespace,
                              "--metrics-port", str(port), "--workers", str(args.workers),
                              "--retention-days", f"{args.retention_seconds / 86400:.8f}",
                              "--gc-interval-seconds", str(args.gc_interval)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    snapshots: list[Path] = []
+
+    def snapshot() -> None:
+        """A tracemalloc snapshot of the controller (SIGUSR2 to the traced controller), waited for."""
+        path = Path(args.tracemalloc) / f"snapshot-{len(snapshots) + 1}.pickle"
+        os.kill(proc.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 120
+        while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        if path.exists():
+            snapshots.append(path)
+            print(f"tracemalloc snapshot {path}", flush=True)
+        else:
+            print(f"tracemalloc: no snapshot {path} within 120 s", flush=True)
     print(f"controller pid {proc.pid}, log {log_path}", flush=True)
 
     def scrape() -> dict[str, float]:
@@ -264,6 +288,7 @@ def main() -> int:
 
     start = time.monotonic()
     next_fault, next_sample, cursor = start, start, 0
+    snap_at = start + args.duration / 3 if args.tracemalloc else float("inf")
     take_sample(0.0)
     next_sample += args.sample
     while (now := time.monotonic()) < start + args.duration:
@@ -291,6 +316,9 @@ def main() -> int:
         if now >= next_sample:
             take_sample(now - start)
             next_sample += args.sample
+        if now >= snap_at:
+            snap_at = float("inf")
+            snapshot()
         time.sleep(max(0.0, min(next_fault, next_sample, start + args.duration) - time.monotonic()))
     faults_end = time.monotonic()
     deadline = faults_end + args.drain_timeout
@@ -298,6 +326,10 @@ def main() -> int:
         time.sleep(0.5)
     if proc.poll() is None:
         take_sample(time.monotonic() - start)
+        if args.tracemalloc:
+            snapshot()
+            if len(snapshots) == 2:
+                print_growth(snapshots[0], snapshots[1])
 
     # --- report ----------------------------------------------------------------------------------
     half = [(s.elapsed_s, s.rss_mib) for s in samples if s.elapsed_s >= (faults_end - start) / 2]
@@ -348,6 +380,22 @@ def main() -> int:
     if not args.keep:
         cleanup(kube, names, pool, namespace, rbac)
     return 0 if ok else 1
+
+
+def print_growth(first: Path, last: Path, top: int = 15) -> None:
+    """The allocation sites (tracebacks) whose live memory grew most from ``first`` to ``last``."""
+    import linecache
+    import tracemalloc
+
+    diff = tracemalloc.Snapshot.load(str(last)).compare_to(tracemalloc.Snapshot.load(str(first)), "traceback")
+    grown = sum(d.size_diff for d in diff)
+    print(f"\ntracemalloc: live memory grew {grown / 2**20:+.2f} MiB from {first.name} to {last.name}; "
+          f"the {top} sites that grew most:")
+    for d in diff[:top]:
+        print(f"{d.size_diff / 1024:+9.1f} KiB {d.count_diff:+7d} blocks")
+        for f in list(d.traceback)[-6:]:
+            line = linecache.getline(f.filename, f.lineno).strip()[:90]
+            print(f"      {f.filename.split('site-packages/')[-1]}:{f.lineno} {line}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from autoclusters.names import Names
 from autoclusters.pools import default_pool
 from autoclusters.sim import nodes as simnodes
 from autoclusters.sim.hosts import FAILING_IMAGE, MISSING_COMMAND_IMAGE
-from tests.integration.helpers import controller_decided, wait_for
+from tests.integration.helpers import controller_decided, controller_saw_gone, wait_for
 from tests.integration.ops_support import private_domain
 
 XID79_MESSAGE = "GPU 3 reported Xid 79 (GPU has fallen off the bus)."
@@ -247,6 +247,11 @@ class Env:
         ``--verbose``): what the line says of the node's open repair ("no open repair", or
         "record NAME PHASE"); the check of what did not happen comes after."""
         return controller_decided(self.kube, node, lambda: [c.log_path for c in self.running()])
+
+    def saw_gone(self, node: str) -> str:
+        """The positive sign that the controller knows ``node`` was deleted
+        (``helpers.controller_saw_gone``): what its reconcile then said of the open repair."""
+        return controller_saw_gone(node, lambda: [c.log_path for c in self.running()])
 
     # --- records and events -------------------------------------------------------------------------
     def records(self, node: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:

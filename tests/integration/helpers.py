@@ -87,6 +87,26 @@ def controller_decided(kube: Kube, node: str, logs: Callable[[], Iterable[Path]]
                     timeout=timeout)
 
 
+def controller_saw_gone(node: str, logs: Callable[[], Iterable[Path]], says: str = "no open repair", *,
+                        timeout: float = 30) -> str:
+    """The positive sign that a controller knows ``node`` is gone: the debug line of a reconcile
+    of ``node`` that found no node in its cache (read at resourceVersion ``none``). A deleted
+    node cannot be touched (``controller_decided``), but from that reconcile on every one reads
+    it gone, so no repair can open for it: a check that none opened comes after. Waits for such
+    a line that ``says`` this of the node's open repair (an earlier one may name the repair that
+    was still ending), and returns it."""
+    def line() -> str | None:
+        for path in logs():
+            if not path.exists():
+                continue
+            for m in DECIDED.finditer(path.read_text(errors="replace")):
+                if m[1] == node and m[2] == "none" and m[3] == says:
+                    return m[3]
+        return None
+
+    return wait_for(f"the controller's reconcile of {node} finding it gone ({says})", line, timeout=timeout)
+
+
 def agent_writes_true_condition(cluster: ClusterHandle, agent: NodeAgent, writer: ConditionWriter, node: str,
                                 ctype: str, *, timeout: float = 20) -> dict[str, Any]:
     """Polls a node agent (and flushes its writer) until ``node`` carries condition ``ctype``

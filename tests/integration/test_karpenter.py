@@ -220,7 +220,8 @@ def test_the_controller_replaces_a_faulty_node_through_karpenter(ctl: Env, karpe
         assert status["action"] == "replace" and new and new not in before
         assert ctl.labels(new)[ctl.names.pool_label] == pool
         assert ctl.find_node(old) is None  # done only once Karpenter removed the old node
-        time.sleep(3)  # a second record for the old node would open within a reconcile or two
+        # the controller's reconcile that finds the old node gone: none can open a record after it
+        assert ctl.saw_gone(old) == "no open repair"
         assert len(ctl.records(old)) == 1 and event_names.EVENT_FAILED not in ctl.reasons(old)
         running = wait_for("both workers Running", lambda: kp.running_exactly(2), timeout=120)
         assert new in running.values() and old not in running.values()
