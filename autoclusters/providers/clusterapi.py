@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -158,6 +159,7 @@ class ManagementCluster:
         self._error = ""
         self.server = ""  # the management cluster's API server, once read
         self.changed = 0  # how many clients were built (a new one: the caller asks discovery again)
+        self._lock = threading.Lock()  # the controller's workers ask at once: one reads the Secret
 
     @property
     def secret(self) -> str:
@@ -173,13 +175,14 @@ class ManagementCluster:
     def kube(self) -> Kube:
         if not self.namespace:
             return self._workload
-        now = self._clock.now()
-        if self._read_at is None or (now - self._read_at).total_seconds() >= self._reread:
-            self._read_at = now
-            self._refresh()
-        if self._client is None:
-            raise ProviderError(self._error)
-        return self._client
+        with self._lock:
+            now = self._clock.now()
+            if self._read_at is None or (now - self._read_at).total_seconds() >= self._reread:
+                self._read_at = now
+                self._refresh()
+            if self._client is None:
+                raise ProviderError(self._error)
+            return self._client
 
     def _refresh(self) -> None:
         try:

@@ -336,3 +336,24 @@ def test_a_management_cluster_that_refuses_the_identity_fails_the_operation() ->
     view = w.prov.progress(Operation("r-1", RepairAction.REPLACE, w.clock.now()), "n", "p", w.lookup)
     assert view.state == ProviderState.FAILED
     assert "https://management.test:6443" in view.message and "needs get, patch and delete" in view.message
+
+
+def test_a_management_cluster_that_does_not_answer_is_asked_again_until_the_timeout() -> None:
+    w = TwoClusters()
+    w.secret()
+    w.node("n", "m")
+    w.prov.served_version()
+    down = [True]
+
+    def unavailable(req: Any) -> None:
+        if down[0]:
+            raise ApiError(503, "the server is currently unable to handle the request", reason="ServiceUnavailable")
+    w.management.before.append(unavailable)
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    view = w.prov.progress(op, "n", "p", w.lookup)
+    assert view.state == ProviderState.RUNNING
+    assert "cannot read Machine capi/m in the management cluster https://management.test:6443" in view.message
+    with pytest.raises(ProviderError, match="unable to handle the request"):
+        w.prov.drive(op, "n", "p")
+    down[0] = False
+    assert w.prov.progress(op, "n", "p", w.lookup).state == ProviderState.NOT_STARTED

@@ -104,13 +104,33 @@ def test_a_reset_fault_is_carried_out_as_a_replacement_in_the_management_cluster
     assert ann[h.names.operation_annotation] == status["operation"]["id"]  # claimed one for one
 
 
-def test_a_secret_that_breaks_mid_repair_fails_it_with_an_event_naming_the_secret(w: World) -> None:
+@pytest.mark.parametrize(("broken", "why"), [
+    ("not: [a kubeconfig", "key value: the kubeconfig is not YAML"),
+    (None, "does not exist: it holds the management cluster's kubeconfig"),
+])
+def test_a_secret_that_breaks_mid_repair_fails_it_with_an_event_naming_the_secret(
+        w: World, broken: str | None, why: str) -> None:
     h = w.h
     h.fault("gpu-1")
     h.run(until=lambda: w.management.read(f"{MACHINES}/m-1") is None)
-    w.secret("not: [a kubeconfig")  # rotated to something unusable
+    if broken is None:
+        h.api.remove(f"{SECRETS}/{CLUSTERAPI_SECRET}")  # deleted
+    else:
+        w.secret(broken)  # rotated to something unusable
     h.clock.advance(SECRET_REREAD_SECONDS)
     h.run(until=lambda: h.phase("gpu-1") == "Failed", seconds=120)
     (failed, *_) = h.events(n.EVENT_FAILED)
-    assert f"Secret {NAMESPACE}/{CLUSTERAPI_SECRET} key value: the kubeconfig is not YAML" in failed["message"]
+    assert f"Secret {NAMESPACE}/{CLUSTERAPI_SECRET} {why}" in failed["message"]
     assert h.phase("gpu-1") == "Failed"  # a failed replacement holds the node for a human: no loop
+
+
+def test_a_missing_secret_refuses_the_pools_nodes_before_anything_is_cordoned(w: World) -> None:
+    h = w.h
+    h.api.remove(f"{SECRETS}/{CLUSTERAPI_SECRET}")
+    h.clock.advance(SECRET_REREAD_SECONDS)
+    h.fault("gpu-1")
+    h.run(seconds=30)
+    refused = " ".join(e["message"] for e in h.events("ProviderRefusedNode"))
+    assert f"Secret {NAMESPACE}/{CLUSTERAPI_SECRET} does not exist" in refused
+    assert not (h.node_obj("gpu-1") or {}).get("spec", {}).get("unschedulable")
+    assert w.management.read(f"{MACHINES}/m-1")  # nothing deleted
