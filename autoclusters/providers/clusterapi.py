@@ -41,6 +41,7 @@ import yaml
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock
 from autoclusters.kube import Forbidden, Kube, KubeError, NotFound
+from autoclusters.kube.fence import Fenced
 from autoclusters.kube.loader import load_kube_text
 from autoclusters.names import Names
 from autoclusters.providers.base import BuildContext, NodeLookup, Provider, ProviderError
@@ -333,7 +334,7 @@ class ClusterApiProvider:
                 with contextlib.suppress(NotFound):
                     api.delete(self._path(ref))
                 return
-        except ProviderError:
+        except (ProviderError, Fenced):  # a closed fence: the replica's writes stop, as every write's
             raise
         except KubeError as e:
             raise ProviderError(f"Machine {ref.namespace}/{ref.name} in {self._management.where}: {e}") from None

@@ -357,3 +357,23 @@ def test_a_management_cluster_that_does_not_answer_is_asked_again_until_the_time
         w.prov.drive(op, "n", "p")
     down[0] = False
     assert w.prov.progress(op, "n", "p", w.lookup).state == ProviderState.NOT_STARTED
+
+
+def test_the_management_clusters_writes_are_fenced_and_counted_with_the_controllers() -> None:
+    """A replica that lost its lease writes to no cluster, the management cluster included; the
+    Machine requests count in the controller's request counter, as the provider's."""
+    from autoclusters.kube.fence import Fenced, LeaseFence
+
+    w = TwoClusters()
+    w.secret()
+    w.node("n", "m")
+    fence = LeaseFence(w.clock)  # never granted: closed
+    fenced = w.kube.fenced(fence).for_component("provider/clusterapi")
+    mc = ManagementCluster(fenced, w.clock, namespace=NS, connect=w.connect)
+    prov = ClusterApiProvider(fenced, w.clock, NAMES, management=mc)
+    op = Operation("r-1", RepairAction.REPLACE, w.clock.now())
+    with pytest.raises(Fenced):
+        prov.drive(op, "n", "p")
+    assert not [r for r in w.management.requests if r.verb in ("PATCH", "DELETE")]
+    assert w.management.read(f"{MACHINES}/m")
+    assert mc.kube().requests is fenced.requests and mc.kube().component == "provider/clusterapi"
