@@ -14,10 +14,11 @@ from typing import Any
 
 from autoclusters.api import BreakerState, CatalogAction, ClassAction, ConsentMode, RepairAction
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.deploy.providers import ProviderSpec
+from autoclusters.deploy.providers import KINDS, ProviderSpec
 from autoclusters.faults.catalog import FaultRef
 from autoclusters.pools.membership import config_of, provider_error
 from autoclusters.pools.pool_config import PoolConfig, PoolConfigError
+from autoclusters.providers.actions import ACTIONS
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,25 @@ class Pool:
         return str((((self.obj.get("status") or {}).get("circuitBreaker")) or {}).get("state", BreakerState.CLOSED))
 
     def action_for(self, fault: FaultRef) -> str | None:
-        """The pool's action for a fault; None = not repaired.
+        """The pool's action for a fault, as its provider carries it out (``carried_out``); None = not repaired."""
+        chosen = self.chosen_action(fault)
+        return None if chosen is None else self.carried_out(chosen)[0]
+
+    def carried_out(self, action: str) -> tuple[str, str]:
+        """The action a repair of ``action`` is, and why in words ("" when itself): the pool's
+        provider for it may carry it out as another of its actions (``ProviderKind.carries_out``:
+        the clusterapi provider's reset deletes the Machine, a replacement), and the repair is
+        then that action throughout: its drain deadline, its approval rules, its proof, and the
+        pool's provider for it."""
+        spec = self.provider_for(action)
+        done_as = KINDS[spec.type].carried_out_as(action) if spec is not None and spec.type in KINDS else action
+        if done_as == action:
+            return action, ""
+        return done_as, (f"The pool's {action} provider {spec.type if spec else ''} carries out a {action} as a "
+                         f"{ACTIONS[done_as].short}, so the node is {ACTIONS[done_as].past}.")
+
+    def chosen_action(self, fault: FaultRef) -> str | None:
+        """The action the pool chooses for a fault, before its provider's say; None = not repaired.
 
         A code the pool names in ``spec.repairCodes`` gets that repair: the one way to repair a
         code whose catalog action is none (an application or software bucket, an unknown code,

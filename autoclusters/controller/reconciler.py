@@ -481,7 +481,8 @@ class Reconciler:
             warned_for=str(annotations.get(self._names.remediation, "")),
             drain_acks={k[len(prefix):]: str(v) for k, v in annotations.items() if k.startswith(prefix)})
         ref, cond = self._fleet.fault_of(node)
-        action = pool.action_for(ref) if (ref is not None and pool is not None) else None
+        chosen = pool.chosen_action(ref) if (ref is not None and pool is not None) else None
+        action, action_note = pool.carried_out(chosen) if (chosen is not None and pool is not None) else (None, "")
         fault = None
         if ref is not None and (action is not None or state is not None):
             fault = Fault(ref.fault_class.value, ref.code, ref.reason, ref.message)
@@ -518,6 +519,7 @@ class Reconciler:
                           history=self._history(records, active, pool), provider=provider_view,
                           replacement_ready=replacement_ready, replacement_node=replacement,
                           provider_blocks=blocks, provider_specs=self._provider_specs(pool),
+                          fault_action_note=action_note,
                           has_hook=pool is not None and pool.config.pre_drain.hook is not None,
                           hook_running=active is not None and self._act.hooks.running(active["metadata"]["name"]))
         if state is None and active is None and fault is not None:

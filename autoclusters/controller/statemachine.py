@@ -176,6 +176,9 @@ class Observation:
     provider_specs: tuple[tuple[str, str], ...] = ()
     has_hook: bool = False  # the pool has a pre-drain hook (a Warn that calls it starts it)
     hook_running: bool = False  # the repair's pre-drain hook was started and has not ended yet
+    # why ``fault_action`` is not the action the pool chose ("": it is): its provider carries
+    # that one out as this one (``Pool.carried_out``)
+    fault_action_note: str = ""
 
     def provider_block(self, action: str) -> ProviderBlock | None:
         return next((b for b in self.provider_blocks if b.action == action), None)
@@ -413,7 +416,7 @@ def _decide(o: Observation, now: datetime, p: RepairPolicy, record_name: str) ->
                 escalated_from=h.last_reset_record,
                 approved=h.last_reset_approved or pool.mode == ConsentMode.AUTO)
         return Decision(s, (EnsureMarked(), required, Emit(n.EVENT_ESCALATED, msg)))
-    action, why = o.fault_action, ""
+    action, why = o.fault_action, o.fault_action_note
     escalation = ACTIONS[action].escalates_to
     if escalation and since_reset is not None and h.last_reset_fault is not None \
             and since_reset <= p.reset_memory_seconds and h.last_reset_fault.fault_class == f.fault_class:

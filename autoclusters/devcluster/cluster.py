@@ -303,19 +303,9 @@ class LocalCluster:
         network = (["--bind-address=0.0.0.0", f"--advertise-address={realnodes.HOST_IP}",
                     "--enable-aggregator-routing=true"] if real_nodes
                    else ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
-        kubelet_crt, kubelet_key = pki.client_cert("apiserver-kubelet-client")
-        start("kube-apiserver", [
-            tools.kube_apiserver, f"--etcd-servers={etcd}", *network, f"--secure-port={ports['apiserver']}",
-            f"--kubelet-client-certificate={kubelet_crt}", f"--kubelet-client-key={kubelet_key}",
-            "--kubelet-preferred-address-types=InternalIP",  # the real nodes' names are in no DNS
-            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={pki.ca_cert}", "--authorization-mode=Node,RBAC",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NodeRestriction",
-            "--allow-privileged=true", "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
-            "--profiling=false", "--event-ttl=1h", "--v=1", *self._audit_flags(),
-        ], self._health_check("kube-apiserver", ports), timeout=120)
+        start("kube-apiserver", [*self._apiserver_argv(tools, etcd, ports["apiserver"], network),
+                                 *self._audit_flags()],
+              self._health_check("kube-apiserver", ports), timeout=120)
         kcm_port, sched_port = ports["kcm"], ports["scheduler"]
         start("kube-controller-manager", [
             tools.kube_controller_manager, f"--kubeconfig={d / 'controller-manager.kubeconfig'}",
@@ -351,6 +341,51 @@ class LocalCluster:
                       "--set=decision_logs.console=true",
                       *opa_load_args(policies)],
               lambda: p.http_ok(f"{opa}/health"))
+
+    def _apiserver_argv(self, tools: Tools, etcd: str, port: int, network: Sequence[str]) -> list[str | Path]:
+        pki = self.pki
+        kubelet_crt, kubelet_key = pki.client_cert("apiserver-kubelet-client")
+        return [
+            tools.kube_apiserver, f"--etcd-servers={etcd}", *network, f"--secure-port={port}",
+            f"--kubelet-client-certificate={kubelet_crt}", f"--kubelet-client-key={kubelet_key}",
+            "--kubelet-preferred-address-types=InternalIP",  # the real nodes' names are in no DNS
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}", "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki.sa_pub}", f"--service-account-signing-key-file={pki.sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true", "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
+            "--profiling=false", "--event-ttl=1h", "--v=1",
+        ]
+
+    # --- a second cluster beside this one (a Cluster API management cluster, in the tests) ----
+    def start_second_apiserver(self, name: str, progress: Progress = _noop, timeout: float = 120) -> Path:
+        """Another kube-apiserver on this cluster's etcd, under a key prefix of its own
+        (``--etcd-prefix=/NAME``): a second cluster, with its own objects, namespaces, RBAC and
+        CRDs, for the cost of one process (no second etcd, no controller manager, scheduler or
+        nodes). It trusts this cluster's CA, so this cluster's client certificates (``Pki.issue``)
+        authenticate there too, as users of its own RBAC. Stopped with the cluster (``down``);
+        idempotent. Returns its admin kubeconfig (``NAME.kubeconfig`` in the cluster's directory)."""
+        component = f"kube-apiserver-{name}"
+        kubeconfig = self.dir / f"{name}.kubeconfig"
+        if self.has_component(component):
+            return kubeconfig
+        if not self.is_running():
+            raise p.StartError(f"cluster {self.name!r} is not running; start it first")
+        if not name or not all(c.isalnum() or c == "-" for c in name):
+            raise ValueError(f"invalid API server name {name!r}: use letters, digits and '-'")
+        ports = (self.state() or {}).get("ports") or {}
+        (port,) = p.free_ports(1)
+        tools = Tools.locate()
+        argv = self._apiserver_argv(tools, f"http://127.0.0.1:{ports['etcd']}", port,
+                                    ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        progress(f"starting {component}")
+        proc = p.spawn(component, [str(a) for a in [*argv, f"--etcd-prefix=/{name}"]], self.logs, self.dir)
+        self.add_component(proc, {component: port})
+        self.pki.kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", "admin", name)
+        took = p.wait_healthy(proc, self._health_check("kube-apiserver", {"apiserver": port}), timeout, progress)
+        progress(f"  {component} healthy after {took:.1f}s")
+        return kubeconfig
 
     def _health_check(self, name: str, ports: dict[str, int]) -> Callable[[], bool]:
         """The check that a restartable component (``RESTARTABLE``) is healthy: etcd's /health,

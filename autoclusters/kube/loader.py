@@ -5,6 +5,7 @@ library's ApiClient where it does not."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 from autoclusters.kube.client import Kube
 from autoclusters.kube.errors import KubeError
@@ -26,6 +27,20 @@ def load_kube(kubeconfig: str | None = None, *, user_agent: str = "autoclusters"
     if env_proxy_for(kube.host):  # the lean transport talks to the API server directly, never through a proxy
         return load_full_kube(kubeconfig, user_agent=user_agent, qps_pool=qps_pool)
     return kube
+
+
+def load_kube_text(text: str, *, user_agent: str = "autoclusters", qps_pool: int = 8) -> Kube:
+    """A client from a kubeconfig's contents (a Secret's, say), as :func:`load_kube` builds one
+    from a file: the text goes to a private temporary file for the loaders (both read the file
+    at once, and copy its ``*-data`` entries into files of their own), removed again before
+    this returns. A kubeconfig that names files resolves them against the temporary directory."""
+    fd, path = tempfile.mkstemp(prefix="autoclusters-kubeconfig-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return load_kube(path, user_agent=user_agent, qps_pool=qps_pool)
+    finally:
+        os.unlink(path)
 
 
 def env_proxy_for(host: str) -> str | None:

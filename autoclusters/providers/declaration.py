@@ -135,10 +135,24 @@ class ProviderKind:
     guards: tuple[NodeGuard, ...] = ()
     build: Builder | None = field(default=None, compare=False)  # the provider from its checked settings
     local_only: bool = False  # its rights are granted on a local (kwok) cluster only
+    # (action, as): an action the pool may give it that it carries out as another of its actions,
+    # which the repair is then recorded, drained, approved and proved as (clusterapi: a reset is
+    # a Machine's deletion, a replacement); the controller asks ``carried_out_as``
+    carries_out: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", str(self.type))  # a plain string (YAML, JSON, Rego)
         object.__setattr__(self, "actions", tuple(str(a) for a in self.actions))
+        object.__setattr__(self, "carries_out", tuple((str(a), str(b)) for a, b in self.carries_out))
+        for action, done_as in self.carries_out:
+            if action not in self.actions or done_as not in self.actions or action == done_as:
+                raise ValueError(f"provider {self.type!r}: carries_out ({action}, {done_as}) must name two "
+                                 f"different actions of its own ({', '.join(self.actions)})")
+
+    def carried_out_as(self, action: str) -> str:
+        """The action a repair of ``action`` by this provider is (``action`` itself but where
+        ``carries_out`` maps it)."""
+        return next((b for a, b in self.carries_out if a == action), str(action))
 
     @property
     def rbac(self) -> tuple[Rule, ...]:

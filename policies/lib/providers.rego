@@ -17,6 +17,21 @@ providers := {
 				"replace",
 			],
 			"settings": {
+				"kubeconfigKey": {
+					"allow_list": "",
+					"kind": "string",
+					"required": false,
+					"values": [],
+				},
+				"managementCluster": {
+					"allow_list": "",
+					"kind": "enum",
+					"required": false,
+					"values": [
+						"self",
+						"secret",
+					],
+				},
 				"version": {
 					"allow_list": "",
 					"kind": "enum",

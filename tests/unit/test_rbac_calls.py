@@ -233,37 +233,49 @@ def test_the_controllers_own_rules_are_its_calls() -> None:
 def _provider_grants(kind: Any, namespace: str) -> set[Any]:
     from tests.unit.rbac_calls import Grant
 
-    return {Grant(r.group, r.resource, v, namespace if r.namespaced else None, frozenset())
+    return {Grant(r.group, r.resource, v, namespace if r.namespaced else None, frozenset(r.names))
             for r in kind.rbac for v in r.verbs}
 
 
 def test_the_cluster_api_providers_rules_are_its_calls() -> None:
-    """A reset (the Machine's remediation annotation) and a replacement (the Machine deleted, a
-    new node of the pool matched), as tests/unit/controller/test_clusterapi.py drives them."""
+    """A reset and a replacement (both delete the Machine; a new node of the pool matched), as
+    tests/unit/controller/test_clusterapi.py drives them: self-hosted (the Machines in the
+    controller's own cluster), and with the Machines in a management cluster (the kubeconfig
+    Secret read in the controller's namespace; in the management cluster the kubeconfig's
+    identity asks what ``MACHINE_RULES`` grants, no more)."""
     from autoclusters.api import RepairAction
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.providers import KINDS, ProviderType
+    from autoclusters.providers.clusterapi import MACHINE_RULES
     from autoclusters.providers.types import Operation
-    from tests.unit.controller.test_clusterapi import World
+    from tests.unit.controller.test_clusterapi import NS, TwoClusters, World
+    from tests.unit.rbac_calls import Grant
 
-    w = World()
-    w.node("old", "m-old")
-    w.node("other", "m-other")
-    w.clock.advance(5)
-    reset = Operation("r-1", RepairAction.RESET, w.clock.now())
-    w.step(reset, "other")
-    w.step(reset, "other")
-    replace = Operation("r-2", RepairAction.REPLACE, w.clock.now())
-    w.step(replace, "old")
-    w.clock.advance(5)
-    w.node("new", "m-new")
-    w.api.remove("/api/v1/nodes/old")
-    w.step(replace, "old")
-    own = grants(stack_objects.rbac_objects(NAMES, DEFAULT_NAMESPACE), _subject(CONTROLLER_SERVICE_ACCOUNT))
-    mine = _provider_grants(KINDS[ProviderType.CLUSTERAPI], DEFAULT_NAMESPACE)
-    made = calls(w.api)
+    made: set[Any] = set()
+    two = TwoClusters()
+    two.secret()
+    for w in (World(), two):
+        w.node("old", "m-old")
+        w.node("other", "m-other")
+        w.clock.advance(5)
+        reset = Operation("r-1", RepairAction.RESET, w.clock.now())
+        w.step(reset, "other")
+        w.step(reset, "other")
+        replace = Operation("r-2", RepairAction.REPLACE, w.clock.now())
+        w.step(replace, "old")
+        w.clock.advance(5)
+        w.node("new", "m-new")
+        w.api.remove("/api/v1/nodes/old")
+        w.step(replace, "old")
+        made |= calls(w.api)
+    # the controller installed in namespace NS, where the Secret of TwoClusters is
+    own = grants(stack_objects.rbac_objects(NAMES, NS), f"{NS}:{CONTROLLER_SERVICE_ACCOUNT}")
+    mine = _provider_grants(KINDS[ProviderType.CLUSTERAPI], NS)
     assert ungranted(made, own) == []
     assert unused(made, mine) == []
+    management = {Grant(r.group, r.resource, v, None, frozenset()) for r in MACHINE_RULES for v in r.verbs}
+    assert ungranted(calls(two.management), management) == []
+    assert unused(calls(two.management), management) == []
 
 
 def test_the_karpenter_providers_rules_are_its_calls() -> None:

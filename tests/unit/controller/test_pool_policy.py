@@ -53,3 +53,20 @@ def test_only_repair_codes_repair_application_unknown_and_none_action_codes() ->
     assert named.action_for(app) == RepairAction.RESET
     assert named.action_for(unknown) == RepairAction.REPLACE
     assert named.action_for(unpublished) is None
+
+
+def test_a_provider_that_carries_a_reset_out_as_a_replacement_makes_the_repair_one() -> None:
+    """clusterapi deletes the Machine for a reset (ProviderKind.carries_out): the pool's action is
+    then a replacement, said so; a pool whose reset goes to another provider keeps its reset."""
+    xid = _gpu("GPU 3 reported Xid 79 (GPU has fallen off the bus).")  # the catalog: reset
+    capi = parse_pool({"metadata": {"name": "a"}, "spec": {"provider": {"type": "clusterapi"}}})
+    assert capi.chosen_action(xid) == RepairAction.RESET
+    assert capi.action_for(xid) == RepairAction.REPLACE
+    action, note = capi.carried_out(RepairAction.RESET)
+    assert action == RepairAction.REPLACE
+    assert note == ("The pool's reset provider clusterapi carries out a reset as a replacement, "
+                    "so the node is replaced.")
+    assert capi.carried_out(RepairAction.REPLACE) == (RepairAction.REPLACE, "")
+    split = parse_pool({"metadata": {"name": "b"}, "spec": {"provider": {
+        "type": "clusterapi", "reset": {"type": "hostReboot"}}}})
+    assert split.action_for(xid) == RepairAction.RESET and split.carried_out(RepairAction.RESET)[1] == ""

@@ -18,16 +18,16 @@ HOST_REBOOT_POOL = {"name": "a100", "provider": {"type": "hostReboot"}}
 KARPENTER_REPLACE = {"name": "h100", "provider": {"reset": {"type": "hostReboot"}, "replace": {"type": "karpenter"}}}
 
 
-def _granted(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every rule of the controller's ClusterRole and Roles."""
+def _granted(objs: list[dict[str, Any]]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """(group, resource, verb, resourceNames) of every rule of the controller's ClusterRole and Roles."""
     roles = [o for o in objs if o["kind"] in ("ClusterRole", "Role")
              and o["metadata"]["name"].startswith("autoclusters-controller")]
-    return {(g, r, v) for role in roles for rule in role["rules"] for g in rule.get("apiGroups", [])
-            for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+    return {(g, r, v, tuple(rule.get("resourceNames", []))) for role in roles for rule in role["rules"]
+            for g in rule.get("apiGroups", []) for r in rule.get("resources", []) for v in rule.get("verbs", [])}
 
 
-def _provider_rights(t: ProviderType) -> set[tuple[str, str, str]]:
-    return {(rule.group, rule.resource, verb) for rule in KINDS[t].rbac for verb in rule.verbs}
+def _provider_rights(t: ProviderType) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {(rule.group, rule.resource, verb, rule.names) for rule in KINDS[t].rbac for verb in rule.verbs}
 
 
 def test_a_stack_grants_the_providers_its_pools_use_and_no_other() -> None:

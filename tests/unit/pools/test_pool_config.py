@@ -174,7 +174,8 @@ def test_provider_per_action_and_per_pool():
         "reset": {"type": "hostReboot"}, "replace": {"type": "clusterapi"}}}).provider
     assert split.describe() == "reset=hostReboot replace=clusterapi"
     assert split.to_dict() == {"reset": {"type": "hostReboot", "hostReboot": {"timeoutSeconds": 600}},
-                               "replace": {"type": "clusterapi", "clusterapi": {"version": "v1beta2"}}}
+                               "replace": {"type": "clusterapi", "clusterapi": {
+                                   "version": "v1beta2", "managementCluster": "self", "kubeconfigKey": "value"}}}
     # the written spec parses back to the same choice
     assert pool_from_config({"name": "a", "provider": split.to_dict()}).provider == split
 
