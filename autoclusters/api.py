@@ -16,7 +16,8 @@ from here:
 
 ``tests/unit/policy/test_api_parity.py`` proves the CRD enums, these enums and what
 ``opa eval`` returns for the policy's sets equal. Adding a consent mode or a fault class is
-a member here, then ``make manifests``; the tests name every other place that must follow.
+a member here, then ``make manifests``; the tests name every other place that must follow
+(docs/architecture.md, "Change recipes", lists every file of each change).
 
 This module is the lowest layer: it imports nothing from the package.
 """
