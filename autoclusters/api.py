@@ -16,7 +16,8 @@ from here:
 
 ``tests/unit/policy/test_api_parity.py`` proves the CRD enums, these enums and what
 ``opa eval`` returns for the policy's sets equal. Adding a consent mode or a fault class is
-a member here, then ``make manifests``; the tests name every other place that must follow.
+a member here, then ``make manifests``; the tests name every other place that must follow
+(docs/architecture.md, "Change recipes", lists every file of each change).
 
 This module is the lowest layer: it imports nothing from the package.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -222,6 +224,26 @@ SIM_REPLACE_SECONDS = 30.0
 # operator's setting --host-reboot-command / stack hostRebootCommand): systemd hosts with a
 # shell (Ubuntu, COS, Flatcar, RHEL), and plain reboot where there is no systemd.
 HOST_REBOOT_COMMAND = "sh -c 'systemctl reboot || reboot'"
+
+
+def host_reboot_argv(text: str) -> tuple[str, ...]:
+    """The host reboot command (``HOST_REBOOT_COMMAND``'s form: shell words) as argv; raises
+    ValueError naming what is wrong. It runs inside the host's namespaces, so its program must
+    exist on the node's OS (docs/operations.md, "hostReboot on every node OS")."""
+    if not isinstance(text, str):  # shlex.split(None) would read standard input
+        raise ValueError(f"the host reboot command must be a string of shell words, got {text!r}")
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as e:
+        raise ValueError(f"the host reboot command {text!r} is not valid shell words: {e}") from None
+    if not argv:
+        raise ValueError("the host reboot command is empty")
+    return argv
+
+
+# HOST_REBOOT_COMMAND as argv: the default of every holder of the host command (the provider,
+# its build context, the reconciler's settings), so none needs an "empty means default" sentinel
+DEFAULT_HOST_REBOOT_ARGV = host_reboot_argv(HOST_REBOOT_COMMAND)
 
 
 # --- the detector's settings --------------------------------------------------------------

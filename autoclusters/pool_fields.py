@@ -350,7 +350,7 @@ OTHER_KEYS: dict[str, tuple[str, ...]] = {"preDrain.hook": ("url", "command"), "
 # preDrain.hook.url (the hook's other form is a command: a non-empty list of non-empty strings).
 HOOK_URL_PATTERN = r"^https?://\S+$"
 # The structured fields whose value must be an entry of one of the operator's allow-lists
-# (deploy/allow_lists.py; a provider's settings name theirs in its module, providers/<type>.py): the pool
+# (autoclusters/allow_lists.py; a provider's settings name theirs in its module, providers/<type>.py): the pool
 # policy refuses any other value, the controller never runs or calls one.
 # The keys of the spec a pool editor may change (deploy/pool_roles.py): the consent mode and the
 # limits. Everything else (the provider, the pre-drain hook and wait, the selector, the repair

@@ -15,9 +15,9 @@ from urllib.parse import urlparse
 
 import pulumi
 
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.names import Names

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import pulumi
 
 from autoclusters import api
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.deploy import DEFAULT_NAMESPACE, stack, workloads
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.pod_settings import PodSettings
 from autoclusters.names import Names, event_source_error
 from components._args import ComponentArgsError, require_image, require_namespace, require_positive

@@ -94,13 +94,12 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from autoclusters import allow_lists
     from autoclusters.cli.exit_codes import CliError
     from autoclusters.controller import shards
     from autoclusters.controller.controller_config import ControllerConfig
     from autoclusters.controller.manager import Controller
     from autoclusters.controller.own_image import OwnImageError, own_image, own_pod
-    from autoclusters.deploy import allow_lists
-    from autoclusters.deploy.providers import host_reboot_argv
     from autoclusters.deploy.workloads import CONTROLLER_CONTAINER
     from autoclusters.kube import load_kube
     from autoclusters.names import Names, event_source_error
@@ -110,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     if why:
         raise CliError(why, 2)
     try:
-        host_reboot_argv(config.host_reboot_command)
+        api.host_reboot_argv(config.host_reboot_command)
     except ValueError as e:
         raise CliError(f"--host-reboot-command: {e}", 2) from None
     try:

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autoclusters import allow_lists
 from autoclusters.cli._output import add_output_flag, print_json, print_table
 from autoclusters.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
-from autoclusters.deploy import allow_lists
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, NameError_, Names
 from autoclusters.rego import InputError, PolicyConfig, check_documents, read_paths
 from autoclusters.rego.opa import OpaError

@@ -16,9 +16,10 @@ import queue
 from pathlib import Path
 from typing import Any
 
+from autoclusters import allow_lists
 from autoclusters.cli.exit_codes import EXIT_USAGE, CliError
 from autoclusters.clock import SystemClock
-from autoclusters.deploy import DEFAULT_NAMESPACE, allow_lists
+from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import OPA_TIMEOUT_SECONDS, WEBHOOK_CONFIG_NAME, default_node_agents
 from autoclusters.names import Names
 from autoclusters.rego.policy_data import PolicyConfig, controller_identity

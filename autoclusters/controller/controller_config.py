@@ -57,7 +57,7 @@ class ControllerConfig:
     # what the host-reboot Job runs inside the host's namespaces (shell words): an operator's
     # choice, never a pool author's (docs/operations.md, "hostReboot on every node OS")
     host_reboot_command: str = api.HOST_REBOOT_COMMAND
-    # the operator's allow-lists (deploy.allow_lists, as JSON): the only commands, images and URLs
+    # the operator's allow-lists (autoclusters/allow_lists.py, as JSON): the only commands, images and URLs
     # a pool may name; empty: none (the host-reboot Job's default image needs no entry)
     allow_lists: str = ""
     notifier_url: str = ""

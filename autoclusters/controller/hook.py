@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from autoclusters import api, capture
+from autoclusters import allow_lists, api, capture
 from autoclusters.clock import utc_iso
 from autoclusters.controller.statemachine import RepairState
-from autoclusters.deploy import allow_lists
 from autoclusters.deploy.providers import NO_PROVIDER
+from autoclusters.pools import allow_listed
 from autoclusters.pools.pool_config import PreDrainHook
 from autoclusters.redact import redact
 
@@ -139,8 +139,8 @@ class HookRunner:
 
     def _run(self, hook: PreDrainHook, body: dict[str, Any]) -> None:
         node, record = str(body["node"]), str(body["record"])
-        refused = allow_lists.pool_refusals(self._allow_lists, provider=NO_PROVIDER, hook_url=hook.url,
-                                            hook_command=hook.command)
+        refused = allow_listed.pool_refusals(self._allow_lists, provider=NO_PROVIDER, hook_url=hook.url,
+                                             hook_command=hook.command)
         try:
             if refused:
                 raise HookFailed(f"not called: {refused[0]}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoclusters import api
+from autoclusters import allow_lists, api
 from autoclusters.clock import Clock, SystemClock
 from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.actuator import Actuator
@@ -29,8 +29,6 @@ from autoclusters.controller.shards import LayoutGuard, Shard, lease_name
 from autoclusters.controller.statemachine import RepairPolicy
 from autoclusters.controller.storage_migration import migrate_storage
 from autoclusters.controller.webhook_certs import WebhookCertKeeper
-from autoclusters.deploy import allow_lists
-from autoclusters.deploy.providers import host_reboot_argv
 from autoclusters.deploy.workloads import webhook_certificate_hosts
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError, NotFound
@@ -110,7 +108,7 @@ class Controller:
                                               sim_replace_seconds=c.sim_replace_seconds, namespace=c.namespace,
                                               image=c.provider_image,
                                               image_pull_secrets=tuple(s for s in c.image_pull_secrets.split(",") if s),
-                                              host_reboot_command=host_reboot_argv(c.host_reboot_command),
+                                              host_reboot_command=api.host_reboot_argv(c.host_reboot_command),
                                               allow_lists=lists))
         self.layouts = LayoutGuard(election, self.clock, namespace=c.namespace, base=c.lease_name, shards=c.shards)
         self.elector = LeaderElector(election, self.clock, namespace=c.namespace,

@@ -31,6 +31,8 @@ from datetime import timedelta
 from typing import Any
 
 from autoclusters import api, pool_fields
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.api import IN_PROGRESS, TERMINAL, Phase
 from autoclusters.clock import Clock
 from autoclusters.controller import breaker as brk
@@ -63,10 +65,7 @@ from autoclusters.controller.statemachine import (
     Unmark,
     transition,
 )
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import (
-    DEFAULT_HOST_REBOOT_ARGV,
     ProviderSettingsError,
     ProviderSpec,
     parse_provider_choice,
@@ -145,7 +144,7 @@ class Settings:
     namespace: str = api.DEFAULT_NAMESPACE  # where provider Jobs run
     image: str = ""  # the controller's image: the default image of provider Jobs
     image_pull_secrets: tuple[str, ...] = ()  # what provider Jobs pull their image with
-    host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host
+    host_reboot_command: tuple[str, ...] = api.DEFAULT_HOST_REBOOT_ARGV  # what the host-reboot Job runs in the host
     allow_lists: AllowLists = NO_ENTRIES  # the operator's: the only commands, images and URLs a pool may name
 
 

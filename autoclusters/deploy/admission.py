@@ -20,10 +20,10 @@ import base64
 from typing import Any
 
 from autoclusters import api
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import STACK_SETTING as ALLOW_LISTS_SETTING
+from autoclusters.allow_lists import AllowLists
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, WEBHOOK_SERVICE_ACCOUNT
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import STACK_SETTING as ALLOW_LISTS_SETTING
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector import detector_username
 from autoclusters.names import Names
 

@@ -30,19 +30,18 @@ from a test module show in the schema, the parser and the roles
 from __future__ import annotations
 
 import enum
-import json
-import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters import api
 from autoclusters.api import RepairAction, generated_rego_module
+from autoclusters.providers import registry
 from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 from autoclusters.providers.declaration import ProviderKind as ProviderKind
 from autoclusters.providers.declaration import ProviderSettingsError as ProviderSettingsError
 from autoclusters.providers.declaration import Rule as Rule
 from autoclusters.providers.declaration import Setting as Setting
+from autoclusters.providers.types import ProviderSpec as ProviderSpec
 
 
 def actions() -> tuple[str, ...]:
@@ -62,42 +61,17 @@ class ProviderType(enum.StrEnum):
     EC2 = "ec2"
 
 
-class _Registry(Mapping[str, ProviderKind]):
-    """``providers/registry.py``'s ``KINDS``, read when first used: the provider modules import
-    ``deploy/`` (the reboot Job's shape, the allow-lists), so this module may not import them
-    while it loads."""
-
-    @staticmethod
-    def _kinds() -> dict[str, ProviderKind]:
-        from autoclusters.providers.registry import KINDS as registered
-
-        return registered
-
-    def __getitem__(self, key: str) -> ProviderKind:
-        return self._kinds()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(tuple(self._kinds()))
-
-    def __len__(self) -> int:
-        return len(self._kinds())
-
-
-KINDS: Mapping[str, ProviderKind] = _Registry()  # every registered provider, by type
+KINDS: Mapping[str, ProviderKind] = registry.KINDS  # every registered provider, by type
 
 
 def register_provider(kind: ProviderKind) -> ProviderKind:
     """Adds a provider at run time, as ``providers/registry.py``'s lines do (a test's own, say)."""
-    from autoclusters.providers.registry import register
-
-    return register(kind)
+    return registry.register(kind)
 
 
 def unregister_provider(name: str) -> None:
     """Removes a provider a test registered."""
-    from autoclusters.providers.registry import KINDS as registered
-
-    registered.pop(name, None)
+    registry.KINDS.pop(name, None)
 
 
 def granted_providers(local: bool) -> tuple[str, ...]:
@@ -105,28 +79,6 @@ def granted_providers(local: bool) -> tuple[str, ...]:
     rights only a local (kwok) cluster needs (the simulated one's node create/delete and
     nodes/status patch; its provider refuses every node kwok does not manage)."""
     return tuple(t for t, k in KINDS.items() if local or not k.local_only)
-
-
-@dataclass(frozen=True)
-class ProviderSpec:
-    """One provider and its checked settings (camelCase, defaults filled in)."""
-
-    type: str  # a key of KINDS
-    settings: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "type", str(self.type))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": str(self.type), str(self.type): dict(self.settings)}
-
-    def key(self) -> str:
-        """The spec as a string (a cache key); computed once: the controller asks on every reconcile."""
-        key = self.__dict__.get("_key")
-        if key is None:
-            key = json.dumps(self.to_dict(), sort_keys=True)
-            object.__setattr__(self, "_key", key)  # frozen: set once, equality still compares the fields
-        return str(key)
 
 
 @dataclass(frozen=True)
@@ -295,22 +247,3 @@ def rego_module() -> str:
 if __name__ == "__main__":
     print(rego_module(), end="")
 
-
-def host_reboot_argv(text: str) -> tuple[str, ...]:
-    """The host reboot command (``api.HOST_REBOOT_COMMAND``'s form: shell words) as argv; raises
-    ValueError naming what is wrong. It runs inside the host's namespaces, so its program must
-    exist on the node's OS (docs/operations.md, "hostReboot on every node OS")."""
-    if not isinstance(text, str):  # shlex.split(None) would read standard input
-        raise ValueError(f"the host reboot command must be a string of shell words, got {text!r}")
-    try:
-        argv = tuple(shlex.split(text))
-    except ValueError as e:
-        raise ValueError(f"the host reboot command {text!r} is not valid shell words: {e}") from None
-    if not argv:
-        raise ValueError("the host reboot command is empty")
-    return argv
-
-
-# api.HOST_REBOOT_COMMAND as argv: the default of every holder of the host command (the provider,
-# its build context, the reconciler's settings), so none needs an "empty means default" sentinel
-DEFAULT_HOST_REBOOT_ARGV = host_reboot_argv(api.HOST_REBOOT_COMMAND)

@@ -1,15 +1,15 @@
-"""The host-reboot Job's fixed shape, and the ValidatingAdmissionPolicy that holds the
-controller's Jobs to it.
+"""The ValidatingAdmissionPolicy that holds the controller's Jobs to the host-reboot Job's fixed
+shape, which the ``hostReboot`` provider declares (``providers/hostreboot.py``).
 
 The controller may create Jobs in its namespace (the ``hostReboot`` provider's), and a Job is a
 privileged pod with the host's PID namespace: RBAC alone would let the controller's identity
 (or whoever takes its token) run any image with any command on any node. The policy admits a
 Job the controller's service account creates only in the shape ``providers/hostreboot.py``
-builds from the constants below: one container named ``reboot`` whose command is ``NSENTER``
-followed by the operator's host command, whose image is the controller's own or an entry of
-``allowLists.images`` (the pod may name the stack's ``imagePullSecrets``), with exactly
-``REBOOT_SECURITY_CONTEXT``, no volumes, no other containers, no environment, no host
-network; ``backoffLimit: 0``, one pod.
+builds from its constants, which this module reads: one container named ``reboot`` whose
+command is ``NSENTER`` followed by the operator's host command, whose image is the controller's
+own or an entry of ``allowLists.images`` (the pod may name the stack's ``imagePullSecrets``),
+with exactly ``REBOOT_SECURITY_CONTEXT``, no volumes, no other containers, no environment, no
+host network; ``backoffLimit: 0``, one pod.
 
 Keys the API server fills in before admission (defaults: ``dnsPolicy``, ``schedulerName``,
 ``imagePullPolicy``, ``completions``...) are among the allowed keys; their values are Kubernetes'
@@ -24,16 +24,8 @@ from typing import Any
 
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE
 from autoclusters.deploy.admission import _cel_str, admission_policy_binding, validating_policy
+from autoclusters.providers.hostreboot import CONTAINER, NSENTER, REBOOT_SECURITY_CONTEXT
 
-COMPONENT = "autoclusters-host-reboot"
-CONTAINER = "reboot"
-# The Job enters PID 1's namespaces, then runs the operator's host command there.
-NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
-# privileged (setns into PID 1's namespaces needs CAP_SYS_ADMIN, the reboot CAP_SYS_BOOT) and uid 0:
-# under the image's USER 65532 a privileged container keeps no effective capability (issue 23).
-REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
-                                           "runAsNonRoot": False}
-TOLERATIONS: list[dict[str, str]] = [{"operator": "Exists"}]
 # The controller's own image, a variable of its own whose expression is the image as a CEL
 # string literal: a kustomize replacement carries an image override into it (docs/deploy.md,
 # examples/kustomize/registry/). Not the controller's Deployment as the policy's parameter: on

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters import api
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import (
     CONTROLLER_SERVICE_ACCOUNT,
@@ -25,14 +27,12 @@ from autoclusters.deploy import (
     reboot_job,
     workloads,
 )
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.detector_settings import DetectorSettings
 from autoclusters.deploy.monitoring import monitoring_objects
 from autoclusters.deploy.nvml_reach import NvmlReach
 from autoclusters.deploy.policy_bundle import policies_dir as bundled_policies
 from autoclusters.deploy.pool_roles import pool_roles
-from autoclusters.deploy.providers import granted_providers, host_reboot_argv
+from autoclusters.deploy.providers import granted_providers
 from autoclusters.deploy.slurm_bridge import slurm_bridge_rbac
 from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.names import Names
@@ -95,7 +95,7 @@ def controller_objects(names: Names, namespace: str, image: str, replicas: int =
     out: list[dict[str, Any]] = [
         reboot_job.job_shape_policy(jobs, namespace=namespace, own_image=image,
                                     listed=list(allow_lists.images.values()),
-                                    host_command=host_reboot_argv(host_reboot_command)),
+                                    host_command=api.host_reboot_argv(host_reboot_command)),
         reboot_job.job_shape_binding(jobs)]
     for shard in range(shards):
         out += [workloads.controller_deployment(names, namespace, image, replicas, event_source, shards=shards,

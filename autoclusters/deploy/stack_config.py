@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters import api
-from autoclusters.deploy import DEFAULT_IMAGE, allow_lists
+from autoclusters import allow_lists, api
+from autoclusters.deploy import DEFAULT_IMAGE
 from autoclusters.deploy.alerts import APPROVAL_WAIT_ALERT_SECONDS
 from autoclusters.deploy.controller_flags import ControllerFlagsError, controller_flags
 from autoclusters.deploy.detector_settings import DetectorConfigError, DetectorSettings
 from autoclusters.deploy.monitoring import Monitoring, MonitoringConfigError
 from autoclusters.deploy.nvml_reach import NvmlConfigError, NvmlReach, nvml_from_config
 from autoclusters.deploy.pod_settings import PodSettings, PodSettingsError
-from autoclusters.deploy.providers import KINDS, host_reboot_argv, parse_provider_choice
+from autoclusters.deploy.providers import KINDS, parse_provider_choice
 from autoclusters.deploy.workloads import CONTROLLER
 from autoclusters.names import DEFAULT_DOMAIN, DEFAULT_PREFIX, Names, event_source_error
 from autoclusters.pools.default_pool import check_spec
@@ -61,7 +61,7 @@ class StackConfig:
     pods: PodSettings = field(default_factory=PodSettings)
     # the controller's flags an operator tunes, as (flag, value) (deploy.controller_flags)
     controller_flags: tuple[tuple[str, str], ...] = ()
-    # the commands, images and URLs pools may name (deploy.allow_lists): the operator's, not a pool's
+    # the commands, images and URLs pools may name (autoclusters/allow_lists.py): the operator's, not a pool's
     allow_lists: allow_lists.AllowLists = allow_lists.NONE
     # the providers whose rights the controller gets (deploy.controller); None: those in use, the
     # stack's pools' and the default pool's (pools added later by GitOps need theirs listed)
@@ -77,7 +77,7 @@ class StackConfig:
         if not isinstance(self.local, bool):
             raise PoolConfigError(f"local must be true or false, got {self.local!r}")
         try:
-            host_reboot_argv(self.host_reboot_command)
+            api.host_reboot_argv(self.host_reboot_command)
         except ValueError as e:
             raise PoolConfigError(f"hostRebootCommand: {e}") from None
         if self.webhook_url is not None and not str(self.webhook_url).startswith("https://"):

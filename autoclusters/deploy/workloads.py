@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters import api
+from autoclusters.allow_lists import FLAG as ALLOW_LISTS_FLAG
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.api import DEFAULT_KERNEL_LOG_SOURCE, KernelLogSource
 from autoclusters.deploy import (
     CONTROLLER_SERVICE_ACCOUNT,
     DETECTOR_SERVICE_ACCOUNT,
     WEBHOOK_SERVICE_ACCOUNT,
 )
-from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.nvml_reach import HOST_MOUNT, NvmlReach, apply_to_pod
 from autoclusters.names import Names
 

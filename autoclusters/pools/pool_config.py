@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters import api, pool_fields
+from autoclusters import allow_lists, api, pool_fields
 from autoclusters.api import ClassAction, ConsentMode, FaultClass
-from autoclusters.deploy import allow_lists
 from autoclusters.deploy.providers import (
     NO_PROVIDER,
     ProviderChoice,
@@ -29,6 +28,7 @@ from autoclusters.deploy.providers import (
     parse_provider_choice,
 )
 from autoclusters.names import Names
+from autoclusters.pools import allow_listed
 from autoclusters.pools.slurm_policy import SlurmPolicy, SlurmSpecError, slurm_from_config, slurm_spec
 from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
 from autoclusters.redact import redact
@@ -113,8 +113,8 @@ class PoolConfig:
     def allow_listed(self) -> list[tuple[str, allow_lists.AllowList, Any]]:
         """(field, list, value) of each command, image or URL this pool names."""
         hook = self.pre_drain.hook
-        return allow_lists.named_fields(provider=self.provider, hook_url=hook.url if hook else "",
-                                        hook_command=hook.command if hook else ())
+        return allow_listed.named_fields(provider=self.provider, hook_url=hook.url if hook else "",
+                                         hook_command=hook.command if hook else ())
 
     def allow_list_refusals(self, lists: allow_lists.AllowLists) -> list[str]:
         """Why the operator's allow-lists refuse this pool: each command, image or URL it names

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autoclusters import api
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.clock import Clock
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
-from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.kube import Kube, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.types import Operation, ProviderView
@@ -79,5 +78,5 @@ class BuildContext:
     image: str = ""  # the controller's own image: the default image of provider Jobs
     image_pull_secrets: tuple[str, ...] = ()  # Secrets of ``namespace`` provider Jobs pull their image with
     nodes: NodeCache | None = None  # the controller's node cache (None: providers read nodes from the API)
-    host_reboot_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
+    host_reboot_command: tuple[str, ...] = api.DEFAULT_HOST_REBOOT_ARGV  # the operator's (--host-reboot-command)
     allow_lists: AllowLists = NO_ENTRIES  # the operator's (--allow-lists): a setting held to one must be an entry

@@ -6,14 +6,13 @@ from the registry, ``deploy/controller.py`` the controller's roles."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from autoclusters.providers.base import BuildContext, Provider
+from autoclusters.providers.base import BuildContext, Provider
 
-Builder = Callable[[Mapping[str, Any], "BuildContext"], "Provider"]
+Builder = Callable[[Mapping[str, Any], BuildContext], Provider]
 
 
 class ProviderSettingsError(ValueError):
@@ -31,7 +30,7 @@ class Setting:
     minimum: int | None = None
     default: Any = None
     values: tuple[str, ...] = ()
-    # the operator's allow-list the value must be an entry of (deploy/allow_lists.py: "commands",
+    # the operator's allow-list the value must be an entry of (autoclusters/allow_lists.py: "commands",
     # "images", "urls"); "": any value the kind takes
     allow_list: str = ""
 
@@ -161,3 +160,10 @@ class ProviderKind:
 
     def setting(self, name: str) -> Setting | None:
         return next((s for s in self.settings if s.name == name), None)
+
+    def allow_listed(self, settings: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+        """(setting name, allow-list, value) of each of ``settings`` held to an operator's list
+        (``Setting.allow_list``), in the order of the declaration."""
+        for s in self.settings:
+            if s.allow_list and s.name in settings:
+                yield s.name, s.allow_list, settings[s.name]

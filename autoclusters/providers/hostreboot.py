@@ -39,8 +39,6 @@ from typing import Any
 from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.clock import Clock, parse_iso
-from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
-from autoclusters.deploy.reboot_job import COMPONENT, CONTAINER, NSENTER, REBOOT_SECURITY_CONTEXT, TOLERATIONS
 from autoclusters.kube import Conflict, Kube, KubeError, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
@@ -49,10 +47,19 @@ from autoclusters.providers.declaration import ProviderKind, Rule, Setting
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
-# The Job's fixed shape (deploy/reboot_job.py, whose admission policy holds the controller's Jobs
-# to it): NSENTER, then the operator's host command (api.HOST_REBOOT_COMMAND unless
-# --host-reboot-command says otherwise: DEFAULT_HOST_REBOOT_ARGV).
-REBOOT_COMMAND = (*NSENTER, *DEFAULT_HOST_REBOOT_ARGV)
+# The Job's fixed shape, which deploy/reboot_job.py's admission policy holds the controller's Jobs to.
+COMPONENT = "autoclusters-host-reboot"
+CONTAINER = "reboot"
+# The Job enters PID 1's namespaces, then runs the operator's host command there.
+NSENTER = ("nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--")
+# privileged (setns into PID 1's namespaces needs CAP_SYS_ADMIN, the reboot CAP_SYS_BOOT) and uid 0:
+# under the image's USER 65532 a privileged container keeps no effective capability (issue 23).
+REBOOT_SECURITY_CONTEXT: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsGroup": 0,
+                                           "runAsNonRoot": False}
+TOLERATIONS: list[dict[str, str]] = [{"operator": "Exists"}]
+# Its command: NSENTER, then the operator's host command (api.HOST_REBOOT_COMMAND unless
+# --host-reboot-command says otherwise: api.DEFAULT_HOST_REBOOT_ARGV).
+REBOOT_COMMAND = (*NSENTER, *api.DEFAULT_HOST_REBOOT_ARGV)
 # nsenter's exit statuses when it cannot run the command in the host (util-linux: EX_EXEC_ENOENT,
 # EX_EXEC_FAILED), the shell's the same for a program it cannot find or run
 _NOT_FOUND, _NOT_EXECUTABLE = 127, 126
@@ -73,7 +80,7 @@ def job_name_for(operation_id: str) -> str:
 
 
 def reboot_job(op: Operation, node: str, namespace: str, image: str, timeout: float, names: Names,
-               host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV,
+               host_command: tuple[str, ...] = api.DEFAULT_HOST_REBOOT_ARGV,
                image_pull_secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """The Job that reboots ``node``'s host; pure, so its shape is unit-tested."""
     labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "autoclusters"}
@@ -125,7 +132,7 @@ class HostRebootProvider:
 
     def __init__(self, kube: Kube, clock: Clock, names: Names, *, namespace: str, image: str,
                  timeout: float = 600, nodes: NodeCache | None = None,
-                 host_command: tuple[str, ...] = DEFAULT_HOST_REBOOT_ARGV,
+                 host_command: tuple[str, ...] = api.DEFAULT_HOST_REBOOT_ARGV,
                  image_pull_secrets: tuple[str, ...] = ()) -> None:
         if not image:
             raise ProviderError("provider.hostReboot.image is required when the controller does not know its own "

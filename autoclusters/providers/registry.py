@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoclusters.deploy.allow_lists import pool_refusals
-from autoclusters.deploy.providers import ProviderChoice, ProviderSpec
+from autoclusters.allow_lists import AllowList
 from autoclusters.kube.request_counter import provider_component
 from autoclusters.providers import clusterapi, command, ec2, hostreboot, karpenter, redfish, simulated
 from autoclusters.providers.actions import ACTIONS
 from autoclusters.providers.base import BuildContext, Provider, ProviderError
 from autoclusters.providers.declaration import NodeGuard, ProviderKind
+from autoclusters.providers.types import ProviderSpec
 
 KINDS: dict[str, ProviderKind] = {}
 
@@ -56,11 +56,13 @@ def build_provider(spec: ProviderSpec, context: BuildContext) -> Provider:
     among them a command or image that is no entry of the operator's allow-list (even when
     admission let the pool through). The provider's API requests are counted as
     ``provider/<type>``, apart from the controller's."""
-    refused = pool_refusals(context.allow_lists, provider=ProviderChoice(spec))
-    if refused:
-        raise ProviderError(refused[0].replace("spec.provider.", "provider.", 1))
+    kind = KINDS[spec.type]
+    for name, listed, value in kind.allow_listed(spec.settings):
+        refused = context.allow_lists.refusal(AllowList(listed), value, f"provider.{spec.type}.{name}")
+        if refused:
+            raise ProviderError(refused)
     own = replace(context, kube=context.kube.for_component(provider_component(spec.type)))
-    build = KINDS[spec.type].build
+    build = kind.build
     assert build is not None  # register() checks
     return build(spec.settings, own)
 

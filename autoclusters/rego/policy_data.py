@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoclusters.allow_lists import NONE as NO_ENTRIES
+from autoclusters.allow_lists import AllowLists
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT, DEFAULT_NAMESPACE, admission
-from autoclusters.deploy.allow_lists import NONE as NO_ENTRIES
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.names import Names
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from autoclusters import api
+from autoclusters.allow_lists import FLAG as ALLOW_LISTS_FLAG
+from autoclusters.allow_lists import AllowLists
 from autoclusters.clock import SystemClock, utc_iso
 from autoclusters.controller.controller_config import ControllerConfig
-from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.controller import controller_rbac
 from autoclusters.deploy.stack_config import StackConfig
 from autoclusters.devcluster.handle import ClusterHandle

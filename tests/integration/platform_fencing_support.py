@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from autoclusters.deploy.allow_lists import FLAG as ALLOW_LISTS_FLAG
+from autoclusters.allow_lists import FLAG as ALLOW_LISTS_FLAG
 from tests.integration.controller_support import ControllerProcess, Env, hold_drain
 from tests.integration.helpers import parse_time, wait_for
 from tests.integration.tcp_proxy import TcpProxy

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from autoclusters import api
 from autoclusters.api import RepairAction
 from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
-from autoclusters.deploy.providers import DEFAULT_HOST_REBOOT_ARGV
 from autoclusters.deploy.reboot_job import job_shape_binding, job_shape_policy
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Forbidden, Kube, NotFound, load_kube
@@ -59,7 +59,7 @@ def scene(cluster: ClusterHandle) -> Iterator[Scene]:
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
              "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_SERVICE_ACCOUNT, "namespace": s.ns}]},
             job_shape_policy(s.policy, namespace=s.ns, own_image=OWN_IMAGE, listed=[LISTED_IMAGE],
-                             host_command=DEFAULT_HOST_REBOOT_ARGV),
+                             host_command=api.DEFAULT_HOST_REBOOT_ARGV),
             job_shape_binding(s.policy),
         ])
         s.controller = load_kube(kubeconfig)

@@ -22,7 +22,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # ``autoclusters`` package; OUTSIDE holds the top-level folders around it.
 RANKS = {
     "api": 0, "pool_fields": 0, "doc_tables": 0, "names": 0, "clock": 0, "certificates": 0, "memo": 0, "repeats": 0,
-    "redact": 0, "capture": 0,
+    "redact": 0, "capture": 0, "allow_lists": 0,
     "kube": 1,
     # deploy/ derives the CRD, the parser and the roles from providers/
     "faults": 2, "pools": 2, "deploy": 2, "providers": 2,
@@ -63,8 +63,6 @@ LAZY_IMPORTS = {
     # the simulation loads only when a pool names the simulated provider: the door the product's
     # layers reach it by (SIMULATION_DOORS); a deployed controller never loads it
     "providers.simulated": "the simulated provider's builder loads the simulation when a pool names it",
-    # NOT a plug-in load: the one import that dodges a cycle, listed until it goes (KNOWN_CYCLE_EDGES)
-    "deploy.providers": "KNOWN_CYCLE_EDGES: reads providers/registry.py's KINDS on first use",
     # the deploy bundle is not installed with the package: the local stack's program is loaded
     # from a checkout, when the local stack is deployed (KNOWN_BUNDLE_IMPORTS)
     "devcluster.pulumi_env": "components/stack.py, the Pulumi program, exists only in a checkout",
@@ -73,22 +71,6 @@ LAZY_IMPORTS = {
     "/components.node_cleanup": "a dynamic provider's method runs in Pulumi's provider process",
     "/components.simulated_node": "a dynamic provider's method runs in Pulumi's provider process",
 }
-
-# The one cycle still in the tree, and the edge that closes it, listed here so that it is seen
-# and cannot grow: deploy/ derives the CRD schema, the parser, the Rego data and the roles from
-# the provider registry (providers/registry.py), while the provider modules build on deploy/
-# (the allow-lists, the reboot Job's shape, the host reboot command's default). deploy/providers.py
-# reads the registry inside a function, which breaks the cycle at load time only. To go, the
-# provider modules must stop importing the deploy/ modules that read the registry (or the
-# registry's declarations must load apart from the providers' code); then this entry leaves.
-KNOWN_CYCLE_EDGES = {
-    ("deploy.providers", "providers.registry"):
-        "the provider registry <-> deploy/ cycle of the plug-in work (issue 27 item 4, left)",
-    # the same knot, for the type checker only (a builder's signature names BuildContext, whose
-    # module builds on deploy/): it goes with the edge above
-    ("providers.declaration", "providers.base"): "under TYPE_CHECKING: the builder's signature",
-}
-
 
 def _rank(module: str) -> tuple[str, int]:
     top = module.split(".")[0]
@@ -258,11 +240,6 @@ def test_no_import_cycle() -> None:
     layer test above lets a rank's modules import each other), and also where one of the imports
     stands inside a function: an import moved into a function to break a cycle still counts."""
     graph = _import_graph()
-    for src, dst in KNOWN_CYCLE_EDGES:  # each listed edge still exists and still closes a cycle
-        assert dst in graph[src], f"{src} no longer imports {dst}: remove it from KNOWN_CYCLE_EDGES"
-        assert any(src in c and dst in c for c in _cycles(graph)), f"{src} -> {dst} closes no cycle any more"
-    for src, dst in KNOWN_CYCLE_EDGES:
-        graph[src] = {k: v for k, v in graph[src].items() if k != dst}
     assert [_describe(c, graph) for c in _cycles(graph)] == []
 
 
@@ -393,10 +370,14 @@ def test_the_architecture_page_shows_these_ranks() -> None:
     assert shown == expected
 
 
-def test_providers_import_nothing_of_the_controller() -> None:
+def test_providers_import_nothing_of_the_controller_or_deploy() -> None:
     """A provider is a plug-in: what it shares with the controller (the operation, its state and
     view, the action table, the declaration types) lives in ``providers/``, and no module there
-    imports ``controller/`` (the state machine's rank would allow it; this rule does not)."""
+    imports ``controller/`` (the state machine's rank would allow it; this rule does not). Nor
+    ``deploy/``, which derives the CRD schema, the parser and the roles from the registry: what
+    a provider shares with ``deploy/`` lives in ``providers/`` (the reboot Job's shape, the
+    setting types) or below (the allow-lists document, the host reboot command's default)."""
     found = [(name, imported) for name, path in _modules() if name.split(".")[0] == "providers"
-             for imported in _imports(path) if imported.split(".")[:2] == ["autoclusters", "controller"]]
+             for imported in _imports(path) if imported.split(".")[:2] in (["autoclusters", "controller"],
+                                                                          ["autoclusters", "deploy"])]
     assert found == []

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autoclusters import api
+from autoclusters.allow_lists import AllowList, AllowLists
 from autoclusters.clock import FakeClock, parse_iso, utc_iso
 from autoclusters.controller.actuator import Actuator
 from autoclusters.controller.cache import Fleet
@@ -24,13 +25,13 @@ from autoclusters.controller.hook import HookRunner
 from autoclusters.controller.reconciler import Reconciler, Settings
 from autoclusters.controller.shards import Shard
 from autoclusters.controller.statemachine import RepairPolicy
-from autoclusters.deploy.allow_lists import AllowList, AllowLists, provider_fields
 from autoclusters.deploy.providers import NO_PROVIDER, ProviderSettingsError, parse_provider_choice
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube import Kube, KubeError
 from autoclusters.kube.events import EventRecorder
 from autoclusters.kube.workqueue import WorkQueue
 from autoclusters.names import Names
+from autoclusters.pools.allow_listed import provider_fields
 from autoclusters.sim import nodes as sim
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, boot_id_after
 from tests.unit.fakeapi import FakeApi

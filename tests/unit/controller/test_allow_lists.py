@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from autoclusters.allow_lists import AllowLists
 from autoclusters.controller.hook import HookRunner
 from autoclusters.controller.statemachine import HOLD_NOT_ALLOW_LISTED
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.pools.pool_config import PreDrainHook
 from tests.unit.controller.harness import Harness
 

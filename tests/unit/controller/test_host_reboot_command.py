@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from autoclusters import api
-from autoclusters.api import RepairAction
+from autoclusters.api import RepairAction, host_reboot_argv
 from autoclusters.clock import FakeClock
-from autoclusters.deploy.providers import ProviderSpec, ProviderType, host_reboot_argv
+from autoclusters.deploy.providers import ProviderSpec, ProviderType
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.deploy.stack_config import stack_config_from_dict
 from autoclusters.names import Names

@@ -10,9 +10,9 @@ from typing import Any, Self
 
 import pytest
 
+from autoclusters.allow_lists import AllowLists
 from autoclusters.api import RepairAction
 from autoclusters.clock import FakeClock, utc_iso
-from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
 from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names

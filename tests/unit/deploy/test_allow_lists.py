@@ -1,4 +1,4 @@
-"""The operator's allow-lists (deploy/allow_lists.py): one document, read strictly, carried
+"""The operator's allow-lists (autoclusters/allow_lists.py): one document, read strictly, carried
 unchanged to the controller's flag, the webhook's flag and the pool policy's data, and the
 stack's own pools held to it before anything is created."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from autoclusters import allow_lists
+from autoclusters.allow_lists import AllowList, AllowListError, AllowLists, from_config
 from autoclusters.controller.controller_config import ControllerConfig
-from autoclusters.deploy import allow_lists
-from autoclusters.deploy.allow_lists import AllowList, AllowListError, AllowLists, from_config
 from autoclusters.deploy.providers import KINDS
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.deploy.stack_config import stack_config_from_dict

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from autoclusters import api, pool_fields
-from autoclusters.deploy.allow_lists import listing
 from autoclusters.deploy.crds import pool_schema
 from autoclusters.names import Names
+from autoclusters.pools.allow_listed import listing
 from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, PreDrainHook, pool_from_config, pool_spec
 from autoclusters.rego import opa
 from autoclusters.rego.policy_data import PolicyConfig

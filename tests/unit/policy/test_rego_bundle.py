@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoclusters.deploy.allow_lists import AllowLists
+from autoclusters.allow_lists import AllowLists
 from autoclusters.rego import opa
 from autoclusters.rego.policy_data import PolicyConfig
 from tests.conftest import tool_missing

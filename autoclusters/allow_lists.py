@@ -20,7 +20,10 @@ host-reboot Job's default image, the controller's own, needs no entry.
 Which field of a pool is held to which list is written once: ``pool_fields.ALLOW_LISTED`` for
 the fields of the pool's own spec, and each provider setting's ``allow_list`` (its module's ``KIND``) for
 the providers' (a new provider's URL or command setting names its list there and is checked
-by the parser below, the controller and the Rego alike).
+by the pool's checks, the controller and the Rego alike). This module is the document alone
+(its lists, its parser, the one refusal); which fields of a pool it holds, and the pool's
+refusals, are ``pools/allow_listed.py``'s: the document stands below the providers, whose
+build context carries it, and the checks above them, since they read the provider registry.
 """
 
 from __future__ import annotations
@@ -28,12 +31,10 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoclusters import pool_fields
-from autoclusters.deploy.providers import KINDS, ProviderChoice
 from autoclusters.redact import redact
 
 
@@ -47,8 +48,6 @@ class AllowList(enum.StrEnum):
 
 STACK_SETTING = "allowLists"  # autoclusters:allowLists
 FLAG = "--allow-lists"  # autoclusters controller run / webhook run: the same document as JSON
-# The fields of the pool's own spec held to a list (the providers' are their settings' allow_list).
-POOL_FIELDS: dict[str, AllowList] = {path: AllowList(kind) for path, kind in pool_fields.ALLOW_LISTED.items()}
 _ENTRY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -135,42 +134,3 @@ def from_config(raw: Any, where: str = STACK_SETTING) -> AllowLists:
                 checked[name] = value
         lists[kind.value] = checked
     return AllowLists(**lists)
-
-
-def provider_fields(choice: ProviderChoice) -> Iterator[tuple[str, AllowList, Any]]:
-    """(field path, list, value) of every provider setting of ``choice`` held to a list."""
-    for action, spec in (("", choice.default), *choice.own.items()):
-        if spec is None:
-            continue
-        for s in KINDS[spec.type].settings:
-            if s.allow_list and s.name in spec.settings:
-                prefix = f"spec.provider.{action}." if action else "spec.provider."
-                yield f"{prefix}{spec.type}.{s.name}", AllowList(s.allow_list), spec.settings[s.name]
-
-
-def named_fields(*, provider: ProviderChoice, hook_url: str = "", hook_command: tuple[str, ...] = ()
-                 ) -> list[tuple[str, AllowList, Any]]:
-    """(field path, list, value) of every field a pool gives that is held to a list."""
-    given: list[tuple[str, AllowList, Any]] = []
-    if hook_command:
-        given.append(("spec.preDrain.hook.command", POOL_FIELDS["preDrain.hook.command"], tuple(hook_command)))
-    if hook_url:
-        given.append(("spec.preDrain.hook.url", POOL_FIELDS["preDrain.hook.url"], hook_url))
-    given += ((where, kind, tuple(v) if isinstance(v, list) else v) for where, kind, v in provider_fields(provider))
-    return given
-
-
-def listing(fields: Iterable[tuple[str, AllowList, Any]]) -> AllowLists:
-    """Allow-lists with an entry for each of ``fields`` (what an operator writes to allow a pool)."""
-    lists: dict[str, dict[str, Any]] = {kind.value: {} for kind in AllowList}
-    for _, kind, value in fields:
-        if value not in lists[kind.value].values():
-            lists[kind.value][f"entry-{len(lists[kind.value])}"] = value
-    return AllowLists(**lists)
-
-
-def pool_refusals(lists: AllowLists, *, provider: ProviderChoice, hook_url: str = "",
-                  hook_command: tuple[str, ...] = ()) -> list[str]:
-    """Why a pool may not be used: each field it gives that no entry of its list allows."""
-    given = named_fields(provider=provider, hook_url=hook_url, hook_command=hook_command)
-    return [why for where, kind, value in given if (why := lists.refusal(kind, value, where))]
