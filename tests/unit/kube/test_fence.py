@@ -137,7 +137,7 @@ class _Recording:
 
 
 def test_the_actuator_asks_the_fence_before_a_provider_action() -> None:
-    from tests.unit.controller.test_predrain import _state
+    from tests.unit.controller.test_actuator_predrain import _state
 
     api, clock = FakeApi(), FakeClock()
     fence = LeaseFence(clock)

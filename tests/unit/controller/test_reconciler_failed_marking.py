@@ -30,7 +30,7 @@ from autoclusters.names import EVENT_DRAIN_WARNING, EVENT_SUCCEEDED
 from autoclusters.sim.hosts import REBOOT
 from autoclusters.sim.provider import ANN_OPERATION
 from tests.unit.controller.harness import NAMES, Harness
-from tests.unit.controller.test_failed_writes import _clean, adds_label, fail
+from tests.unit.controller.test_reconciler_failed_writes import _clean, adds_label, fail
 from tests.unit.fakeapi import ApiError, Request
 
 JSON = dict[str, Any]

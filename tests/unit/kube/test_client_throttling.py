@@ -17,7 +17,7 @@ from autoclusters.kube import Kube, Throttled, TooManyRequests
 from autoclusters.kube.errors import from_status, retry_after_seconds
 from autoclusters.kube.light import load_light_kube
 from autoclusters.kube.workqueue import WorkQueue
-from tests.unit.test_kube_connection import ok, serving
+from tests.unit.kube.test_connection import ok, serving
 
 # What kube-apiserver's flow-control filter writes (apiserver/pkg/server/filters/priority-and-fairness.go)
 THROTTLED = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 2\r\n"

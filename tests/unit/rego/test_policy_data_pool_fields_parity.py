@@ -18,7 +18,7 @@ from autoclusters.pools.pool_config import PoolConfig, PoolConfigError, PreDrain
 from autoclusters.rego import opa
 from autoclusters.rego.policy_data import PolicyConfig
 from tests.conftest import tool_missing
-from tests.unit.policy.pool_cases import HOOK_URL, Case, cases, partner, put, values_of
+from tests.unit.rego.pool_cases import HOOK_URL, Case, cases, partner, put, values_of
 
 POLICIES = Path(__file__).resolve().parents[3] / "policies"
 CASES = cases()
@@ -67,7 +67,7 @@ def test_opa_gives_every_case_the_parsers_verdict() -> None:
     except opa.OpaError as e:
         tool_missing(str(e))
     # The shape is what the parser judges; the installation's operator lists every command and
-    # URL the valid cases name (tests/unit/policy/test_allow_list_policy.py judges the lists).
+    # URL the valid cases name (tests/unit/rego/test_allow_list_policy.py judges the lists).
     named = [f for c in CASES if c.valid for f in pool_from_config({"name": "p", **c.spec}).allow_listed()]
     data = PolicyConfig(allow_lists=listing(named)).data_document()
     found = opa.evaluate("[{v.rule | some v in data.autoclusters.lib.pools.pool_violations(p, "

@@ -137,7 +137,7 @@ def test_a_karpenter_node_without_annotations_gets_guards_and_warning_in_the_sam
     from autoclusters.controller.statemachine import EnsureMarked, Warn
     from autoclusters.providers.karpenter import GUARD_ANNOTATIONS, NODEPOOL_LABEL
     from tests.unit.controller.harness import Notes
-    from tests.unit.controller.test_predrain import _state, deadline_of
+    from tests.unit.controller.test_actuator_predrain import _state, deadline_of
     from tests.unit.fakeapi import FakeApi
 
     api = FakeApi()

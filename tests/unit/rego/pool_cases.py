@@ -4,7 +4,7 @@ Every setting gets its limits and one step past each, values of the wrong type, 
 between settings both ways (with and without the other setting given, so the default counts);
 every object of the spec that holds settings gets a value that is not an object, and a key it
 does not know (the API server refuses it under strict field validation, kubectl's default). The parser
-(tests/unit/policy/test_pool_fields_parity.py), the Rego through ``opa eval`` (the same) and
+(tests/unit/rego/test_policy_data_pool_fields_parity.py), the Rego through ``opa eval`` (the same) and
 the CRD schema in a real API server (tests/integration/test_pool_fields_crd.py) must each give
 every case its verdict.
 """

@@ -23,8 +23,8 @@ from autoclusters.names import Names
 from autoclusters.providers.redfish import REDFISH_SECRET, RedfishProvider, choose_reset, credentials, system_ref
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.types import Operation, ProviderState
-from tests.unit.controller.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.fakeapi import FakeApi
+from tests.unit.providers.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.rbac_calls import calls
 
 NAMES = Names()

@@ -14,7 +14,7 @@ import pytest
 from autoclusters.devcluster import pki, realnodes
 from autoclusters.devcluster.realnodes import RealNode
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _node(tmp_path: Path, index: int = 0) -> RealNode:

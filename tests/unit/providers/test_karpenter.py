@@ -16,7 +16,7 @@ from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, KarpenterProvider
 from autoclusters.providers.types import Operation, ProviderState
-from tests.unit.controller.karpenter_fakes import FakeKarpenterKube
+from tests.unit.providers.karpenter_fakes import FakeKarpenterKube
 
 NAMES = Names()
 POOL = "a100"
