@@ -16,6 +16,16 @@ watches (a stream of the events after a resourceVersion, 410 once that history i
 away). Every request is logged as ``(verb, path)`` with its query and body, so tests count
 what a piece of code asked.
 
+What a test makes the server do, through two small hooks: ``fail_next(verb, path, status)``
+answers the next matching requests with an error (before acting, or after it with ``lands``:
+the write done, its answer lost, as when a connection is cut); ``on_request(verb, path, fn)``
+runs ``fn`` before each matching request is served (another writer racing it, a slow
+answer held on an event, an admission webhook refusing it by raising ``ApiError``).
+
+This is the one fake of the Kubernetes API in the unit tests: a test that needs the API
+gives the real ``Kube`` client this server (``FakeApi().kube()``); the objects it holds come
+from ``tests/unit/builders.py``.
+
 Not here: admission, RBAC, defaulting, validation beyond what the tests need.
 """
 
@@ -165,7 +175,8 @@ class _Response:
     def __init__(self, status: int, body: Any = None, stream: Iterator[bytes] | None = None) -> None:
         self.status = status
         self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict", 410: "Gone",
-                       422: "Unprocessable Entity", 429: "Too Many Requests"}.get(status, "")
+                       422: "Unprocessable Entity", 429: "Too Many Requests", 403: "Forbidden",
+                       503: "Service Unavailable"}.get(status, "")
         self.data = b"" if body is None else json.dumps(body).encode()
         self.response = self
         self._stream = stream
@@ -185,8 +196,23 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason or {404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid",
-                                 429: "TooManyRequests"}.get(status, "")
+        self.reason = reason or {403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired",
+                                 422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(status, "")
+
+
+@dataclass
+class _Failure:
+    verb: str
+    path: str
+    status: int
+    message: str
+    times: int
+    lands: bool
+
+
+def _matches(req: Request, verb: str, path: str) -> bool:
+    """``verb`` is the request's (``*``: any); ``path`` is its path or a collection above it."""
+    return verb in ("*", req.verb) and (req.path == path or req.path.startswith(path.rstrip("/") + "/"))
 
 
 @dataclass
@@ -210,6 +236,7 @@ class FakeApi:
     compacted: int = 0  # watches from at or below this resourceVersion get 410 Gone
     # Called before each request is served; may raise ApiError to fail it (a race, an outage).
     before: list[Callable[[Request], None]] = field(default_factory=list)
+    _failures: list[_Failure] = field(default_factory=list)
     # Group-versions that are not installed: their discovery document and objects answer 404.
     unserved: set[str] = field(default_factory=set)
     # Evictions refused (429) for these "ns/name" pods, as a PodDisruptionBudget would.
@@ -221,6 +248,21 @@ class FakeApi:
     # settle() first waits until this many watches are open (an informer opens its watch just
     # after its list: without this a settle() in between would see no watcher to wait for)
     min_watchers: int = 0
+
+    def fail_next(self, verb: str, path: str, status: int = 503, message: str = "", *, times: int = 1,
+                  lands: bool = False) -> None:
+        """The next ``times`` requests ``verb`` (``*``: any) on ``path`` (or below it) answer
+        ``status``. ``lands``: the request is served first and only its answer is the error."""
+        self._failures.append(_Failure(verb, path, status, message or f"injected HTTP {status}", times, lands))
+
+    def on_request(self, verb: str, path: str, fn: Callable[[Request], object]) -> None:
+        """Runs ``fn`` before each request ``verb`` (``*``: any) on ``path`` (or below it) is
+        served; ``fn`` may change the store (``edit``), wait, or raise ``ApiError`` to refuse it."""
+        def hook(req: Request) -> None:
+            if _matches(req, verb, path):
+                fn(req)
+
+        self.before.append(hook)
 
     def client(self) -> FakeApiClient:
         return FakeApiClient(self)
@@ -336,10 +378,24 @@ class FakeApi:
         try:
             for hook in list(self.before):
                 hook(req)
-            return self._serve(req)
+            failure = self._take_failure(req)
+            if failure is not None and not failure.lands:
+                raise ApiError(failure.status, failure.message)
+            resp = self._serve(req)
+            if failure is not None:
+                raise ApiError(failure.status, failure.message)
+            return resp
         except ApiError as e:
             return _Response(e.status, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                         "message": str(e), "reason": e.reason, "code": e.status})
+
+    def _take_failure(self, req: Request) -> _Failure | None:
+        with self._cond:
+            for f in self._failures:
+                if f.times > 0 and _matches(req, f.verb, f.path):
+                    f.times -= 1
+                    return f
+        return None
 
     def _serve(self, req: Request) -> _Response:
         parts = [p for p in req.path.split("/") if p]

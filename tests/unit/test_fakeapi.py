@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from autoclusters.kube import Conflict, Invalid, KubeError, NotFound
-from tests.unit.fakeapi import FakeApi
+from autoclusters.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
+from autoclusters.kube.errors import Unavailable
+from tests.unit.fakeapi import ApiError, FakeApi
 
 
 def _node(name: str = "n1") -> dict:
@@ -96,3 +97,39 @@ def test_watch_streams_changes_and_expires_after_compaction() -> None:
         list(kube.watch("/api/v1/nodes", resource_version=rv, timeout_seconds=1))
     assert gone.value.status == 410
     api.close()
+
+
+def test_a_failure_answers_the_next_matching_requests_before_or_after_acting() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    api.fail_next("PATCH", "/api/v1/nodes", 503, times=2)
+    for _ in range(2):
+        with pytest.raises(Unavailable, match="injected HTTP 503"):
+            kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})
+    assert "x" not in kube.get_node("n1")["metadata"]["labels"]  # refused before anything was done
+    kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})  # the third goes through
+    api.fail_next("POST", "/api/v1/namespaces/default/events", 503, lands=True)
+    with pytest.raises(Unavailable):
+        kube.create("/api/v1/namespaces/default/events", {"metadata": {"name": "e1"}})
+    assert api.read("/api/v1/namespaces/default/events/e1") is not None  # the write landed, its answer was lost
+    kube.get_node("n1")  # a GET matches no PATCH failure
+
+
+def test_a_hook_runs_before_the_matching_requests_only() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    seen: list[str] = []
+    api.on_request("PATCH", "/api/v1/nodes/n1", lambda req: seen.append(req.path))
+
+    def refuse(req: object) -> None:
+        raise ApiError(403, "admission webhook denied the request")
+
+    api.on_request("DELETE", "/api/v1/nodes", refuse)
+    kube.get_node("n1")
+    kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})
+    assert seen == ["/api/v1/nodes/n1"]
+    with pytest.raises(Forbidden, match="denied"):
+        kube.delete("/api/v1/nodes/n1")
+    assert api.read("/api/v1/nodes/n1") is not None

@@ -17,7 +17,7 @@ from autoclusters.ops.snapshot import build_snapshot, default_policy_of
 from autoclusters.pools import default_pool
 from autoclusters.pools.membership import Membership, config_of
 from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
-from tests.unit.ops.builders import NAMES
+from tests.unit.builders import NAMES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Z1 = {"matchLabels": {"zone": "z1"}}
