@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoclusters.names import Names
+from autoclusters.providers.karpenter import NODEPOOL_LABEL
 
 NAMES = Names()
 
@@ -70,14 +71,10 @@ def pod(name: str, node_name: str, namespace: str = "default", *, labels: dict[s
             "status": {"phase": phase}}
 
 
-KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
-NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
-
-
 def nodeclaim(name: str, nodepool: str, node_name: str = "", *, created: str = "",
               conditions: list[dict[str, Any]] | None = None, finalizer: bool = True) -> dict[str, Any]:
     """A Karpenter NodeClaim of ``nodepool`` that launched ``node_name`` (""): not yet)."""
-    meta: dict[str, Any] = {"name": name, "labels": {KARPENTER_NODEPOOL_LABEL: nodepool}}
+    meta: dict[str, Any] = {"name": name, "labels": {NODEPOOL_LABEL: nodepool}}
     if finalizer:
         meta["finalizers"] = ["karpenter.sh/termination"]
     if created:
