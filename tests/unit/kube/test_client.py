@@ -1,32 +1,31 @@
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from autoclusters.kube import Conflict, Invalid, Kube
+from tests.unit.builders import node
+from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 
-class RacingKube(Kube):
-    """A Kube whose node is changed by someone else ``lose`` times before our patch lands."""
+def racing(lose: int) -> tuple[FakeApi, Kube]:
+    """Node ``n``, which another writer changes just before each of our first ``lose`` patches
+    lands (its label ``seen`` counts those writes)."""
+    api = FakeApi()
+    api.put("/api/v1/nodes", node("n", pool="", detected=False, labels={"seen": "0"}))
+    left = [lose]
 
-    def __init__(self, lose: int) -> None:
-        super().__init__(SimpleNamespace(configuration=SimpleNamespace(host="x"), user_agent=""))
-        self.lose = lose
-        self.rv = 1
-        self.patches: list[list[dict[str, Any]]] = []
+    def another_writer(req: Request) -> None:
+        if left[0]:
+            left[0] -= 1
+            api.edit("/api/v1/nodes/n", lambda n: n["metadata"]["labels"].update(
+                seen=str(int(n["metadata"]["labels"]["seen"]) + 1)))
 
-    def get_node(self, name: str, *, timeout: float = 30) -> dict[str, Any]:
-        return {"metadata": {"name": name, "resourceVersion": str(self.rv), "labels": {"seen": str(self.rv)}}}
+    api.on_request("PATCH", "/api/v1/nodes/n", another_writer)
+    return api, api.kube()
 
-    def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
-        self.patches.append(body)
-        if body[0] != {"op": "test", "path": "/metadata/resourceVersion", "value": str(self.rv)}:
-            raise Conflict("stale")
-        if self.lose:
-            self.lose -= 1
-            self.rv += 1  # a concurrent writer got there first
-            raise Invalid("the server rejected our request due to an error in our request")
-        return {"metadata": {"name": name, "resourceVersion": str(self.rv + 1)}}
+
+def patches(api: FakeApi) -> list[list[dict[str, Any]]]:
+    return [r.body for r in api.requests if r.verb == "PATCH"]
 
 
 def ops_from(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -34,39 +33,41 @@ def ops_from(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_a_lost_race_is_retried_with_operations_computed_from_the_fresh_node() -> None:
-    kube = RacingKube(lose=2)
+    api, kube = racing(lose=2)
     out = kube.patch_node_guarded(kube.get_node("n"), ops_from)
-    assert out["metadata"]["resourceVersion"] == "4"
-    assert [p[1]["value"] for p in kube.patches] == ["1", "2", "3"]
+    assert out["metadata"]["labels"] == {"seen": "2", "mine": "2"}
+    assert out["metadata"]["resourceVersion"] == (api.read("/api/v1/nodes/n") or {})["metadata"]["resourceVersion"]
+    assert [p[1]["value"] for p in patches(api)] == ["0", "1", "2"]
+    assert all(p[0]["path"] == "/metadata/resourceVersion" for p in patches(api))  # the guard goes first
 
 
 def test_nothing_to_do_sends_nothing() -> None:
-    kube = RacingKube(lose=0)
+    api, kube = racing(lose=0)
     node = kube.get_node("n")
     assert kube.patch_node_guarded(node, lambda _: []) is node
-    assert kube.patches == []
+    assert patches(api) == []
 
 
 def test_endless_races_give_up_with_conflict() -> None:
-    kube = RacingKube(lose=100)
+    api, kube = racing(lose=100)
     with pytest.raises(Conflict, match="concurrent writers"):
         kube.patch_node_guarded(kube.get_node("n"), ops_from, attempts=3)
-    assert len(kube.patches) == 3
+    assert len(patches(api)) == 3
+    assert "mine" not in (api.read("/api/v1/nodes/n") or {})["metadata"]["labels"]
 
 
 def test_a_refusal_that_is_not_a_failed_test_is_not_a_race() -> None:
     """A 422 from an admission policy (or an invalid patch) is raised at once: reading the node
     again and retrying would only repeat it (and say "concurrent writers", which is not true)."""
+    api, kube = racing(lose=0)
 
-    class Refusing(RacingKube):
-        def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
-            self.patches.append(body)
-            raise Invalid("ValidatingAdmissionPolicy 'labels' denied request: maintenance labels are ours")
+    def admission(req: Request) -> None:
+        raise ApiError(422, "ValidatingAdmissionPolicy 'labels' denied request: maintenance labels are ours")
 
-    kube = Refusing(lose=0)
+    api.on_request("PATCH", "/api/v1/nodes/n", admission)
     with pytest.raises(Invalid, match="denied request"):
         kube.patch_node_guarded(kube.get_node("n"), ops_from)
-    assert len(kube.patches) == 1
+    assert len(patches(api)) == 1
 
 
 def test_what_counts_as_a_lost_race() -> None:
