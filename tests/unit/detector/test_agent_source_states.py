@@ -26,20 +26,20 @@ from autoclusters.detector.source_records import SourceState, SourceStatus
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
-from tests.unit.detector.fakes import FakeKube
+from tests.unit.detector.node_conditions import NodeConditions
 
 NAMES = Names()
 CAT = load_catalog()
 HEALTH = NAMES.detector_health_condition
 
 
-def agent_with_nvml(tmp_path: Path, *, gpu_node: bool) -> tuple[FakeKube, ConditionWriter, NodeAgent]:
+def agent_with_nvml(tmp_path: Path, *, gpu_node: bool) -> tuple[NodeConditions, ConditionWriter, NodeAgent]:
     """An agent without NVML (no bindings: the real source's unavailable state; the search for the
     driver's library is tested through the real pynvml in test_nvml.py), on a node whose driver
     lists GPUs or not."""
-    kube = FakeKube(["n1"])
+    kube = NodeConditions(["n1"])
     clock = FakeClock()
-    writer = ConditionWriter(kube, clock, WriterConfig(min_interval_s=0, qps=1000))  # type: ignore[arg-type]
+    writer = ConditionWriter(kube.kube, clock, WriterConfig(min_interval_s=0, qps=1000))
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("")
     sources = [Scheduled(KernelLogFileSource(str(kmsg), KernelLogInterpreter(CAT, GpuIndex.simulated()))),
@@ -129,10 +129,10 @@ def test_build_agent_lists_every_source_with_its_state(tmp_path: Path, monkeypat
     proc = tmp_path / "gpus"
     (proc / "0000:3b:00.0").mkdir(parents=True)
     monkeypatch.setattr(node_module, "load_library", lambda *_: (None, None))  # an image without the bindings
-    kube = FakeKube(["n1"])
+    kube = NodeConditions(["n1"])
     paths = NodePaths(kernel_log_file=str(tmp_path / "kern.log"), infiniband=str(tmp_path / "ib"),
                       nvidia_proc=str(proc))
-    agent, writer, _ = build_agent("n1", kube, FakeClock(), CAT, NAMES, AgentConfig(), paths)  # type: ignore[arg-type]
+    agent, writer, _ = build_agent("n1", kube.kube, FakeClock(), CAT, NAMES, AgentConfig(), paths)
     agent.poll()
     assert agent.states == {
         "file": SourceState(SourceStatus.ON, expected=True),  # kernel_log_file: the file source, named so
@@ -141,7 +141,7 @@ def test_build_agent_lists_every_source_with_its_state(tmp_path: Path, monkeypat
         "dcgm-exporter": SourceState(SourceStatus.OFF, "no dcgm-exporter URL configured (--dcgm-exporter-url)"),
         "infiniband": SourceState(SourceStatus.UNAVAILABLE, f"no {tmp_path}/ib: no InfiniBand on this node"),
     }
-    off, _, _ = build_agent("n1", kube, FakeClock(), CAT, NAMES, AgentConfig(),  # type: ignore[arg-type]
+    off, _, _ = build_agent("n1", kube.kube, FakeClock(), CAT, NAMES, AgentConfig(),
                             NodePaths(kernel_log_file=str(tmp_path / "kern.log"), use_nvml=False,
                                       dcgm_host="nvidia-dcgm.gpu-operator.svc:5555",
                                       dcgm_command=("no-such-dcgmi",)))

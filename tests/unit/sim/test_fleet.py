@@ -16,7 +16,7 @@ from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 from autoclusters.sim.fleet import SimulatedFleet
 from autoclusters.sim.hardware import SimulatedHardware
-from tests.unit.detector.fakes import FakeKube
+from tests.unit.detector.node_conditions import NodeConditions
 
 NAMES = Names()
 
@@ -34,10 +34,10 @@ def deleted(f: SimulatedFleet, name: str) -> None:
     f.nodes._apply({"type": "DELETED", "object": node(name, "")})
 
 
-def fleet(tmp_path: Path) -> tuple[FakeKube, FakeClock, SimulatedFleet]:
-    kube = FakeKube(["a", "b"])
+def fleet(tmp_path: Path) -> tuple[NodeConditions, FakeClock, SimulatedFleet]:
+    kube = NodeConditions(["a", "b"])
     clock = FakeClock()
-    f = SimulatedFleet(kube, clock, load_catalog(), NAMES, tmp_path, "x=y",  # type: ignore[arg-type]
+    f = SimulatedFleet(kube.kube, clock, load_catalog(), NAMES, tmp_path, "x=y",
                        AgentConfig(window_s=5, writer=WriterConfig(min_interval_s=0, qps=1000)))
     return kube, clock, f
 
@@ -49,7 +49,7 @@ def cycle(f: SimulatedFleet, clock: FakeClock, seconds: float = 1) -> None:
     f.writer.wait_idle()
 
 
-def gpu(kube: FakeKube, name: str) -> str:
+def gpu(kube: NodeConditions, name: str) -> str:
     return kube.condition(name, NAMES.gpu_condition)["status"]
 
 
