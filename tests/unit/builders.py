@@ -44,9 +44,8 @@ def node(name: str, pool: str = "a", *, fault: tuple[str, str, str] | None = Non
         spec["unschedulable"] = True
     if provider_id:
         spec["providerID"] = provider_id
-    meta: dict[str, Any] = {"name": name, "labels": lab, "resourceVersion": "7"}
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    meta: dict[str, Any] = {"name": name, "labels": lab, "annotations": dict(annotations or {}),
+                            "resourceVersion": "7"}
     if created:
         meta["creationTimestamp"] = created
     status: dict[str, Any] = {"conditions": conds}
