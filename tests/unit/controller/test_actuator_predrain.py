@@ -54,6 +54,8 @@ from autoclusters.pools.pool_config import (
     pool_from_config,
 )
 from autoclusters.providers.types import ProviderState, ProviderView
+from tests.unit import builders
+from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID79 = Fault("gpu", "79", n.REASON_XID, "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
@@ -454,47 +456,47 @@ def test_http_hook_posts_json() -> None:
 
 
 # --- the actuator's writes, against a stand-in for the API ---------------------------------------
-class _Kube:
-    """Just enough of ``Kube`` for the warning: node merge/JSON patches, pods, pod patches."""
+class _Cluster:
+    """Node ``n1`` and its pods in the fake API server, written to by the real client."""
 
-    def __init__(self, node: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        self.node = node
-        self.pods = pods
-        self.node_patches: list[Any] = []  # merge patch bodies and JSON patch op lists
-        self.pod_patches: list[str] = []
-        self.refuse: set[str] = set()
+    NODE = "/api/v1/nodes/n1"
 
-    def patch_node(self, name: str, body: dict[str, Any], patch_type: str = "") -> dict[str, Any]:
-        self.node_patches.append(body)
-        ann = self.node["metadata"].setdefault("annotations", {})
-        ann.update(body["metadata"]["annotations"])
-        return self.node
+    def __init__(self, node_annotations: dict[str, str], pods: list[dict[str, Any]]) -> None:
+        self.api = FakeApi()
+        self.api.put("/api/v1/nodes", builders.node("n1", pool="", detected=False, annotations=node_annotations))
+        for pod in pods:
+            self.api.put("/api/v1/namespaces/train/pods", pod)
+        self.kube = self.api.kube()
 
-    def patch_node_guarded(self, node: dict[str, Any], ops_for: Callable[[dict[str, Any]], list[dict[str, Any]]],
-                           fields_only: bool = False) -> dict[str, Any]:
-        import jsonpatch
+    @property
+    def node(self) -> dict[str, Any]:
+        return self.api.read(self.NODE) or {}
 
-        ops = ops_for(self.node)
-        if ops:
-            self.node_patches.append(ops)
-            patched = jsonpatch.apply_patch(self.node, ops)
-            self.node.clear()
-            self.node.update(patched)
-        return self.node
+    def edit_node(self, change: Callable[[dict[str, Any]], object]) -> None:
+        """Another writer (an admin, an acknowledger) changes the node."""
+        self.api.edit(self.NODE, change)
 
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return self.pods
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.api.read(f"/api/v1/namespaces/train/pods/{name}") or {}
 
-    def patch(self, path: str, body: dict[str, Any], patch_type: str = "") -> dict[str, Any]:
-        self.pod_patches.append(path)
-        name = path.rsplit("/", 1)[1]
-        if name in self.refuse:
-            from autoclusters.kube import Forbidden
+    def add_pod(self, name: str) -> None:
+        self.api.put("/api/v1/namespaces/train/pods", builders.pod(name, "n1", "train"))
 
-            raise Forbidden("admission webhook denied the request", status=403)
-        pod = next(p for p in self.pods if p["metadata"]["name"] == name)
-        pod["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
-        return pod
+    def refuse(self, pod: str) -> None:
+        """An admission webhook refuses every write of ``pod``."""
+        def deny(req: Request) -> None:
+            raise ApiError(403, "admission webhook denied the request")
+
+        self.api.on_request("PATCH", f"/api/v1/namespaces/train/pods/{pod}", deny)
+
+    @property
+    def node_patches(self) -> list[Any]:
+        """Merge patch bodies and JSON patch op lists sent for the node."""
+        return [r.body for r in self.api.requests if r.verb == "PATCH" and r.path == self.NODE]
+
+    @property
+    def pod_patches(self) -> list[str]:
+        return [r.path for r in self.api.requests if r.verb == "PATCH" and "/pods/" in r.path]
 
 
 class _Recorder:
@@ -505,14 +507,13 @@ class _Recorder:
         self.events.append((ref.kind, ref.namespace, reason))
 
 
-def _actuator(node_annotations: dict[str, str]) -> tuple[Actuator, _Kube, _Recorder]:
+def _actuator(node_annotations: dict[str, str]) -> tuple[Actuator, _Cluster, _Recorder]:
     from autoclusters.controller.notifier import LogNotifier
 
-    node = {"metadata": {"name": "n1", "resourceVersion": "1", "annotations": dict(node_annotations)}, "spec": {}}
-    daemon = _pod("ds", ownerReferences=[{"kind": "DaemonSet", "controller": True}])
-    pods = [_pod("a"), _pod("b", annotations={NAMES.remediation: REC}), daemon]
-    kube, rec = _Kube(node, pods), _Recorder()
-    return Actuator(kube, NAMES, rec, LogNotifier()), kube, rec  # type: ignore[arg-type]
+    pods = [builders.pod("a", "n1", "train"), builders.pod("b", "n1", "train", annotations={NAMES.remediation: REC}),
+            builders.pod("ds", "n1", "train", owner_kind="DaemonSet")]
+    cluster, rec = _Cluster(node_annotations, pods), _Recorder()
+    return Actuator(cluster.kube, NAMES, rec, LogNotifier()), cluster, rec  # type: ignore[arg-type]
 
 
 def test_warn_writes_the_node_once_and_each_unwarned_pod_with_an_event() -> None:
@@ -535,7 +536,7 @@ def test_an_admins_slinky_reason_is_neither_overwritten_nor_removed() -> None:
     w = Warn(deadline_of(s), "why", slinky=True)
     act.run((EnsureMarked(warning=w), w), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"][n.SLINKY_CORDON_REASON] == "rack maintenance"
-    kube.node["metadata"]["annotations"][NAMES.drain_ack("slurm")] = REC
+    kube.edit_node(lambda o: o["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC}))
     act.run((ClearWarning(),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"] == {n.SLINKY_CORDON_REASON: "rack maintenance"}
 
@@ -545,7 +546,8 @@ def test_clearing_removes_the_warning_every_ack_and_our_slinky_reason() -> None:
     s = _state()
     w = Warn(deadline_of(s), "why", slinky=True)
     act.run((EnsureMarked(warning=w), w), "n1", kube.node, s, None)
-    kube.node["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC, NAMES.drain_ack("old"): "r0"})
+    kube.edit_node(lambda o: o["metadata"]["annotations"].update({NAMES.drain_ack("slurm"): REC,
+                                                                   NAMES.drain_ack("old"): "r0"}))
     act.run((ClearWarning(),), "n1", kube.node, s, None)
     assert kube.node["metadata"]["annotations"] == {"other.io/keep": "x"}
 
@@ -582,13 +584,14 @@ def test_the_warning_words_say_when_why_and_how_to_answer() -> None:
 
 def test_a_pod_that_cannot_be_annotated_still_gets_its_event_and_does_not_stop_the_warning() -> None:
     act, kube, rec = _actuator({})
-    kube.pods.append(_pod("c"))
-    kube.refuse.add("a")
+    kube.add_pod("c")
+    kube.refuse("a")
     s = _state()
     act.run((Warn(deadline_of(s), "why"),), "n1", kube.node, s, None)
     assert kube.pod_patches == ["/api/v1/namespaces/train/pods/a", "/api/v1/namespaces/train/pods/c"]
     assert [e[2] for e in rec.events] == [n.EVENT_DRAIN_WARNING, n.EVENT_DRAIN_WARNING]
-    assert annotations_of(kube.pods[-1])[NAMES.remediation] == REC
+    assert annotations_of(kube.pod("c"))[NAMES.remediation] == REC
+    assert NAMES.remediation not in annotations_of(kube.pod("a"))
 
 
 def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -599,12 +602,12 @@ def test_unmark_from_a_stale_read_leaves_a_cordon_set_since_alone() -> None:
     """A leftover cleanup decided on a stale copy (still labelled) lands on a node that was
     unmarked meanwhile and cordoned by an admin: the re-read node decides, the cordon stays."""
     act, kube, _ = _actuator({})
-    kube.node["spec"]["unschedulable"] = True  # the admin's cordon, after our unmark
+    kube.edit_node(lambda o: o["spec"].update(unschedulable=True))  # the admin's cordon, after our unmark
     stale = {"metadata": {"name": "n1", "resourceVersion": "0", "labels": {NAMES.maintenance_required: "true"}},
              "spec": {}}
     act.unmark(stale, uncordon=True)
     assert kube.node["spec"]["unschedulable"] is True
-    kube.node["metadata"]["labels"] = {NAMES.maintenance_required: "true"}
+    kube.edit_node(lambda o: o["metadata"].update(labels={NAMES.maintenance_required: "true"}))
     patches = len(kube.node_patches)
     act.unmark(kube.node, uncordon=True)
     assert len(kube.node_patches) == patches + 1
