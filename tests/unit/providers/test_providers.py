@@ -4,17 +4,15 @@ registry's checks of what only the controller can judge."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
 from autoclusters.api import RepairAction
-from autoclusters.clock import FakeClock, utc_iso
+from autoclusters.clock import FakeClock
 from autoclusters.deploy.allow_lists import AllowLists
 from autoclusters.deploy.providers import ProviderSpec, ProviderType, parse_provider_choice
-from autoclusters.kube import Conflict, NotFound
 from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.hostreboot import REBOOT_COMMAND, HostRebootProvider, job_name, reboot_job
@@ -23,6 +21,7 @@ from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL
 from autoclusters.sim.nodes import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 from autoclusters.sim.provider import ANN_FAIL_RESET, ANN_OPERATION, ANN_STARTED, SimulatedProvider
+from tests.unit import builders
 from tests.unit.controller.harness import KwokReboots
 from tests.unit.fakeapi import FakeApi
 
@@ -30,62 +29,28 @@ NAMES = Names()
 REPO = Path(__file__).resolve().parents[3]
 
 
-class FakeKube:
-    """Objects by path; enough of the client for the providers (get, create, delete, get_node)."""
-
-    def for_component(self, component: str) -> Self:  # one fake serves every part of the controller
-        return self
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.clock = clock
-        self.creates = 0
-        self.gets: list[str] = []
-
-    def get(self, path: str, **_: Any) -> dict[str, Any]:
-        self.gets.append(path)
-        if path not in self.objects:
-            raise NotFound(path)
-        return copy.deepcopy(self.objects[path])
-
-    def get_node(self, name: str) -> dict[str, Any]:
-        return self.get(f"/api/v1/nodes/{name}")
-
-    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
-        full = f"{path}/{body['metadata']['name']}"
-        if full in self.objects:
-            raise Conflict(full)
-        self.creates += 1
-        obj = copy.deepcopy(body)
-        obj["metadata"]["creationTimestamp"] = utc_iso(self.clock.now())
-        self.objects[full] = obj
-        return copy.deepcopy(obj)
-
-    def list_items(self, path: str, **_: Any) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path]
-
-    def delete(self, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
-        if path not in self.objects:
-            raise NotFound(path)
-        return self.objects.pop(path)
-
-
 def gpu_node(name: str, boot: str = "boot-1", ready: bool = True, kwok: bool = False) -> dict[str, Any]:
-    ann = {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE} if kwok else {}
-    return {"metadata": {"name": name, "annotations": ann},
-            "status": {"nodeInfo": {"bootID": boot},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return builders.node(name, pool="", detected=False, boot_id=boot, ready=ready,
+                         annotations={KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE} if kwok else None)
 
 
 @pytest.fixture
-def env() -> tuple[FakeClock, FakeKube, HostRebootProvider, Operation]:
+def env() -> tuple[FakeClock, FakeApi, HostRebootProvider, Operation]:
     clock = FakeClock()
-    kube = FakeKube(clock)
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1")
-    provider = HostRebootProvider(kube, clock, NAMES, namespace="autoclusters-system", image="img:1",  # type: ignore[arg-type]
-                                  timeout=60)  # the fake serves the calls the provider makes
+    api = FakeApi(clock=clock.now)
+    api.put("/api/v1/nodes", gpu_node("n1"))
+    provider = HostRebootProvider(api.kube(), clock, NAMES, namespace="autoclusters-system", image="img:1", timeout=60)
     op = Operation("n1-abc-1", RepairAction.RESET, clock.now(), boot_id_before="boot-1")
-    return clock, kube, provider, op
+    return clock, api, provider, op
+
+
+def _creates(api: FakeApi) -> int:
+    return api.counts()[("POST", "jobs")]
+
+
+def _gets(api: FakeApi, since: int = 0) -> list[str]:
+    """The paths read, from request number ``since`` on."""
+    return [r.path for r in api.requests[since:] if r.verb == "GET"]
 
 
 def test_reboot_job_runs_as_root_whatever_user_the_image_names() -> None:
@@ -121,84 +86,84 @@ def test_reboot_job_is_pinned_privileged_and_never_retried() -> None:
 
 
 def test_drive_creates_one_job_per_operation(env) -> None:
-    _clock, kube, provider, op = env
-    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    _clock, api, provider, op = env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.NOT_STARTED
     provider.drive(op, "n1", "p")
     provider.drive(op, "n1", "p")  # a retry, or a restarted controller: the same Job
-    assert kube.creates == 1 and _job_path(op) in kube.objects
+    assert _creates(api) == 1 and api.read(_job_path(op)) is not None
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
 
 
 def test_a_poll_reads_the_job_once_and_a_job_deleted_by_hand_is_looked_for_again(env) -> None:
     """Each poll looks (progress) and then drives: the drive does not read the Job the look
     just found (nor, then, the node)."""
-    _clock, kube, provider, op = env
-    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    _clock, api, provider, op = env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
     provider.drive(op, "n1", "p")
-    kube.gets.clear()
+    since = len(api.requests)
     for _ in range(3):
         assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
         provider.drive(op, "n1", "p")
-    assert kube.gets == [_job_path(op)] * 3
-    del kube.objects[_job_path(op)]  # by hand, before the host rebooted
+    assert _gets(api, since) == [_job_path(op)] * 3
+    api.remove(_job_path(op))  # by hand, before the host rebooted
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.NOT_STARTED
     provider.drive(op, "n1", "p")
-    assert kube.creates == 2 and _job_path(op) in kube.objects  # the reboot is asked for again, as before
+    assert _creates(api) == 2 and api.read(_job_path(op)) is not None  # the reboot is asked for again, as before
 
 
 def test_new_boot_id_and_ready_succeeds_and_deletes_the_job(env) -> None:
-    _clock, kube, provider, op = env
+    _clock, api, provider, op = env
     provider.drive(op, "n1", "p")
-    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2", ready=False)
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
+    api.put("/api/v1/nodes", gpu_node("n1", boot="boot-2", ready=False))
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING  # rebooted, not Ready yet
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    api.put("/api/v1/nodes", gpu_node("n1", boot="boot-2"))
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
-    assert _job_path(op) not in kube.objects
+    assert api.read(_job_path(op)) is None
     provider.drive(op, "n1", "p")  # after the cleanup a late drive does not reboot again
-    assert kube.creates == 1
+    assert _creates(api) == 1
 
 
 def test_a_job_the_reboot_itself_ended_is_not_a_failure(env) -> None:
     """A host can go down before its kubelet reports the command's exit: after the boot the
     Job's pod is failed (exit 255, reason Unknown), but the reboot happened, so the node's return
     decides. A Job that failed with the old boot id is still a failure."""
-    _clock, kube, provider, op = env
-    lookup = lambda n: kube.objects.get(f"/api/v1/nodes/{n}")  # noqa: E731
+    _clock, api, provider, op = env
+    lookup = lambda n: api.read(f"/api/v1/nodes/{n}")  # noqa: E731
     provider.drive(op, "n1", "p")
-    kube.objects[_job_path(op)]["status"] = {"conditions": [{"type": "Failed", "status": "True",
-                                                             "reason": "BackoffLimitExceeded"}]}
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2", ready=False)
+    api.edit(_job_path(op), lambda j: j.update(status={"conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}))
+    api.put("/api/v1/nodes", gpu_node("n1", boot="boot-2", ready=False))
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.RUNNING
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    api.put("/api/v1/nodes", gpu_node("n1", boot="boot-2"))
     assert provider.progress(op, "n1", "p", lookup).state == ProviderState.SUCCEEDED
-    assert _job_path(op) not in kube.objects
+    assert api.read(_job_path(op)) is None
     other = Operation("n1-abc-2", RepairAction.RESET, _clock.now(), boot_id_before="boot-2")
     provider.drive(other, "n1", "p")
-    kube.objects[_job_path(other)]["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
-    kube.objects["/api/v1/nodes/n1"] = gpu_node("n1", boot="boot-2")
+    api.edit(_job_path(other), lambda j: j.update(status={"conditions": [{"type": "Failed", "status": "True"}]}))
+    api.put("/api/v1/nodes", gpu_node("n1", boot="boot-2"))
     assert provider.progress(other, "n1", "p", lookup).state == ProviderState.FAILED
 
 
 def test_timeout_fails_and_deletes_the_job(env) -> None:
-    clock, kube, provider, op = env
+    clock, api, provider, op = env
     provider.drive(op, "n1", "p")
     clock.advance(61)
-    view = provider.progress(op, "n1", "p", lambda n: kube.objects.get(f"/api/v1/nodes/{n}"))
+    view = provider.progress(op, "n1", "p", lambda n: api.read(f"/api/v1/nodes/{n}"))
     assert view.state == ProviderState.FAILED and "60s" in view.message and "BMC" in view.message
-    assert _job_path(op) not in kube.objects  # it cannot reboot the node later
+    assert api.read(_job_path(op)) is None  # it cannot reboot the node later
 
 
 def test_host_reboot_needs_an_image() -> None:
     clock = FakeClock()
     with pytest.raises(ProviderError, match=r"provider\.hostReboot\.image"):
-        HostRebootProvider(FakeKube(clock), clock, NAMES, namespace="ns", image="")  # type: ignore[arg-type]
+        HostRebootProvider(FakeApi().kube(), clock, NAMES, namespace="ns", image="")
 
 
 def test_simulated_provider_refuses_nodes_the_simulator_does_not_manage() -> None:
     clock = FakeClock()
-    provider = SimulatedProvider(FakeKube(clock), clock, NAMES)  # type: ignore[arg-type]
+    provider = SimulatedProvider(FakeApi().kube(), clock, NAMES)
     assert provider.refusal(gpu_node("kwok-1", kwok=True)) == ""
     why = provider.refusal(gpu_node("dgx-042"))
     assert "dgx-042" in why and KWOK_NODE_ANNOTATION in why and "simulated provider" in why
@@ -283,7 +248,7 @@ def test_a_simulated_reset_fails_on_request_and_when_the_node_goes(sim_env) -> N
 def test_registry_builds_each_type_and_refuses_what_only_the_controller_can_judge() -> None:
     clock = FakeClock()
     lists = AllowLists(commands={"true": ("true",), "fix": ("/nonexistent/fix-node",)})
-    ctx = BuildContext(FakeKube(clock), clock, NAMES, image="img:1", allow_lists=lists)  # type: ignore[arg-type]
+    ctx = BuildContext(FakeApi().kube(), clock, NAMES, image="img:1", allow_lists=lists)
     for raw in ({"type": "simulated"}, {"type": "clusterapi"}, {"type": "hostReboot"},
                 {"type": "command", "command": {"command": ["true"]}}):
         spec = parse_provider_choice(raw).default
