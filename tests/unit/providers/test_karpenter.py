@@ -16,7 +16,7 @@ from autoclusters.names import Names
 from autoclusters.providers.base import ProviderError
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, KarpenterProvider
 from autoclusters.providers.types import Operation, ProviderState
-from tests.unit.providers.karpenter_fakes import FakeKarpenterKube
+from tests.unit.providers.karpenter_world import KarpenterWorld
 
 NAMES = Names()
 POOL = "a100"
@@ -24,12 +24,12 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POOL_LABELS = {NAMES.pool_label: POOL}
 
 
-def world(*old: str) -> tuple[FakeKarpenterKube, FakeClock, KarpenterProvider]:
-    kube = FakeKarpenterKube()
-    for name in old:
-        kube.add_karpenter_node(name, "gpu", T0 - timedelta(hours=1), POOL_LABELS)
+def world(*old: str) -> tuple[KarpenterWorld, FakeClock, KarpenterProvider]:
     clock = FakeClock(T0)
-    return kube, clock, KarpenterProvider(kube, clock, NAMES, timeout_seconds=300)  # type: ignore[arg-type]
+    w = KarpenterWorld(clock)
+    for name in old:
+        w.add_karpenter_node(name, "gpu", T0 - timedelta(hours=1), POOL_LABELS)
+    return w, clock, KarpenterProvider(w.kube, clock, NAMES, timeout_seconds=300)
 
 
 def op(i: int = 1, action: RepairAction = RepairAction.REPLACE) -> Operation:
@@ -43,81 +43,81 @@ def launched(clock: FakeClock) -> datetime:
 
 
 def test_replace_deletes_the_nodes_claim_then_matches_the_new_node() -> None:
-    kube, clock, prov = world("old-1", "other")
+    w, clock, prov = world("old-1", "other")
     o = op()
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.NOT_STARTED
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.NOT_STARTED
     prov.drive(o, "old-1", POOL)
-    assert kube.deleted_claims == ["gpu-old-1"]  # only the node's own claim
-    assert kube.claims["gpu-old-1"]["metadata"]["annotations"]["remediation.autoclusters.io/operation"] == "rec-1"
+    assert w.deleted_claims == ["gpu-old-1"]  # only the node's own claim
+    assert (w.claim("gpu-old-1") or {})["metadata"]["annotations"]["remediation.autoclusters.io/operation"] == "rec-1"
     prov.drive(o, "old-1", POOL)  # again: nothing new
-    assert kube.deleted_claims == ["gpu-old-1"]
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
-    kube.karpenter_finishes("gpu-old-1")
+    assert w.deleted_claims == ["gpu-old-1"]
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.RUNNING
+    w.karpenter_finishes("gpu-old-1")
     clock.advance(20)
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING  # nothing new yet
-    kube.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.RUNNING  # nothing new yet
+    w.add_karpenter_node("new-1", "gpu", clock.now(), POOL_LABELS)
     prov.drive(o, "old-1", POOL)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, w.node)
     assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
-    assert kube.nodes["new-1"]["metadata"]["annotations"]["remediation.autoclusters.io/replaces"] == "old-1"
-    assert "annotations" not in kube.nodes["other"]["metadata"]  # the pool's older node is never claimed
+    assert w.nodes["new-1"]["metadata"]["annotations"]["remediation.autoclusters.io/replaces"] == "old-1"
+    assert not w.nodes["other"]["metadata"]["annotations"]  # the pool's older node is never claimed
 
 
 def test_a_node_launched_during_the_drain_counts() -> None:
     """The evicted pods' demand can bring the new node before the operation starts."""
-    kube, clock, prov = world("old-1", "older")
-    _actuator(kube).ensure_marked(kube.get_node("old-1"), cordon=True)  # marked at T0
+    w, clock, prov = world("old-1", "older")
+    _actuator(w).ensure_marked(w.kube.get_node("old-1"), cordon=True)  # marked at T0
     clock.advance(5)
-    kube.add_karpenter_node("early", "gpu", clock.now(), POOL_LABELS)  # launched while draining
+    w.add_karpenter_node("early", "gpu", clock.now(), POOL_LABELS)  # launched while draining
     clock.advance(10)
     o = Operation("rec-1", RepairAction.REPLACE, clock.now())
     prov.drive(o, "old-1", POOL)
-    kube.karpenter_finishes("gpu-old-1")
+    w.karpenter_finishes("gpu-old-1")
     prov.drive(o, "old-1", POOL)
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).new_node == "early"
+    assert prov.progress(o, "old-1", POOL, w.node).new_node == "early"
 
 
 def test_done_only_once_the_old_node_is_gone() -> None:
     """Karpenter terminates the old node after the new one may already be Ready: until it is
     gone the pool is one over its size, and its fault would open a second repair."""
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)  # launched while old-1 terminates
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)  # launched while old-1 terminates
     prov.drive(o, "old-1", POOL)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, w.node)
     assert (view.state, view.new_node) == (ProviderState.RUNNING, "new-1")
-    kube.karpenter_finishes("gpu-old-1")
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.SUCCEEDED
+    w.karpenter_finishes("gpu-old-1")
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.SUCCEEDED
 
 
 def test_an_old_node_that_never_goes_fails_at_the_timeout() -> None:
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o, "old-1", POOL)
     clock.advance(300)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, w.node)
     assert view.state == ProviderState.FAILED and "old-1 still exists" in view.message and "gpu-old-1" in view.message
 
 
 def test_two_replacements_never_count_the_same_new_node() -> None:
-    kube, clock, prov = world("old-1", "old-2")
+    w, clock, prov = world("old-1", "old-2")
     o1, o2 = op(1), op(2)
     prov.drive(o1, "old-1", POOL)
     prov.drive(o2, "old-2", POOL)
-    kube.karpenter_finishes("gpu-old-1")
-    kube.karpenter_finishes("gpu-old-2")
+    w.karpenter_finishes("gpu-old-1")
+    w.karpenter_finishes("gpu-old-2")
     clock.advance(30)
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o1, "old-1", POOL)
     prov.drive(o2, "old-2", POOL)
-    assert prov.progress(o1, "old-1", POOL, kube.nodes.get).new_node == "new-1"
-    assert prov.progress(o2, "old-2", POOL, kube.nodes.get).state == ProviderState.RUNNING
-    kube.add_karpenter_node("new-2", "gpu", launched(clock), POOL_LABELS)
+    assert prov.progress(o1, "old-1", POOL, w.node).new_node == "new-1"
+    assert prov.progress(o2, "old-2", POOL, w.node).state == ProviderState.RUNNING
+    w.add_karpenter_node("new-2", "gpu", launched(clock), POOL_LABELS)
     prov.drive(o2, "old-2", POOL)
-    assert prov.progress(o2, "old-2", POOL, kube.nodes.get).new_node == "new-2"
+    assert prov.progress(o2, "old-2", POOL, w.node).new_node == "new-2"
 
 
 def test_with_the_controllers_cache_no_node_is_read_from_the_api() -> None:
@@ -125,124 +125,124 @@ def test_with_the_controllers_cache_no_node_is_read_from_the_api() -> None:
     and puts its claim of the new node there; the same replacement, the same answers."""
     from autoclusters.providers.base import NodeCache
 
-    kube, clock, _ = world("old-1", "other")
+    w, clock, _ = world("old-1", "other")
+    cached = w.nodes
 
-    def no_api(*_: Any, **__: Any) -> Any:
-        raise AssertionError("a node read from the API")
-
-    kube.get_node = kube.list_nodes = no_api  # type: ignore[method-assign]
     def deleted(name: str) -> None:
-        kube.nodes.pop(name, None)
+        cached.pop(name, None)
 
-    cache = NodeCache(kube.nodes.get, lambda n: kube.nodes.__setitem__(n["metadata"]["name"], n), deleted,
-                      lambda: list(kube.nodes.values()))
-    prov = KarpenterProvider(kube, clock, NAMES, timeout_seconds=300, nodes=cache)  # type: ignore[arg-type]
+    cache = NodeCache(cached.get, lambda n: cached.__setitem__(n["metadata"]["name"], n), deleted,
+                      lambda: list(cached.values()))
+    prov = KarpenterProvider(w.kube, clock, NAMES, timeout_seconds=300, nodes=cache)
     o = op()
     prov.drive(o, "old-1", POOL)
-    assert kube.deleted_claims == ["gpu-old-1"]
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
-    kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
-    kube.add_karpenter_node("elsewhere", "other-pool", launched(clock), POOL_LABELS)  # another NodePool's
+    assert w.deleted_claims == ["gpu-old-1"]
+    assert prov.progress(o, "old-1", POOL, cached.get).state == ProviderState.RUNNING
+    w.karpenter_finishes("gpu-old-1")
+    cached.pop("old-1")  # the cache's watch sees the node go
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    w.add_karpenter_node("elsewhere", "other-pool", launched(clock), POOL_LABELS)  # another NodePool's
+    cached.update((n, w.nodes[n]) for n in ("new-1", "elsewhere"))  # and the new ones come
     prov.drive(o, "old-1", POOL)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, cached.get)
     assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
-    assert "annotations" not in kube.nodes["elsewhere"]["metadata"]
+    assert not cached["elsewhere"]["metadata"]["annotations"]
+    assert not [r for r in w.api.requests if r.path.startswith("/api/v1/nodes") and r.verb in ("GET", "LIST")]
 
 
 def test_the_claim_an_owner_reference_names_must_name_the_node() -> None:
     """Karpenter names a node's NodeClaim in its ownerReferences: that claim is read, and used
     only when its status names the node; otherwise the NodeClaims are listed."""
-    kube, _, prov = world("old-1", "other")
+    w, _, prov = world("old-1", "other")
     ref = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "gpu-other", "uid": "u"}
-    kube.nodes["old-1"]["metadata"]["ownerReferences"] = [ref]
+    w.edit_node("old-1", lambda n: n["metadata"].update(ownerReferences=[ref]))
     prov.drive(op(), "old-1", POOL)
-    assert kube.deleted_claims == ["gpu-old-1"]
-    kube2, _, prov2 = world("old-1")
-    kube2.nodes["old-1"]["metadata"]["ownerReferences"] = [{**ref, "name": "gpu-old-1"}]
-    kube2.list_items = lambda *_a, **_k: pytest.fail("listed the NodeClaims")  # type: ignore[method-assign]
+    assert w.deleted_claims == ["gpu-old-1"]
+    w2, _, prov2 = world("old-1")
+    w2.edit_node("old-1", lambda n: n["metadata"].update(ownerReferences=[{**ref, "name": "gpu-old-1"}]))
     prov2.drive(op(), "old-1", POOL)
-    assert kube2.deleted_claims == ["gpu-old-1"]
+    assert w2.deleted_claims == ["gpu-old-1"]
+    assert w2.api.counts()[("LIST", "nodeclaims")] == 0  # the claim the reference names was read, not listed
 
 
 def test_new_node_that_is_not_ready_or_under_maintenance_is_not_matched() -> None:
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("booting", "gpu", launched(clock), POOL_LABELS, ready=False)
-    kube.add_karpenter_node("sick", "gpu", launched(clock), {**POOL_LABELS, NAMES.maintenance_required: "true"})
+    w.karpenter_finishes("gpu-old-1")
+    w.add_karpenter_node("booting", "gpu", launched(clock), POOL_LABELS, ready=False)
+    w.add_karpenter_node("sick", "gpu", launched(clock), {**POOL_LABELS, NAMES.maintenance_required: "true"})
     prov.drive(o, "old-1", POOL)
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
-    kube.nodes["booting"]["status"]["conditions"][0]["status"] = "True"
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.RUNNING
+    w.edit_node("booting", lambda n: n["status"]["conditions"][0].update(status="True"))
     prov.drive(o, "old-1", POOL)
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).new_node == "booting"
+    assert prov.progress(o, "old-1", POOL, w.node).new_node == "booting"
 
 
 def test_a_restarted_controller_finds_the_matched_node_by_the_pool_label() -> None:
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
-    fresh = KarpenterProvider(kube, clock, NAMES)  # type: ignore[arg-type]  # knows nothing of old-1's claim
+    w.karpenter_finishes("gpu-old-1")
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    fresh = KarpenterProvider(w.kube, clock, NAMES)  # knows nothing of old-1's claim
     fresh.drive(o, "old-1", POOL)
-    assert fresh.progress(o, "old-1", POOL, kube.nodes.get).new_node == "new-1"
+    assert fresh.progress(o, "old-1", POOL, w.node).new_node == "new-1"
 
 
 def test_nothing_pending_fails_at_the_timeout_saying_why() -> None:
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.karpenter_finishes("gpu-old-1")
+    w.karpenter_finishes("gpu-old-1")
     clock.advance(299)
-    assert prov.progress(o, "old-1", POOL, kube.nodes.get).state == ProviderState.RUNNING
+    assert prov.progress(o, "old-1", POOL, w.node).state == ProviderState.RUNNING
     clock.advance(1)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, w.node)
     assert view.state == ProviderState.FAILED
     assert "within 300s" in view.message and "Pending pods" in view.message
     assert "karpenter.sh/nodepool=gpu" in view.message
 
 
 def test_a_new_node_without_the_pool_label_is_named_in_the_failure() -> None:
-    kube, clock, prov = world("old-1")
+    w, clock, prov = world("old-1")
     o = op()
     prov.drive(o, "old-1", POOL)
-    kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("unlabelled", "gpu", launched(clock), {})
+    w.karpenter_finishes("gpu-old-1")
+    w.add_karpenter_node("unlabelled", "gpu", launched(clock), {})
     prov.drive(o, "old-1", POOL)
     clock.advance(300)
-    view = prov.progress(o, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(o, "old-1", POOL, w.node)
     assert view.state == ProviderState.FAILED
     assert "unlabelled" in view.message and f"{NAMES.pool_label}={POOL}" in view.message
 
 
 def test_a_node_without_a_nodeclaim_fails_clearly() -> None:
-    kube, _, prov = world()
-    kube.nodes["plain"] = {"metadata": {"name": "plain", "resourceVersion": "1"}, "spec": {}, "status": {}}
+    w, _, prov = world()
+    w.add_node({"metadata": {"name": "plain"}, "spec": {}, "status": {}})
     prov.drive(op(), "plain", POOL)  # no exception loop in the controller
-    view = prov.progress(op(), "plain", POOL, kube.nodes.get)
+    view = prov.progress(op(), "plain", POOL, w.node)
     assert view.state == ProviderState.FAILED and "no Karpenter NodeClaim" in view.message
 
 
 def test_a_node_karpenter_did_not_launch_is_refused_before_the_drain() -> None:
-    kube, _, prov = world("k1")
-    assert prov.refusal(kube.get_node("k1")) == "" and prov.refusal(None) == ""
+    w, _, prov = world("k1")
+    assert prov.refusal(w.kube.get_node("k1")) == "" and prov.refusal(None) == ""
     why = prov.refusal({"metadata": {"name": "plain", "labels": {}}})
     assert "plain" in why and "karpenter.sh/nodepool" in why
 
 
 def test_reset_is_refused_with_the_reason() -> None:
-    kube, _, prov = world("old-1")
+    w, _, prov = world("old-1")
     prov.drive(op(action=RepairAction.RESET), "old-1", POOL)
-    assert kube.deleted_claims == []
-    view = prov.progress(op(action=RepairAction.RESET), "old-1", POOL, kube.nodes.get)
+    assert w.deleted_claims == []
+    view = prov.progress(op(action=RepairAction.RESET), "old-1", POOL, w.node)
     assert view.state == ProviderState.FAILED and "only replaces" in view.message
 
 
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ProviderError):
-        KarpenterProvider(FakeKarpenterKube(), FakeClock(T0), NAMES, timeout_seconds=0)  # type: ignore[arg-type]
+        KarpenterProvider(KarpenterWorld(), FakeClock(T0), NAMES, timeout_seconds=0)  # type: ignore[arg-type]
 
 
 # --- marking keeps Karpenter's disruption away ------------------------------------------
@@ -252,14 +252,14 @@ class _Null:
     def notify(self, *a: Any, **k: Any) -> None: ...
 
 
-def _actuator(kube: FakeKarpenterKube) -> Actuator:
-    return Actuator(kube, NAMES, _Null(), _Null(), FakeClock(T0))  # type: ignore[arg-type]
+def _actuator(w: KarpenterWorld) -> Actuator:
+    return Actuator(w.kube, NAMES, _Null(), _Null(), FakeClock(T0))  # type: ignore[arg-type]
 
 
 def test_marking_a_karpenter_node_adds_do_not_disrupt_and_unmarking_removes_it() -> None:
-    kube, _, _ = world("k1")
-    act = _actuator(kube)
-    marked = act.ensure_marked(kube.get_node("k1"), cordon=True)
+    w, _, _ = world("k1")
+    act = _actuator(w)
+    marked = act.ensure_marked(w.kube.get_node("k1"), cordon=True)
     ann = marked["metadata"]["annotations"]
     assert ann[DO_NOT_DISRUPT] == "true" and ann[DO_NOT_REPAIR] == "true"
     assert ann[NAMES.karpenter_guard_marker] == f"{DO_NOT_DISRUPT},{DO_NOT_REPAIR}"
@@ -270,10 +270,10 @@ def test_marking_a_karpenter_node_adds_do_not_disrupt_and_unmarking_removes_it()
 
 
 def test_a_users_own_do_not_disrupt_stays_after_the_repair() -> None:
-    kube, _, _ = world("k1")
-    kube.nodes["k1"]["metadata"]["annotations"] = {DO_NOT_DISRUPT: "true"}
-    act = _actuator(kube)
-    marked = act.ensure_marked(kube.get_node("k1"))
+    w, _, _ = world("k1")
+    w.edit_node("k1", lambda n: n["metadata"].update(annotations={DO_NOT_DISRUPT: "true"}))
+    act = _actuator(w)
+    marked = act.ensure_marked(w.kube.get_node("k1"))
     ann = marked["metadata"]["annotations"]
     assert ann[NAMES.karpenter_guard_marker] == DO_NOT_REPAIR and ann[DO_NOT_REPAIR] == "true"
     assert NAMES.marked_at_annotation in ann
@@ -281,9 +281,9 @@ def test_a_users_own_do_not_disrupt_stays_after_the_repair() -> None:
 
 
 def test_nodes_karpenter_does_not_own_get_no_annotation() -> None:
-    kube = FakeKarpenterKube()
-    kube.nodes["plain"] = {"metadata": {"name": "plain", "resourceVersion": "1", "labels": {}}, "spec": {}}
-    marked = _actuator(kube).ensure_marked(kube.get_node("plain"))
+    w = KarpenterWorld()
+    w.add_node({"metadata": {"name": "plain", "labels": {}}, "spec": {}})
+    marked = _actuator(w).ensure_marked(w.kube.get_node("plain"))
     assert "annotations" not in marked["metadata"]
 
 
@@ -294,7 +294,7 @@ def test_a_pool_names_karpenter_for_replacement_only() -> None:
     choice = parse_provider_choice({"reset": {"type": "hostReboot"}, "replace": {"type": "karpenter"}})
     spec = choice.for_action("replace")
     assert spec is not None and dict(spec.settings) == {"timeoutSeconds": 900}
-    prov = build_provider(spec, BuildContext(FakeKarpenterKube(), FakeClock(T0), NAMES))  # type: ignore[arg-type]
+    prov = build_provider(spec, BuildContext(KarpenterWorld().kube, FakeClock(T0), NAMES))
     assert isinstance(prov, KarpenterProvider) and prov.timeout_seconds == 900
     assert parse_provider_choice({"type": "karpenter"}).missing() == ("reset",)
     with pytest.raises(ProviderSettingsError, match="karpenter cannot reset"):
@@ -302,8 +302,8 @@ def test_a_pool_names_karpenter_for_replacement_only() -> None:
 
 
 def test_refuses_a_node_karpenter_did_not_launch() -> None:
-    kube, _, prov = world("old-1")
-    assert prov.refusal(kube.nodes["old-1"]) == ""
+    w, _, prov = world("old-1")
+    assert prov.refusal(w.nodes["old-1"]) == ""
     assert prov.refusal(None) == ""  # a node already gone: the record's repair goes on
     stranger = {"metadata": {"name": "static-1", "labels": POOL_LABELS}}
     assert "no karpenter.sh/nodepool label" in prov.refusal(stranger)
@@ -320,17 +320,17 @@ def test_an_ended_replacement_leaves_nothing_remembered() -> None:
     """The controller runs for months: what the provider remembers of a replacement (the node's
     NodeClaim, the claim's deletion, the repair's bound) goes when it ends, and a look after
     the end still answers the same."""
-    kube, clock, prov = world("old-1", "old-2")
+    w, clock, prov = world("old-1", "old-2")
     done, failed = op(1), op(2)
     for o, node in ((done, "old-1"), (failed, "old-2")):
         prov.drive(o, node, POOL)
-    kube.karpenter_finishes("gpu-old-1")
-    kube.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
+    w.karpenter_finishes("gpu-old-1")
+    w.add_karpenter_node("new-1", "gpu", launched(clock), POOL_LABELS)
     prov.drive(done, "old-1", POOL)
     assert prov._targets and prov._going and prov._claims._baseline  # remembered while they run
-    assert prov.progress(done, "old-1", POOL, kube.nodes.get).state == ProviderState.SUCCEEDED
+    assert prov.progress(done, "old-1", POOL, w.node).state == ProviderState.SUCCEEDED
     clock.advance(300)
-    assert prov.progress(failed, "old-2", POOL, kube.nodes.get).state == ProviderState.FAILED
+    assert prov.progress(failed, "old-2", POOL, w.node).state == ProviderState.FAILED
     assert (prov._targets, prov._going, prov._claims._baseline) == ({}, set(), {})
-    view = prov.progress(done, "old-1", POOL, kube.nodes.get)
+    view = prov.progress(done, "old-1", POOL, w.node)
     assert (view.state, view.new_node) == (ProviderState.SUCCEEDED, "new-1")
