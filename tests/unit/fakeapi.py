@@ -318,6 +318,15 @@ class FakeApi:
             return [copy.deepcopy(o) for (ns, _), o in sorted(self.objects.get(ref.collection, {}).items())
                     if not ref.namespace or ns == ref.namespace]
 
+    def changes(self, path: str) -> list[tuple[str, JSON]]:
+        """What happened to the collection at ``path``, in order: ``(ADDED|MODIFIED|DELETED, object)``
+        (the history a watch from the start would see; forgotten by ``compact``)."""
+        ref = _parse(path + "/x")
+        with self._cond:
+            return [(kind, copy.deepcopy(obj)) for _, prefix, plural, kind, obj in self._events
+                    if (prefix, plural) == ref.collection
+                    and (not ref.namespace or obj["metadata"].get("namespace") == ref.namespace)]
+
     def compact(self) -> None:
         """Forget the event history (etcd compaction): older watches get 410 Gone."""
         with self._cond:

@@ -133,3 +133,18 @@ def test_a_hook_runs_before_the_matching_requests_only() -> None:
     with pytest.raises(Forbidden, match="denied"):
         kube.delete("/api/v1/nodes/n1")
     assert api.read("/api/v1/nodes/n1") is not None
+
+
+def test_changes_are_a_collections_history_in_order() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node("a"))
+    kube.create("/api/v1/nodes", _node("b"))
+    kube.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+    api.remove("/api/v1/nodes/b")
+    api.put("/api/v1/namespaces/default/pods", {"metadata": {"name": "p"}})
+    assert [(kind, o["metadata"]["name"]) for kind, o in api.changes("/api/v1/nodes")] == [
+        ("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert [o["metadata"]["name"] for _, o in api.changes("/api/v1/namespaces/default/pods")] == ["p"]
+    api.compact()
+    assert api.changes("/api/v1/nodes") == []

@@ -10,33 +10,45 @@ from typing import Any
 import pytest
 
 from autoclusters.clock import FakeClock, utc_iso_micro
-from autoclusters.kube.errors import Conflict, Forbidden, NotFound, Unavailable
 from autoclusters.kube.events import EventRecorder, ObjectRef
 from autoclusters.names import REFERENCE_EVENT_SOURCE, event_source_error
+from tests.unit.fakeapi import FakeApi, Request
+
+EVENTS = "/api/v1/namespaces/default/events"
 
 
 class EventStore:
-    """Just enough of the events API: create, merge-patch, and a slow write on demand."""
+    """The events in the fake API server, which the recorder's real client writes to; a
+    ``gate`` holds every create until it is set (a slow API server)."""
 
     def __init__(self) -> None:
-        self.events: dict[str, dict[str, Any]] = {}
-        self.order: list[str] = []
+        self.api = FakeApi()
+        self.kube = self.api.kube()
         self.gate: threading.Event | None = None
+        self.api.on_request("POST", EVENTS, self._slow)
 
-    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+    def _slow(self, req: Request) -> None:
         if self.gate is not None:
             self.gate.wait(5)
-        name = body["metadata"]["name"]
-        self.events[name] = dict(body)
-        self.order.append(name)
-        return body
 
-    def patch(self, path: str, body: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
-        name = path.rsplit("/", 1)[1]
-        if name not in self.events:
-            raise NotFound("not found", status=404)
-        self.events[name].update(body)
-        return self.events[name]
+    @property
+    def events(self) -> dict[str, dict[str, Any]]:
+        return {e["metadata"]["name"]: e for e in self.api.items(EVENTS)}
+
+    @property
+    def order(self) -> list[str]:
+        """The events' names in the order they were created."""
+        return [e["metadata"]["name"] for kind, e in self.api.changes(EVENTS) if kind == "ADDED"]
+
+    @property
+    def creates(self) -> int:
+        """Creates asked for, whatever their answer."""
+        return self.api.counts()[("POST", "events")]
+
+    def expire(self) -> None:
+        """The API server deletes the events (they live an hour)."""
+        for name in self.events:
+            self.api.remove(f"{EVENTS}/{name}")
 
     def describe_order(self) -> list[str]:
         """``kubectl describe``: by lastTimestamp only. Ties are ruled out rather than left to the
@@ -61,7 +73,7 @@ NODE = ObjectRef("Node", "gpu-1", uid="u1")
 
 def test_events_emitted_in_the_same_instant_sort_in_emit_order() -> None:
     store, clock = EventStore(), FakeClock(datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC))
-    rec = EventRecorder(store, clock, "autoclusters-controller", instance="ctl-a")  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", instance="ctl-a")
     reasons = ["MaintenanceRequired", "MaintenanceAwaitingApproval", "MaintenanceApproved", "MaintenanceStarted"]
     for r in reasons:
         rec.emit(NODE, r, f"{r} text")  # the fake clock does not move: same instant for all
@@ -77,7 +89,7 @@ def test_events_emitted_in_the_same_instant_sort_in_emit_order() -> None:
 
 def test_the_second_stamps_catch_up_with_the_clock_and_are_per_object() -> None:
     store, clock = EventStore(), FakeClock(datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC))
-    rec = EventRecorder(store, clock, "autoclusters-controller")  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller")
     other = ObjectRef("Node", "gpu-2")
     rec.emit(NODE, "A", "a")
     rec.emit(NODE, "B", "b")  # same second: pushed to :01
@@ -90,7 +102,7 @@ def test_the_second_stamps_catch_up_with_the_clock_and_are_per_object() -> None:
 
 def test_the_event_is_named_by_its_time_and_carries_what_the_api_requires() -> None:
     store = EventStore()
-    EventRecorder(store, FakeClock(), "autoclusters-controller", instance="i").emit(  # type: ignore[arg-type]
+    EventRecorder(store.kube, FakeClock(), "autoclusters-controller", instance="i").emit(
         NODE, "MaintenanceStarted", "VM reset started.")
     ((name, e),) = store.events.items()
     assert name == "gpu-1." + format(int(datetime(2026, 1, 1, tzinfo=UTC).timestamp()) * 10**9, "x")
@@ -101,7 +113,7 @@ def test_the_event_is_named_by_its_time_and_carries_what_the_api_requires() -> N
 @pytest.mark.parametrize("source", ["autoclusters-controller", REFERENCE_EVENT_SOURCE])
 def test_the_configured_source_is_both_the_component_and_the_reporting_controller(source: str) -> None:
     store = EventStore()
-    EventRecorder(store, FakeClock(), source).emit(NODE, "MaintenanceApproved", "x", warning=True)  # type: ignore[arg-type]
+    EventRecorder(store.kube, FakeClock(), source).emit(NODE, "MaintenanceApproved", "x", warning=True)
     (e,) = store.events.values()
     assert e["source"] == {"component": source} and e["reportingComponent"] == source
     assert e["type"] == "Warning"
@@ -111,12 +123,12 @@ def test_the_configured_source_is_both_the_component_and_the_reporting_controlle
 def test_an_invalid_source_is_refused_with_the_reason(bad: str) -> None:
     assert event_source_error(bad)
     with pytest.raises(ValueError, match="qualified name"):
-        EventRecorder(EventStore(), FakeClock(), bad)  # type: ignore[arg-type]
+        EventRecorder(EventStore().kube, FakeClock(), bad)
 
 
 def test_repeats_aggregate_into_a_series_and_sort_by_their_last_occurrence() -> None:
     store, clock = EventStore(), FakeClock()
-    rec = EventRecorder(store, clock, "autoclusters-controller", aggregate_seconds=600)  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", aggregate_seconds=600)
     rec.emit(NODE, "MaintenanceBlocked", "held")
     clock.advance(1)
     rec.emit(NODE, "MaintenanceApproved", "ok")
@@ -137,9 +149,9 @@ def test_repeats_aggregate_into_a_series_and_sort_by_their_last_occurrence() -> 
 
 def test_a_repeat_of_a_deleted_event_creates_it_again() -> None:
     store = EventStore()
-    rec = EventRecorder(store, FakeClock(), "autoclusters-controller")  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, FakeClock(), "autoclusters-controller")
     rec.emit(NODE, "MaintenanceBlocked", "held")
-    store.events.clear()  # expired (events live an hour)
+    store.expire()
     rec.emit(NODE, "MaintenanceBlocked", "held")
     assert len(store.events) == 1 and "series" not in next(iter(store.events.values()))
 
@@ -147,7 +159,7 @@ def test_a_repeat_of_a_deleted_event_creates_it_again() -> None:
 def test_background_sending_keeps_the_order_even_when_a_write_is_slow() -> None:
     store, clock = EventStore(), FakeClock()
     store.gate = threading.Event()
-    rec = EventRecorder(store, clock, "autoclusters-controller", background=True)  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True)
     reasons = [f"R{i}" for i in range(20)]
     for r in reasons:
         rec.emit(NODE, r, r)  # returns at once: the writer is held at the gate
@@ -162,22 +174,20 @@ def test_several_senders_write_different_objects_side_by_side_and_each_object_in
     """Two objects on two senders: while a write for one is held, the other's events still go
     out; each object's own events keep their emit order."""
     store, clock = EventStore(), FakeClock()
-    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True,
                         senders=4)
     nodes = [ObjectRef("Node", f"gpu-{i}", uid=f"u{i}") for i in range(40)]
     first = nodes[0]
     other = next(n for n in nodes if rec.sender_of(n) != rec.sender_of(first))
     held = threading.Event()
     release = threading.Event()
-    create = store.create
 
-    def slow_for_first(path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        if body["involvedObject"]["name"] == first.name:
+    def slow_for_first(req: Request) -> None:
+        if req.body["involvedObject"]["name"] == first.name:
             held.set()
             assert release.wait(5), "never released"
-        return create(path, body, **kw)
 
-    store.create = slow_for_first  # type: ignore[method-assign]
+    store.api.on_request("POST", EVENTS, slow_for_first)
     rec.emit(first, "R0", "r0")
     assert held.wait(5)
     for i in range(1, 4):
@@ -196,41 +206,22 @@ def test_several_senders_write_different_objects_side_by_side_and_each_object_in
 
 def test_senders_must_be_at_least_one() -> None:
     with pytest.raises(ValueError, match="senders"):
-        EventRecorder(EventStore(), FakeClock(), "autoclusters-controller", background=True,  # type: ignore[arg-type]
+        EventRecorder(EventStore().kube, FakeClock(), "autoclusters-controller", background=True,
                       senders=0)
 
 
-class FlakyStore(EventStore):
-    """The events API through an API server that goes away: ``failures`` creates fail (after
-    writing, with ``lands``: the answer is lost, not the write); a taken name is a Conflict."""
-
-    def __init__(self, failures: int, error: Exception, lands: bool = False) -> None:
-        super().__init__()
-        self.failures, self.error, self.lands = failures, error, lands
-        self.creates = 0
-
-    def create(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
-        self.creates += 1
-        if body["metadata"]["name"] in self.events:
-            raise Conflict("already exists", status=409)
-        if self.failures:
-            self.failures -= 1
-            if self.lands:
-                super().create(path, body)
-            raise self.error
-        return super().create(path, body)
-
-    def get(self, path: str, **_: Any) -> dict[str, Any]:
-        name = path.rsplit("/", 1)[1]
-        if name not in self.events:
-            raise NotFound("not found", status=404)
-        return self.events[name]
+def flaky(failures: int, status: int, lands: bool = False) -> EventStore:
+    """The events API through an API server that goes away: ``failures`` creates answer
+    ``status`` (after writing, with ``lands``: the answer is lost, not the write)."""
+    store = EventStore()
+    store.api.fail_next("POST", EVENTS, status, times=failures, lands=lands)
+    return store
 
 
 @pytest.mark.parametrize("lands", [False, True], ids=["write-lost", "answer-lost"])
 def test_a_sender_tries_an_event_again_while_the_api_server_is_away_and_writes_it_once(lands: bool) -> None:
-    store, clock = FlakyStore(3, Unavailable("connection refused"), lands=lands), FakeClock()
-    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+    store, clock = flaky(3, 503, lands=lands), FakeClock()
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True,
                         retry_seconds=60, retry_first=0.5, retry_max=2)
     start = clock.monotonic()
     rec.emit(NODE, "MaintenanceStarted", "a")
@@ -243,19 +234,19 @@ def test_a_sender_tries_an_event_again_while_the_api_server_is_away_and_writes_i
     assert clock.monotonic() - start == (0.5 + 0.5 if lands else 0.5 + 1 + 2)
 
 
-@pytest.mark.parametrize("error", [Forbidden("forbidden", status=403), Unavailable("connection refused")])
-def test_a_refused_event_is_tried_once_and_a_passing_failure_only_for_retry_seconds(error: Exception) -> None:
-    store, clock = FlakyStore(100, error), FakeClock()
-    rec = EventRecorder(store, clock, "autoclusters-controller", background=True,  # type: ignore[arg-type]
+@pytest.mark.parametrize("status", [403, 503], ids=["forbidden", "unavailable"])
+def test_a_refused_event_is_tried_once_and_a_passing_failure_only_for_retry_seconds(status: int) -> None:
+    store, clock = flaky(100, status), FakeClock()
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True,
                         retry_seconds=10, retry_first=1, retry_max=4)
     rec.emit(NODE, "MaintenanceStarted", "a")
     rec.flush(5)
     assert store.events == {}
     # refused: one try; unreachable: tries after 1, 2, 4 s, and none that would end past 10 s
-    assert store.creates == (1 if isinstance(error, Forbidden) else 4)
+    assert store.creates == (1 if status == 403 else 4)
 
 
 def test_an_inline_recorder_never_waits_to_try_again() -> None:
-    store, clock = FlakyStore(1, Unavailable("connection refused")), FakeClock()
-    EventRecorder(store, clock, "autoclusters-controller").emit(NODE, "MaintenanceStarted", "a")  # type: ignore[arg-type]
+    store, clock = flaky(1, 503), FakeClock()
+    EventRecorder(store.kube, clock, "autoclusters-controller").emit(NODE, "MaintenanceStarted", "a")
     assert store.creates == 1 and store.events == {} and clock.monotonic() == 1000.0
