@@ -20,7 +20,10 @@ What a test makes the server do, through two small hooks: ``fail_next(verb, path
 answers the next matching requests with an error (before acting, or after it with ``lands``:
 the write done, its answer lost, as when a connection is cut); ``on_request(verb, path, fn)``
 runs ``fn`` before each matching request is served (another writer racing it, a slow
-answer held on an event, an admission webhook refusing it by raising ``ApiError``).
+answer held on an event, an admission webhook refusing it by raising ``ApiError``). And
+``answer_next(verb, path, Answer(...))`` scripts the server's next answer outright, for the
+tests of a client's policy over an exact sequence of answers (a list at a given version, a
+watch's events and how it ends, a flow-control 429 with its Retry-After).
 
 This is the one fake of the Kubernetes API in the unit tests: a test that needs the API
 gives the real ``Kube`` client this server (``FakeApi().kube()``); the objects it holds come
@@ -36,7 +39,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -172,12 +175,14 @@ def _field_matches(selector: str, obj: JSON) -> bool:
 class _Response:
     """What ``Kube.request`` reads of the kubernetes client's response."""
 
-    def __init__(self, status: int, body: Any = None, stream: Iterator[bytes] | None = None) -> None:
+    def __init__(self, status: int, body: Any = None, stream: Iterator[bytes] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         self.status = status
+        self.headers = dict(headers or {})
         self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict", 410: "Gone",
                        422: "Unprocessable Entity", 429: "Too Many Requests", 403: "Forbidden",
                        503: "Service Unavailable"}.get(status, "")
-        self.data = b"" if body is None else json.dumps(body).encode()
+        self.data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
         self.response = self
         self._stream = stream
 
@@ -198,6 +203,18 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason or {403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired",
                                  422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(status, "")
+
+
+@dataclass
+class Answer:
+    """A scripted answer to one request, given in place of the store's (``FakeApi.answer_next``):
+    a status and body (JSON, or bytes sent as they are: flow control's 429 is plain text), or for
+    a watch its events, each sent when the client reads on (a generator may act in between)."""
+
+    status: int = 200
+    body: Any = None
+    events: Iterable[JSON] = ()
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -237,6 +254,7 @@ class FakeApi:
     # Called before each request is served; may raise ApiError to fail it (a race, an outage).
     before: list[Callable[[Request], None]] = field(default_factory=list)
     _failures: list[_Failure] = field(default_factory=list)
+    _answers: list[tuple[str, str, Answer]] = field(default_factory=list)
     # Group-versions that are not installed: their discovery document and objects answer 404.
     unserved: set[str] = field(default_factory=set)
     # Evictions refused (429) for these "ns/name" pods, as a PodDisruptionBudget would.
@@ -254,6 +272,16 @@ class FakeApi:
         """The next ``times`` requests ``verb`` (``*``: any) on ``path`` (or below it) answer
         ``status``. ``lands``: the request is served first and only its answer is the error."""
         self._failures.append(_Failure(verb, path, status, message or f"injected HTTP {status}", times, lands))
+
+    def answer_next(self, verb: str, path: str, answer: Answer) -> None:
+        """The next request ``verb`` on ``path`` (or below it) gets ``answer``, not the store's;
+        several answers given for the same requests are used in the order given."""
+        self._answers.append((verb, path, answer))
+
+    @property
+    def scripted(self) -> int:
+        """How many scripted answers are still to be given."""
+        return len(self._answers)
 
     def on_request(self, verb: str, path: str, fn: Callable[[Request], object]) -> None:
         """Runs ``fn`` before each request ``verb`` (``*``: any) on ``path`` (or below it) is
@@ -390,6 +418,9 @@ class FakeApi:
             failure = self._take_failure(req)
             if failure is not None and not failure.lands:
                 raise ApiError(failure.status, failure.message)
+            scripted = self._take_answer(req)
+            if scripted is not None:
+                return self._scripted(req, scripted)
             resp = self._serve(req)
             if failure is not None:
                 raise ApiError(failure.status, failure.message)
@@ -405,6 +436,21 @@ class FakeApi:
                     f.times -= 1
                     return f
         return None
+
+    def _take_answer(self, req: Request) -> Answer | None:
+        with self._cond:
+            for i, (verb, path, answer) in enumerate(self._answers):
+                if _matches(req, verb, path):
+                    del self._answers[i]
+                    return answer
+        return None
+
+    @staticmethod
+    def _scripted(req: Request, answer: Answer) -> _Response:
+        if req.verb == "WATCH" and answer.status < 300:
+            return _Response(answer.status, stream=(json.dumps(e).encode() + b"\n" for e in answer.events),
+                             headers=answer.headers)
+        return _Response(answer.status, answer.body, headers=answer.headers)
 
     def _serve(self, req: Request) -> _Response:
         parts = [p for p in req.path.split("/") if p]

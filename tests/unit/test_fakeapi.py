@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from autoclusters.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
-from autoclusters.kube.errors import Unavailable
-from tests.unit.fakeapi import ApiError, FakeApi
+from autoclusters.kube.errors import Throttled, Unavailable
+from tests.unit.fakeapi import Answer, ApiError, FakeApi
 
 
 def _node(name: str = "n1") -> dict:
@@ -148,3 +148,22 @@ def test_changes_are_a_collections_history_in_order() -> None:
     assert [o["metadata"]["name"] for _, o in api.changes("/api/v1/namespaces/default/pods")] == ["p"]
     api.compact()
     assert api.changes("/api/v1/nodes") == []
+
+
+def test_a_scripted_answer_stands_in_for_the_stores_once_and_in_order() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    kube.throttle_retries = 0
+    api.put("/api/v1/nodes", _node("real"))
+    api.answer_next("LIST", "/api/v1/nodes", Answer(body={"items": [_node("scripted")],
+                                                          "metadata": {"resourceVersion": "7"}}))
+    api.answer_next("LIST", "/api/v1/nodes", Answer(429, b"Too many requests\n", headers={"Retry-After": "3"}))
+    api.answer_next("WATCH", "/api/v1/nodes", Answer(events=[{"type": "ADDED", "object": _node("w")}]))
+    items, rv = kube.list_with_version("/api/v1/nodes")
+    assert [o["metadata"]["name"] for o in items] == ["scripted"] and rv == "7"
+    with pytest.raises(Throttled) as e:
+        kube.list_items("/api/v1/nodes")
+    assert e.value.retry_after == 3.0
+    assert [ev["object"]["metadata"]["name"] for ev in kube.watch("/api/v1/nodes", resource_version="7")] == ["w"]
+    assert api.scripted == 0
+    assert [o["metadata"]["name"] for o in kube.list_items("/api/v1/nodes")] == ["real"]  # the store's again

@@ -1,16 +1,18 @@
-"""The informer's one error policy, step by step against a scripted API: resume after a watch
-the server ended, list again at once on 410 Gone, list again after a doubling backoff on any
-other error of the list or watch (reset once a list succeeds), a handler's error on one object
-kept to that object; and its transform."""
+"""The informer's one error policy, step by step against the fake API server answering from a
+script: resume after a watch the server ended, list again at once on 410 Gone, list again after
+a doubling backoff on any other error of the list or watch (reset once a list succeeds), a
+handler's error on one object kept to that object; and its transform."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-from autoclusters.kube.errors import Forbidden, KubeError, Unavailable
+from autoclusters.kube.errors import Forbidden, KubeError, Throttled, Unavailable
 from autoclusters.kube.informer import Informer
+from tests.unit.fakeapi import Answer, FakeApi, Request
 
 JSON = dict[str, Any]
 
@@ -19,38 +21,67 @@ def obj(name: str, rv: int, **extra: Any) -> JSON:
     return {"metadata": {"name": name, "resourceVersion": str(rv)}, **extra}
 
 
-class ScriptedKube:
-    """Answers list and watch calls from a script, in order; stops the informer when it runs out."""
+NODES = "/api/v1/nodes"
+EMPTY: JSON = {"kind": "List", "items": [], "metadata": {"resourceVersion": "0"}}
+
+
+def _error(e: KubeError) -> Answer:
+    """``e`` as the API server answers it: flow control's plain-text 429 with its Retry-After,
+    503 for a server away, else a Status object of ``e``'s code."""
+    if isinstance(e, Throttled):
+        return Answer(429, b"Too many requests, please try again later.\n", headers={"Retry-After": str(e.retry_after)})
+    code = 503 if isinstance(e, Unavailable) else int(e.status or 500)
+    return Answer(code, {"kind": "Status", "status": "Failure", "message": str(e), "code": code})
+
+
+def _answer(kind: str, step: Any) -> Answer:
+    """A step of the script as the server's answer: a list ``(items, resourceVersion)``; a
+    watch ``(events, end)``, ``end`` None for a watch the server ended, a 410 for the error
+    event of a compacted history, another error for the watch request's own answer; or an
+    error answered to the request."""
+    if isinstance(step, KubeError):
+        return _error(step)
+    if kind == "list":
+        items, rv = step
+        return Answer(body={"kind": "List", "items": items, "metadata": {"resourceVersion": rv}})
+    events, end = step
+    if end is None:
+        return Answer(events=events)
+    if end.status == 410:
+        gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": str(end)}}
+        return Answer(events=itertools.chain(events, [gone]))
+    assert not events, "a watch refused by its answer has no events"
+    return _error(end)
+
+
+class ScriptedApi:
+    """The fake API server answering the informer's lists and watches from a script, in order
+    (a step is taken when its request comes, so a test may add steps after building the
+    informer); once the script runs out it stops the informer and answers empty. The client's
+    own retry of a throttled request is off, so the informer's policy is what is seen."""
 
     def __init__(self, script: list[tuple[str, Any]]) -> None:
         self.script = script
-        self.calls: list[str] = []
+        self.api = FakeApi()
+        self.kube = self.api.kube()
+        self.kube.throttle_retries = 0
         self.informer: Informer | None = None
+        self.api.on_request("*", NODES, self._next)
 
-    def _next(self, kind: str) -> Any:
+    def _next(self, req: Request) -> None:
         assert self.informer is not None
+        kind = "list" if req.verb == "LIST" else "watch"
         if not self.script:
             self.informer.stop()
-            return None
+            self.api.answer_next(req.verb, req.path, Answer(body=EMPTY) if kind == "list" else Answer())
+            return
         want, step = self.script.pop(0)
         assert want == kind, f"expected a {want}, the informer made a {kind} (calls so far: {self.calls})"
-        if isinstance(step, Exception):
-            raise step
-        return step
+        self.api.answer_next(req.verb, req.path, _answer(kind, step))
 
-    def list_with_version(self, path: str, *, label_selector: str | None = None) -> tuple[list[JSON], str]:
-        self.calls.append("list")
-        step = self._next("list")
-        return step if step is not None else ([], "0")
-
-    def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-              timeout_seconds: int = 300, gather_seconds: float = 0.0) -> Iterator[JSON]:
-        self.calls.append(f"watch@{resource_version}")
-        step = self._next("watch")
-        events, error = step if step is not None else ([], None)
-        yield from events
-        if error is not None:
-            raise error
+    @property
+    def calls(self) -> list[str]:
+        return ["list" if r.verb == "LIST" else f"watch@{r.query['resourceVersion']}" for r in self.api.requests]
 
 
 class RecordingStop(threading.Event):
@@ -65,15 +96,15 @@ class RecordingStop(threading.Event):
         return self.is_set()
 
 
-def informer(script: list[tuple[str, Any]], **kw: Any) -> tuple[Informer, ScriptedKube, RecordingStop, list[Any]]:
-    kube = ScriptedKube(script)
+def informer(script: list[tuple[str, Any]], **kw: Any) -> tuple[Informer, ScriptedApi, RecordingStop, list[Any]]:
+    kube = ScriptedApi(script)
     seen: list[tuple[str, str | None, str | None]] = []
 
     def handler(name: str, old: JSON | None, new: JSON | None) -> None:
         rv = lambda o: None if o is None else o["metadata"]["resourceVersion"]  # noqa: E731
         seen.append((name, rv(old), rv(new)))
 
-    inf = Informer(kube, "/api/v1/nodes", handler, backoff=0.5, max_backoff=1.0, **kw)  # type: ignore[arg-type]
+    inf = Informer(kube.kube, NODES, handler, backoff=0.5, max_backoff=1.0, **kw)
     kube.informer = inf
     stop = RecordingStop()
     inf._stop = stop
@@ -115,10 +146,10 @@ def test_a_handler_that_raises_on_one_object_is_that_objects_error_alone() -> No
         if name == "a":
             raise RuntimeError("bug")
 
-    kube = ScriptedKube([("list", ([obj("a", 1), obj("b", 2)], "10")),
+    kube = ScriptedApi([("list", ([obj("a", 1), obj("b", 2)], "10")),
                          ("watch", ([{"type": "MODIFIED", "object": obj("a", 11)},
                                      {"type": "MODIFIED", "object": obj("b", 12)}], None))])
-    inf = Informer(kube, "/api/v1/nodes", handler, backoff=0.25)  # type: ignore[arg-type]
+    inf = Informer(kube.kube, NODES, handler, backoff=0.25)
     kube.informer = inf
     inf._stop = stop = RecordingStop()
     inf._run()
@@ -291,8 +322,6 @@ def test_a_late_deletion_of_an_older_object_leaves_the_name_created_again_in_the
 
 
 def test_a_throttled_list_or_watch_waits_at_least_the_servers_retry_after() -> None:
-    from autoclusters.kube.errors import Throttled
-
     inf, kube, stop, _ = informer([
         ("list", Throttled("too many requests", status=429, retry_after=4.0)),
         ("list", ([obj("a", 1)], "10")),
