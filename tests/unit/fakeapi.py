@@ -255,6 +255,7 @@ class FakeApi:
     before: list[Callable[[Request], None]] = field(default_factory=list)
     _failures: list[_Failure] = field(default_factory=list)
     _answers: list[tuple[str, str, Answer]] = field(default_factory=list)
+    _after: list[Callable[[Request], None]] = field(default_factory=list)
     # Group-versions that are not installed: their discovery document and objects answer 404.
     unserved: set[str] = field(default_factory=set)
     # Evictions refused (429) for these "ns/name" pods, as a PodDisruptionBudget would.
@@ -283,14 +284,16 @@ class FakeApi:
         """How many scripted answers are still to be given."""
         return len(self._answers)
 
-    def on_request(self, verb: str, path: str, fn: Callable[[Request], object]) -> None:
+    def on_request(self, verb: str, path: str, fn: Callable[[Request], object], *, after: bool = False) -> None:
         """Runs ``fn`` before each request ``verb`` (``*``: any) on ``path`` (or below it) is
-        served; ``fn`` may change the store (``edit``), wait, or raise ``ApiError`` to refuse it."""
+        served; ``fn`` may change the store (``edit``), wait, or raise ``ApiError`` to refuse it.
+        ``after``: once the request is served, before its answer reaches the client (a change
+        that comes just after the server's snapshot: a list's, a write's)."""
         def hook(req: Request) -> None:
             if _matches(req, verb, path):
                 fn(req)
 
-        self.before.append(hook)
+        (self._after if after else self.before).append(hook)
 
     def client(self) -> FakeApiClient:
         return FakeApiClient(self)
@@ -422,6 +425,8 @@ class FakeApi:
             if scripted is not None:
                 return self._scripted(req, scripted)
             resp = self._serve(req)
+            for hook in list(self._after):
+                hook(req)
             if failure is not None:
                 raise ApiError(failure.status, failure.message)
             return resp

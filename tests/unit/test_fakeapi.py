@@ -167,3 +167,12 @@ def test_a_scripted_answer_stands_in_for_the_stores_once_and_in_order() -> None:
     assert [ev["object"]["metadata"]["name"] for ev in kube.watch("/api/v1/nodes", resource_version="7")] == ["w"]
     assert api.scripted == 0
     assert [o["metadata"]["name"] for o in kube.list_items("/api/v1/nodes")] == ["real"]  # the store's again
+
+
+def test_an_after_hook_changes_the_store_after_the_snapshot_it_answers() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node("a"))
+    api.on_request("LIST", "/api/v1/nodes", lambda req: api.put("/api/v1/nodes", _node("late")), after=True)
+    assert [o["metadata"]["name"] for o in kube.list_items("/api/v1/nodes")] == ["a"]  # the snapshot before it
+    assert api.read("/api/v1/nodes/late") is not None

@@ -198,20 +198,17 @@ def _expire_the_watch(api: FakeApi, plural: str) -> None:
     api.closed = False
 
 
-def _on_list(kube: Any, path: str, then: Callable[[int], None]) -> list[int]:
+def _on_list(api: FakeApi, path: str, then: Callable[[int], None]) -> list[int]:
     """Calls ``then(n)`` once the n-th list of ``path`` is answered, before the informer applies
     it: what the controller does meanwhile (a create, a delete) is after the list's snapshot."""
     answered: list[int] = []
-    listed = kube.list_with_version
 
-    def list_with_version(listed_path: str, **kw: Any) -> tuple[list[JSON], str]:
-        answer = listed(listed_path, **kw)
-        if listed_path == path:
+    def listed(req: Request) -> None:
+        if req.verb == "LIST" and req.path == path:
             answered.append(len(answered) + 1)
             then(len(answered))
-        return answer
 
-    kube.list_with_version = list_with_version
+    api.on_request("LIST", path, listed, after=True)
     return answered
 
 
@@ -245,7 +242,7 @@ def test_an_object_created_after_the_list_was_answered_survives_the_relist_never
             inf.upsert(created)
             assert inf.get("b") == created
 
-    answered = _on_list(kube, "/api/v1/nodes", meanwhile)
+    answered = _on_list(api, "/api/v1/nodes", meanwhile)
     inf.start()
     assert inf.synced.wait(5)
     api.min_watchers = 1
@@ -280,7 +277,7 @@ def test_an_object_we_deleted_after_the_list_was_answered_is_not_brought_back() 
             kube.delete("/api/v1/nodes/c")
             inf.remove("c")
 
-    answered = _on_list(kube, "/api/v1/nodes", meanwhile)
+    answered = _on_list(api, "/api/v1/nodes", meanwhile)
     inf.start()
     assert inf.synced.wait(5)
     api.min_watchers = 1
@@ -374,7 +371,7 @@ def test_a_record_started_after_the_list_keeps_its_pools_slot_across_the_relist(
         if n == 2:  # the controller starts a repair; its writes go into the store at once
             fleet.record_written(record("started", "n-started", "Draining"))
 
-    answered = _on_list(kube, records, meanwhile)
+    answered = _on_list(api, records, meanwhile)
     fleet.start(timeout=5)
     api.min_watchers = 4
     api.settle()
