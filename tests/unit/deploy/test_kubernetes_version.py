@@ -1,7 +1,9 @@
 """The oldest Kubernetes the stack deploys to (``deploy.kubernetes_version``): the version read
 from an API server's ``/version`` as the providers decorate it, and the stack program that
 refuses an older cluster before it registers anything, against a server that answers
-``/version`` as an API server does."""
+``/version`` as an API server does. That server is an HTTP socket below the client, not a
+fake of it: the stack program builds its own client from a kubeconfig, which is part of what
+is tested (the fake API server, tests/unit/fakeapi.py, sits above the transport)."""
 
 from __future__ import annotations
 

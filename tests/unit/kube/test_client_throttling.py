@@ -1,7 +1,10 @@
 """API Priority and Fairness answers 429 with Retry-After: the client waits what the server
 asks and sends the request again, a few times, counting each refusal; a PodDisruptionBudget's
 429 (a Status object from the eviction API) is the caller's answer, not throttling; the work
-queue and the informer never come back sooner than the server asked."""
+queue and the informer never come back sooner than the server asked.
+
+The 429s are kube-apiserver's bytes on a socket (a scripted HTTP server below the lean
+transport, not a fake of the client), so the header parsing and the body's Status check run too."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The client's own HTTP/1.1 connections, against a scripted local server (plain and TLS):
 kept-alive reuse, Content-Length and chunked bodies, a streamed watch, a server that closed
-an idle connection, TLS with a CA, a server name and a client certificate."""
+an idle connection, TLS with a CA, a server name and a client certificate.
+
+The scripted server is below the client, not a fake of it: these tests are of the transport
+(bytes on a socket), which the fake API server (tests/unit/fakeapi.py) sits above."""
 
 from __future__ import annotations
 
