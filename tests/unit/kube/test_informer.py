@@ -11,13 +11,14 @@ import pytest
 
 from autoclusters.kube import Kube
 from autoclusters.kube.informer import Informer
+from tests.unit import builders
 from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 JSON = dict[str, Any]
 
 
 def _node(name: str, **labels: str) -> JSON:
-    return {"metadata": {"name": name, "labels": labels}, "spec": {}}
+    return builders.node(name, pool="", labels=labels, detected=False)
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float = 5) -> None:

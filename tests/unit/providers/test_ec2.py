@@ -24,6 +24,7 @@ from autoclusters.names import Names
 from autoclusters.providers.ec2 import EC2_SECRET, Ec2Provider, instance_ref, keys
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.types import Operation, ProviderState
+from tests.unit import builders
 from tests.unit.fakeapi import FakeApi
 from tests.unit.providers.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.rbac_calls import calls
@@ -79,9 +80,8 @@ def test_the_settings_are_checked_and_reach_the_provider() -> None:
 
 def _node(name: str, provider_id: str | None = f"aws:///us-east-1a/{INSTANCE}",
           annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": dict(annotations or {})},
-            "spec": {"providerID": provider_id} if provider_id is not None else {},
-            "status": {"nodeInfo": {"bootID": "boot-1"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return builders.node(name, pool="", detected=False, boot_id="boot-1", provider_id=provider_id or "",
+                         annotations=annotations)
 
 
 def test_a_node_that_is_no_ec2_instance_is_refused() -> None:

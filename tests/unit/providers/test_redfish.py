@@ -23,6 +23,7 @@ from autoclusters.names import Names
 from autoclusters.providers.redfish import REDFISH_SECRET, RedfishProvider, choose_reset, credentials, system_ref
 from autoclusters.providers.registry import BuildContext, build_provider
 from autoclusters.providers.types import Operation, ProviderState
+from tests.unit import builders
 from tests.unit.fakeapi import FakeApi
 from tests.unit.providers.remote_reset_support import assert_only_its_secret, closed_port, reset_once, wait_verdict
 from tests.unit.rbac_calls import calls
@@ -88,8 +89,7 @@ def test_the_settings_are_checked_and_tls_is_verified_unless_the_pool_says_not_t
 
 def _node(name: str, url: str | None = SYSTEM, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     ann = {**({NAMES.redfish_system_annotation: url} if url is not None else {}), **(annotations or {})}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": ann},
-            "status": {"nodeInfo": {"bootID": "boot-1"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return builders.node(name, pool="", detected=False, boot_id="boot-1", annotations=ann)
 
 
 def test_a_node_without_a_usable_system_url_is_refused() -> None:

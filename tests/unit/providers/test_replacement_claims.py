@@ -11,13 +11,14 @@ from autoclusters.clock import utc_iso
 from autoclusters.names import Names
 from autoclusters.providers.replacement import ReplacementClaims
 from autoclusters.providers.types import Operation
+from tests.unit import builders
 
 NAMES = Names()
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def _node(name: str, created: datetime, **annotations: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "creationTimestamp": utc_iso(created), "annotations": annotations}}
+    return builders.node(name, pool="", detected=False, created=utc_iso(created), annotations=annotations)
 
 
 def _names(nodes: list[dict[str, Any]]) -> list[str]:

@@ -16,13 +16,14 @@ from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 from autoclusters.sim.fleet import SimulatedFleet
 from autoclusters.sim.hardware import SimulatedHardware
+from tests.unit import builders
 from tests.unit.detector.node_conditions import NodeConditions
 
 NAMES = Names()
 
 
 def node(name: str, boot: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "status": {"nodeInfo": {"bootID": boot}}}
+    return builders.node(name, pool="", detected=False, boot_id=boot)
 
 
 def seen(f: SimulatedFleet, name: str, boot: str) -> None:
