@@ -28,6 +28,7 @@ PROJECT_WIDE = {
     "test_drain_ack_example.py": "examples/training/drain_ack.py",
     "test_approval_controller_metrics.py": "the approval example (examples/approval/)",
     "test_fakeapi.py": "the unit tests' fake API server (tests/unit/fakeapi.py)",
+    "test_one_fake_api.py": "no test code but tests/unit/fakeapi.py stands in for the Kubernetes client",
     "test_rbac_calls.py": "every identity's RBAC against the calls its code makes (tests/unit/rbac_calls.py)",
     "test_tcp_proxy.py": "the integration tests' TCP proxy (tests/integration/tcp_proxy.py)",
 }
