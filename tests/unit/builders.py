@@ -99,17 +99,23 @@ def pool(name: str, mode: str = "auto", *, status: dict[str, Any] | None = None,
     return obj
 
 
-def record(name: str, node_name: str, pool_name: str = "a", *, phase: str = "AwaitingApproval",
+def record(name: str, node_name: str, pool_name: str = "a", *, phase: str | None = "AwaitingApproval",
            created: str = "2026-01-01T00:00:00Z", completed: str | None = None, outcome: str = "",
            action: str = "reset", mode: str = "propose", replacement: str = "",
-           steps: list[tuple[str, str, str]] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase, "created": created, "outcome": outcome,
+           steps: list[tuple[str, str, str]] | None = None, rv: str = "") -> dict[str, Any]:
+    """A Remediation record of a Xid 79 on ``node_name``; ``phase`` None: not yet given one."""
+    status: dict[str, Any] = {"created": created, "outcome": outcome,
                               "steps": [{"phase": p, "time": t, "message": m} for p, t, m in steps or []]}
+    if phase is not None:
+        status = {"phase": phase, **status}
     if completed:
         status["completed"] = completed
     if replacement:
         status["replacementNode"] = replacement
-    return {"metadata": {"name": name, "creationTimestamp": created},
+    meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+    if rv:
+        meta["resourceVersion"] = rv
+    return {"metadata": meta,
             "spec": {"node": node_name, "pool": pool_name, "consentMode": mode, "action": action,
                      "fault": {"class": "gpu", "code": "79", "reason": "NvidiaXIDError",
                                "message": "GPU 3 reported Xid 79 (GPU has fallen off the bus)."}},

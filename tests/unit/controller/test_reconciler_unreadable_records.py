@@ -16,6 +16,7 @@ from autoclusters.controller import remediation_record as rec
 from autoclusters.controller.controller_metrics import unreadable_records
 from autoclusters.controller.manager import expired
 from autoclusters.names import EVENT_RECORD_UNREADABLE
+from tests.unit import builders
 from tests.unit.controller.harness import Harness
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -23,9 +24,9 @@ JSON = dict[str, Any]
 
 
 def _record(name: str = "n1-abc", node: str = "n1", **status: Any) -> JSON:
-    return {"metadata": {"name": name}, "spec": {"node": node, "pool": "p", "consentMode": "auto",
-                                                  "action": "reset", "fault": {"class": "gpu", "code": "79"}},
-            "status": {"phase": "Acting", "action": "reset", **status}}
+    rec = builders.record(name, node, "p", phase="Acting", mode="auto")
+    rec["status"].update(action="reset", **status)
+    return rec
 
 
 _OP = {"id": "n1-abc-1", "action": "reset", "started": "2026-03-01T12:00:00Z"}
