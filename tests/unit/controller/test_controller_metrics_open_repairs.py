@@ -13,6 +13,7 @@ from autoclusters.controller.controller_metrics import open_repairs
 from autoclusters.controller.manager import Controller
 from autoclusters.controller.shards import shard_of
 from autoclusters.names import Names
+from tests.unit import builders
 from tests.unit.fakeapi import FakeApi
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -20,14 +21,10 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 def record(name: str, pool: str, phase: str | None, *, entered: datetime | None = None,
            created: datetime = NOW - timedelta(hours=9)) -> dict[str, Any]:
-    status: dict[str, Any] = {"created": utc_iso(created), "steps": [
-        {"phase": "Scheduled", "time": utc_iso(created), "message": ""}]}
-    if phase is not None:
-        status["phase"] = phase
-        if entered is not None:
-            status["steps"].append({"phase": phase, "time": utc_iso(entered), "message": ""})
-    return {"metadata": {"name": name, "resourceVersion": "1", "creationTimestamp": utc_iso(created)},
-            "spec": {"node": f"node-{name}", "pool": pool}, "status": status}
+    steps = [("Scheduled", utc_iso(created), "")]
+    if phase is not None and entered is not None:
+        steps.append((phase, utc_iso(entered), ""))
+    return builders.record(name, f"node-{name}", pool, phase=phase, created=utc_iso(created), steps=steps, rv="1")
 
 
 def test_counts_open_repairs_by_pool_and_phase_with_the_oldest_wait_in_the_phase() -> None:
