@@ -12,7 +12,8 @@ from autoclusters.kube import Kube
 
 UNIT = Path(__file__).resolve().parent
 THE_FAKE = UNIT / "fakeapi.py"
-# The client's own verbs: a test class defining two of them is a second fake of the client.
+# The client's own verbs: a test class defining two of them (or one, named a Kube) is a second
+# fake of the client.
 VERBS = frozenset(n for n in vars(Kube) if not n.startswith("_") and callable(getattr(Kube, n)))
 
 
@@ -23,7 +24,7 @@ def stand_ins(source: str) -> list[str]:
         if isinstance(node, ast.ClassDef):
             verbs = sorted(n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                            and n.name in VERBS)
-            if len(verbs) >= 2:
+            if len(verbs) >= 2 or (verbs and "kube" in node.name.lower()):
                 found.append(f"{node.lineno}: class {node.name} has the client's {', '.join(verbs)}")
             if any(isinstance(b, ast.Name) and b.id == "Kube" for b in node.bases):
                 found.append(f"{node.lineno}: class {node.name} subclasses Kube")
@@ -54,10 +55,12 @@ class Racing(Kube):
     pass
 class Helper:
     def get(self, path): ...  # one verb alone: a helper's own word
+class _Kube:
+    def list_items(self, path): ...
 def t(h, monkeypatch):
     h.kube.patch = lambda *a: None
     monkeypatch.setattr(Kube, "replace", None)
 '''
     assert stand_ins(source) == ["2: class FakeKube has the client's get_node, patch_node",
-                                 "5: class Racing subclasses Kube", "10: h.kube.patch replaced",
-                                 "11: a method of Kube replaced"]
+                                 "5: class Racing subclasses Kube", "9: class _Kube has the client's list_items",
+                                 "12: h.kube.patch replaced", "13: a method of Kube replaced"]

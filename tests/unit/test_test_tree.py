@@ -33,9 +33,9 @@ PROJECT_WIDE = {
     "test_tcp_proxy.py": "the integration tests' TCP proxy (tests/integration/tcp_proxy.py)",
 }
 
-# Misplaced for now, each with the reason it has not moved yet (and where it goes).
+# Misplaced for now (glob patterns), each with the reason it has not moved yet and where it goes.
 NOT_YET_MOVED = {
-    "controller/test_clusterapi.py": "another change edits it this session; it goes to providers/test_clusterapi.py",
+    "controller/test_clusterapi*.py": "another change edits them this session; they go to providers/",
 }
 
 
@@ -65,7 +65,7 @@ def misplaced(root: Path, project_wide: dict[str, str] | None = None,
     for test in sorted(unit.rglob("test_*.py")):
         rel = test.relative_to(unit)
         folder = rel.parts[:-1]
-        if "__pycache__" in folder or rel.as_posix() in pending:
+        if "__pycache__" in folder or any(rel.match(p) for p in pending):
             continue
         if not folder and rel.name in allowed:
             continue
@@ -90,8 +90,8 @@ def test_the_exceptions_name_files_that_exist_and_say_why() -> None:
     unit = ROOT / "tests" / "unit"
     for name, why in PROJECT_WIDE.items():
         assert (unit / name).is_file() and why, name
-    for rel, why in NOT_YET_MOVED.items():
-        assert (unit / rel).is_file() and why, rel
+    for pattern, why in NOT_YET_MOVED.items():
+        assert any(unit.glob(pattern)) and why, pattern
 
 
 def _tree(root: Path, files: list[str]) -> Path:
