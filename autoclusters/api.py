@@ -14,7 +14,7 @@ from here:
   ``make manifests``,
 - the tables of docs/contract.md (checked by tests/unit/test_api_docs.py).
 
-``tests/unit/policy/test_api_parity.py`` proves the CRD enums, these enums and what
+``tests/unit/rego/test_policy_data_api_parity.py`` proves the CRD enums, these enums and what
 ``opa eval`` returns for the policy's sets equal. Adding a consent mode or a fault class is
 a member here, then ``make manifests``; the tests name every other place that must follow
 (docs/architecture.md, "Change recipes", lists every file of each change).
@@ -296,7 +296,7 @@ def rego_module() -> str:
     """``policies/lib/api.rego``: the data above as a Rego module (a test keeps the file equal)."""
     return generated_rego_module(package="autoclusters.lib.api", rule="api",
                                  title="The autoclusters API's enums",
-                                 source="autoclusters/api.py", test="tests/unit/policy/test_api_parity.py",
+                                 source="autoclusters/api.py", test="tests/unit/rego/test_policy_data_api_parity.py",
                                  data=rego_data())
 
 

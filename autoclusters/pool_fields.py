@@ -12,7 +12,7 @@ this table:
   generated from ``rego_data`` by ``make manifests``),
 - docs/contract.md's table of pool settings (``docs_table``).
 
-``tests/unit/policy/test_pool_fields_parity.py`` runs generated valid and invalid pools
+``tests/unit/rego/test_policy_data_pool_fields_parity.py`` runs generated valid and invalid pools
 through the parser and ``opa eval``, ``tests/integration/test_pool_fields_crd.py`` through the
 API server: the three accept exactly the same pools.
 
@@ -435,7 +435,7 @@ def rego_module() -> str:
     """``policies/lib/pool_fields.rego`` (a test keeps the file equal)."""
     return api.generated_rego_module(package="autoclusters.lib.pool_fields", rule="pool_fields",
                                      title="The pool's field table", source="autoclusters/pool_fields.py",
-                                     test="tests/unit/policy/test_pool_fields_parity.py", data=rego_data())
+                                     test="tests/unit/rego/test_policy_data_pool_fields_parity.py", data=rego_data())
 
 
 def docs_table() -> str:

@@ -7,7 +7,7 @@ and the Grafana dashboard (``ops/dashboard.py``) shows the leaders per shard wit
 expression. Unit tests keep the file equal to this module, check that every expression names a
 metric some process exports, and run Prometheus's own ``promtool`` over the file: ``check
 rules``, and ``test rules`` with series under which each alert must fire and must not
-(``tests/unit/ops/test_alerts.py`` writes that test file); an integration test
+(``tests/unit/deploy/test_alerts.py`` writes that test file); an integration test
 (``tests/integration/test_alerts_live.py``) has a real Prometheus scrape a real controller.
 
 Each alert keeps the labels of the series it fires on (``job``, ``instance``, and what the

@@ -24,7 +24,7 @@ rendered to ``policies/lib/providers.rego``) and the controller's roles
 (``deploy/controller.py``). The per-action fields (``reset``, ``replace``, any later action)
 come from the action table (``providers/actions.py``), so a provider and an action registered
 from a test module show in the schema, the parser and the roles
-(tests/unit/controller/test_action_plugin.py).
+(tests/unit/providers/test_actions_plugin.py).
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def rego_module() -> str:
     """``policies/lib/providers.rego``: the data above as a Rego module (a test keeps the file equal)."""
     return generated_rego_module(package="autoclusters.lib.providers", rule="providers",
                                  title="Repair provider types", source="autoclusters/deploy/providers.py",
-                                 test="tests/unit/policy/test_provider_parity.py", data=rego_data())
+                                 test="tests/unit/rego/test_policy_data_provider_parity.py", data=rego_data())
 
 
 if __name__ == "__main__":

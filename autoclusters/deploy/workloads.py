@@ -367,7 +367,7 @@ def webhook_deployment(names: Names, ns: str, image: str, opa_image: str, *, tls
                             # --ignore: the kubelet mounts a ConfigMap as symlinks into a hidden
                             # "..<timestamp>" directory, also reachable as "..data"; OPA's loader walks
                             # both, and every module loaded three times fails its start ("package
-                            # annotation redeclared"; tests/unit/webhook/test_opa_sidecar.py).
+                            # annotation redeclared"; tests/unit/deploy/test_workloads_opa_sidecar.py).
                             "args": ["run", "--server", f"--addr=127.0.0.1:{OPA_PORT}",
                                      f"--diagnostic-addr=0.0.0.0:{OPA_DIAGNOSTIC_PORT}",
                                      "--disable-telemetry", "--ignore=..*", "/policies"],

@@ -1,7 +1,7 @@
 """Parsing NVIDIA driver lines from the kernel log: GPU ``Xid`` and NVSwitch ``SXid``.
 
 Accepted framings (each layer optional, taken off in the order a writer puts it on; one
-test each in tests/unit/detector/test_framings.py, the table in docs/detector.md):
+test each in tests/unit/detector/test_kernel_log_framings.py, the table in docs/detector.md):
 
 * a record header: ``/dev/kmsg``'s ``PRI,SEQ,USEC,FLAGS;`` (continuation lines that start
   with a space carry device properties and are skipped), ``dmesg --decode``'s

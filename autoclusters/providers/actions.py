@@ -6,7 +6,7 @@ here and has no branch per action; a provider says which actions it supports
 (``ProviderKind.actions``), the pool chooses one per fault (the catalog, ``faultClasses``,
 ``repairCodes``). A new action (a single-GPU reset, say) is one ``ActionKind`` registered here
 (or by a provider module) and a provider that supports it: the CRD's enums, the pool parser,
-the Remediation record and the state machine pick it up (tests/unit/controller/test_action_plugin.py).
+the Remediation record and the state machine pick it up (tests/unit/providers/test_actions_plugin.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # title: The autoclusters API's enums (generated)
 # description: |
 #   Generated from autoclusters/api.py by `make manifests`; do not edit.
-#   tests/unit/policy/test_api_parity.py keeps this file equal to the Python.
+#   tests/unit/rego/test_policy_data_api_parity.py keeps this file equal to the Python.
 package autoclusters.lib.api
 
 api := {

@@ -2,7 +2,7 @@
 # title: The pool's field table (generated)
 # description: |
 #   Generated from autoclusters/pool_fields.py by `make manifests`; do not edit.
-#   tests/unit/policy/test_pool_fields_parity.py keeps this file equal to the Python.
+#   tests/unit/rego/test_policy_data_pool_fields_parity.py keeps this file equal to the Python.
 package autoclusters.lib.pool_fields
 
 pool_fields := {

@@ -12,7 +12,7 @@ import data.autoclusters.lib.providers.providers
 
 # The enums come from policies/lib/api.rego, generated from autoclusters/api.py, and the
 # settings from policies/lib/pool_fields.rego, generated from autoclusters/pool_fields.py, so
-# this policy, the CRD and the parser agree (tests/unit/policy/test_pool_fields_parity.py).
+# this policy, the CRD and the parser agree (tests/unit/rego/test_policy_data_pool_fields_parity.py).
 fault_classes := {c | some c in api.fault_classes}
 
 fault_class_actions := {a | some a in api.class_actions}

@@ -2,7 +2,7 @@
 # title: Repair provider types (generated)
 # description: |
 #   Generated from autoclusters/deploy/providers.py by `make manifests`; do not edit.
-#   tests/unit/policy/test_provider_parity.py keeps this file equal to the Python.
+#   tests/unit/rego/test_policy_data_provider_parity.py keeps this file equal to the Python.
 package autoclusters.lib.providers
 
 providers := {

@@ -1,5 +1,5 @@
 """The CRD schema in a real API server gives every pool generated from the pool's field table the
-verdict the parser and the Rego give it (tests/unit/policy/test_pool_fields_parity.py): the
+verdict the parser and the Rego give it (tests/unit/rego/test_policy_data_pool_fields_parity.py): the
 three accept exactly the same pools. Each case is a dry-run create (validation, defaulting and
 the CEL rules run; nothing is stored) under strict field validation, kubectl's default, so an
 unknown key is refused rather than pruned."""
@@ -17,7 +17,7 @@ from autoclusters.kube import Invalid
 from autoclusters.names import Names
 from autoclusters.ops.resources import pools_path
 from tests.integration.ops_support import private_domain
-from tests.unit.policy.pool_cases import cases
+from tests.unit.rego.pool_cases import cases
 
 
 @pytest.fixture(scope="module")

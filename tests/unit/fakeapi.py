@@ -16,6 +16,19 @@ watches (a stream of the events after a resourceVersion, 410 once that history i
 away). Every request is logged as ``(verb, path)`` with its query and body, so tests count
 what a piece of code asked.
 
+What a test makes the server do, through two small hooks: ``fail_next(verb, path, status)``
+answers the next matching requests with an error (before acting, or after it with ``lands``:
+the write done, its answer lost, as when a connection is cut); ``on_request(verb, path, fn)``
+runs ``fn`` before each matching request is served (another writer racing it, a slow
+answer held on an event, an admission webhook refusing it by raising ``ApiError``). And
+``answer_next(verb, path, Answer(...))`` scripts the server's next answer outright, for the
+tests of a client's policy over an exact sequence of answers (a list at a given version, a
+watch's events and how it ends, a flow-control 429 with its Retry-After).
+
+This is the one fake of the Kubernetes API in the unit tests: a test that needs the API
+gives the real ``Kube`` client this server (``FakeApi().kube()``); the objects it holds come
+from ``tests/unit/builders.py``.
+
 Not here: admission, RBAC, defaulting, validation beyond what the tests need.
 """
 
@@ -26,7 +39,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -162,11 +175,14 @@ def _field_matches(selector: str, obj: JSON) -> bool:
 class _Response:
     """What ``Kube.request`` reads of the kubernetes client's response."""
 
-    def __init__(self, status: int, body: Any = None, stream: Iterator[bytes] | None = None) -> None:
+    def __init__(self, status: int, body: Any = None, stream: Iterator[bytes] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         self.status = status
+        self.headers = dict(headers or {})
         self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict", 410: "Gone",
-                       422: "Unprocessable Entity", 429: "Too Many Requests"}.get(status, "")
-        self.data = b"" if body is None else json.dumps(body).encode()
+                       422: "Unprocessable Entity", 429: "Too Many Requests", 403: "Forbidden",
+                       503: "Service Unavailable"}.get(status, "")
+        self.data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
         self.response = self
         self._stream = stream
 
@@ -185,8 +201,35 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason or {404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid",
-                                 429: "TooManyRequests"}.get(status, "")
+        self.reason = reason or {403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired",
+                                 422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(status, "")
+
+
+@dataclass
+class Answer:
+    """A scripted answer to one request, given in place of the store's (``FakeApi.answer_next``):
+    a status and body (JSON, or bytes sent as they are: flow control's 429 is plain text), or for
+    a watch its events, each sent when the client reads on (a generator may act in between)."""
+
+    status: int = 200
+    body: Any = None
+    events: Iterable[JSON] = ()
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Failure:
+    verb: str
+    path: str
+    status: int
+    message: str
+    times: int
+    lands: bool
+
+
+def _matches(req: Request, verb: str, path: str) -> bool:
+    """``verb`` is the request's (``*``: any); ``path`` is its path or a collection above it."""
+    return verb in ("*", req.verb) and (req.path == path or req.path.startswith(path.rstrip("/") + "/"))
 
 
 @dataclass
@@ -210,6 +253,9 @@ class FakeApi:
     compacted: int = 0  # watches from at or below this resourceVersion get 410 Gone
     # Called before each request is served; may raise ApiError to fail it (a race, an outage).
     before: list[Callable[[Request], None]] = field(default_factory=list)
+    _failures: list[_Failure] = field(default_factory=list)
+    _answers: list[tuple[str, str, Answer]] = field(default_factory=list)
+    _after: list[Callable[[Request], None]] = field(default_factory=list)
     # Group-versions that are not installed: their discovery document and objects answer 404.
     unserved: set[str] = field(default_factory=set)
     # Evictions refused (429) for these "ns/name" pods, as a PodDisruptionBudget would.
@@ -221,6 +267,33 @@ class FakeApi:
     # settle() first waits until this many watches are open (an informer opens its watch just
     # after its list: without this a settle() in between would see no watcher to wait for)
     min_watchers: int = 0
+
+    def fail_next(self, verb: str, path: str, status: int = 503, message: str = "", *, times: int = 1,
+                  lands: bool = False) -> None:
+        """The next ``times`` requests ``verb`` (``*``: any) on ``path`` (or below it) answer
+        ``status``. ``lands``: the request is served first and only its answer is the error."""
+        self._failures.append(_Failure(verb, path, status, message or f"injected HTTP {status}", times, lands))
+
+    def answer_next(self, verb: str, path: str, answer: Answer) -> None:
+        """The next request ``verb`` on ``path`` (or below it) gets ``answer``, not the store's;
+        several answers given for the same requests are used in the order given."""
+        self._answers.append((verb, path, answer))
+
+    @property
+    def scripted(self) -> int:
+        """How many scripted answers are still to be given."""
+        return len(self._answers)
+
+    def on_request(self, verb: str, path: str, fn: Callable[[Request], object], *, after: bool = False) -> None:
+        """Runs ``fn`` before each request ``verb`` (``*``: any) on ``path`` (or below it) is
+        served; ``fn`` may change the store (``edit``), wait, or raise ``ApiError`` to refuse it.
+        ``after``: once the request is served, before its answer reaches the client (a change
+        that comes just after the server's snapshot: a list's, a write's)."""
+        def hook(req: Request) -> None:
+            if _matches(req, verb, path):
+                fn(req)
+
+        (self._after if after else self.before).append(hook)
 
     def client(self) -> FakeApiClient:
         return FakeApiClient(self)
@@ -275,6 +348,15 @@ class FakeApi:
         with self._cond:
             return [copy.deepcopy(o) for (ns, _), o in sorted(self.objects.get(ref.collection, {}).items())
                     if not ref.namespace or ns == ref.namespace]
+
+    def changes(self, path: str) -> list[tuple[str, JSON]]:
+        """What happened to the collection at ``path``, in order: ``(ADDED|MODIFIED|DELETED, object)``
+        (the history a watch from the start would see; forgotten by ``compact``)."""
+        ref = _parse(path + "/x")
+        with self._cond:
+            return [(kind, copy.deepcopy(obj)) for _, prefix, plural, kind, obj in self._events
+                    if (prefix, plural) == ref.collection
+                    and (not ref.namespace or obj["metadata"].get("namespace") == ref.namespace)]
 
     def compact(self) -> None:
         """Forget the event history (etcd compaction): older watches get 410 Gone."""
@@ -336,10 +418,44 @@ class FakeApi:
         try:
             for hook in list(self.before):
                 hook(req)
-            return self._serve(req)
+            failure = self._take_failure(req)
+            if failure is not None and not failure.lands:
+                raise ApiError(failure.status, failure.message)
+            scripted = self._take_answer(req)
+            if scripted is not None:
+                return self._scripted(req, scripted)
+            resp = self._serve(req)
+            for hook in list(self._after):
+                hook(req)
+            if failure is not None:
+                raise ApiError(failure.status, failure.message)
+            return resp
         except ApiError as e:
             return _Response(e.status, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                         "message": str(e), "reason": e.reason, "code": e.status})
+
+    def _take_failure(self, req: Request) -> _Failure | None:
+        with self._cond:
+            for f in self._failures:
+                if f.times > 0 and _matches(req, f.verb, f.path):
+                    f.times -= 1
+                    return f
+        return None
+
+    def _take_answer(self, req: Request) -> Answer | None:
+        with self._cond:
+            for i, (verb, path, answer) in enumerate(self._answers):
+                if _matches(req, verb, path):
+                    del self._answers[i]
+                    return answer
+        return None
+
+    @staticmethod
+    def _scripted(req: Request, answer: Answer) -> _Response:
+        if req.verb == "WATCH" and answer.status < 300:
+            return _Response(answer.status, stream=(json.dumps(e).encode() + b"\n" for e in answer.events),
+                             headers=answer.headers)
+        return _Response(answer.status, answer.body, headers=answer.headers)
 
     def _serve(self, req: Request) -> _Response:
         parts = [p for p in req.path.split("/") if p]

@@ -13,6 +13,7 @@ import pytest
 from autoclusters.clock import FakeClock
 from autoclusters.controller.controller_metrics import Metrics
 from autoclusters.names import Names
+from tests.unit import builders
 from tests.unit.example_module import load_example
 from tests.unit.fakeapi import FakeApi
 
@@ -23,8 +24,7 @@ def example() -> ModuleType:
 
 
 def node(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "resourceVersion": "1",
-                         "labels": {Names().maintenance_required: "true"}}}
+    return builders.node(name, pool="", detected=False, labels={Names().maintenance_required: "true"})
 
 
 def test_a_handler_error_is_logged_with_the_node_counted_and_served(example: ModuleType, caplog) -> None:

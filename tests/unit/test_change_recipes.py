@@ -45,12 +45,12 @@ SXID_ENTRY = f'    - {{code: {SXID}, name: "An SXid of the recipe walk", severit
 # schema and the Rego against each other, through ``opa eval`` where OPA is built; the docs
 # tables; the rendered manifests; the catalog), run in the copy.
 SUITES = (
-    "tests/unit/policy/test_pool_fields_parity.py",
-    "tests/unit/policy/test_api_parity.py",
+    "tests/unit/rego/test_policy_data_pool_fields_parity.py",
+    "tests/unit/rego/test_policy_data_api_parity.py",
     "tests/unit/pools/test_pool_config.py",
     "tests/unit/test_api_docs.py",
-    "tests/unit/components/test_manifests.py",
-    "tests/unit/test_catalog.py",
+    "tests/unit/components/test_render_manifests.py",
+    "tests/unit/faults/test_catalog.py",
 )
 
 

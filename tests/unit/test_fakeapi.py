@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from autoclusters.kube import Conflict, Invalid, KubeError, NotFound
-from tests.unit.fakeapi import FakeApi
+from autoclusters.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
+from autoclusters.kube.errors import Throttled, Unavailable
+from tests.unit.fakeapi import Answer, ApiError, FakeApi
 
 
 def _node(name: str = "n1") -> dict:
@@ -96,3 +97,82 @@ def test_watch_streams_changes_and_expires_after_compaction() -> None:
         list(kube.watch("/api/v1/nodes", resource_version=rv, timeout_seconds=1))
     assert gone.value.status == 410
     api.close()
+
+
+def test_a_failure_answers_the_next_matching_requests_before_or_after_acting() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    api.fail_next("PATCH", "/api/v1/nodes", 503, times=2)
+    for _ in range(2):
+        with pytest.raises(Unavailable, match="injected HTTP 503"):
+            kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})
+    assert "x" not in kube.get_node("n1")["metadata"]["labels"]  # refused before anything was done
+    kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})  # the third goes through
+    api.fail_next("POST", "/api/v1/namespaces/default/events", 503, lands=True)
+    with pytest.raises(Unavailable):
+        kube.create("/api/v1/namespaces/default/events", {"metadata": {"name": "e1"}})
+    assert api.read("/api/v1/namespaces/default/events/e1") is not None  # the write landed, its answer was lost
+    kube.get_node("n1")  # a GET matches no PATCH failure
+
+
+def test_a_hook_runs_before_the_matching_requests_only() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node())
+    seen: list[str] = []
+    api.on_request("PATCH", "/api/v1/nodes/n1", lambda req: seen.append(req.path))
+
+    def refuse(req: object) -> None:
+        raise ApiError(403, "admission webhook denied the request")
+
+    api.on_request("DELETE", "/api/v1/nodes", refuse)
+    kube.get_node("n1")
+    kube.patch_node("n1", {"metadata": {"labels": {"x": "1"}}})
+    assert seen == ["/api/v1/nodes/n1"]
+    with pytest.raises(Forbidden, match="denied"):
+        kube.delete("/api/v1/nodes/n1")
+    assert api.read("/api/v1/nodes/n1") is not None
+
+
+def test_changes_are_a_collections_history_in_order() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node("a"))
+    kube.create("/api/v1/nodes", _node("b"))
+    kube.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
+    api.remove("/api/v1/nodes/b")
+    api.put("/api/v1/namespaces/default/pods", {"metadata": {"name": "p"}})
+    assert [(kind, o["metadata"]["name"]) for kind, o in api.changes("/api/v1/nodes")] == [
+        ("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert [o["metadata"]["name"] for _, o in api.changes("/api/v1/namespaces/default/pods")] == ["p"]
+    api.compact()
+    assert api.changes("/api/v1/nodes") == []
+
+
+def test_a_scripted_answer_stands_in_for_the_stores_once_and_in_order() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    kube.throttle_retries = 0
+    api.put("/api/v1/nodes", _node("real"))
+    api.answer_next("LIST", "/api/v1/nodes", Answer(body={"items": [_node("scripted")],
+                                                          "metadata": {"resourceVersion": "7"}}))
+    api.answer_next("LIST", "/api/v1/nodes", Answer(429, b"Too many requests\n", headers={"Retry-After": "3"}))
+    api.answer_next("WATCH", "/api/v1/nodes", Answer(events=[{"type": "ADDED", "object": _node("w")}]))
+    items, rv = kube.list_with_version("/api/v1/nodes")
+    assert [o["metadata"]["name"] for o in items] == ["scripted"] and rv == "7"
+    with pytest.raises(Throttled) as e:
+        kube.list_items("/api/v1/nodes")
+    assert e.value.retry_after == 3.0
+    assert [ev["object"]["metadata"]["name"] for ev in kube.watch("/api/v1/nodes", resource_version="7")] == ["w"]
+    assert api.scripted == 0
+    assert [o["metadata"]["name"] for o in kube.list_items("/api/v1/nodes")] == ["real"]  # the store's again
+
+
+def test_an_after_hook_changes_the_store_after_the_snapshot_it_answers() -> None:
+    api = FakeApi()
+    kube = api.kube()
+    api.put("/api/v1/nodes", _node("a"))
+    api.on_request("LIST", "/api/v1/nodes", lambda req: api.put("/api/v1/nodes", _node("late")), after=True)
+    assert [o["metadata"]["name"] for o in kube.list_items("/api/v1/nodes")] == ["a"]  # the snapshot before it
+    assert api.read("/api/v1/nodes/late") is not None

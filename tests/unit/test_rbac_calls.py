@@ -279,13 +279,13 @@ def test_the_cluster_api_providers_rules_are_its_calls() -> None:
 
 
 def test_the_karpenter_providers_rules_are_its_calls() -> None:
-    """Two replacements through a stand-in for Karpenter (tests/unit/controller/
+    """Two replacements through a stand-in for Karpenter (tests/unit/providers/
     test_karpenter_requests.py): one node naming its NodeClaim in its owner references (read by
     name), one that does not (the claims listed)."""
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.providers import KINDS, ProviderType
     from tests.unit.controller.harness import ROW_REMAP_FAILURE
-    from tests.unit.controller.test_karpenter_requests import harness
+    from tests.unit.providers.test_karpenter_requests import harness
 
     h = harness(terminate_after=4, launch_after=6)
     h.api.edit("/api/v1/nodes/k2", lambda n: n["metadata"].pop("ownerReferences"))
@@ -306,14 +306,14 @@ def test_the_karpenter_providers_rules_are_its_calls() -> None:
 
 def test_the_host_reboot_providers_rules_are_its_calls() -> None:
     """A reboot Job created, polled, and deleted once the node is back with a new boot id; and
-    a failed one, whose pod is read for its exit status (tests/unit/controller/
-    test_host_reboot_command.py drives them the same way)."""
+    a failed one, whose pod is read for its exit status (tests/unit/providers/
+    test_hostreboot_command.py drives them the same way)."""
     from autoclusters.api import RepairAction
     from autoclusters.deploy import CONTROLLER_SERVICE_ACCOUNT
     from autoclusters.deploy.providers import KINDS, ProviderType
     from autoclusters.providers.hostreboot import HostRebootProvider
     from autoclusters.providers.types import Operation
-    from tests.unit.controller.test_host_reboot_command import NS, _failed_job
+    from tests.unit.providers.test_hostreboot_command import NS, _failed_job
 
     clock = FakeClock()
     fake = FakeApi(clock=clock.now)

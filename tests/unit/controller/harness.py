@@ -34,6 +34,7 @@ from autoclusters.names import Names
 from autoclusters.pools.allow_listed import provider_fields
 from autoclusters.sim import nodes as sim
 from autoclusters.sim.hosts import REBOOT, REBOOT_UNTIL, boot_id_after
+from tests.unit import builders
 from tests.unit.fakeapi import FakeApi
 
 JSON = dict[str, Any]
@@ -187,10 +188,7 @@ class Harness:
         return self.api.put("/api/v1/nodes", manifest)
 
     def pod(self, node: str, name: str, namespace: str = "default", **labels: str) -> JSON:
-        return self.api.put(f"/api/v1/namespaces/{namespace}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-            "status": {"phase": "Running"}})
+        return self.api.put(f"/api/v1/namespaces/{namespace}/pods", builders.pod(name, node, namespace, labels=labels))
 
     def fault(self, node: str, message: str = XID79) -> None:
         """The detector's condition, written on nodes/status (not a request of the controller)."""

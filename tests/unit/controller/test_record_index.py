@@ -7,15 +7,13 @@ import threading
 from typing import Any
 
 from autoclusters.controller.record_index import RecordIndex
+from tests.unit import builders
 
 JSON = dict[str, Any]
 
 
 def _record(name: str, node: str, pool: str, phase: str | None, rv: str = "1") -> JSON:
-    obj: JSON = {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"node": node, "pool": pool}}
-    if phase:
-        obj["status"] = {"phase": phase}
-    return obj
+    return builders.record(name, node, pool, phase=phase or None, rv=rv)
 
 
 def test_the_index_reads_the_version_the_store_keeps() -> None:

@@ -8,13 +8,14 @@ from typing import Any
 
 from autoclusters.controller.shard_ownership import ShardOwnership
 from autoclusters.controller.shards import Shard, shard_of_node
+from tests.unit import builders
 from tests.unit.controller.test_shards import pool_in
 
 JSON = dict[str, Any]
 
 
 def _record(name: str, node: str, pool: str, phase: str) -> JSON:
-    return {"metadata": {"name": name}, "spec": {"node": node, "pool": pool}, "status": {"phase": phase}}
+    return builders.record(name, node, pool, phase=phase)
 
 
 def test_a_repair_in_progress_binds_the_node_to_its_pools_shard_until_it_ends() -> None:

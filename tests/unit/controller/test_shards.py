@@ -24,6 +24,7 @@ from autoclusters.controller.shards import (
 from autoclusters.faults.catalog import load_catalog
 from autoclusters.names import Names
 from autoclusters.pools import default_pool
+from tests.unit import builders
 from tests.unit.controller.harness import XID79, Harness
 from tests.unit.fakeapi import FakeApi
 
@@ -201,8 +202,7 @@ def _node(name: str, pool: str, fault: bool = False) -> dict:
 
 
 def _record(name: str, node: str, pool: str, phase: str, rv: str = "1") -> dict:
-    return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"node": node, "pool": pool},
-            "status": {"phase": phase}}
+    return builders.record(name, node, pool, phase=phase, rv=rv)
 
 
 def test_the_handlers_drop_other_shards_objects_before_any_index() -> None:

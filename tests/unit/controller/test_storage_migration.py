@@ -8,16 +8,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
 from autoclusters import api
 from autoclusters.clock import FakeClock
 from autoclusters.controller.storage_migration import CRDS_PATH, FAILED, MIGRATED, migrate_storage
 from autoclusters.deploy.crds import crds
-from autoclusters.kube import Kube, KubeError
+from autoclusters.kube import Kube
 from autoclusters.kube.events import EventRecorder
 from autoclusters.names import Names
-from tests.unit.fakeapi import FakeApi
+from tests.unit.fakeapi import ApiError, FakeApi, Request
 
 NAMES = Names()
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -80,17 +78,14 @@ def test_nothing_is_written_while_the_crds_still_store_at_the_old_version() -> N
     assert _stored(fake, api.POOLS) == [OLD]
 
 
-def test_an_object_that_cannot_be_written_keeps_stored_versions_and_warns_on_the_crd(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_object_that_cannot_be_written_keeps_stored_versions_and_warns_on_the_crd() -> None:
     fake, kube, recorder = _world([OLD, api.VERSION])
-    replace = Kube.replace
 
-    def refuse_h100(self: Kube, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if path.endswith("/h100"):
-            raise KubeError("admission webhook denied the request: the pool is invalid")
-        return replace(self, path, body)
+    def refuse_h100(req: Request) -> None:
+        if req.path.endswith("/h100"):
+            raise ApiError(400, "admission webhook denied the request: the pool is invalid")
 
-    monkeypatch.setattr(Kube, "replace", refuse_h100)
+    fake.on_request("PUT", "/apis", refuse_h100)
     pools, records = migrate_storage(kube, NAMES, recorder)
     recorder.flush()
     assert (pools.rewritten, pools.trimmed, records.trimmed) == (1, False, True)
@@ -102,17 +97,15 @@ def test_an_object_that_cannot_be_written_keeps_stored_versions_and_warns_on_the
     assert "not written: h100" in warning[0]["message"] and "the next leader tries again" in warning[0]["message"]
 
 
-def test_a_concurrent_change_of_stored_versions_is_not_overwritten(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_concurrent_change_of_stored_versions_is_not_overwritten() -> None:
     """The trim tests the storedVersions it read: one that changed meanwhile is left as it is."""
     fake, kube, recorder = _world([OLD, api.VERSION])
-    replace = Kube.replace
 
-    def and_the_crd_changes(self: Kube, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def and_the_crd_changes(req: Request) -> None:
         fake.edit(f"{CRDS_PATH}/{NAMES.crd_name(api.POOLS)}",
                   lambda c: c["status"].update(storedVersions=["v0", OLD, api.VERSION]))
-        return replace(self, path, body)
 
-    monkeypatch.setattr(Kube, "replace", and_the_crd_changes)
+    fake.on_request("PUT", "/apis", and_the_crd_changes)
     pools = migrate_storage(kube, NAMES, recorder, resources=(api.POOLS,))[0]
     assert not pools.trimmed and pools.failed[0].startswith("(storedVersions:")
     assert _stored(fake, api.POOLS) == ["v0", OLD, api.VERSION]

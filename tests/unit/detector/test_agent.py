@@ -17,7 +17,7 @@ from autoclusters.faults.catalog import load_catalog
 from autoclusters.kube.events import ObjectRef
 from autoclusters.names import Names
 from autoclusters.sim.hardware import SimulatedHardware
-from tests.unit.detector.fakes import FakeKube
+from tests.unit.detector.node_conditions import NodeConditions
 
 NAMES = Names()
 CAT = load_catalog()
@@ -49,12 +49,12 @@ class Broken:
 
 
 def setup(tmp_path: Path, extra: list[Scheduled] | None = None
-          ) -> tuple[FakeKube, FakeClock, SimulatedHardware, ConditionWriter, Events, NodeAgent]:
-    kube = FakeKube(["n1"])
+          ) -> tuple[NodeConditions, FakeClock, SimulatedHardware, ConditionWriter, Events, NodeAgent]:
+    kube = NodeConditions(["n1"])
     clock = FakeClock()
     hw = SimulatedHardware(tmp_path, "n1")
     hw.ensure()
-    writer = ConditionWriter(kube, clock, WriterConfig(min_interval_s=0, qps=1000))  # type: ignore[arg-type]
+    writer = ConditionWriter(kube.kube, clock, WriterConfig(min_interval_s=0, qps=1000))
     events = Events()
     sources = [Scheduled(KernelLogFileSource(str(hw.kmsg), KernelLogInterpreter(CAT, GpuIndex.simulated()))),
                Scheduled(DcgmSource(CAT, output_file=str(hw.dcgm_json))),

@@ -5,19 +5,19 @@ from autoclusters import names as n
 from autoclusters.clock import FakeClock
 from autoclusters.detector.conditions import ConditionState
 from autoclusters.detector.writer import ConditionWriter, WriterConfig
-from tests.unit.detector.fakes import FakeKube
+from tests.unit.detector.node_conditions import NodeConditions
 
 T = "AutoClustersGPUFault"
 TRUE = ConditionState(T, "True", "NvidiaXIDError", "GPU 3 reported Xid 79 (GPU has fallen off the bus).")
 FALSE = ConditionState(T, "False", "NoGpuFaultDetected", "No GPU fault.")
 
 
-def make(nodes: list[str], **cfg: Any) -> tuple[FakeKube, FakeClock, ConditionWriter]:
-    kube = FakeKube(nodes)
+def make(nodes: list[str], **cfg: Any) -> tuple[NodeConditions, FakeClock, ConditionWriter]:
+    kube = NodeConditions(nodes)
     clock = FakeClock()
     config = WriterConfig(**{"heartbeat_s": 60, "min_interval_s": 1, "backoff_initial_s": 1, "backoff_max_s": 8,
                              "qps": 1000, **cfg})
-    return kube, clock, ConditionWriter(kube, clock, config)  # type: ignore[arg-type]
+    return kube, clock, ConditionWriter(kube.kube, clock, config)
 
 
 def step(w: ConditionWriter) -> list[str]:
@@ -64,7 +64,7 @@ def test_a_restart_keeps_the_transition_time_written_before() -> None:
     step(w)
     stamp = kube.condition("a", T)["lastTransitionTime"]
     clock.advance(600)
-    kube2, w2 = kube, ConditionWriter(kube, clock, WriterConfig(qps=1000))  # type: ignore[arg-type]
+    kube2, w2 = kube, ConditionWriter(kube.kube, clock, WriterConfig(qps=1000))
     w2.set("a", T, TRUE)
     step(w2)
     assert kube2.condition("a", T)["lastTransitionTime"] == stamp

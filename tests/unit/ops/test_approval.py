@@ -1,6 +1,6 @@
 from autoclusters.kube import Forbidden, Invalid
 from autoclusters.ops.approval import ApprovalStatus, approval_patch, approval_state, is_cleared_rejection
-from tests.unit.ops.builders import NAMES, node
+from tests.unit.builders import NAMES, node
 
 
 def test_only_a_node_that_carries_the_required_label_is_due() -> None:

@@ -5,7 +5,7 @@ import pytest
 from autoclusters.ops.durations import DurationError, human_duration, parse_since
 from autoclusters.ops.history import HistoryQuery, select_repairs
 from autoclusters.ops.repairs import repair_from_object
-from tests.unit.ops.builders import NAMES, record
+from tests.unit.builders import NAMES, record
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 

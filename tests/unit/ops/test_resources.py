@@ -2,7 +2,7 @@ import pytest
 
 from autoclusters.kube.objects import selector_matches
 from autoclusters.ops.resources import pool_reader
-from tests.unit.ops.builders import NAMES, node, pool
+from tests.unit.builders import NAMES, node, pool
 
 
 @pytest.mark.parametrize(("selector", "labels", "expected"), [

@@ -7,7 +7,7 @@ from autoclusters.cli.status import render_sources
 from autoclusters.detector.conditions import health_condition
 from autoclusters.detector.source_records import SourceState, SourceStatus
 from autoclusters.ops.snapshot import BREAKER_CLOSED, BREAKER_OPEN, BREAKER_UNKNOWN, breaker_state, build_snapshot
-from tests.unit.ops.builders import NAMES, node, pool, record, xid79
+from tests.unit.builders import NAMES, node, pool, record, xid79
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
 

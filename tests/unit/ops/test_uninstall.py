@@ -18,6 +18,7 @@ from autoclusters.names import DETECTOR_HEALTH_CONDITION, DRAIN_REASON_PREFIX, S
 from autoclusters.ops import uninstall as u
 from autoclusters.providers.karpenter import DO_NOT_DISRUPT, DO_NOT_REPAIR, NODEPOOL_LABEL
 from tests.unit.controller.harness import NAMES, NAMESPACE, ROW_REMAP_FAILURE, Harness
+from tests.unit.fakeapi import Request
 
 JSON = dict[str, Any]
 
@@ -225,16 +226,14 @@ def test_the_newest_record_decides() -> None:
 def test_a_concurrent_write_is_not_lost(h: Harness) -> None:
     """The patch tests what it removes: a label written between the read and the patch is kept."""
     h.node("n1", **{NAMES.maintenance_required: "true"})
-    real_patch = h.kube.patch
     raced: list[int] = []
 
-    def patch(path: str, body: Any, *args: Any, **kw: Any) -> JSON:
-        if not raced and path == "/api/v1/nodes/n1":
+    def another_writer(req: Request) -> None:
+        if not raced:
             raced.append(1)
             h.api.edit("/api/v1/nodes/n1", lambda n: n["metadata"]["labels"].update({"late": "yes"}))
-        return real_patch(path, body, *args, **kw)
 
-    h.kube.patch = patch  # type: ignore[method-assign]
+    h.api.on_request("PATCH", "/api/v1/nodes/n1", another_writer)
     _clean(h)
     node = h.node_obj("n1")
     assert raced and node is not None and node["metadata"]["labels"]["late"] == "yes" and _ours(node) == []

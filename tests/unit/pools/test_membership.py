@@ -17,7 +17,8 @@ from autoclusters.ops.snapshot import build_snapshot, default_policy_of
 from autoclusters.pools import default_pool
 from autoclusters.pools.membership import Membership, config_of
 from autoclusters.pools.pool_config import PoolConfigError, pool_from_config
-from tests.unit.ops.builders import NAMES
+from tests.unit import builders
+from tests.unit.builders import NAMES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Z1 = {"matchLabels": {"zone": "z1"}}
@@ -31,7 +32,7 @@ def pool(name: str, selector: dict[str, Any] | None = None, **spec: Any) -> dict
 
 def node(name: str, **labels: str) -> dict[str, Any]:
     lab = {NAMES.pool_label if k == "pool" else k: v for k, v in labels.items()}
-    return {"metadata": {"name": name, "labels": lab}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return builders.node(name, pool="", labels=lab, detected=False)
 
 
 POOLS = [

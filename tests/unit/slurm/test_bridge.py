@@ -1,7 +1,7 @@
 """The bridge's loop over a fake API and a fake Slurm: which nodes it looks at, what it
 writes, and that one failing node neither stops the others nor escapes as an exception.
 Pools and nodes come from the bridge's informers (seeded here as their watch would), never
-from a list per poll: the fake API has no list at all."""
+from a list per poll: the only requests a poll makes to the fake API server are node patches."""
 
 from __future__ import annotations
 
@@ -20,36 +20,32 @@ from autoclusters.slurm import decisions as d
 from autoclusters.slurm.bridge import SlurmBridge
 from autoclusters.slurm.bridge_metrics import registry
 from autoclusters.slurm.commands import Result, Slurm
+from tests.unit import builders
+from tests.unit.fakeapi import FakeApi
 
 NAMES = Names()
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 
-class FakeKube:
-    """Node patches (merge patch of annotations and spec), answered with the patched node."""
+class Cluster:
+    """Pools and nodes in the fake API server (``FakeApi``), which the bridge's real client
+    writes to; ``patches`` are the node patches it sent, in order."""
 
     def __init__(self, pools: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
-        self.pools, self.nodes = pools, {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
-        self.patches: list[tuple[str, dict[str, Any]]] = []
-        self.rv = 100
+        self.api = FakeApi()
+        self.pools = pools
+        for n in nodes:
+            self.api.put("/api/v1/nodes", n)
+        self.kube = self.api.kube()
 
-    def patch_node(self, name: str, body: Any, patch_type: str = "") -> dict[str, Any]:
-        self.patches.append((name, body))
-        node = self.nodes[name]
-        for key in ("metadata", "spec"):
-            for k, v in (body.get(key) or {}).items():
-                if isinstance(v, dict):
-                    target = node[key].setdefault(k, {})
-                    for kk, vv in v.items():
-                        if vv is None:
-                            target.pop(kk, None)
-                        else:
-                            target[kk] = vv
-                else:
-                    node[key][k] = v
-        self.rv += 1
-        node["metadata"]["resourceVersion"] = str(self.rv)
-        return copy.deepcopy(node)
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.api.items("/api/v1/nodes")}
+
+    @property
+    def patches(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(r.path.rsplit("/", 1)[1], r.body) for r in self.api.requests
+                if r.verb == "PATCH" and r.path.startswith("/api/v1/nodes/")]
 
 
 class FakeRecorder:
@@ -87,8 +83,7 @@ def pool(name: str, enabled: bool) -> dict[str, Any]:
 def node(name: str, pool_name: str, warned: bool = False) -> dict[str, Any]:
     ann = {NAMES.drain_deadline: utc_iso(NOW + timedelta(seconds=60)), NAMES.drain_reason: f"Xid 79 ({name}-r)",
            NAMES.remediation: f"{name}-r"} if warned else {}
-    return {"metadata": {"name": name, "uid": name, "labels": {NAMES.pool_label: pool_name}, "annotations": ann},
-            "spec": {}}
+    return builders.node(name, pool_name, annotations=ann, detected=False)
 
 
 def record_for(n: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -103,9 +98,9 @@ def record_for(n: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return obj
 
 
-def bridge(kube: FakeKube, slurm: FakeSlurm, *, records: bool = True) -> tuple[SlurmBridge, FakeRecorder]:
+def bridge(kube: Cluster, slurm: FakeSlurm, *, records: bool = True) -> tuple[SlurmBridge, FakeRecorder]:
     rec = FakeRecorder()
-    b = SlurmBridge(kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec)  # type: ignore[arg-type]
+    b = SlurmBridge(kube.kube, Slurm(slurm), NAMES, FakeClock(NOW), recorder=rec)  # type: ignore[arg-type]  # events recorded, not sent
     for p in kube.pools:
         b.pools.upsert(p)
     for n in kube.nodes.values():
@@ -116,7 +111,7 @@ def bridge(kube: FakeKube, slurm: FakeSlurm, *, records: bool = True) -> tuple[S
 
 
 def test_only_nodes_of_slurm_enabled_pools_are_looked_at() -> None:
-    kube = FakeKube([pool("slurm", True), pool("plain", False)],
+    kube = Cluster([pool("slurm", True), pool("plain", False)],
                     [node("a-0", "slurm", warned=True), node("b-0", "plain", warned=True)])
     slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
     b, rec = bridge(kube, slurm)
@@ -126,10 +121,11 @@ def test_only_nodes_of_slurm_enabled_pools_are_looked_at() -> None:
     assert not any("b-0" in " ".join(c) for c in slurm.calls)
     assert [r for _, r, _ in rec.events] == [d.EVENT_DRAINED, d.EVENT_SIGNALLED]
     assert b.memory["a-0"].signalled == {"7": NOW}
+    assert {verb for verb, _ in kube.api.counts()} == {"PATCH"}  # no list per poll: the informers' caches
 
 
 def test_a_failing_node_is_reported_and_the_others_go_on() -> None:
-    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True), node("a-1", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True), node("a-1", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle|Unknown|Unknown|none\na-1|idle|Unknown|Unknown|none\n", {}, broken="a-0")
     b, rec = bridge(kube, slurm)
     b.sync_once()
@@ -144,7 +140,7 @@ def test_a_node_the_bridge_cannot_read_is_that_nodes_error_alone_counted_and_exp
     (the traceback once), counted, exported, and the other node is drained."""
     bad = node("a-0", "slurm", warned=True)
     bad["metadata"]["annotations"][NAMES.drain_deadline] = "not a time"
-    kube = FakeKube([pool("slurm", True)], [bad, node("a-1", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [bad, node("a-1", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle|Unknown|Unknown|none\na-1|idle|Unknown|Unknown|none\n", {})
     b, _ = bridge(kube, slurm)
     b.sync_once()
@@ -162,7 +158,7 @@ def test_a_node_the_bridge_cannot_read_is_that_nodes_error_alone_counted_and_exp
 
 
 def test_the_bridges_informer_handler_errors_are_exported_under_the_shared_name() -> None:
-    kube = FakeKube([pool("slurm", True)], [])
+    kube = Cluster([pool("slurm", True)], [])
     b, _ = bridge(kube, FakeSlurm("", {}))
 
     def buggy(name: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -197,7 +193,7 @@ def test_an_unexpected_error_outside_the_per_node_part_is_logged_counted_backed_
     one line while it repeats), counted as a failed poll (exported), waits longer after each
     failed poll in a row (from poll_seconds, doubling, up to max_backoff_seconds), and the first
     poll that succeeds does the work and brings the wait back to poll_seconds."""
-    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = UndecodableSinfo("a-0|idle|Unknown|Unknown|none\n", failures=4)
     b, _ = bridge(kube, slurm)
     b.poll_seconds, b.max_backoff_seconds = 2.0, 10.0
@@ -218,7 +214,7 @@ def test_a_failed_poll_never_waits_less_than_a_healthy_one() -> None:
     """A bridge that polls less often than the longest backoff (every 60 s, against the default
     30 s) must not poll a failing API server or slurmctld twice as often as a healthy one: the
     backoff starts at poll_seconds and only ever lengthens the wait."""
-    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = UndecodableSinfo("a-0|idle|Unknown|Unknown|none\n", failures=3)
     b, _ = bridge(kube, slurm)
     b.poll_seconds, b.max_backoff_seconds = 60.0, 30.0
@@ -228,7 +224,7 @@ def test_a_failed_poll_never_waits_less_than_a_healthy_one() -> None:
 
 
 def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
-    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
     b, _ = bridge(kube, slurm)
     b.sync_once()
@@ -236,7 +232,7 @@ def test_the_ack_names_the_record_once_the_node_is_drained() -> None:
 
 
 def test_a_restarted_bridge_carries_on_from_what_it_wrote_on_the_node() -> None:
-    first_kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    first_kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|mixed+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n",
                       {"a-0": "7|RUNNING|1|0|1|a-0\n"})
     first, _ = bridge(first_kube, slurm)
@@ -247,7 +243,7 @@ def test_a_restarted_bridge_carries_on_from_what_it_wrote_on_the_node() -> None:
     # The job saved and exited; a new bridge process finds it ended (FAILED) and requeues it.
     warned = node("a-0", "slurm", warned=True)
     warned["metadata"]["annotations"][NAMES.slurm_jobs] = saved
-    kube = FakeKube([pool("slurm", True)], [warned])
+    kube = Cluster([pool("slurm", True)], [warned])
 
     class Ended(FakeSlurm):
         def __call__(self, argv: Sequence[str], timeout: float) -> Result:
@@ -266,14 +262,14 @@ def test_a_restarted_bridge_carries_on_from_what_it_wrote_on_the_node() -> None:
 def test_the_saved_memory_is_removed_after_the_repair() -> None:
     done = node("a-0", "slurm")
     done["metadata"]["annotations"][NAMES.slurm_jobs] = d.Memory(record="a-0-r").to_json()
-    kube = FakeKube([pool("slurm", True)], [done])
+    kube = Cluster([pool("slurm", True)], [done])
     b, _ = bridge(kube, FakeSlurm("a-0|idle|Unknown|Unknown|none\n", {}))
     b.sync_once()
     assert ("a-0", {"metadata": {"annotations": {NAMES.slurm_jobs: None}}}) in kube.patches
 
 
 def test_a_node_it_patched_is_read_back_from_its_own_write_not_an_older_copy() -> None:
-    kube = FakeKube([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
+    kube = Cluster([pool("slurm", True)], [node("a-0", "slurm", warned=True)])
     slurm = FakeSlurm("a-0|idle+drain|root|2026-11-30T03:00:00|autoclusters: Xid 79 (a-0-r)\n", {})
     b, _ = bridge(kube, slurm)
     b.sync_once()
@@ -316,7 +312,7 @@ FORGERIES = {
 def test_a_drain_warning_no_open_record_of_the_node_backs_drains_nothing(forgery: str) -> None:
     """Anyone who may patch a node can write the warning's annotations; only the record counts."""
     warned = node("a-0", "slurm", warned=True)
-    kube = FakeKube([pool("slurm", True)], [warned])
+    kube = Cluster([pool("slurm", True)], [warned])
     slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
     b, rec = bridge(kube, slurm, records=False)
     changes = FORGERIES[forgery]
@@ -339,7 +335,7 @@ def test_a_drain_warning_no_open_record_of_the_node_backs_drains_nothing(forgery
 
 def test_a_warning_backed_within_the_grace_is_never_reported() -> None:
     warned = node("a-0", "slurm", warned=True)
-    kube = FakeKube([pool("slurm", True)], [warned])
+    kube = Cluster([pool("slurm", True)], [warned])
     slurm = FakeSlurm("a-0|mixed|Unknown|Unknown|none\n", {"a-0": "7|RUNNING|1|0|1|a-0\n"})
     b, rec = bridge(kube, slurm, records=False)
     b.sync_once()
