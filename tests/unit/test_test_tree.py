@@ -20,6 +20,7 @@ PROJECT_WIDE = {
     "test_module_names.py": "no two modules of the package share a file name",
     "test_test_tree.py": "this file: the layout of the tests",
     "test_docs_links.py": "every link in the docs and the code names a file the repository has",
+    "test_change_recipes.py": "walks the change recipes of docs/architecture.md in a copy of the repository",
     "test_contract_doc.py": "docs/contract.md against the names it documents",
     "test_xid_docs.py": "the Xid tables of the docs against the catalog, the API and the CRD",
     "test_makefile_test_target.py": "the Makefile's test target",
