@@ -46,6 +46,7 @@ from autoclusters.kube.loader import load_kube_text
 from autoclusters.names import Names
 from autoclusters.providers.base import BuildContext, NodeLookup, Provider, ProviderError
 from autoclusters.providers.declaration import CredentialSource, ProviderKind, Rule, Setting
+from autoclusters.providers.remote_reset import ResetFailure, read_secret
 from autoclusters.providers.replacement import ReplacementClaims
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 
@@ -187,13 +188,10 @@ class ManagementCluster:
 
     def _refresh(self) -> None:
         try:
-            secret = self._workload.get(f"/api/v1/namespaces/{self.namespace}/secrets/{CLUSTERAPI_SECRET}")
-        except NotFound:
-            self._fail(f"{self.secret} does not exist: it holds the management cluster's kubeconfig "
-                       f"(key {self.key})")
-            return
-        except KubeError as e:
-            self._fail(f"{self.secret} could not be read: {e}")
+            secret, _ = read_secret(self._workload, self.namespace, CLUSTERAPI_SECRET,
+                                    f"the management cluster's kubeconfig (key {self.key})")
+        except ResetFailure as e:
+            self._fail(str(e))
             return
         version = str((secret.get("metadata") or {}).get("resourceVersion", ""))
         if self._client is not None and version and version == self._version:
