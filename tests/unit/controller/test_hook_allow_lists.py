@@ -5,6 +5,7 @@ Warning event on it), its repairs are held, and nothing of it is run or called."
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +34,10 @@ def _pool_warnings(h: Harness) -> list[str]:
     return [e["message"] for e in h.events() if e["involvedObject"]["kind"] == "GpuNodePool" and e["type"] == "Warning"]
 
 
+ACTED = ("Acting", "Verifying", "Succeeded")  # the provider has been driven
+REAL_SECONDS = 60  # the marker command's own bound, real time (a loaded machine starts python slowly)
+
+
 def _marker_command(tmp_path: Path) -> tuple[Path, list[str]]:
     ran = tmp_path / "ran"
     return ran, [sys.executable, "-c", f"open({str(ran)!r}, 'a').write('x')"]
@@ -56,15 +61,23 @@ def test_an_unlisted_provider_command_is_never_run_and_the_pool_says_why(h: Harn
 
 
 def test_the_same_command_runs_once_the_operator_lists_it(h: Harness, tmp_path: Path) -> None:
-    """The contrast: an entry equal to the pool's argv lets the repair through."""
+    """The contrast: an entry equal to the pool's argv lets the repair through.
+
+    The command is a real process, started by the provider's own thread once the repair acts:
+    the harness's fake clock says when the controller gets there, the real one how long the
+    process may take (fake time runs far faster, so a bound in fake seconds failed under load)."""
     ran, argv = _marker_command(tmp_path)
     h.node("n1")
-    h.pool(provider={"type": "command", "command": {"command": argv, "timeoutSeconds": 5}})
+    h.pool(provider={"type": "command", "command": {"command": argv, "timeoutSeconds": REAL_SECONDS}})
     h.start()
     h.run(seconds=5)
     assert _valid(h)["status"] == "True"
     h.fault("n1")
-    h.run(lambda: ran.exists(), seconds=600)
+    h.run(lambda: h.phase("n1") in ACTED, seconds=600)
+    assert h.phase("n1") in ACTED, h.records("n1")
+    deadline = time.monotonic() + REAL_SECONDS
+    while not ran.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert ran.exists()
 
 
