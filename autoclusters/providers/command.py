@@ -24,6 +24,7 @@ from autoclusters import api, capture
 from autoclusters.api import RepairAction
 from autoclusters.providers.base import BuildContext, NodeLookup, Provider, ProviderError
 from autoclusters.providers.declaration import ProviderKind, Setting
+from autoclusters.providers.operation_results import OperationResults
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
@@ -72,35 +73,29 @@ class CommandProvider:
                                 "controller's container (mount the script and name its absolute path)")
         self._argv = list(argv)
         self._timeout = timeout
-        self._results: dict[str, CommandResult | None] = {}  # None: running
-        self._lock = threading.Lock()
+        self._results: OperationResults[CommandResult] = OperationResults()
 
     def replacement_name(self, op: Operation, pool: str) -> str:
-        with self._lock:
-            result = self._results.get(op.id)
+        result = self._results.result(op.id)
         return result.new_node if result else ""
 
     def refusal(self, node: dict[str, Any] | None) -> str:
         return ""
 
     def drive(self, op: Operation, node: str, pool: str) -> None:
-        with self._lock:
-            if op.id in self._results:
-                return
-            self._results[op.id] = None
+        if not self._results.start(op.id):
+            return
         threading.Thread(target=self._run, args=(op, node, pool), name=f"command-{op.id}", daemon=True).start()
 
     def _run(self, op: Operation, node: str, pool: str) -> None:
         result = run_command(self._argv, op, node, pool, self._timeout)
         log.info("command provider %s %s: %s", op.action, node, "ok" if result.ok else result.message)
-        with self._lock:
-            self._results[op.id] = result
+        self._results.finish(op.id, result)
 
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
-        with self._lock:
-            if op.id not in self._results:
-                return ProviderView(ProviderState.NOT_STARTED)
-            result = self._results[op.id]
+        if not self._results.known(op.id):
+            return ProviderView(ProviderState.NOT_STARTED)
+        result = self._results.result(op.id)
         if result is None:
             return ProviderView(ProviderState.RUNNING)
         if result.ok:

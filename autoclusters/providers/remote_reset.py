@@ -32,6 +32,7 @@ from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.providers.base import NodeCache, NodeLookup
 from autoclusters.providers.hostreboot import boot_id
+from autoclusters.providers.operation_results import OperationResults
 from autoclusters.providers.types import Operation, ProviderState, ProviderView
 from autoclusters.redact import redact
 
@@ -93,8 +94,7 @@ class RemoteReset:
         self._mark_annotation = mark_annotation
         self.timeout = timeout
         self._nodes = nodes
-        self._results: dict[str, ResetResult | None] = {}  # None: the requests are under way
-        self._lock = threading.Lock()
+        self._results: OperationResults[ResetResult] = OperationResults()  # running: the requests are under way
 
     # --- what a subclass provides ------------------------------------------------------------
     def _reset(self, op: Operation, node: str) -> str:
@@ -112,10 +112,8 @@ class RemoteReset:
     def drive(self, op: Operation, node: str, pool: str) -> None:
         if op.action != RepairAction.RESET:
             return  # progress says why
-        with self._lock:
-            if op.id in self._results:
-                return
-            self._results[op.id] = None
+        if not self._results.start(op.id):
+            return
         threading.Thread(target=self._run, args=(op, node), name=f"{self.name}-{op.id}", daemon=True).start()
 
     def progress(self, op: Operation, node: str, pool: str, lookup: NodeLookup) -> ProviderView:
@@ -128,10 +126,9 @@ class RemoteReset:
         if boot_id(current) not in ("", op.boot_id_before) and node_ready(current):
             self._unmark(current, op)
             return ProviderView(ProviderState.SUCCEEDED)
-        with self._lock:
-            if op.id not in self._results:
-                return ProviderView(ProviderState.NOT_STARTED)
-            result = self._results[op.id]
+        if not self._results.known(op.id):
+            return ProviderView(ProviderState.NOT_STARTED)
+        result = self._results.result(op.id)
         if result is not None and not result.ok:
             self._unmark(current, op)
             return ProviderView(ProviderState.FAILED, result.message)
@@ -152,8 +149,7 @@ class RemoteReset:
             log.exception("%s reset of %s", self.name, node)
             result = ResetResult(False, f"the {self.name} reset of node {node} failed: {redact(repr(e))}")
         log.info("%s reset %s: %s", self.name, node, "ok" if result.ok else result.message)
-        with self._lock:
-            self._results[op.id] = result
+        self._results.finish(op.id, result)
 
     def _mark(self, node: str, value: str) -> None:
         """``value`` (the operation id, or ``ID/STEP``) on the node, before the request it guards."""

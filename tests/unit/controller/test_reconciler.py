@@ -489,7 +489,7 @@ def test_two_replacements_no_provider_names_never_count_one_new_node(h: Harness)
     provider, _ = h.reconciler._provider(h.fleet.pool_named("p"), RepairAction.REPLACE)
     assert isinstance(provider, CommandProvider)
     deadline = time.monotonic() + 30  # the script runs in a thread, in real time: let both finish
-    while len(provider._results) < 2 or None in provider._results.values():
+    while len(provider._results) < 2 or provider._results.running():
         assert time.monotonic() < deadline, "the replacement scripts did not finish"
         time.sleep(0.01)
     h.run(lambda: h.phase("n1") == h.phase("n2") == "Verifying", detector=False)

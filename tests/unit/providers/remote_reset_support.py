@@ -22,9 +22,8 @@ def wait_verdict(provider: RemoteReset, op: Operation, node: str, lookup: Any) -
     """The operation's thread ends (its result recorded); then the provider's verdict."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        with provider._lock:
-            if provider._results.get(op.id) is not None:
-                break
+        if provider._results.result(op.id) is not None:
+            break
         time.sleep(0.05)
     return provider.progress(op, node, "p", lookup)
 
