@@ -46,7 +46,7 @@ from autoclusters.controller.shards import Shard
 from autoclusters.deploy import DEFAULT_NAMESPACE
 from autoclusters.faults.catalog import Catalog, FaultRef
 from autoclusters.kube import Kube
-from autoclusters.kube.informer import WATCH_SECONDS, Informer
+from autoclusters.kube.informer import WATCH_SECONDS, Informer, without_managed_fields
 from autoclusters.names import Names
 from autoclusters.pools import default_pool as defaults
 
@@ -75,15 +75,16 @@ class Fleet:
         self._sharded = self.ownership.sharded
         g = names.api_group
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes", gather_seconds=gather_seconds,
-                                      watch_timeout=watch_seconds)
+                                      watch_timeout=watch_seconds, transform=without_managed_fields)
         self.pool_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.POOLS.plural), self._on_pool,
-                                      name=api.POOLS.plural, watch_timeout=watch_seconds)
+                                      name=api.POOLS.plural, watch_timeout=watch_seconds,
+                                      transform=without_managed_fields)
         self.record_informer = Informer(kube, Kube.custom_path(g, api.VERSION, api.REMEDIATIONS.plural),
                                         self._on_record, name=api.REMEDIATIONS.plural, gather_seconds=gather_seconds,
-                                        watch_timeout=watch_seconds)
+                                        watch_timeout=watch_seconds, transform=without_managed_fields)
         self.default_informer = Informer(kube, f"/api/v1/namespaces/{namespace}/configmaps", self._on_default,
                                          label_selector=defaults.SELECTOR, name="default-pool",
-                                         watch_timeout=watch_seconds)
+                                         watch_timeout=watch_seconds, transform=without_managed_fields)
         self.record_index = RecordIndex(self._lock, self.record_informer.get)
         self.slots = RepairSlots(self._lock, self.record_index.busy)
 
