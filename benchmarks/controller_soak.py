@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import math
 import os
 import secrets
 import signal
@@ -59,6 +60,7 @@ from autoclusters.deploy.crds import crds
 from autoclusters.devcluster.handle import ClusterHandle
 from autoclusters.kube import Conflict, Kube, KubeError
 from autoclusters.kube.objects import node_ready
+from autoclusters.pool_fields import MAX_REPAIRS
 from autoclusters.sim import nodes as sim
 
 MAX_SLOPE_MIB_PER_H = 5.0
@@ -95,6 +97,7 @@ class Sample:
     in_flight: int
     raised: int
     records: int
+    repaired_nodes: int  # nodes whose repair has succeeded at least once
 
 
 class Repairs:
@@ -112,6 +115,7 @@ class Repairs:
         self.failures: list[str] = []  # "node record phase" of each failed repair
         self.boots: dict[str, str] = {}
         self.present: set[str] = set()  # records that exist now (the controller's cache holds them too)
+        self.repaired: set[str] = set()  # nodes repaired at least once
 
     def on_record(self, t: float, kind: str, obj: dict[str, Any]) -> None:
         name, node = obj["metadata"]["name"], obj["spec"]["node"]
@@ -131,6 +135,7 @@ class Repairs:
             if phase == api.Phase.SUCCEEDED:
                 self.succeeded += 1
                 self.latency.append(t - fault_at)
+                self.repaired.add(node)
             elif phase in FAILED:
                 self.failed += 1
                 self.failures.append(f"{node} {name} {phase}")
@@ -150,6 +155,9 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=30.0, help="seconds between two printed samples")
     ap.add_argument("--reset-seconds", type=float, default=5.0, help="simulated provider's reset time")
     ap.add_argument("--max-concurrent", type=int, default=20, help="the pool's maxConcurrentRepairs")
+    ap.add_argument("--max-repairs", type=int, default=0,
+                    help="the pool's attemptBudget.maxRepairs (default: the faults a node gets in the run, plus "
+                         "one, at least the pool's default): a node's third fault in a week is HumanNeeded by design")
     ap.add_argument("--workers", type=int, default=ControllerConfig().workers)
     ap.add_argument("--retention-seconds", type=float, default=300.0,
                     help="the controller's retention of closed records (--retention-days), so that the records it "
@@ -172,8 +180,11 @@ def main() -> int:
     kube, names = handle.kube, handle.names
     run_id = secrets.token_hex(3)
     pool = namespace = f"soak-{run_id}"
+    max_repairs = args.max_repairs or max(MAX_REPAIRS.default,
+                                          math.ceil(args.duration / args.interval / args.nodes) + 1)
     print(f"pool {pool}: {args.nodes} nodes, a fault every {args.interval}s for {args.duration:.0f}s, "
-          f"reset {args.reset_seconds}s, maxConcurrentRepairs {args.max_concurrent}", flush=True)
+          f"reset {args.reset_seconds}s, maxConcurrentRepairs {args.max_concurrent}, "
+          f"attemptBudget.maxRepairs {max_repairs}", flush=True)
     handle.apply(crds(names))
     with contextlib.suppress(Conflict):
         kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -181,6 +192,7 @@ def main() -> int:
     kube.create(Kube.custom_path(names.api_group, api.VERSION, "gpunodepools"), {
         "apiVersion": f"{names.api_group}/{api.VERSION}", "kind": "GpuNodePool", "metadata": {"name": pool},
         "spec": {"consentMode": "auto", "maxConcurrentRepairs": args.max_concurrent,
+                 "attemptBudget": {"maxRepairs": max_repairs},
                  "provider": {"type": "simulated", "simulated": {"resetSeconds": args.reset_seconds}}}})
     node_names = [f"{pool}-{i}" for i in range(args.nodes)]
     t0 = time.monotonic()
@@ -281,10 +293,11 @@ def main() -> int:
     def take_sample(elapsed: float) -> None:
         with repairs.lock:
             s = Sample(elapsed, rss_kib(proc.pid) / 1024, repairs.succeeded, repairs.failed,
-                       len(repairs.open_fault), repairs.raised, len(repairs.present))
+                       len(repairs.open_fault), repairs.raised, len(repairs.present), len(repairs.repaired))
         samples.append(s)
         print(f"t={s.elapsed_s:7.0f}s rss={s.rss_mib:7.1f} MiB succeeded={s.succeeded} failed={s.failed} "
-              f"in_flight={s.in_flight} raised={s.raised} records={s.records}", flush=True)
+              f"in_flight={s.in_flight} raised={s.raised} records={s.records} repaired_nodes={s.repaired_nodes}",
+              flush=True)
 
     start = time.monotonic()
     next_fault, next_sample, cursor = start, start, 0
@@ -333,8 +346,16 @@ def main() -> int:
 
     # --- report ----------------------------------------------------------------------------------
     half = [(s.elapsed_s, s.rss_mib) for s in samples if s.elapsed_s >= (faults_end - start) / 2]
-    slope = slope_per_hour(half)
     rss = [s.rss_mib for s in samples]
+    # Every node's first repair leaves state on it for good (the fault condition, now False, and
+    # the provider's annotations: the cached node grows), bounded by the fleet, not by time; at
+    # 1,000 nodes and a fault every 3 s that fill takes most of an hour. So the bound is judged
+    # after the last node's first repair, when that leaves a window of MIN_HALF_S.
+    covered = next((s for s in samples if s.repaired_nodes >= args.nodes), None)
+    window_start = max((faults_end - start) / 2, covered.elapsed_s if covered else float("inf"))
+    steady = [(s.elapsed_s, s.rss_mib) for s in samples if s.elapsed_s >= window_start]
+    judged = steady if len(steady) >= 2 and steady[-1][0] - steady[0][0] >= MIN_HALF_S else half
+    slope = slope_per_hour(judged)
     with repairs.lock:
         latency, failures, open_left = list(repairs.latency), list(repairs.failures), dict(repairs.open_fault)
         succeeded, failed, raised = repairs.succeeded, repairs.failed, repairs.raised
@@ -349,23 +370,32 @@ def main() -> int:
           f"max {max(latency or [float('nan')]):.2f} s (reset {args.reset_seconds}s and the stand-in "
           "detector included)")
     print(f"controller RSS: first {rss[0]:.1f} MiB, last {rss[-1]:.1f} MiB, max {max(rss):.1f} MiB; "
-          f"slope over the second half ({len(half)} samples) {slope:+.2f} MiB/h")
+          f"slope over the second half ({len(half)} samples) {slope_per_hour(half):+.2f} MiB/h")
+    if covered is not None:
+        print(f"every node repaired once at t={covered.elapsed_s:.0f}s (RSS {covered.rss_mib:.1f} MiB, "
+              f"{(covered.rss_mib - rss[0]) * 1024 / args.nodes:+.1f} KiB per node since the start); slope after "
+              f"it ({len(steady)} samples) {slope_per_hour(steady):+.2f} MiB/h")
+    else:
+        print(f"{samples[-1].repaired_nodes if samples else 0} of {args.nodes} nodes repaired at least once: the "
+              "per-node fill had not ended (judged over the second half)")
+    judged_what = "after every node's first repair" if judged is steady else "over the second half"
     ok = slope < args.max_slope and failed == 0 and not open_left and proc.poll() is None
-    span = half[-1][0] - half[0][0] if half else 0.0
+    span = judged[-1][0] - judged[0][0] if judged else 0.0
     warm = args.retention_seconds + args.gc_interval  # the records reach their steady number after this
     verdict = "PASS" if ok else "FAIL"
     if span < MIN_HALF_S or (faults_end - start) / 2 < warm:  # warm-up and noise: the slope means nothing yet
-        verdict = (f"INCONCLUSIVE, would be {verdict} (the second half spans {span:.0f} s: a slope needs "
+        verdict = (f"INCONCLUSIVE, would be {verdict} (the window spans {span:.0f} s: a slope needs "
                    f"{MIN_HALF_S:.0f} s, starting after the records level off at {warm:.0f} s)")
-    print(f"verdict: {verdict} (bound: RSS slope < {args.max_slope} MiB/h over the second "
-          "half, no failed or unfinished repair, the controller alive)", flush=True)
+    print(f"verdict: {verdict} (bound: RSS slope < {args.max_slope} MiB/h {judged_what} ({slope:+.2f}), "
+          "no failed or unfinished repair, the controller alive)", flush=True)
     if args.out:
         with open(args.out, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["elapsed_s", "rss_mib", "succeeded", "failed", "in_flight", "raised", "records"])
+            w.writerow(["elapsed_s", "rss_mib", "succeeded", "failed", "in_flight", "raised", "records",
+                        "repaired_nodes"])
             for s in samples:
                 w.writerow([f"{s.elapsed_s:.1f}", f"{s.rss_mib:.2f}", s.succeeded, s.failed, s.in_flight, s.raised,
-                            s.records])
+                            s.records, s.repaired_nodes])
 
     detectors.shutdown(wait=False)
     rec_watch.stop.set()
