@@ -156,7 +156,8 @@ LEFT_OUT: dict[str, str] = {
     "defaultPool": "written as JSON inside a ConfigMap",
     "controllerProviders": "render-time: the chart grants every provider but the simulated, as manifests/ does",
     "local, webhookUrl": "the local kwok cluster's settings, not a cluster's install",
-    "hostRebootCommand, detectorConditionCodes": "not yet carried (issue 29 item 3 does not name them)",
+    "hostRebootCommand": "split into its argv inside the reboot Job policy's CEL: not a value in place",
+    "detectorConditionCodes": "sorted and deduplicated into a flag: not the value as given",
 }
 
 
