@@ -32,6 +32,7 @@ from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
+from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
 
 Path = tuple[Any, ...]  # a path into an object: dict keys and list indexes
 _DEFAULTS = StackConfig()
@@ -163,8 +164,6 @@ LEFT_OUT: dict[str, str] = {
 
 def base_config(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The stack configuration the chart renders (components.render's, without the example pools)."""
-    from components.render import GITOPS_PROVIDERS
-
     return {"controllerProviders": GITOPS_PROVIDERS, **(extra or {})}
 
 
@@ -177,8 +176,6 @@ def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
 
 def objects(extra: dict[str, Any] | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(kind, namespace, name) → object (as manifests/ holds it) of the chart's configuration."""
-    from components.render import file_for, manifest
-
     out = {}
     for obj in map(manifest, stack_objects(stack_config_from_dict(base_config(extra)))):
         if file_for(obj) is None:
@@ -531,8 +528,6 @@ only after this install (docs/deploy.md, "With Helm").
 
 def render_chart() -> dict[str, str]:
     """Relative path (under charts/autoclusters) → text of every file of the chart."""
-    from components.render import HEADER, file_for
-
     keys = value_keys()
     default = objects()
     edits: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
