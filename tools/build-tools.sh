@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries autoclusters needs (kube control plane, etcd, kwok,
 # OPA, Pulumi CLI + Python language host + Kubernetes provider, Karpenter's kwok
-# provider, Cluster API's CRDs, Prometheus's promtool and the Prometheus Operator's CRDs)
+# provider, Cluster API's CRDs, Prometheus's promtool and the Prometheus Operator's CRDs, Helm)
 # from Go modules.
 # Go is a build tool only: nothing built here is part of the product.
 #
-# Usage: tools/build-tools.sh [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]   (default: all)
+# Usage: tools/build-tools.sh [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|helm|all]   (default: all)
 # Output: $AUTOCLUSTERS_CACHE/bin/<tool>-<version>/ ; a finished tool is skipped.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -275,6 +275,17 @@ build_prometheus() {
   finish prometheus "$PROMETHEUS_VERSION"
 }
 
+build_helm() {
+  # Helm's CLI (helm.sh/helm/v4/cmd/helm): the tests template, install, upgrade and uninstall
+  # charts/autoclusters with it. HELM_GO_TOOLCHAIN, when set, is the newer Go its go.mod asks for.
+  need helm "$HELM_VERSION" || return 0
+  [ -z "${HELM_GO_TOOLCHAIN:-}" ] || export GOTOOLCHAIN=$HELM_GO_TOOLCHAIN
+  GOBIN="$cache/bin/helm-$HELM_VERSION" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+  finish helm "$HELM_VERSION"
+}
+
 build_prometheus_operator_crds() {
   # No binary: the Prometheus Operator's CRDs (example/prometheus-operator-crd in the module).
   need prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" || return 0
@@ -295,8 +306,9 @@ case "$which" in
   karpenter) steps=(build_karpenter) ;;
   cluster-api) steps=(build_cluster_api) ;;
   monitoring) steps=(build_promtool build_prometheus build_prometheus_operator_crds) ;;
-  all) steps=(build_etcd build_kwok build_opa build_kube build_kube_node build_karpenter build_cluster_api build_promtool build_prometheus build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
-  *) echo "usage: $0 [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|all]" >&2; exit 2 ;;
+  helm) steps=(build_helm) ;;
+  all) steps=(build_etcd build_kwok build_opa build_helm build_kube build_kube_node build_karpenter build_cluster_api build_promtool build_prometheus build_prometheus_operator_crds build_pulumi build_pulumi_python build_pulumi_kubernetes) ;;
+  *) echo "usage: $0 [core|kube-node|pulumi|pulumi-python|karpenter|cluster-api|monitoring|helm|all]" >&2; exit 2 ;;
 esac
 command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"; }
 command -v go >/dev/null || { echo "build-tools: Go is needed to build the upstream binaries" >&2; exit 1; }

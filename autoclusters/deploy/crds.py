@@ -15,6 +15,7 @@ from typing import Any
 from autoclusters import api, pool_fields
 from autoclusters.api import BreakerState, ClassAction, ConsentMode, FaultClass, Phase
 from autoclusters.deploy.providers import provider_schema
+from autoclusters.deploy.workloads import HELM_KEEP
 from autoclusters.names import Names
 from autoclusters.pools.slurm_policy import slurm_schema
 from autoclusters.providers.actions import ACTIONS as ACTION_TABLE
@@ -236,4 +237,8 @@ def remediation_crd(names: Names) -> dict[str, Any]:
 
 
 def crds(names: Names) -> list[dict[str, Any]]:
-    return [gpu_node_pool_crd(names), remediation_crd(names)]
+    """Both CRDs, annotated for Helm to keep them (and so every record) at ``helm uninstall``."""
+    out = [gpu_node_pool_crd(names), remediation_crd(names)]
+    for crd in out:
+        crd["metadata"]["annotations"] = {**crd["metadata"].get("annotations", {}), **HELM_KEEP}
+    return out

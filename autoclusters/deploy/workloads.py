@@ -122,12 +122,19 @@ DETECTOR_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+# Helm keeps an object with this annotation at ``helm uninstall`` (and Pulumi and kubectl
+# ignore it): the CRDs and the namespace, so that the repair records, the pools and the
+# webhook's TLS Secret (the controller's, never the chart's) outlive the release
+# (docs/deploy.md, "With Helm").
+HELM_KEEP = {"helm.sh/resource-policy": "keep"}
+
+
 def namespace(name: str) -> dict[str, Any]:
     """The system namespace; ``privileged`` because the detector mounts host devices."""
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": {
+        "metadata": {"name": name, "annotations": dict(HELM_KEEP), "labels": {
             "app.kubernetes.io/part-of": PART_OF,
             "pod-security.kubernetes.io/enforce": "privileged",
         }},

@@ -120,6 +120,12 @@ def prometheus() -> Path:
     return _built("prometheus", "PROMETHEUS_VERSION", "monitoring") / "prometheus"
 
 
+def helm() -> Path:
+    """Helm's CLI (``tools/build-tools.sh helm``): the chart's tests template, install, upgrade and
+    uninstall ``charts/autoclusters`` with it."""
+    return _built("helm", "HELM_VERSION", "helm") / "helm"
+
+
 def prometheus_operator_crds() -> Path:
     """The directory of the Prometheus Operator's PodMonitor and PrometheusRule CRDs
     (``tools/build-tools.sh monitoring``)."""

@@ -1,0 +1,548 @@
+"""``charts/autoclusters``: the Helm chart, generated from the same builders as ``manifests/``
+(``autoclusters.deploy.stack.stack_objects``), so the chart, the YAML and Pulumi cannot drift
+(issue 29 item 2).
+
+The "sentinel render": the objects are rendered once with the defaults and once per value key
+with that key set to a distinctive sentinel that passes the Python validation. Where the two
+renders differ is where the template reads the value: a scalar that holds the sentinel becomes
+``{{ ... }}`` (a string with the value inside: ``print``), keys or list items that only the
+sentinel render has are added under a condition on the key (a list value's items by ``range``,
+a map value's entries merged by ``range``), and a subtree equal to the value replaces the
+default's (``if`` / ``else``). A difference none of those explain raises ``Unmappable``: such a
+key stays out of the values (``LEFT_OUT`` says which and why); no template is written by hand.
+
+The values are the stack configuration's own keys (``autoclusters.deploy.stack_config``), so
+``helm --set K=V`` renders what ``components.render --config`` renders for ``K: V``
+(tests/integration/test_helm_chart.py proves it for every key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from autoclusters import __version__
+from autoclusters.deploy.controller_flags import TUNABLES
+from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
+from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
+from autoclusters.deploy.stack import stack_objects
+from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
+from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
+
+Path = tuple[Any, ...]  # a path into an object: dict keys and list indexes
+_DEFAULTS = StackConfig()
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_NO_SPACE = r"^\S*$"
+_URL = r"^https?://\S+$"
+
+
+class Unmappable(ValueError):
+    """A difference between the default and a sentinel render that no template form explains."""
+
+
+@dataclass(frozen=True)
+class ValueKey:
+    """One leaf of the values: its path (the stack configuration's), its JSON schema, a
+    sentinel maker (a distinctive valid value from a token), and its default in values.yaml
+    (``None``: absent, the objects carry nothing of it)."""
+
+    path: tuple[str, ...]
+    schema: dict[str, Any]
+    sentinel: Callable[[str], Any]
+    doc: str
+    default: Any = None
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+
+def _token(path: tuple[str, ...], mark: str = "zzhelm") -> str:
+    return mark + re.sub(r"[^a-z0-9]", "", "".join(path).lower()) + "zz"
+
+
+# the sentinels of the pod settings (deploy.pod_settings.SETTINGS), each valid for its check
+_POD_SENTINELS: dict[str, Callable[[str], Any]] = {
+    "tolerations": lambda t: [{"key": t, "operator": "Exists"}],
+    "nodeSelector": lambda t: {t: t + "v"},
+    "affinity": lambda t: {"podAffinity": {t: t + "v"}},
+    "resources": lambda t: {"limits": {t: t + "v"}},
+    "priorityClassName": lambda t: t,
+    "env": lambda t: [{"name": t, "value": t + "v"}],
+    "podAnnotations": lambda t: {t: t + "v"},
+    "serviceAccountAnnotations": lambda t: {t: t + "v"},
+}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_POD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "tolerations": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
+        "key": {"type": "string"}, "operator": {"type": "string"}, "value": {"type": "string"},
+        "effect": {"type": "string"}, "tolerationSeconds": {"type": "integer"}}}},
+    "nodeSelector": {**_STRING_MAP, "minProperties": 1},
+    "affinity": {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+        k: {"type": "object"} for k in ("nodeAffinity", "podAffinity", "podAntiAffinity")}},
+    "resources": {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+        k: {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
+        for k in ("requests", "limits")}},
+    "priorityClassName": {"type": "string", "pattern": _DNS_SUBDOMAIN},
+    # value required: the template writes each entry as given (Python writes a missing value as "")
+    "env": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "value"],
+                                       "properties": {"name": {"type": "string",
+                                                               "pattern": r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
+                                                      "value": {"type": "string"}}}},
+    "podAnnotations": {**_STRING_MAP, "minProperties": 1},
+    "serviceAccountAnnotations": {**_STRING_MAP, "minProperties": 1},
+}
+
+
+def _tunable_schema(kind: type, minimum: float | None) -> dict[str, Any]:
+    if kind is str:
+        return {"type": "string", "pattern": _URL}
+    return {"type": "integer" if kind is int else "number", **({"minimum": minimum} if minimum is not None else {})}
+
+
+def _tunable_sentinel(kind: type) -> Callable[[str], Any]:
+    if kind is str:
+        return lambda t: f"https://{t}.example/"
+    return lambda t: 97531  # a number the renders write as it is (":g" keeps 6 digits)
+
+
+def value_keys() -> tuple[ValueKey, ...]:
+    """Every leaf of the values, in the order the builders add what they set (so that two keys
+    that add to the same list add in the Python order)."""
+    keys = [
+        ValueKey(("image",), {"type": "string", "pattern": r"^\S+$"}, lambda t: t,
+                 "the autoclusters image (controller, webhook, detector, reboot Jobs)", _DEFAULTS.image),
+        ValueKey(("opaImage",), {"type": "string", "pattern": r"^\S+$"}, lambda t: t,
+                 "OPA's image (the webhook's sidecar)", _DEFAULTS.opa_image),
+    ]
+    keys += [ValueKey(("controller", name), _tunable_schema(t.kind, t.minimum), _tunable_sentinel(t.kind),
+                      f"{t.doc} ({t.flag})") for name, t in TUNABLES.items()]
+    keys += [
+        ValueKey(("detector", "dcgmHost"), {"type": "string", "pattern": _NO_SPACE, "minLength": 1},
+                 lambda t: t + ":5555", "the DCGM hostengine the detector asks (--dcgm-host)"),
+        ValueKey(("detector", "dcgmExporterUrl"), {"type": "string", "pattern": _URL},
+                 lambda t: f"http://{t}:9400/metrics", "the node's dcgm-exporter page (--dcgm-exporter-url)"),
+        ValueKey(("detector", "windowSeconds"), {"type": "number", "minimum": 0}, lambda t: 97531,
+                 "how long a fault lasts before its condition is raised (--window)"),
+        ValueKey(("nvml", "search"), {"type": "array", "minItems": 1, "items": {
+            "type": "string", "pattern": r"^(loader|/[^,]*)$"}}, lambda t: ["/" + t],
+            "where the detector looks for libnvidia-ml.so.1, in order", list(DEFAULT_SEARCH)),
+        ValueKey(("nvml", "hostRoot"), {"type": "string", "pattern": r"^/\S*$"}, lambda t: "/" + t,
+                 "the host directory mounted read-only at /host", DEFAULT_HOST_ROOT),
+        ValueKey(("nvml", "runtimeClassName"), {"type": "string", "pattern": _NO_SPACE, "minLength": 1}, lambda t: t,
+                 "the detector's runtime class (e.g. nvidia: the runtime injects NVML)"),
+    ]
+    keys += [ValueKey(("pods", part, s.key), _POD_SCHEMAS[s.key], _POD_SENTINELS[s.key], f"{s.shape}: {s.doc}")
+             for part in COMPONENTS for s in SETTINGS]
+    keys.append(ValueKey(("imagePullSecrets",), {"type": "array", "items": {"type": "string",
+                                                                            "pattern": _DNS_SUBDOMAIN}},
+                         lambda t: [t], "Secret names for every pod of ours, the reboot Jobs' included", []))
+    return tuple(keys)
+
+
+# stack settings the chart does not carry as values, and why
+LEFT_OUT: dict[str, str] = {
+    "kernelLogSource": "journal changes the detector's flags, mounts and volumes, not a value in place",
+    "nvml.enabled": "false drops flags and the host mount: not a value in place",
+    "allowLists": "written as JSON inside a ConfigMap, flags and a CEL list: not a value in place",
+    "pools": "a pool's object is its spec completed by the pool model (defaults filled in), not the value",
+    "domain, conditionPrefix, namespace, eventSource": "render-time: a brand renders its own chart",
+    "controllerShards, monitoring": "add or remove objects",
+    "defaultPool": "written as JSON inside a ConfigMap",
+    "controllerProviders": "render-time: the chart grants every provider but the simulated, as manifests/ does",
+    "local, webhookUrl": "the local kwok cluster's settings, not a cluster's install",
+    "hostRebootCommand": "split into its argv inside the reboot Job policy's CEL: not a value in place",
+    "detectorConditionCodes": "sorted and deduplicated into a flag: not the value as given",
+}
+
+
+def base_config(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stack configuration the chart renders (components.render's, without the example pools)."""
+    return {"controllerProviders": GITOPS_PROVIDERS, **(extra or {})}
+
+
+def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {path[-1]: value}
+    for part in reversed(path[:-1]):
+        out = {part: out}
+    return out
+
+
+def objects(extra: dict[str, Any] | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(kind, namespace, name) → object (as manifests/ holds it) of the chart's configuration."""
+    out = {}
+    for obj in map(manifest, stack_objects(stack_config_from_dict(base_config(extra)))):
+        if file_for(obj) is None:
+            continue
+        out[(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+    return out
+
+
+# --- the template tree -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Expr:
+    """A scalar written by a template action (its text yields JSON)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Ctl:
+    """A control line (``if``, ``range``, ``end``) among a map's entries or a list's items."""
+
+    text: str
+
+
+@dataclass
+class TDict:
+    entries: list[tuple[str | Expr, Any] | Ctl]
+
+
+@dataclass
+class TList:
+    items: list[Any]
+
+
+@dataclass(frozen=True)
+class _Edit:
+    key: ValueKey
+    kind: str  # "scalar", "replace", "keys" (entries added to a map), "items" (items added to a list)
+    node: Any = None  # scalar / replace: the template node; keys: a TDict's entries; items: a TList's items
+    index: int = 0  # items: where in the default list
+
+
+def _vref(key: ValueKey) -> str:
+    return "(index $.Values " + " ".join(json.dumps(p) for p in key.path) + ")"
+
+
+def _condition(key: ValueKey) -> str:
+    if key.schema.get("type") in ("integer", "number"):
+        parent = "$.Values" if len(key.path) == 1 else \
+            "(index $.Values " + " ".join(json.dumps(p) for p in key.path[:-1]) + ")"
+        return f"hasKey {parent} {json.dumps(key.path[-1])}"
+    return _vref(key)
+
+
+class _Converter:
+    """Turns a subtree of the sentinel render into template nodes: where the sentinel's
+    value, item or entry stands, the template reads the value."""
+
+    def __init__(self, key: ValueKey, token: str, value: Any) -> None:
+        self.key, self.token, self.value = key, token, value
+        self.ref = _vref(key)
+
+    def tokens(self) -> list[tuple[str, str]]:
+        """(text in a render, the expression that writes it) of the value."""
+        v = self.value
+        if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
+            return [(v[0], f'(join "," {self.ref})')]
+        if isinstance(v, str):
+            return [(v, self.ref)]
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return [(str(v), f"({self.ref} | toString)")]
+        return []
+
+    def has_token(self, node: Any) -> bool:
+        text = json.dumps(node)
+        return any(t in text for t, _ in self.tokens()) or self.token in text
+
+    def scalar(self, s: Any, item: str | None = None) -> Any:
+        if s == self.value and not isinstance(s, str | list | dict):
+            return Expr(f"{{{{ toJson {self.ref} }}}}")
+        if not isinstance(s, str):
+            if self.has_token(s):
+                raise Unmappable(f"{self.key.dotted}: {s!r}")
+            return s
+        if item is not None and isinstance(self.value, list) and s == self.value[0]:
+            return Expr(f"{{{{ toJson {item} }}}}")
+        for text, expr in self.tokens():
+            if text in s:
+                parts = s.split(text)
+                args = f" {expr} ".join(json.dumps(p) for p in parts)
+                return Expr(f"{{{{ print {args} | toJson }}}}")
+        if self.token in s:
+            raise Unmappable(f"{self.key.dotted}: the sentinel inside {s!r}")
+        return s
+
+    def node(self, n: Any, item: str | None = None) -> Any:
+        if n == self.value:
+            return Expr(f"{{{{ toJson {self.ref} }}}}")
+        if isinstance(n, dict):
+            return TDict([(k, self.node(v, item)) for k, v in n.items()])
+        if isinstance(n, list):
+            return TList(self.items(n, item))
+        return self.scalar(n, item)
+
+    def items(self, items: list[Any], item: str | None = None) -> list[Any]:
+        """List items of the sentinel render: one item made from a one-item list value's item
+        is a ``range`` over the value."""
+        v = self.value
+        if item is None and isinstance(v, list) and len(v) == 1 and len(items) == 1 and self.has_token(items[0]):
+            if items[0] == v[0]:
+                return [Ctl(f"{{{{- range $it := {self.ref} }}}}"), Expr("{{ toJson $it }}"), Ctl("{{- end }}")]
+            return [Ctl(f"{{{{- range $it := {self.ref} }}}}"), self.node(items[0], "$it"), Ctl("{{- end }}")]
+        return [self.node(i, item) for i in items]
+
+    def entries(self, added: dict[str, Any]) -> list[tuple[str | Expr, Any] | Ctl]:
+        """Map entries only the sentinel render has: the value's own entries merge by ``range``."""
+        v = self.value
+        if isinstance(v, dict) and set(added) <= set(v) and all(added[k] == v[k] for k in added):
+            return [Ctl(f"{{{{- range $k, $v := {self.ref} }}}}"), (Expr("{{ $k | toJson }}"),
+                                                                    Expr("{{ toJson $v }}")), Ctl("{{- end }}")]
+        return [(k, self.node(n)) for k, n in added.items()]
+
+
+def _diff(conv: _Converter, d: Any, s: Any, path: Path) -> Iterator[tuple[Path, _Edit]]:
+    key = conv.key
+    if d == s:
+        return
+    if s == conv.value and not isinstance(s, str | int | float):
+        yield path, _Edit(key, "replace", Expr(f"{{{{ toJson {conv.ref} }}}}"))
+        return
+    if isinstance(d, dict) and isinstance(s, dict):
+        if set(d) - set(s):
+            raise Unmappable(f"{key.dotted}: removes {sorted(set(d) - set(s))} at {path}")
+        added = {k: s[k] for k in s if k not in d}
+        if added:
+            yield path, _Edit(key, "keys", conv.entries(added))
+        for k in d:
+            yield from _diff(conv, d[k], s[k], (*path, k))
+        return
+    if isinstance(d, list) and isinstance(s, list):
+        if len(d) == len(s):
+            for i, (a, b) in enumerate(zip(d, s, strict=True)):
+                yield from _diff(conv, a, b, (*path, i))
+            return
+        p = 0
+        while p < len(d) and d[p] == s[p]:
+            p += 1
+        q = 0
+        while q < len(d) - p and d[len(d) - 1 - q] == s[len(s) - 1 - q]:
+            q += 1
+        if p + q != len(d):
+            raise Unmappable(f"{key.dotted}: changes the list at {path}")
+        yield path, _Edit(key, "items", conv.items(s[p:len(s) - q]), p)
+        return
+    if isinstance(d, str | int | float | bool) and isinstance(s, str | int | float | bool):
+        node = conv.scalar(s)
+        if not isinstance(node, Expr):
+            raise Unmappable(f"{key.dotted}: changes {d!r} to {s!r} at {path}")
+        yield path, _Edit(key, "scalar", node)
+        return
+    raise Unmappable(f"{key.dotted}: changes {path} from {d!r} to {s!r}")
+
+
+def key_edits(key: ValueKey, default: dict[tuple[str, str, str], dict[str, Any]]
+              ) -> dict[tuple[str, str, str], list[tuple[Path, _Edit]]]:
+    """Per object, where ``key``'s sentinel render differs from the default render."""
+    token = _token(key.path)
+    value = key.sentinel(token)
+    sentinel = objects(nest(key.path, value))
+    if set(sentinel) != set(default):
+        raise Unmappable(f"{key.dotted}: adds or removes objects")
+    conv = _Converter(key, token, value)
+    out: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
+    for ident, obj in default.items():
+        edits = list(_diff(conv, obj, sentinel[ident], ()))
+        if edits:
+            out[ident] = edits
+    return out
+
+
+def template_tree(obj: Any, edits: list[tuple[Path, _Edit]], path: Path = ()) -> Any:
+    """``obj`` (of the default render) with the keys' edits in place."""
+    here = [e for p, e in edits if p == path]
+    for e in here:
+        if e.kind in ("scalar", "replace"):
+            # a value the default render holds without the key being set (the detector's
+            # priority class) is the default's unless the key is set
+            if e.kind == "replace" or e.key.default is None or not isinstance(obj, str | int | float | bool):
+                return Expr("{{ if " + _condition(e.key) + " }}" + e.node.text + "{{ else }}"
+                            + _escape(json.dumps(obj)) + "{{ end }}")
+            return e.node
+    if isinstance(obj, dict):
+        entries: list[tuple[str | Expr, Any] | Ctl] = [(k, template_tree(v, edits, (*path, k))) for k, v in obj.items()]
+        for e in here:
+            if e.kind == "keys":
+                entries += [Ctl("{{- if " + _condition(e.key) + " }}"), *e.node, Ctl("{{- end }}")]
+        return TDict(entries)
+    if isinstance(obj, list):
+        items: list[Any] = []
+        for i in range(len(obj) + 1):
+            for e in here:
+                if e.kind == "items" and e.index == i:
+                    items += [Ctl("{{- if " + _condition(e.key) + " }}"), *e.node, Ctl("{{- end }}")]
+            if i < len(obj):
+                items.append(template_tree(obj[i], edits, (*path, i)))
+        return TList(items)
+    return obj
+
+
+# --- the emitter -------------------------------------------------------------------------------
+
+def _escape(text: str) -> str:
+    """Literal text in a template: ``{{`` would open an action."""
+    return text.replace("{{", '{{ "{{" }}')
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, Expr):
+        return v.text
+    return _escape(json.dumps(v))
+
+
+def _key(k: str | Expr) -> str:
+    if isinstance(k, Expr):
+        return k.text
+    if _PLAIN_KEY.match(k) and yaml.safe_load(f"{k}: 0") == {k: 0}:
+        return k
+    return _escape(json.dumps(k))
+
+
+def _only_conditional(node: Any) -> bool:
+    if isinstance(node, TDict):
+        return not node.entries or all(isinstance(e, Ctl) for e in node.entries) or not any(
+            not isinstance(e, Ctl) for e in _fixed(node.entries))
+    if isinstance(node, TList):
+        return not any(not isinstance(i, Ctl) for i in _fixed(node.items))
+    return False
+
+
+def _fixed(items: list[Any]) -> list[Any]:
+    """The entries or items outside any condition or range."""
+    out, depth = [], 0
+    for i in items:
+        if isinstance(i, Ctl):
+            depth += -1 if i.text.startswith("{{- end") else 1
+        elif depth == 0:
+            out.append(i)
+    return out
+
+
+def emit(node: Any, indent: int) -> list[str]:
+    """The template lines of a map or list at ``indent``."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(node, TDict):
+        for e in node.entries:
+            if isinstance(e, Ctl):
+                lines.append(pad + e.text)
+                continue
+            k, v = e
+            lines += _entry(pad + _key(k) + ":", v, indent)
+        return lines
+    assert isinstance(node, TList)
+    for item in node.items:
+        if isinstance(item, Ctl):
+            lines.append(pad + item.text)
+            continue
+        lines += _entry(pad + "-", item, indent)
+    return lines
+
+
+def _entry(head: str, v: Any, indent: int) -> list[str]:
+    if isinstance(v, TDict | TList):
+        if not (v.entries if isinstance(v, TDict) else v.items):
+            return [head + (" {}" if isinstance(v, TDict) else " []")]
+        if _only_conditional(v):
+            # no fixed entries: an empty literal unless a condition adds some
+            conds = [i.text[5:-3].strip() for i in (v.entries if isinstance(v, TDict) else v.items)
+                     if isinstance(i, Ctl) and i.text.startswith("{{- if ")]
+            empty = "{}" if isinstance(v, TDict) else "[]"
+            test = conds[0] if len(conds) == 1 else "or " + " ".join(f"({c})" for c in conds)
+            if not conds:  # only ranges: inside the condition that added this entry
+                return [head, *emit(v, indent + 2)]
+            return [head + " {{ if not (" + test + ") }}" + empty + "{{ end }}", *emit(v, indent + 2)]
+        return [head, *emit(v, indent + 2)]
+    return [head + " " + _scalar(v)]
+
+
+# --- the chart ---------------------------------------------------------------------------------
+
+def _template_file(obj: dict[str, Any], edits: list[tuple[Path, _Edit]]) -> str:
+    return "\n".join(emit(template_tree(obj, edits), 0)) + "\n"
+
+
+def _values(keys: tuple[ValueKey, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in keys:
+        here = out
+        for part in k.path[:-1]:
+            here = here.setdefault(part, {})
+        if k.default is not None:
+            here[k.path[-1]] = k.default
+    return out
+
+
+def values_schema(keys: tuple[ValueKey, ...]) -> dict[str, Any]:
+    root: dict[str, Any] = {"$schema": "https://json-schema.org/draft-07/schema#", "type": "object",
+                            "additionalProperties": False, "properties": {}}
+    for k in keys:
+        here = root
+        for part in k.path[:-1]:
+            here = here["properties"].setdefault(part, {"type": "object", "additionalProperties": False,
+                                                        "properties": {}})
+        here["properties"][k.path[-1]] = {**k.schema, "description": k.doc}
+    return root
+
+
+def values_yaml(keys: tuple[ValueKey, ...]) -> str:
+    """values.yaml: the defaults, and every key as a comment with what it sets."""
+    lines = ["# Generated by `python -m components.render` (components/chart.py); do not edit.",
+             "# Every key is a stack setting of the same name (docs/deploy.md, \"With Helm\"); unset keys",
+             "# leave the objects as manifests/ has them. values.schema.json refuses unknown keys."]
+    values = _values(keys)
+    for top in dict.fromkeys(k.path[0] for k in keys):
+        members = [k for k in keys if k.path[0] == top]
+        for k in members:
+            if k.default is None:
+                lines.append(f"# {k.dotted}: {k.doc}")
+        lines.append(yaml.safe_dump({top: values.get(top, {})}, sort_keys=False, width=120).rstrip())
+        for k in members:
+            if k.default is not None and len(k.path) > 1:
+                lines.insert(len(lines) - 1, f"# {k.dotted}: {k.doc}")
+            elif k.default is not None:
+                lines.insert(len(lines) - 1, f"# {k.doc}")
+    return "\n".join(lines) + "\n"
+
+
+def chart_yaml() -> str:
+    return yaml.safe_dump({"apiVersion": "v2", "name": "autoclusters", "version": __version__,
+                           "appVersion": __version__, "type": "application",
+                           "description": "GPU node health: detector, remediation controller, admission webhook"},
+                          sort_keys=False)
+
+
+NOTES = """autoclusters {{ .Chart.Version }} is installed in namespace %s.
+The webhook's TLS Secret is made by the controller; pools go in with `helm upgrade --set-json pools=...`
+only after this install (docs/deploy.md, "With Helm").
+"""
+
+
+def render_chart() -> dict[str, str]:
+    """Relative path (under charts/autoclusters) → text of every file of the chart."""
+    keys = value_keys()
+    default = objects()
+    edits: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
+    for key in keys:
+        for ident, found in key_edits(key, default).items():
+            edits.setdefault(ident, []).extend(found)
+    files: dict[str, list[str]] = {}
+    for ident, obj in default.items():
+        path = file_for(obj)
+        assert path is not None
+        name = "templates/" + path.replace("pools/", "").lstrip("0123456789-")
+        files.setdefault(name, []).append(_template_file(obj, edits.get(ident, [])))
+    out = {name: "# " + HEADER.lstrip("# ") + "---\n".join(texts) for name, texts in sorted(files.items())}
+    out["Chart.yaml"] = "# " + HEADER.lstrip("# ") + chart_yaml()
+    out["values.yaml"] = values_yaml(keys)
+    out["values.schema.json"] = json.dumps(values_schema(keys), indent=2) + "\n"
+    out["templates/NOTES.txt"] = NOTES % _DEFAULTS.namespace
+    return out

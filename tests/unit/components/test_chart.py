@@ -1,0 +1,113 @@
+"""The Helm chart's generator (components/chart.py): the values cover the declared settings,
+each sentinel passes the Python validation, the sentinel mapping turns each kind of difference
+into its template form, a difference it cannot express is refused, and the schema says the
+declarations' types. (``helm`` itself runs in tests/integration/test_helm_chart.py; the
+chart's drift is ``components.render --check``, tests/unit/components/test_render_manifests.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from autoclusters.deploy.controller_flags import TUNABLES
+from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
+from autoclusters.deploy.stack_config import STACK_SETTINGS, stack_config_from_dict
+from components import chart
+from components.chart import Ctl, Expr, TDict, TList, Unmappable, ValueKey, _Converter, _diff, emit, template_tree
+
+
+def _key(path: tuple[str, ...], default: Any = None, schema: dict[str, Any] | None = None) -> ValueKey:
+    return ValueKey(path, schema or {"type": "string"}, lambda t: t, "doc", default)
+
+
+def test_the_values_cover_every_pod_setting_and_controller_flag() -> None:
+    paths = {k.path for k in chart.value_keys()}
+    assert {("pods", part, s.key) for part in COMPONENTS for s in SETTINGS} <= paths
+    assert {("controller", name) for name in TUNABLES} <= paths
+
+
+def test_every_stack_setting_is_a_value_or_said_left_out() -> None:
+    tops = {k.path[0] for k in chart.value_keys()} | {"pods", "controller"}
+    left = {name.strip() for entry in chart.LEFT_OUT for name in entry.split(",")}
+    left |= {part.split(".")[0] for part in left}
+    assert set(STACK_SETTINGS) <= tops | left
+
+
+@pytest.mark.parametrize("key", chart.value_keys(), ids=lambda k: k.dotted)
+def test_every_sentinel_passes_the_python_validation(key: ValueKey) -> None:
+    stack_config_from_dict(chart.nest(key.path, key.sentinel(chart._token(key.path))))
+
+
+def test_a_scalar_with_the_value_inside_becomes_a_print() -> None:
+    key = _key(("image",), default="img:1")
+    conv = _Converter(key, "zzt", "zzt")
+    edits = list(_diff(conv, {"a": "'img:1'"}, {"a": "'zzt'"}, ()))
+    assert [(p, e.kind) for p, e in edits] == [(("a",), "scalar")]
+    tree = template_tree({"a": "'img:1'"}, edits)
+    assert emit(tree, 0) == ['a: {{ print "\'" (index $.Values "image") "\'" | toJson }}']
+
+
+def test_a_scalar_of_a_key_without_default_keeps_the_default_unless_set() -> None:
+    key = _key(("pods", "detector", "priorityClassName"))
+    edits = list(_diff(_Converter(key, "zzt", "zzt"), {"p": "system"}, {"p": "zzt"}, ()))
+    line = emit(template_tree({"p": "system"}, edits), 0)[0]
+    assert line.startswith('p: {{ if (index $.Values "pods" "detector" "priorityClassName") }}')
+    assert line.endswith('{{ else }}"system"{{ end }}')
+
+
+def test_list_items_of_a_list_value_become_a_range_and_flags_a_condition() -> None:
+    tol = _key(("pods", "x", "tolerations"), schema={"type": "array"})
+    value = [{"key": "zzt"}]
+    edits = list(_diff(_Converter(tol, "zzt", value), {"t": [{"key": "a"}]}, {"t": [{"key": "a"}, *value]}, ()))
+    (path, edit), = edits
+    assert path == ("t",) and edit.kind == "items" and edit.index == 1
+    assert edit.node == [Ctl('{{- range $it := (index $.Values "pods" "x" "tolerations") }}'),
+                         Expr("{{ toJson $it }}"), Ctl("{{- end }}")]
+    workers = _key(("controller", "workers"), schema={"type": "integer"})
+    (_, flag), = _diff(_Converter(workers, "zzt", 97531), {"args": ["run"]}, {"args": ["run", "--w", "97531"]}, ())
+    tree = template_tree({"args": ["run"]}, [(("args",), flag)])
+    assert isinstance(tree, TDict) and isinstance(tree.entries[0], tuple)
+    assert emit(tree, 0) == ["args:", '  - "run"', '  {{- if hasKey (index $.Values "controller") "workers" }}',
+                             '  - "--w"', '  - {{ print "" ((index $.Values "controller" "workers") | toString) "" '
+                             '| toJson }}', "  {{- end }}"]
+
+
+def test_map_entries_merge_by_range_and_a_whole_map_replaces() -> None:
+    ann = _key(("pods", "x", "podAnnotations"), schema={"type": "object"})
+    value = {"zzt": "zztv"}
+    (_, merged), = _diff(_Converter(ann, "zzt", value), {"m": {"a": "1"}}, {"m": {"a": "1", **value}}, ())
+    assert merged.kind == "keys" and isinstance(merged.node[0], Ctl) and merged.node[0].text.startswith("{{- range $k")
+    res = _key(("pods", "x", "resources"), schema={"type": "object"})
+    limits: dict[str, Any] = {"limits": {"zzt": "zztv"}}
+    (_, replaced), = _diff(_Converter(res, "zzt", limits), {"r": {"requests": {"cpu": "1"}}}, {"r": limits}, ())
+    assert replaced.kind == "replace"
+
+
+def test_a_difference_that_is_not_the_value_is_refused() -> None:
+    key = _key(("nvml", "enabled"), schema={"type": "boolean"})
+    with pytest.raises(Unmappable):
+        list(_diff(_Converter(key, "zzt", False), {"args": ["--a", "b"]}, {"args": ["--no"]}, ()))
+    with pytest.raises(Unmappable):
+        list(_diff(_Converter(key, "zzt", False), {"v": {"a": 1, "b": 2}}, {"v": {"a": 1}}, ()))
+
+
+def test_literal_braces_are_escaped_and_odd_keys_quoted() -> None:
+    lines = emit(TDict([("a", "{{x}}"), ("on", 1), ("b", TList([]))]), 0)
+    assert lines == ['a: "{{ "{{" }}x}}"', '"on": 1', "b: []"]
+
+
+def test_the_schema_refuses_unknown_keys_and_says_the_types() -> None:
+    schema = chart.values_schema(chart.value_keys())
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["controller"]["additionalProperties"] is False
+    assert schema["properties"]["controller"]["properties"]["workers"]["type"] == "integer"
+    assert schema["properties"]["pods"]["properties"]["detector"]["additionalProperties"] is False
+
+
+def test_values_yaml_holds_the_defaults() -> None:
+    values = yaml.safe_load(chart.values_yaml(chart.value_keys()))
+    assert values["image"] == chart._DEFAULTS.image
+    assert values["nvml"]["search"] == list(chart.DEFAULT_SEARCH)
+    assert set(values["pods"]) == set(COMPONENTS)
