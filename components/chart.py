@@ -162,9 +162,40 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
-def base_config(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The stack configuration the chart renders (components.render's, without the example pools)."""
-    return {"controllerProviders": GITOPS_PROVIDERS, **(extra or {})}
+def base_config(extra: dict[str, Any] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stack configuration the chart renders (components.render's, without the example pools):
+    the render-time ``settings`` (those that are not values), with ``extra`` merged in."""
+    return _merged({"controllerProviders": GITOPS_PROVIDERS, **(settings or {})}, extra or {})
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def render_time_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What of a stack configuration a chart is rendered with: every setting but the values'
+    keys (those are set at ``helm install``), e.g. ``hostRebootCommand``, ``domain``,
+    ``nvml.enabled``; and no ``pools``, which are applied once the install's webhook serves
+    (docs/deploy.md, "With Helm"). Maps left empty go too."""
+    values = {k.path for k in value_keys()}
+
+    def strip(data: dict[str, Any], prefix: tuple[str, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            path = (*prefix, k)
+            if path in values or path == ("pools",):
+                continue
+            if isinstance(v, dict) and any(p[:len(path)] == path for p in values):
+                v = strip(v, path)
+                if not v:
+                    continue
+            out[k] = v
+        return out
+
+    return strip(config, ())
 
 
 def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
@@ -174,10 +205,11 @@ def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     return out
 
 
-def objects(extra: dict[str, Any] | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
+def objects(extra: dict[str, Any] | None = None, settings: dict[str, Any] | None = None
+            ) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(kind, namespace, name) → object (as manifests/ holds it) of the chart's configuration."""
     out = {}
-    for obj in map(manifest, stack_objects(stack_config_from_dict(base_config(extra)))):
+    for obj in map(manifest, stack_objects(stack_config_from_dict(base_config(extra, settings)))):
         if file_for(obj) is None:
             continue
         out[(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
@@ -339,12 +371,12 @@ def _diff(conv: _Converter, d: Any, s: Any, path: Path) -> Iterator[tuple[Path, 
     raise Unmappable(f"{key.dotted}: changes {path} from {d!r} to {s!r}")
 
 
-def key_edits(key: ValueKey, default: dict[tuple[str, str, str], dict[str, Any]]
-              ) -> dict[tuple[str, str, str], list[tuple[Path, _Edit]]]:
+def key_edits(key: ValueKey, default: dict[tuple[str, str, str], dict[str, Any]],
+              settings: dict[str, Any] | None = None) -> dict[tuple[str, str, str], list[tuple[Path, _Edit]]]:
     """Per object, where ``key``'s sentinel render differs from the default render."""
     token = _token(key.path)
     value = key.sentinel(token)
-    sentinel = objects(nest(key.path, value))
+    sentinel = objects(nest(key.path, value), settings)
     if set(sentinel) != set(default):
         raise Unmappable(f"{key.dotted}: adds or removes objects")
     conv = _Converter(key, token, value)
@@ -526,13 +558,16 @@ only after this install (docs/deploy.md, "With Helm").
 """
 
 
-def render_chart() -> dict[str, str]:
-    """Relative path (under charts/autoclusters) → text of every file of the chart."""
+def render_chart(settings: dict[str, Any] | None = None) -> dict[str, str]:
+    """Relative path (under charts/autoclusters) → text of every file of the chart; ``settings``:
+    render-time settings of a user's or a brand's own chart (``render_time_settings``), which
+    ``components.render --config ... --out DIR`` writes into ``DIR/chart``."""
     keys = value_keys()
-    default = objects()
+    settings = render_time_settings(settings or {})
+    default = objects(None, settings)
     edits: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
     for key in keys:
-        for ident, found in key_edits(key, default).items():
+        for ident, found in key_edits(key, default, settings).items():
             edits.setdefault(ident, []).extend(found)
     files: dict[str, list[str]] = {}
     for ident, obj in default.items():

@@ -37,7 +37,7 @@ from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.pools.pool_config import PoolConfigError
-from components.chart import render_chart
+from components.chart import Unmappable, render_chart
 from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:  # a setting the objects cannot take (deploy.pod_settings)
             parser.error(str(e))
         write(files, out)
+        try:  # the same settings as a Helm chart of their own: the values' keys stay values
+            write_chart(render_chart(brand), out / "chart")
+        except Unmappable as e:
+            parser.error(f"the chart cannot be rendered from these settings: {e}")
         return 0
     if args.check:
         bad = stale()

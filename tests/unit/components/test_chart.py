@@ -111,3 +111,18 @@ def test_values_yaml_holds_the_defaults() -> None:
     assert values["image"] == chart._DEFAULTS.image
     assert values["nvml"]["search"] == list(chart.DEFAULT_SEARCH)
     assert set(values["pods"]) == set(COMPONENTS)
+
+
+def test_a_chart_of_ones_own_takes_the_render_time_settings_and_leaves_the_values_to_helm() -> None:
+    """``components.render --config ... --out DIR`` writes DIR/chart from the settings that are
+    not values (a reboot command, a domain); the values' keys stay values, and pools stay out."""
+    from components.chart import render_chart, render_time_settings
+    config = {"hostRebootCommand": "/usr/local/bin/test-reboot now", "image": "x/y:1",
+              "pods": {"controller": {"priorityClassName": "p"}}, "nvml": {"enabled": False, "hostRoot": "/h"},
+              "pools": [{"name": "a"}]}
+    assert render_time_settings(config) == {"hostRebootCommand": "/usr/local/bin/test-reboot now",
+                                            "nvml": {"enabled": False}}
+    own, default = render_chart(config), render_chart()
+    assert "test-reboot" in "".join(own.values()) and "test-reboot" not in "".join(default.values())
+    assert own["values.yaml"] == default["values.yaml"]  # the same values, the same defaults
+    assert not any("kind: GpuNodePool" in text for text in own.values())
