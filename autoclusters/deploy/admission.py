@@ -216,7 +216,10 @@ def webhook_configuration(names: Names, *, ca_bundle: bytes, url: str | None = N
     The controller identities are exempt here as in the CEL floor: with ``failurePolicy:
     Fail`` a webhook outage then blocks users' label writes (fail closed) but never the
     controller's repairs."""
-    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    # An empty bundle is left out: whoever writes it (the controller's leader, cert-manager's
+    # cainjector) then owns the field alone, and a server-side apply of this configuration
+    # (helm upgrade, Pulumi) neither conflicts with that writer nor resets the bundle to "".
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()} if ca_bundle else {}
     if url:
         client["url"] = url
     else:

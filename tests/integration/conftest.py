@@ -145,3 +145,16 @@ def ctl(cluster: ClusterHandle, tmp_path_factory: pytest.TempPathFactory) -> Ite
 @pytest.fixture()
 def controller_log(ctl: Env) -> Callable[[], str]:
     return lambda: "\n".join(c.log()[-4000:] for c in ctl.controllers)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The ``helm`` that ``tools/build-tools.sh helm`` built (the chart's tests)."""
+    from autoclusters.devcluster.tools import ToolsMissing
+    from autoclusters.devcluster.tools import helm as helm_binary
+    from tests.conftest import tool_missing
+
+    try:
+        return helm_binary()
+    except ToolsMissing as e:
+        tool_missing(str(e))

@@ -22,18 +22,6 @@ pytestmark = pytest.mark.integration
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autoclusters"
 
 
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    from autoclusters.devcluster.tools import ToolsMissing
-    from autoclusters.devcluster.tools import helm as helm_binary
-    from tests.conftest import tool_missing
-
-    try:
-        return helm_binary()
-    except ToolsMissing as e:
-        tool_missing(str(e))
-
-
 def _objects(texts: list[str]) -> list[str]:
     """Each object as sorted JSON, sorted: an order-insensitive comparison of parsed objects."""
     return sorted(json.dumps(o, sort_keys=True) for t in texts for o in yaml.safe_load_all(t) if o)
