@@ -19,6 +19,7 @@ from autoclusters.devcluster.realnodes import RealNode
 from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
+from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
 from tests.integration.test_pulumi_cli import Project
 
@@ -85,6 +86,15 @@ def repaired(kube: Kube, node: str, before: str) -> bool:
     return (boot_id(n) != before and node_ready(n) and not n["spec"].get("unschedulable")
             and names.maintenance_required not in labels
             and not any(t["key"] == names.taint_key for t in n["spec"].get("taints") or []))
+
+
+def repaired_through_job(kube: Kube, ns: str, node: str, before: str, job_images: set[str]) -> bool:
+    """``repaired``, gathering into ``job_images`` the images of the reboot Jobs seen meanwhile
+    (a Job is deleted once it succeeded: it is seen only while it runs)."""
+    for job in kube.list_items(f"/apis/batch/v1/namespaces/{ns}/jobs",
+                               label_selector=f"app.kubernetes.io/name={REBOOT_JOB}"):
+        job_images.update(c["image"] for c in job["spec"]["template"]["spec"]["containers"])
+    return repaired(kube, node, before)
 
 
 PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}

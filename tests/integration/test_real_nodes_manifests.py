@@ -35,11 +35,10 @@ from autoclusters.kube import Kube, NotFound
 from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops.uninstall import condition_types_ours, marks_of
-from autoclusters.providers.hostreboot import COMPONENT as REBOOT_JOB
 from autoclusters.providers.hostreboot import boot_id
 from components.render import OWN_IMAGE_REPLACEMENT
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.real_nodes_support import XID79, ready_parts, repaired
+from tests.integration.real_nodes_support import XID79, ready_parts, repaired_through_job
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = "h100"  # manifests/pools/h100.yaml: consent mode auto, provider hostReboot
@@ -109,15 +108,9 @@ def test_the_manifests_install_as_documented_and_repair_a_real_node(
     node = nodes[0]
     before = boot_id(kube.get_node(node.name))
     node.write_kernel_log(f"4,1301,{int(time.monotonic() * 1e6)},-;{XID79}")
-    job_images: set[str] = set()  # the reboot Job is deleted once it succeeded: seen while it runs
-
-    def rebooted_through_its_job() -> bool:
-        for job in kube.list_items(f"/apis/batch/v1/namespaces/{ns}/jobs",
-                                   label_selector=f"app.kubernetes.io/name={REBOOT_JOB}"):
-            job_images.update(c["image"] for c in job["spec"]["template"]["spec"]["containers"])
-        return repaired(kube, node.name, before)
-
-    wait_for("the node rebooted through the reboot Job, verified and uncordoned", rebooted_through_its_job,
+    job_images: set[str] = set()
+    wait_for("the node rebooted through the reboot Job, verified and uncordoned",
+             lambda: repaired_through_job(kube, ns, node.name, before, job_images),
              timeout=300, interval=0.5)
     records = [r for r in kube.list_items(Kube.custom_path(names.api_group, api.VERSION, "remediations"))
                if r["spec"]["node"] == node.name]
