@@ -32,7 +32,9 @@ from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
+from autoclusters.pools import default_pool
 from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
+from components.pools_chart import spec_schema
 
 Path = tuple[Any, ...]  # a path into an object: dict keys and list indexes
 _DEFAULTS = StackConfig()
@@ -140,6 +142,10 @@ def value_keys() -> tuple[ValueKey, ...]:
     ]
     keys += [ValueKey(("pods", part, s.key), _POD_SCHEMAS[s.key], _POD_SENTINELS[s.key], f"{s.shape}: {s.doc}")
              for part in COMPONENTS for s in SETTINGS]
+    keys.append(ValueKey(("defaultPool",), spec_schema(without=default_pool.NOT_ALLOWED),
+                         lambda t: {"consentMode": "off", "drain": {"resetDeadlineSeconds": 97531}},
+                         "the cluster default policy: a GpuNodePool spec for the nodes whose pool label names no "
+                         "pool (unset: consent mode auto, the pool defaults, no provider)"))
     keys.append(ValueKey(("imagePullSecrets",), {"type": "array", "items": {"type": "string",
                                                                             "pattern": _DNS_SUBDOMAIN}},
                          lambda t: [t], "Secret names for every pod of ours, the reboot Jobs' included", []))
@@ -151,10 +157,10 @@ LEFT_OUT: dict[str, str] = {
     "kernelLogSource": "journal changes the detector's flags, mounts and volumes, not a value in place",
     "nvml.enabled": "false drops flags and the host mount: not a value in place",
     "allowLists": "written as JSON inside a ConfigMap, flags and a CEL list: not a value in place",
-    "pools": "a pool's object is its spec completed by the pool model (defaults filled in), not the value",
+    "pools": "custom resources of a CRD the chart creates, refused until its webhook serves: the pools chart "
+             "(charts/autoclusters-pools, components/pools_chart.py)",
     "domain, conditionPrefix, namespace, eventSource": "render-time: a brand renders its own chart",
     "controllerShards, monitoring": "add or remove objects",
-    "defaultPool": "written as JSON inside a ConfigMap",
     "controllerProviders": "render-time: the chart grants every provider but the simulated, as manifests/ does",
     "local, webhookUrl": "the local kwok cluster's settings, not a cluster's install",
     "hostRebootCommand": "split into its argv inside the reboot Job policy's CEL: not a value in place",
@@ -279,6 +285,8 @@ class _Converter:
             return [(v, self.ref)]
         if isinstance(v, int | float) and not isinstance(v, bool):
             return [(str(v), f"({self.ref} | toString)")]
+        if isinstance(v, dict):  # a map written as JSON inside a string (the default policy's ConfigMap)
+            return [(json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False), f"(toJson {self.ref})")]
         return []
 
     def has_token(self, node: Any) -> bool:

@@ -37,13 +37,15 @@ from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.pools.pool_config import PoolConfigError
-from components.chart import Unmappable, render_chart
-from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
+from components.chart import Unmappable, render_chart, render_time_settings
+from components.manifest_objects import GITOPS_POOL_ANNOTATIONS, GITOPS_PROVIDERS, HEADER, file_for, manifest
+from components.pools_chart import render_pools_chart
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 MONITORING = ROOT / "monitoring" / "prometheus-operator.yaml"
 CHART = ROOT / "charts" / "autoclusters"  # the Helm chart (components/chart.py)
+POOLS_CHART = ROOT / "charts" / "autoclusters-pools"  # the pools' chart (components/pools_chart.py)
 OVERLAYS_DIR = ROOT / "examples" / "kustomize"
 # Example pools a GitOps repository would start from: one per consent mode, each naming its
 # providers (a pool that names none reports faults but holds every repair).
@@ -78,10 +80,6 @@ OVERLAYS: dict[str, dict[str, Any]] = {
     # webhook's) or Flux (which applies the CRDs first and retries the pools)
     "gitops": {"resources": ["../../../manifests", "../../../manifests/pools"]},
 }
-# Argo CD: the pools one wave after the system, whose health (the webhook Available) the
-# wave waits for; their CRD may not exist at its dry run
-GITOPS_POOL_ANNOTATIONS = {"argocd.argoproj.io/sync-wave": "1",
-                           "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}
 # Within a file, objects follow the order kubectl must create them in.
 _KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
                "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
@@ -160,17 +158,18 @@ def render_monitoring() -> str:
 
 
 def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path = OVERLAYS_DIR,
-          chart: Path = CHART) -> list[str]:
+          chart: Path = CHART, pools_chart: Path = POOLS_CHART) -> list[str]:
     """Paths under ``root`` that differ from a fresh render (missing, changed or extra), and
-    the monitoring file's, the overlays' and the Helm chart's paths that differ."""
+    the monitoring file's, the overlays' and the Helm charts' paths that differ."""
     fresh = render()
     out = [p for p, text in fresh.items() if not (root / p).exists() or (root / p).read_text() != text]
     out += [str(p.relative_to(root)) for p in root.rglob("*.yaml") if str(p.relative_to(root)) not in fresh]
     generated = {monitoring: render_monitoring(), **{overlays / p: text for p, text in render_overlays().items()}}
-    chart_files = render_chart()
-    generated.update({chart / p: text for p, text in chart_files.items()})
-    extra = [p for p in chart.rglob("*") if p.is_file() and str(p.relative_to(chart)) not in chart_files] \
-        if chart.exists() else []
+    extra: list[Path] = []
+    for folder, chart_files in ((chart, render_chart()), (pools_chart, render_pools_chart())):
+        generated.update({folder / p: text for p, text in chart_files.items()})
+        extra += [p for p in folder.rglob("*") if p.is_file() and str(p.relative_to(folder)) not in chart_files] \
+            if folder.exists() else []
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
             for p, text in generated.items() if not p.exists() or p.read_text() != text]
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in extra]
@@ -237,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         write(files, out)
         try:  # the same settings as a Helm chart of their own: the values' keys stay values
             write_chart(render_chart(brand), out / "chart")
+            write_chart(render_pools_chart(render_time_settings(brand)), out / "pools-chart")
         except Unmappable as e:
             parser.error(f"the chart cannot be rendered from these settings: {e}")
         return 0
@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {MONITORING.relative_to(ROOT)}")
     write(render_overlays(), OVERLAYS_DIR)
     write_chart(render_chart())
+    write_chart(render_pools_chart(), POOLS_CHART)
     return 0
 
 

@@ -26,14 +26,14 @@ LABEL = {"app.kubernetes.io/name": CONFIGMAP, "app.kubernetes.io/part-of": "auto
 SELECTOR = f"app.kubernetes.io/name={CONFIGMAP}"
 # = StackConfig().default_pool (a test says)
 REFERENCE_DEFAULT: Mapping[str, Any] = {"consentMode": api.DEFAULT_CONSENT_MODE.value}
-_NOT_ALLOWED = ("name", "nodeSelector", "nodes")
+NOT_ALLOWED = ("name", "nodeSelector", "nodes")  # keys of a pool that the default policy has not
 
 
 def check_spec(spec: Any) -> dict[str, Any]:
     """The default policy's spec, checked with the pool parser; PoolConfigError names the field."""
     if not isinstance(spec, Mapping):
         raise PoolConfigError(f"defaultPool must be a mapping (a GpuNodePool spec), got {type(spec).__name__}")
-    bad = [k for k in _NOT_ALLOWED if k in spec]
+    bad = [k for k in NOT_ALLOWED if k in spec]
     if bad:
         raise PoolConfigError(f"defaultPool: {', '.join(bad)} do not apply to the default policy "
                               "(it covers the nodes whose pool label names no GpuNodePool)")
@@ -58,6 +58,9 @@ def spec_of(configmap: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
 
 
 def configmap(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The ConfigMap of the default policy. Its JSON is sorted, compact and UTF-8: the text Helm's
+    ``toJson`` writes, so the chart's ``defaultPool`` value renders what the stack renders."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": CONFIGMAP, "namespace": namespace, "labels": dict(LABEL)},
-            "data": {KEY: json.dumps(check_spec(spec), sort_keys=True)}}
+            "data": {KEY: json.dumps(check_spec(spec), sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False)}}
