@@ -561,8 +561,10 @@ def chart_yaml() -> str:
 
 
 NOTES = """autoclusters {{ .Chart.Version }} is installed in namespace %s.
-The webhook's TLS Secret is made by the controller; pools go in with `helm upgrade --set-json pools=...`
-only after this install (docs/deploy.md, "With Helm").
+The webhook's TLS Secret is made by the controller. Once the webhook serves
+(kubectl -n %s wait --for=condition=Available deployment/autoclusters-webhook),
+install the pools: helm install autoclusters-pools charts/autoclusters-pools --values pools.yaml
+(docs/deploy.md, "With Helm").
 """
 
 
@@ -587,5 +589,5 @@ def render_chart(settings: dict[str, Any] | None = None) -> dict[str, str]:
     out["Chart.yaml"] = "# " + HEADER.lstrip("# ") + chart_yaml()
     out["values.yaml"] = values_yaml(keys)
     out["values.schema.json"] = json.dumps(values_schema(keys), indent=2) + "\n"
-    out["templates/NOTES.txt"] = NOTES % _DEFAULTS.namespace
+    out["templates/NOTES.txt"] = NOTES % (_DEFAULTS.namespace, _DEFAULTS.namespace)
     return out

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from autoclusters.pools.pool_config import pool_from_config, pool_spec
 from components.chart import ValueKey, _token, nest, value_keys
-from components.render import MANIFESTS, render
+from components.render import EXAMPLE_POOLS, MANIFESTS, render
 
 pytestmark = pytest.mark.integration
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autoclusters"
@@ -89,5 +90,59 @@ def test_all_values_at_once(helm: Path) -> None:
 ])
 def test_schema_refuses_bad_values(helm: Path, args: list[str], named: str) -> None:
     done = template(helm, None, *args)
+    assert done.returncode != 0
+    assert named in done.stderr, done.stderr
+
+
+# --- the pools' chart (charts/autoclusters-pools, components/pools_chart.py) --------------------
+
+POOLS_CHART = CHART.parent / "autoclusters-pools"
+# every kind of pool setting: scalars, groups, maps, a provider with its own settings, a selector
+POOLS: list[dict[str, Any]] = [*EXAMPLE_POOLS, {
+    "name": "b200", "consentMode": "off", "maxConcurrentRepairs": 3, "drain": {"resetDeadlineSeconds": 120},
+    "escalation": {"refaultWindowSeconds": 600}, "repairCodes": {"gpu:13": "reset"},
+    "faultClasses": {"gpu": "replace"}, "nodeSelector": {"matchLabels": {"gpu": "b200"}},
+    "provider": {"type": "hostReboot", "hostReboot": {"timeoutSeconds": 300}},
+    "preDrain": {"waitSeconds": 30, "acknowledgers": ["slurm"]}}]
+
+
+def pools_template(helm: Path, values: dict[str, Any] | None) -> subprocess.CompletedProcess[str]:
+    cmd = [str(helm), "template", "pools", str(POOLS_CHART), "--values", "-"]
+    return subprocess.run(cmd, input=json.dumps(values or {}), capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def _completed(obj: dict[str, Any]) -> dict[str, Any]:
+    """A pool object with its spec read through the pool model, as the controller reads it."""
+    spec = pool_spec(pool_from_config({"name": obj["metadata"]["name"], **obj["spec"]}))
+    return {**obj, "spec": spec}
+
+
+def test_the_pools_chart_renders_the_stack_settings_pools(helm: Path) -> None:
+    done = pools_template(helm, {"pools": POOLS})
+    assert done.returncode == 0, done.stderr
+    ours = [o for o in yaml.safe_load_all(done.stdout) if o]
+    assert [o["metadata"]["name"] for o in ours] == [p["name"] for p in POOLS]
+    stack = [o for path, text in render({"pools": POOLS}).items() if path.startswith("pools/")
+             and not path.endswith(("kustomization.yaml", "00-default-policy.yaml")) for o in yaml.safe_load_all(text)]
+    assert _objects([json.dumps(_completed(o)) for o in ours]) == _objects([json.dumps(o) for o in stack])
+    # the spec is the value's: what the pool model fills in, the CRD's defaults fill in at the API server
+    assert ours[0]["spec"] == {k: v for k, v in POOLS[0].items() if k != "name"}
+
+
+def test_the_pools_chart_without_pools_renders_nothing(helm: Path) -> None:
+    done = pools_template(helm, None)
+    assert done.returncode == 0, done.stderr
+    assert [o for o in yaml.safe_load_all(done.stdout) if o] == []
+
+
+@pytest.mark.parametrize(("pools", "named"), [
+    ([{"name": "a", "consentmode": "auto"}], "consentmode"),  # misspelt: the CRD would prune it silently
+    ([{"name": "a", "consentMode": "sometimes"}], "consentMode"),
+    ([{"consentMode": "auto"}], "name"),
+    ([{"name": "a"}, {"name": "a", "consentMode": "off"}], "a is named twice"),
+])
+def test_the_pools_chart_refuses_bad_pools_naming_them(helm: Path, pools: list[dict[str, Any]], named: str) -> None:
+    done = pools_template(helm, {"pools": pools})
     assert done.returncode != 0
     assert named in done.stderr, done.stderr

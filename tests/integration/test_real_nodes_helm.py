@@ -1,9 +1,11 @@
 """The Helm chart installed as docs/deploy.md ("With Helm") tells a user, on the local cluster's
 real nodes (issue 29 item 2): ``helm install`` of a chart of one's own settings, the documented
-wait for the webhook, the pools applied after it; every part Ready as pods there; one repair
-through those pods, whose reboot Job runs the image the values name; ``helm upgrade`` with a
-changed value rolls the controller and recreates nothing else; then the documented removal
-(``autoclusters uninstall --stop``, ``helm uninstall``), which leaves no mark on any node and
+wait for the webhook, the pools' chart installed after it; every part Ready as pods there; one
+repair through those pods, whose reboot Job runs the image the values name; ``helm upgrade``
+with a changed value rolls the controller and recreates nothing else; ``helm upgrade`` of the
+pools' chart with the pool's consent mode changed from auto to propose, after which the next
+fault waits for approval (the node marked, not cordoned); then the documented removal
+(``autoclusters uninstall --stop``, both ``helm uninstall``), which leaves no mark on any node and
 keeps the CRDs, the namespace and the records (``helm.sh/resource-policy: keep``).
 
 The chart is rendered as a user with settings of their own would render it
@@ -21,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -36,6 +39,7 @@ from autoclusters.kube.objects import node_ready
 from autoclusters.names import Names
 from autoclusters.ops.uninstall import marks_of
 from autoclusters.providers.hostreboot import boot_id
+from components.render import EXAMPLE_POOLS
 from tests.integration.helpers import kubectl, wait_for
 from tests.integration.real_nodes_support import XID79, ready_parts, repaired_through_job
 
@@ -45,6 +49,7 @@ POOL = "h100"  # the example pool: consent mode auto, provider hostReboot
 IMAGE = f"{LOCAL_IMAGE_REPOSITORY}:{__version__}"
 RELEASE = "autoclusters"
 RELEASE_NS = "default"  # docs/deploy.md: the chart holds its own namespace, the release lives elsewhere
+POOLS_RELEASE = "autoclusters-pools"
 
 
 def _helm(helm: Path, cfg: str, *args: str, timeout: float = 300) -> str:
@@ -75,15 +80,23 @@ def rendered(real_cluster: ClusterHandle, helm: Path, tmp_path: Path) -> Iterato
     try:
         yield out, nodes
     finally:  # whatever the test left: the release, then what the chart keeps on uninstall
-        kubectl(cfg, "delete", "-k", str(out / "pools"), "--ignore-not-found", check=False, timeout=120)
-        subprocess.run([str(helm), "uninstall", RELEASE, "--namespace", RELEASE_NS, "--ignore-not-found",
-                        "--kubeconfig", cfg], capture_output=True, timeout=300, check=False)
+        for release in (POOLS_RELEASE, RELEASE):
+            subprocess.run([str(helm), "uninstall", release, "--namespace", RELEASE_NS, "--ignore-not-found",
+                            "--kubeconfig", cfg], capture_output=True, timeout=300, check=False)
         kubectl(cfg, "delete", "namespace", DEFAULT_NAMESPACE, "--ignore-not-found", check=False, timeout=300)
         kubectl(cfg, "delete", "crd", f"{api.POOLS.plural}.{names.api_group}",
                 f"{api.REMEDIATIONS.plural}.{names.api_group}", "--ignore-not-found", check=False, timeout=120)
         for node in nodes:
             with contextlib.suppress(NotFound):
                 kube.patch_node(node.name, {"metadata": {"labels": {names.pool_label: None}}})
+
+
+def _pools_values(tmp: Path, mode: str) -> Path:
+    """The pools' values file a GitOps repository holds: the example pool, in consent mode ``mode``."""
+    pool = {**next(p for p in EXAMPLE_POOLS if p["name"] == POOL), "consentMode": mode}
+    path = tmp / f"pools-{mode}.yaml"
+    path.write_text(yaml.safe_dump({"pools": [pool]}))
+    return path
 
 
 def _uids(kube: Kube, ns: str) -> dict[str, str]:
@@ -109,7 +122,8 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
     _helm(helm, cfg, "install", RELEASE, chart, "--namespace", RELEASE_NS, *values)
     kubectl(cfg, "-n", ns, "wait", "--for=condition=Available", "deployment/autoclusters-webhook",
             "--timeout=240s", timeout=300)
-    kubectl(cfg, "apply", "-k", str(out / "pools"), timeout=120)
+    pools = ["--namespace", RELEASE_NS, "--values"]
+    _helm(helm, cfg, "install", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "auto")))
     real = {n.name for n in nodes}
     by_part = wait_for("every part Ready as pods on the real nodes", lambda: ready_parts(real_cluster, ns, real),
                        timeout=180)
@@ -141,12 +155,30 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
     args = [a for c in deployment["spec"]["template"]["spec"]["containers"] for a in c.get("args") or []]
     assert "--workers=7" in args or ("--workers" in args and args[args.index("--workers") + 1] == "7"), args
     assert _uids(kube, ns) == uids
-    assert kube.get(Kube.custom_path(names.api_group, api.VERSION, api.POOLS.plural, POOL))  # not the release's
+    pool_path = Kube.custom_path(names.api_group, api.VERSION, api.POOLS.plural, POOL)
+    assert kube.get(pool_path)["metadata"]["annotations"]["meta.helm.sh/release-name"] == POOLS_RELEASE
+
+    # helm upgrade of the pools' chart, the consent mode changed in its values: the next fault waits
+    _helm(helm, cfg, "upgrade", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "propose")))
+    assert kube.get(pool_path)["spec"]["consentMode"] == "propose"
+    other = nodes[1]
+    other.write_kernel_log(f"4,1302,{int(time.monotonic() * 1e6)},-;{XID79}")
+
+    def awaiting() -> dict[str, Any] | None:
+        open_ = [r for r in kube.list_items(records_path) if r["spec"]["node"] == other.name]
+        return open_[-1] if open_ and open_[-1].get("status", {}).get("phase") == api.Phase.AWAITING_APPROVAL else None
+
+    record = wait_for("the next fault's repair waits for approval", awaiting, timeout=120)
+    assert record["spec"]["consentMode"] == "propose"
+    marked = kube.get_node(other.name)
+    assert marked["metadata"]["labels"].get(names.maintenance_required) == "true"
+    assert not marked["spec"].get("unschedulable")  # propose: the node keeps its work until approved
 
     # docs/deploy.md, "Removal", what Helm installed: these steps
     done = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "uninstall", "--stop", "--kubeconfig", cfg],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+    _helm(helm, cfg, "uninstall", POOLS_RELEASE, "--namespace", RELEASE_NS, "--wait")
     _helm(helm, cfg, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
     for n in nodes:
         obj = kube.get_node(n.name)
