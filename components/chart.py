@@ -92,8 +92,7 @@ _POD_SCHEMAS: dict[str, dict[str, Any]] = {
         k: {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
         for k in ("requests", "limits")}},
     "priorityClassName": {"type": "string", "pattern": _DNS_SUBDOMAIN},
-    # value required: the template writes each entry as given (Python writes a missing value as "")
-    "env": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name", "value"],
+    "env": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name"],
                                        "properties": {"name": {"type": "string",
                                                                "pattern": r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
                                                       "value": {"type": "string"}}}},

@@ -132,8 +132,9 @@ def _apply_env(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:
     clash = sorted(ours & {e["name"] for e in value})
     if clash:
         raise PodSettingsError(f"env {clash} is set by autoclusters itself; use the setting that controls it")
-    container["env"] = [*container.get("env", []), *({"name": e["name"], "value": e.get("value", "")}
-                                                     for e in value)]
+    # an entry as given: without a value it is the empty string to Kubernetes, and Helm writes it so
+    container["env"] = [*container.get("env", []), *({"name": e["name"], **({"value": e["value"]} if "value" in e
+                                                                            else {})} for e in value)]
 
 
 def _apply_pod_annotations(pod: dict[str, Any], meta: dict[str, Any], value: Any) -> None:

@@ -83,7 +83,7 @@ def test_all_values_at_once(helm: Path) -> None:
     (["--set", "controller.workers=abc"], "workers"),
     (["--set", "controller.nope=1"], "nope"),
     (["--set", "pods.scheduler.tolerations=x"], "scheduler"),
-    (["--set-json", 'pods.detector.env=[{"name": "A"}]'], "value"),
+    (["--set-json", 'pods.detector.env=[{"value": "A"}]'], "name"),
     (["--set", "nvml.hostRoot=relative"], "hostRoot"),
     (["--set", "detector.dcgmExporterUrl=ftp://x"], "dcgmExporterUrl"),
     (["--set", "imagePullSecrets[0]=Not_A_Name"], "imagePullSecrets"),
