@@ -695,6 +695,12 @@ def _templates(keys: tuple[ValueKey, ...], settings: dict[str, Any], split: Valu
 
 # --- the chart ---------------------------------------------------------------------------------
 
+def _header(first_always: bool) -> str:
+    """A YAML comment above the file's first object, or a template comment where some combination
+    has not that object (the YAML comment would then be a document of its own)."""
+    return "# " + HEADER.lstrip("# ") if first_always else "{{- /* " + HEADER.lstrip("# ").strip() + " */}}\n"
+
+
 def _template_file(obj: dict[str, Any], edits: list[tuple[Path, _Edit]]) -> str:
     return "\n".join(emit(template_tree(obj, edits), 0)) + "\n"
 
@@ -777,11 +783,13 @@ def _chart(settings_json: str) -> tuple[tuple[str, str], ...]:
             chosen = _merged(chosen, nest(key.path, value))
         per_combo[combo] = _templates(keys, _merged(settings, chosen))
     files: dict[str, list[str]] = {}
+    first_always: dict[str, bool] = {}
     for ident in dict.fromkeys(ident for templates in per_combo.values() for ident in templates):
         name = next(templates[ident][0] for templates in per_combo.values() if ident in templates)
         texts = {combo: templates[ident][1] for combo, templates in per_combo.items() if ident in templates}
         files.setdefault(name, []).append(merged_template(dims, texts))
-    out = {name: "# " + HEADER.lstrip("# ") + "---\n".join(texts) for name, texts in sorted(files.items())}
+        first_always.setdefault(name, len(texts) == len(per_combo))
+    out = {name: _header(first_always[name]) + "---\n".join(texts) for name, texts in sorted(files.items())}
     out["templates/_values.tpl"] = value_templates([*variants(keys), *(k for k in keys if k.split)])
     out["Chart.yaml"] = "# " + HEADER.lstrip("# ") + chart_yaml()
     out["values.yaml"] = values_yaml(keys)
