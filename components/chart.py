@@ -11,6 +11,17 @@ a map value's entries merged by ``range``), and a subtree equal to the value rep
 default's (``if`` / ``else``). A difference none of those explain raises ``Unmappable``: such a
 key stays out of the values (``LEFT_OUT`` says which and why); no template is written by hand.
 
+"Variants": a setting of a few choices that changes structure (``kernelLogSource``,
+``nvml.enabled``, ``monitoring.prometheusOperator``: flags, mounts, whole objects) is a value
+too (``ValueKey.choices``). The whole sentinel render runs once per combination of their
+choices, which gives each object a template text per combination (none where the combination
+does not have the object); ``merged_template`` writes an object whose text is the same in all
+of them as it is, and otherwise each group of combinations with the same text under a condition
+on the variant keys the text depends on. A value key whose default is a case of its own
+(``ValueKey.split``: ``nvml.hostRoot`` "/", through which the journal source reads the host's
+logs) is split the same way where its sentinel render is unmappable: its default as written,
+and every other value from a render with another one.
+
 The values are the stack configuration's own keys (``autoclusters.deploy.stack_config``), so
 ``helm --set K=V`` renders what ``components.render --config`` renders for ``K: V``
 (tests/integration/test_helm_chart.py proves it for every key).
@@ -18,6 +29,8 @@ The values are the stack configuration's own keys (``autoclusters.deploy.stack_c
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -26,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from autoclusters import __version__
+from autoclusters import __version__, api
 from autoclusters.deploy.controller_flags import TUNABLES
 from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
@@ -59,10 +72,25 @@ class ValueKey:
     sentinel: Callable[[str], Any]
     doc: str
     default: Any = None
+    # a variant: every value it takes (the default first); the objects are rendered with each
+    choices: tuple[Any, ...] = ()
+    # its default is a case of its own: where another value changes more than the value in place
+    # (a sentinel render that is unmappable), the template is split on whether the key holds it
+    split: bool = False
+    # the variant values without which the key changes nothing (its objects come with them)
+    needs: tuple[tuple[tuple[str, ...], Any], ...] = ()
 
     @property
     def dotted(self) -> str:
         return ".".join(self.path)
+
+
+def _variant(path: tuple[str, ...], default: Any, choices: tuple[Any, ...], doc: str) -> ValueKey:
+    """A variant key: the stack's default first, then its other choices."""
+    ordered = (default, *(c for c in choices if c != default))
+    schema = {"type": "boolean"} if all(isinstance(c, bool) for c in ordered) else \
+        {"type": "string", "enum": list(ordered)}
+    return ValueKey(path, schema, lambda t: ordered[-1], doc, default, ordered)
 
 
 def _token(path: tuple[str, ...], mark: str = "zzhelm") -> str:
@@ -125,17 +153,23 @@ def value_keys() -> tuple[ValueKey, ...]:
     keys += [ValueKey(("controller", name), _tunable_schema(t.kind, t.minimum), _tunable_sentinel(t.kind),
                       f"{t.doc} ({t.flag})") for name, t in TUNABLES.items()]
     keys += [
+        _variant(("kernelLogSource",), _DEFAULTS.kernel_log_source.value,
+                 tuple(s.value for s in api.DAEMONSET_KERNEL_LOG_SOURCES),
+                 "where the detector reads the kernel log: kmsg (/dev/kmsg, mounted from the host) or journal "
+                 "(the host's journal, its kernel entries)"),
         ValueKey(("detector", "dcgmHost"), {"type": "string", "pattern": _NO_SPACE, "minLength": 1},
                  lambda t: t + ":5555", "the DCGM hostengine the detector asks (--dcgm-host)"),
         ValueKey(("detector", "dcgmExporterUrl"), {"type": "string", "pattern": _URL},
                  lambda t: f"http://{t}:9400/metrics", "the node's dcgm-exporter page (--dcgm-exporter-url)"),
         ValueKey(("detector", "windowSeconds"), {"type": "number", "minimum": 0}, lambda t: 97531,
                  "how long a fault lasts before its condition is raised (--window)"),
+        _variant(("nvml", "enabled"), _DEFAULTS.nvml.enabled, (True, False),
+                 "false: the detector runs without NVML (--no-nvml), without the host mount"),
         ValueKey(("nvml", "search"), {"type": "array", "minItems": 1, "items": {
             "type": "string", "pattern": r"^(loader|/[^,]*)$"}}, lambda t: ["/" + t],
             "where the detector looks for libnvidia-ml.so.1, in order", list(DEFAULT_SEARCH)),
         ValueKey(("nvml", "hostRoot"), {"type": "string", "pattern": r"^/\S*$"}, lambda t: "/" + t,
-                 "the host directory mounted read-only at /host", DEFAULT_HOST_ROOT),
+                 "the host directory mounted read-only at /host", DEFAULT_HOST_ROOT, split=True),
         ValueKey(("nvml", "runtimeClassName"), {"type": "string", "pattern": _NO_SPACE, "minLength": 1}, lambda t: t,
                  "the detector's runtime class (e.g. nvidia: the runtime injects NVML)"),
     ]
@@ -148,18 +182,31 @@ def value_keys() -> tuple[ValueKey, ...]:
     keys.append(ValueKey(("imagePullSecrets",), {"type": "array", "items": {"type": "string",
                                                                             "pattern": _DNS_SUBDOMAIN}},
                          lambda t: [t], "Secret names for every pod of ours, the reboot Jobs' included", []))
+    operator = ("monitoring", "prometheusOperator")
+    keys += [
+        _variant(operator, _DEFAULTS.monitoring.prometheus_operator, (False, True),
+                 "true: a PodMonitor each for the controller, the detector and the webhook, and a PrometheusRule "
+                 "of the alerts (the cluster needs the Prometheus Operator's CRDs)"),
+        ValueKey(("monitoring", "labels"), {**_STRING_MAP, "minProperties": 1}, lambda t: {t: t + "v"},
+                 "labels on the PodMonitors and the PrometheusRule (monitoring.prometheusOperator), for an operator "
+                 "that selects them by label (kube-prometheus-stack: release: <its release>)",
+                 needs=((operator, True),)),
+    ]
     return tuple(keys)
+
+
+def variants(keys: tuple[ValueKey, ...]) -> tuple[ValueKey, ...]:
+    return tuple(k for k in keys if k.choices)
 
 
 # stack settings the chart does not carry as values, and why
 LEFT_OUT: dict[str, str] = {
-    "kernelLogSource": "journal changes the detector's flags, mounts and volumes, not a value in place",
-    "nvml.enabled": "false drops flags and the host mount: not a value in place",
     "allowLists": "written as JSON inside a ConfigMap, flags and a CEL list: not a value in place",
     "pools": "custom resources of a CRD the chart creates, refused until its webhook serves: the pools chart "
              "(charts/autoclusters-pools, components/pools_chart.py)",
     "domain, conditionPrefix, namespace, eventSource": "render-time: a brand renders its own chart",
-    "controllerShards, monitoring": "add or remove objects",
+    "controllerShards": "adds or removes objects by a number, not a choice",
+    "monitoring.approvalWaitAlertSeconds": "spoken in the alert's text ('6 hours'): not the value as given",
     "controllerProviders": "render-time: the chart grants every provider but the simulated, as manifests/ does",
     "local, webhookUrl": "the local kwok cluster's settings, not a cluster's install",
     "hostRebootCommand": "split into its argv inside the reboot Job policy's CEL: not a value in place",
@@ -213,11 +260,15 @@ def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
 def objects(extra: dict[str, Any] | None = None, settings: dict[str, Any] | None = None
             ) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(kind, namespace, name) → object (as manifests/ holds it) of the chart's configuration."""
+    return {ident: manifest(obj) for ident, obj in _built(extra, settings).items()}
+
+
+def _built(extra: dict[str, Any] | None, settings: dict[str, Any] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The same objects as the builders return them (``manifest`` only orders their keys)."""
     out = {}
-    for obj in map(manifest, stack_objects(stack_config_from_dict(base_config(extra, settings)))):
-        if file_for(obj) is None:
-            continue
-        out[(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+    for obj in stack_objects(stack_config_from_dict(base_config(extra, settings))):
+        if file_for(obj) is not None:
+            out[(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
     return out
 
 
@@ -383,13 +434,15 @@ def key_edits(key: ValueKey, default: dict[tuple[str, str, str], dict[str, Any]]
     """Per object, where ``key``'s sentinel render differs from the default render."""
     token = _token(key.path)
     value = key.sentinel(token)
-    sentinel = objects(nest(key.path, value), settings)
+    sentinel = _built(nest(key.path, value), settings)
     if set(sentinel) != set(default):
         raise Unmappable(f"{key.dotted}: adds or removes objects")
     conv = _Converter(key, token, value)
     out: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
     for ident, obj in default.items():
-        edits = list(_diff(conv, obj, sentinel[ident], ()))
+        if sentinel[ident] == obj:  # equal maps whatever their keys' order: most objects, and ordering them is slow
+            continue
+        edits = list(_diff(conv, obj, manifest(sentinel[ident]), ()))
         if edits:
             out[ident] = edits
     return out
@@ -440,9 +493,14 @@ def _scalar(v: Any) -> str:
 def _key(k: str | Expr) -> str:
     if isinstance(k, Expr):
         return k.text
-    if _PLAIN_KEY.match(k) and yaml.safe_load(f"{k}: 0") == {k: 0}:
-        return k
-    return _escape(json.dumps(k))
+    return k if _plain(k) else _escape(json.dumps(k))
+
+
+@functools.cache
+def _plain(k: str) -> bool:
+    """A key YAML reads back as itself when written bare (a YAML parse per distinct key: it was
+    half of the chart's render time before it was cached)."""
+    return bool(_PLAIN_KEY.match(k)) and yaml.safe_load(f"{k}: 0") == {k: 0}
 
 
 def _only_conditional(node: Any) -> bool:
@@ -503,7 +561,152 @@ def _entry(head: str, v: Any, indent: int) -> list[str]:
     return [head + " " + _scalar(v)]
 
 
+# --- the variants -----------------------------------------------------------------------------
+
+Ident = tuple[str, str, str]  # kind, namespace, name
+
+
+class _AnyOther:
+    """The case of a split key (``ValueKey.split``) that stands for every value but its default."""
+
+    def __repr__(self) -> str:
+        return "ANY_OTHER"
+
+
+ANY_OTHER = _AnyOther()
+Cases = tuple[ValueKey, tuple[Any, ...]]  # a key the templates branch on, and the cases they tell apart
+
+
+def value_template(key: ValueKey) -> str:
+    """The name of the named template (``templates/_values.tpl``) that writes a branched-on key's
+    value as text, or its default where the key is unset (``helm upgrade --reuse-values`` from
+    a chart without it)."""
+    return "autoclusters.value." + key.dotted
+
+
+def _case_text(value: Any) -> str:
+    return json.dumps(str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def _in(key: ValueKey, cases: tuple[Any, ...], among: tuple[Any, ...]) -> str:
+    """The condition that ``key``'s value is one of the cases ``among``."""
+    text = f'(include "{value_template(key)}" $)'
+    if ANY_OTHER in among:
+        return _all([f"ne {text} {_case_text(c)}" for c in cases if c is not ANY_OTHER and c not in among], "and")
+    return _all([f"eq {text} {_case_text(c)}" for c in among], "or")
+
+
+def _all(terms: list[str], op: str) -> str:
+    assert terms
+    return terms[0] if len(terms) == 1 else op + " " + " ".join(f"({t})" for t in terms)
+
+
+def _when(dims: list[Cases], group: list[tuple[Any, ...]]) -> str:
+    """The condition of a group of combinations (each a case per key of ``dims``): per key, where
+    the group is every combination of its keys' cases; otherwise one term per combination."""
+    per_key = [tuple(dict.fromkeys(combo[i] for combo in group)) for i in range(len(dims))]
+    if len(group) == len(list(itertools.product(*per_key))):
+        return _all([_in(key, cases, among) for (key, cases), among in zip(dims, per_key, strict=True)
+                     if len(among) < len(cases)], "and")
+    return _all([_all([_in(key, cases, (c,)) for (key, cases), c in zip(dims, combo, strict=True)], "and")
+                 for combo in group], "or")
+
+
+def merged_template(dims: tuple[Cases, ...], texts: dict[tuple[Any, ...], str]) -> str:
+    """One object's template from its text per combination of the ``dims``' cases (a combination
+    without the object has no text): the text where every combination has the same one;
+    otherwise, per group of combinations with the same text (the default's group first), that
+    text under a condition on only the keys the text depends on (the last group, where every
+    combination has the object, under ``else``)."""
+    combos = list(itertools.product(*(cases for _, cases in dims)))
+    first = texts.get(combos[0])
+    if first is not None and all(texts.get(c) == first for c in combos):
+        return first
+
+    def depends(i: int) -> bool:
+        return any(texts.get(c) != texts.get((*c[:i], other, *c[i + 1:]))
+                   for c in combos for other in dims[i][1])
+
+    on = [i for i in range(len(dims)) if depends(i)]
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    for c in combos:
+        if c in texts and (seen := groups.setdefault(texts[c], [])).count(part := tuple(c[i] for i in on)) == 0:
+            seen.append(part)
+    out = []
+    for n, (text, group) in enumerate(groups.items()):
+        if n and n == len(groups) - 1 and len(texts) == len(combos):
+            out.append("{{- else }}\n")
+        else:
+            out.append("{{- " + ("else " if n else "") + "if " + _when([dims[i] for i in on], group) + " }}\n")
+        out.append(text)
+    return "".join(out) + "{{- end }}\n"
+
+
+def value_templates(keys: list[ValueKey]) -> str:
+    """``templates/_values.tpl``: a named template per branched-on key (``value_template``)."""
+    lines = ['{{- /* Generated by `python -m components.render` (components/chart.py); do not edit. */ -}}']
+    for key in keys:
+        lookup = "$.Values"
+        for part in key.path[:-1]:
+            lookup = f"(default (dict) (index {lookup} {json.dumps(part)}))"
+        default = str(key.default).lower() if isinstance(key.default, bool) else key.default
+        lines += [f'{{{{- define "{value_template(key)}" -}}}}',
+                  f"{{{{- $v := index {lookup} {json.dumps(key.path[-1])} -}}}}",
+                  f'{{{{- if kindIs "invalid" $v }}}}{_escape(str(default))}{{{{ else }}}}{{{{ $v }}}}{{{{ end -}}}}',
+                  "{{- end }}"]
+    return "\n".join(lines) + "\n"
+
+
+def _chart_path(obj: dict[str, Any]) -> str:
+    path = file_for(obj)
+    assert path is not None
+    return "templates/" + path.replace("pools/", "").lstrip("0123456789-")
+
+
+def _templates(keys: tuple[ValueKey, ...], settings: dict[str, Any], split: ValueKey | None = None
+               ) -> dict[Ident, tuple[str, str]]:
+    """The sentinel render of one combination of the variants (in ``settings``): per object, its
+    template file and text. A split key whose sentinel render is unmappable here is split into
+    its default (written as it is) and every other value (``split``: that render, with another
+    value in ``settings``)."""
+    default = objects(None, settings)
+    edits: dict[Ident, list[tuple[Path, _Edit]]] = {}
+    unmapped: ValueKey | None = None
+    for key in keys:
+        if key.choices:
+            continue
+        try:
+            found = key_edits(key, default, settings)
+        except Unmappable:
+            if not key.split or split is not None or unmapped is not None:
+                raise
+            unmapped = key
+            continue
+        for ident, changes in found.items():
+            edits.setdefault(ident, []).extend(changes)
+    out = {ident: (_chart_path(obj), _template_file(obj, edits.get(ident, []))) for ident, obj in default.items()}
+    if split is not None:
+        stays = _token(split.path, "other")
+        if any(stays in text for _, text in out.values()):
+            raise Unmappable(f"{split.dotted}: a value other than its default stays in a template")
+    if unmapped is None:
+        return out
+    token = _token(unmapped.path, "other")
+    other = _templates(keys, _merged(settings, nest(unmapped.path, unmapped.sentinel(token))), unmapped)
+    if set(other) != set(out):
+        raise Unmappable(f"{unmapped.dotted}: adds or removes objects")
+    dims: tuple[Cases, ...] = ((unmapped, (unmapped.default, ANY_OTHER)),)
+    return {ident: (path, merged_template(dims, {(unmapped.default,): text, (ANY_OTHER,): other[ident][1]}))
+            for ident, (path, text) in out.items()}
+
+
 # --- the chart ---------------------------------------------------------------------------------
+
+def _header(first_always: bool) -> str:
+    """A YAML comment above the file's first object, or a template comment where some combination
+    has not that object (the YAML comment would then be a document of its own)."""
+    return "# " + HEADER.lstrip("# ") if first_always else "{{- /* " + HEADER.lstrip("# ").strip() + " */}}\n"
+
 
 def _template_file(obj: dict[str, Any], edits: list[tuple[Path, _Edit]]) -> str:
     return "\n".join(emit(template_tree(obj, edits), 0)) + "\n"
@@ -570,23 +773,35 @@ install the pools: helm install autoclusters-pools charts/autoclusters-pools --v
 def render_chart(settings: dict[str, Any] | None = None) -> dict[str, str]:
     """Relative path (under charts/autoclusters) → text of every file of the chart; ``settings``:
     render-time settings of a user's or a brand's own chart (``render_time_settings``), which
-    ``components.render --config ... --out DIR`` writes into ``DIR/chart``."""
+    ``components.render --config ... --out DIR`` writes into ``DIR/chart``.
+
+    A few seconds (the sentinel render once per combination of the variants), so a process
+    renders the chart of the same settings once (``stale()`` and the tests ask again)."""
+    return dict(_chart(json.dumps(render_time_settings(settings or {}), sort_keys=True)))
+
+
+@functools.cache
+def _chart(settings_json: str) -> tuple[tuple[str, str], ...]:
     keys = value_keys()
-    settings = render_time_settings(settings or {})
-    default = objects(None, settings)
-    edits: dict[tuple[str, str, str], list[tuple[Path, _Edit]]] = {}
-    for key in keys:
-        for ident, found in key_edits(key, default, settings).items():
-            edits.setdefault(ident, []).extend(found)
+    settings = json.loads(settings_json)
+    dims = tuple((key, key.choices) for key in variants(keys))
+    per_combo: dict[tuple[Any, ...], dict[Ident, tuple[str, str]]] = {}
+    for combo in itertools.product(*(cases for _, cases in dims)):
+        chosen: dict[str, Any] = {}
+        for (key, _), value in zip(dims, combo, strict=True):
+            chosen = _merged(chosen, nest(key.path, value))
+        per_combo[combo] = _templates(keys, _merged(settings, chosen))
     files: dict[str, list[str]] = {}
-    for ident, obj in default.items():
-        path = file_for(obj)
-        assert path is not None
-        name = "templates/" + path.replace("pools/", "").lstrip("0123456789-")
-        files.setdefault(name, []).append(_template_file(obj, edits.get(ident, [])))
-    out = {name: "# " + HEADER.lstrip("# ") + "---\n".join(texts) for name, texts in sorted(files.items())}
+    first_always: dict[str, bool] = {}
+    for ident in dict.fromkeys(ident for templates in per_combo.values() for ident in templates):
+        name = next(templates[ident][0] for templates in per_combo.values() if ident in templates)
+        texts = {combo: templates[ident][1] for combo, templates in per_combo.items() if ident in templates}
+        files.setdefault(name, []).append(merged_template(dims, texts))
+        first_always.setdefault(name, len(texts) == len(per_combo))
+    out = {name: _header(first_always[name]) + "---\n".join(texts) for name, texts in sorted(files.items())}
+    out["templates/_values.tpl"] = value_templates([*variants(keys), *(k for k in keys if k.split)])
     out["Chart.yaml"] = "# " + HEADER.lstrip("# ") + chart_yaml()
     out["values.yaml"] = values_yaml(keys)
     out["values.schema.json"] = json.dumps(values_schema(keys), indent=2) + "\n"
     out["templates/NOTES.txt"] = NOTES % (_DEFAULTS.namespace, _DEFAULTS.namespace)
-    return out
+    return tuple(out.items())

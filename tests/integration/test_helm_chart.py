@@ -3,10 +3,13 @@
 renders the objects of ``manifests/`` (the system and its default policy; the example pools
 are manifests/'s own), every value key renders what the stack configuration's key of the same
 name renders (``components.render --config``: the kustomize and Pulumi surfaces), all keys at
-once too, and the schema refuses bad values with a message that names the key."""
+once too, every combination of the variants (``kernelLogSource``, ``nvml.enabled``,
+``monitoring.prometheusOperator``) with other values set, and the schema refuses bad values
+with a message that names the key."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import yaml
 
 from autoclusters.pools.pool_config import pool_from_config, pool_spec
-from components.chart import ValueKey, _token, nest, value_keys
+from components.chart import ValueKey, _merged, _token, nest, value_keys, variants
 from components.render import EXAMPLE_POOLS, MANIFESTS, render
 
 pytestmark = pytest.mark.integration
@@ -49,9 +52,18 @@ def python_render(config: dict[str, Any]) -> list[str]:
 
 
 def sample(key: ValueKey) -> Any:
-    """A value of the key's shape that is not its sentinel."""
+    """A value of the key's shape that is not its sentinel (a variant's: its last choice)."""
+    if key.choices:
+        return key.choices[-1]
     value = key.sentinel(_token(key.path, "sample"))
     return 7 if isinstance(value, int | float) else value
+
+
+def values_of(*pairs: tuple[tuple[str, ...], Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in pairs:
+        out = _merged(out, nest(path, value))
+    return out
 
 
 def test_default_values_render_the_manifests(helm: Path) -> None:
@@ -63,10 +75,36 @@ def test_default_values_render_the_manifests(helm: Path) -> None:
 
 @pytest.mark.parametrize("key", value_keys(), ids=lambda k: k.dotted)
 def test_every_value_renders_as_the_stack_setting(helm: Path, key: ValueKey) -> None:
-    values = nest(key.path, sample(key))
+    """Each key alone (with the variant values it needs: monitoring.labels the operator's objects)."""
+    needed = values_of(*key.needs)
+    values = _merged(needed, nest(key.path, sample(key)))
     helm_objects = rendered(helm, values)
     assert helm_objects == python_render(values)
-    assert helm_objects != rendered(helm), f"{key.dotted} changed nothing"
+    assert helm_objects != rendered(helm, needed), f"{key.dotted} changed nothing"
+
+
+VARIANTS = variants(value_keys())
+# values that the variants' objects read (the detector's, the operator's) and one they do not
+ORDINARY = values_of((("image",), "registry.example.com/autoclusters/autoclusters:9"),
+                     (("nvml", "hostRoot"), "/run/nvidia/driver"),  # not "/": the journal has mounts of its own
+                     (("pods", "detector", "tolerations"), [{"key": "dedicated", "operator": "Exists"}]),
+                     (("monitoring", "labels"), {"release": "kps"}), (("controller", "workers"), 7))
+
+
+@pytest.mark.parametrize("combo", list(itertools.product(*(k.choices for k in VARIANTS))),
+                         ids=lambda combo: "-".join(map(str, combo)))
+def test_every_combination_of_the_variants_with_other_values(helm: Path, combo: tuple[Any, ...]) -> None:
+    values = _merged(ORDINARY, values_of(*((k.path, v) for k, v in zip(VARIANTS, combo, strict=True))))
+    assert rendered(helm, values) == python_render(values)
+
+
+def test_unset_variants_read_as_their_defaults(helm: Path) -> None:
+    """``helm upgrade --reuse-values`` from a chart without them leaves them unset (the old
+    chart's values): the templates read each as its default."""
+    done = template(helm, None, "--set", "kernelLogSource=null", "--set", "nvml.enabled=null",
+                    "--set", "monitoring=null")
+    assert done.returncode == 0, done.stderr
+    assert _objects([done.stdout]) == rendered(helm)
 
 
 def test_all_values_at_once(helm: Path) -> None:
@@ -87,6 +125,10 @@ def test_all_values_at_once(helm: Path) -> None:
     (["--set", "nvml.hostRoot=relative"], "hostRoot"),
     (["--set", "detector.dcgmExporterUrl=ftp://x"], "dcgmExporterUrl"),
     (["--set", "imagePullSecrets[0]=Not_A_Name"], "imagePullSecrets"),
+    (["--set", "kernelLogSource=dmesg"], "kernelLogSource"),
+    (["--set", "nvml.enabled=maybe"], "enabled"),
+    (["--set", "monitoring.prometheusOperator=1"], "prometheusOperator"),
+    (["--set", "monitoring.nope=1"], "nope"),
 ])
 def test_schema_refuses_bad_values(helm: Path, args: list[str], named: str) -> None:
     done = template(helm, None, *args)

@@ -6,16 +6,25 @@ chart's drift is ``components.render --check``, tests/unit/components/test_rende
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 import yaml
 
+from autoclusters import api
 from autoclusters.deploy.controller_flags import TUNABLES
 from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
-from autoclusters.deploy.stack_config import STACK_SETTINGS, stack_config_from_dict
+from autoclusters.deploy.stack_config import STACK_SETTINGS, StackConfig, stack_config_from_dict
 from components import chart
 from components.chart import Ctl, Expr, TDict, TList, Unmappable, ValueKey, _Converter, _diff, emit, template_tree
+from components.chart import merged_template as merged
+
+
+@pytest.fixture(scope="module")
+def default_chart() -> dict[str, str]:
+    """The chart's files (a few seconds: the sentinel render once per combination of the variants)."""
+    return chart.render_chart()
 
 
 def _key(path: tuple[str, ...], default: Any = None, schema: dict[str, Any] | None = None) -> ValueKey:
@@ -113,16 +122,97 @@ def test_values_yaml_holds_the_defaults() -> None:
     assert set(values["pods"]) == set(COMPONENTS)
 
 
-def test_a_chart_of_ones_own_takes_the_render_time_settings_and_leaves_the_values_to_helm() -> None:
+def test_a_chart_of_ones_own_takes_the_render_time_settings_and_leaves_the_values_to_helm(
+        default_chart: dict[str, str]) -> None:
     """``components.render --config ... --out DIR`` writes DIR/chart from the settings that are
-    not values (a reboot command, a domain); the values' keys stay values, and pools stay out."""
+    not values (a reboot command, a domain); the values' keys stay values (the variants' too),
+    and pools stay out."""
     from components.chart import render_chart, render_time_settings
     config = {"hostRebootCommand": "/usr/local/bin/test-reboot now", "image": "x/y:1",
               "pods": {"controller": {"priorityClassName": "p"}}, "nvml": {"enabled": False, "hostRoot": "/h"},
+              "kernelLogSource": "journal", "monitoring": {"prometheusOperator": True, "approvalWaitAlertSeconds": 60},
               "pools": [{"name": "a"}]}
     assert render_time_settings(config) == {"hostRebootCommand": "/usr/local/bin/test-reboot now",
-                                            "nvml": {"enabled": False}}
-    own, default = render_chart(config), render_chart()
+                                            "monitoring": {"approvalWaitAlertSeconds": 60}}
+    own, default = render_chart(config), default_chart
     assert "test-reboot" in "".join(own.values()) and "test-reboot" not in "".join(default.values())
     assert own["values.yaml"] == default["values.yaml"]  # the same values, the same defaults
     assert not any("kind: GpuNodePool" in text for text in own.values())
+    assert "has waited over 1 minute" in own["templates/prometheus-operator.yaml"]
+    assert "has waited over 1 minute" not in default["templates/prometheus-operator.yaml"]
+
+
+# --- the variants --------------------------------------------------------------------------------
+
+def _variant(path: tuple[str, ...], choices: tuple[Any, ...]) -> tuple[ValueKey, tuple[Any, ...]]:
+    key = chart._variant(path, choices[0], choices, "doc")
+    return key, key.choices
+
+
+SOURCE, NVML = _variant(("kernelLogSource",), ("kmsg", "journal")), _variant(("nvml", "enabled"), (True, False))
+DIMS = (SOURCE, NVML)
+COMBOS = list(itertools.product(SOURCE[1], NVML[1]))
+IS_JOURNAL = 'eq (include "autoclusters.value.kernelLogSource" $) "journal"'
+IS_KMSG = 'eq (include "autoclusters.value.kernelLogSource" $) "kmsg"'
+NVML_OFF = 'eq (include "autoclusters.value.nvml.enabled" $) "false"'
+NVML_ON = 'eq (include "autoclusters.value.nvml.enabled" $) "true"'
+
+
+def test_the_variants_are_the_stack_settings_choices_with_its_defaults_first() -> None:
+    variants = {k.dotted: k for k in chart.variants(chart.value_keys())}
+    assert set(variants) == {"kernelLogSource", "nvml.enabled", "monitoring.prometheusOperator"}
+    assert variants["kernelLogSource"].choices == tuple(s.value for s in api.DAEMONSET_KERNEL_LOG_SOURCES)
+    assert variants["kernelLogSource"].schema == {"type": "string", "enum": ["kmsg", "journal"]}
+    assert variants["nvml.enabled"].schema == {"type": "boolean"}
+    defaults = StackConfig()
+    assert [k.default for k in variants.values()] == [
+        defaults.kernel_log_source.value, defaults.nvml.enabled, defaults.monitoring.prometheus_operator]
+    assert all(k.choices[0] == k.default for k in variants.values())
+    for key in chart.value_keys():  # what a key needs is a variant's choice
+        assert all(variants[".".join(path)].choices.count(value) == 1 for path, value in key.needs)
+
+
+def test_an_object_the_same_in_every_combination_is_written_as_it_is() -> None:
+    assert merged(DIMS, dict.fromkeys(COMBOS, "a: 1\n")) == "a: 1\n"
+
+
+def test_an_object_branches_on_only_the_variants_its_text_depends_on() -> None:
+    texts = {(source, on): f"a: {source}\n" for source, on in COMBOS}
+    assert merged(DIMS, texts) == (
+        f"{{{{- if {IS_KMSG} }}}}\na: kmsg\n{{{{- else }}}}\na: journal\n{{{{- end }}}}\n")
+
+
+def test_an_object_of_some_combinations_is_under_their_condition_without_else() -> None:
+    texts = {(source, on): "kind: X\n" for source, on in COMBOS if not on}
+    assert merged(DIMS, texts) == f"{{{{- if {NVML_OFF} }}}}\nkind: X\n{{{{- end }}}}\n"
+    texts = {(source, on): "kind: X\n" for source, on in COMBOS if not on and source == "journal"}
+    assert merged(DIMS, texts).startswith(f"{{{{- if and ({IS_JOURNAL}) ({NVML_OFF}) }}}}\n")
+
+
+def test_a_group_that_is_no_product_of_cases_has_a_term_per_combination() -> None:
+    texts = {(source, on): "a\n" if (source == "kmsg") == on else "b\n" for source, on in COMBOS}
+    assert merged(DIMS, texts) == (
+        f"{{{{- if or (and ({IS_KMSG}) ({NVML_ON})) (and ({IS_JOURNAL}) ({NVML_OFF})) }}}}\na\n"
+        "{{- else }}\nb\n{{- end }}\n")
+
+
+def test_a_split_key_tells_its_default_from_any_other_value() -> None:
+    root = ValueKey(("nvml", "hostRoot"), {"type": "string"}, lambda t: "/" + t, "doc", "/", split=True)
+    out = merged(((root, ("/", chart.ANY_OTHER)),), {("/",): "a\n", (chart.ANY_OTHER,): "b\n"})
+    assert out == '{{- if eq (include "autoclusters.value.nvml.hostRoot" $) "/" }}\na\n{{- else }}\nb\n{{- end }}\n'
+    # an unset key (helm upgrade --reuse-values from a chart without it) reads as its default
+    tpl = chart.value_templates([root, NVML[0]])
+    assert '{{- $v := index (default (dict) (index $.Values "nvml")) "hostRoot" -}}' in tpl
+    assert '{{- if kindIs "invalid" $v }}true{{ else }}{{ $v }}{{ end -}}' in tpl
+
+
+def test_the_chart_branches_the_detector_and_the_prometheus_operators_objects_only(
+        default_chart: dict[str, str]) -> None:
+    branched = {name for name, text in default_chart.items() if "autoclusters.value." in text}
+    assert branched == {"templates/_values.tpl", "templates/detector.yaml", "templates/prometheus-operator.yaml"}
+    monitors = default_chart["templates/prometheus-operator.yaml"]
+    assert monitors.count('{{- if eq (include "autoclusters.value.monitoring.prometheusOperator" $) "true" }}') == 4
+    assert "kernelLogSource" not in monitors and "nvml" not in monitors
+    detector = default_chart["templates/detector.yaml"]
+    assert detector.count("kind: \"DaemonSet\"") == 5  # kmsg and journal, with NVML or not; journal's split on "/"
+    assert 'eq (include "autoclusters.value.nvml.hostRoot" $) "/"' in detector

@@ -100,3 +100,14 @@ def test_a_stack_configuration_renders_its_own_manifests(tmp_path: Path) -> None
     with pytest.raises(SystemExit):
         render.main(["--config", str(plain), "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_prometheus_operators_objects_have_a_file_of_their_own() -> None:
+    """``monitoring: {prometheusOperator: true}``: the PodMonitors and the PrometheusRule in
+    06-prometheus-operator.yaml (listed by the kustomization), the rest as without them."""
+    files = render.render({"monitoring": {"prometheusOperator": True}})
+    objs = list(yaml.safe_load_all(files["06-prometheus-operator.yaml"]))
+    assert sorted(o["kind"] for o in objs) == ["PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule"]
+    assert "06-prometheus-operator.yaml" in yaml.safe_load(files["kustomization.yaml"])["resources"]
+    assert {p: t for p, t in files.items() if "kustomization" not in p and "prometheus" not in p} == {
+        p: t for p, t in render.render().items() if "kustomization" not in p}
