@@ -38,7 +38,7 @@ from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.pools.pool_config import PoolConfigError
 from components.chart import Unmappable, render_chart
-from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
+from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, file_order, manifest, yaml_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -82,25 +82,6 @@ OVERLAYS: dict[str, dict[str, Any]] = {
 # wave waits for; their CRD may not exist at its dry run
 GITOPS_POOL_ANNOTATIONS = {"argocd.argoproj.io/sync-wave": "1",
                            "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}
-# Within a file, objects follow the order kubectl must create them in.
-_KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
-               "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
-               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
-               api.POOLS.kind]
-
-
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the Rego modules) as literal blocks, so the YAML reads like the source."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value and all(line == line.rstrip() for line in value.splitlines()) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys that
     differ from the defaults (a brand's ``domain``, ``conditionPrefix``, ``eventSource``, or a
@@ -115,15 +96,7 @@ def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
         if obj["kind"] == api.POOLS.kind:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **GITOPS_POOL_ANNOTATIONS}
         files.setdefault(path, []).append(obj)
-    def order(obj: dict[str, Any]) -> tuple[int, str, str]:
-        kind = obj["kind"]
-        rank = _KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)
-        return rank, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-
-    for objs in files.values():
-        objs.sort(key=order)
-    out = {path: HEADER + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
-           for path, objs in sorted(files.items())}
+    out = {path: HEADER + yaml_text(sorted(objs, key=file_order)) for path, objs in sorted(files.items())}
     return {**out, **kustomizations(sorted(out))}
 
 
@@ -143,7 +116,7 @@ def render_overlays() -> dict[str, str]:
 
 
 def _kustomization_text(resources: list[str], **rest: Any) -> str:
-    return HEADER + yaml.dump(_kustomization(resources, **rest), Dumper=_Dumper, sort_keys=False, width=120)
+    return HEADER + yaml_text(_kustomization(resources, **rest))
 
 
 def _kustomization(resources: list[str], **rest: Any) -> dict[str, Any]:
@@ -156,7 +129,7 @@ def render_monitoring() -> str:
     defaults = StackConfig()
     objs = [manifest(o) for o in monitoring_objects(Monitoring(prometheus_operator=True), defaults.namespace,
                                                     defaults.names)]
-    return HEADER + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
+    return HEADER + yaml_text(objs)
 
 
 def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path = OVERLAYS_DIR,

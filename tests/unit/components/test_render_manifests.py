@@ -100,3 +100,14 @@ def test_a_stack_configuration_renders_its_own_manifests(tmp_path: Path) -> None
     with pytest.raises(SystemExit):
         render.main(["--config", str(plain), "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_prometheus_operator_setting_renders_its_objects_into_their_own_file() -> None:
+    """``monitoring: {prometheusOperator: true}`` with ``--config``: the PodMonitors and the
+    PrometheusRule in ``06-monitoring.yaml``, listed in the kustomization (it raised "no manifest
+    file for PrometheusRule" before), the same objects as ``monitoring/prometheus-operator.yaml``."""
+    files = render.render({"monitoring": {"prometheusOperator": True}})
+    assert set(files) == {*render.render(), "06-monitoring.yaml"}
+    assert "06-monitoring.yaml" in yaml.safe_load(files["kustomization.yaml"])["resources"]
+    objs = list(yaml.safe_load_all(files["06-monitoring.yaml"]))
+    assert sorted(objs, key=str) == sorted(yaml.safe_load_all(render.render_monitoring()), key=str)
