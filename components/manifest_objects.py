@@ -1,7 +1,7 @@
 """The objects of ``manifests/`` as its files hold them, shared by ``components.render`` (the
 YAML), ``components.chart`` (the Helm chart) and ``components.kustomize_components``: the header
 of a generated file, the providers the GitOps install grants, each object's stable form
-(``manifest``), its file (``file_for``) and the YAML of a file's objects (``yaml_text``).
+(``manifest``), its file (``file_for``) and their YAML (``yaml_documents``).
 """
 
 from __future__ import annotations
@@ -86,8 +86,11 @@ def file_order(obj: dict[str, Any]) -> tuple[int, str, str]:
     return rank, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
-def yaml_text(objs: list[dict[str, Any]] | dict[str, Any]) -> str:
-    """The YAML of one object or of a file's objects (multi-line strings as literal blocks)."""
-    if isinstance(objs, dict):
-        return yaml.dump(objs, Dumper=_Dumper, sort_keys=False, width=120)
+def yaml_text(value: Any) -> str:
+    """One YAML document (multi-line strings as literal blocks, keys in the order given)."""
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def yaml_documents(objs: list[dict[str, Any]]) -> str:
+    """A file of objects, one YAML document each."""
     return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)

@@ -12,11 +12,16 @@ cannot drift. Left out: the webhook's TLS Secret (a private key does not belong 
 git; docs/deploy.md shows how cert-manager provides it and the caBundle).
 
 ``charts/autoclusters`` is the Helm chart of the same objects (components/chart.py), written
-and checked with them.
+and checked with them; so are ``manifests/components/<name>/``, the kustomize Components of the
+settings that change the objects' structure (``kernelLogSource: journal``, ``nvml: {enabled:
+false}``, ``monitoring: {prometheusOperator: true}``; components/kustomize_components.py, whose
+``TOGGLES`` lists them), and the example overlays of ``examples/kustomize/``.
 
 ``monitoring/prometheus-operator.yaml`` holds the objects of the stack setting
 ``monitoring: {prometheusOperator: true}`` (PodMonitors, PrometheusRule), outside
-``manifests/`` so that a cluster without the operator's CRDs applies ``manifests/`` as it is.
+``manifests/`` so that a cluster without the operator's CRDs applies ``manifests/`` as it is
+(the component ``prometheus-operator`` adds the same objects to a kustomization; a ``--config``
+render with the setting writes them into its ``06-monitoring.yaml``).
 """
 
 from __future__ import annotations
@@ -37,13 +42,23 @@ from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.pools.pool_config import PoolConfigError
+from components import kustomize_components
 from components.chart import Unmappable, render_chart
-from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, file_order, manifest, yaml_text
+from components.manifest_objects import (
+    GITOPS_PROVIDERS,
+    HEADER,
+    file_for,
+    file_order,
+    manifest,
+    yaml_documents,
+    yaml_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 MONITORING = ROOT / "monitoring" / "prometheus-operator.yaml"
 CHART = ROOT / "charts" / "autoclusters"  # the Helm chart (components/chart.py)
+KUSTOMIZE_COMPONENTS = MANIFESTS / kustomize_components.FOLDER  # components/kustomize_components.py
 OVERLAYS_DIR = ROOT / "examples" / "kustomize"
 # Example pools a GitOps repository would start from: one per consent mode, each naming its
 # providers (a pool that names none reports faults but holds every repair).
@@ -65,6 +80,7 @@ OWN_IMAGE_REPLACEMENT: dict[str, Any] = {
     "targets": [{"select": {"kind": "ValidatingAdmissionPolicy", "name": JOB_SHAPE_POLICY},
                  "fieldPaths": [f"spec.variables.[name={OWN_IMAGE_VARIABLE}].expression"],
                  "options": {"delimiter": "'", "index": 1}}]}
+_MONITORED = kustomize_components.PROMETHEUS_OPERATOR.name
 OVERLAYS: dict[str, dict[str, Any]] = {
     # your registry for both images: every reference follows, the reboot Job's too (its image
     # is the controller's own, read from its pod: controller/own_image.py)
@@ -77,6 +93,9 @@ OVERLAYS: dict[str, dict[str, Any]] = {
     # the system and the pools in one sync, for Argo CD (the pools' sync wave follows the
     # webhook's) or Flux (which applies the CRDs first and retries the pools)
     "gitops": {"resources": ["../../../manifests", "../../../manifests/pools"]},
+    # the system with the Prometheus Operator's objects: a component over the base (docs/deploy.md)
+    _MONITORED: {"resources": ["../../../manifests"],
+                 "components": [f"../../../manifests/{kustomize_components.FOLDER}/{_MONITORED}"]},
 }
 # Argo CD: the pools one wave after the system, whose health (the webhook Available) the
 # wave waits for; their CRD may not exist at its dry run
@@ -96,7 +115,7 @@ def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
         if obj["kind"] == api.POOLS.kind:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **GITOPS_POOL_ANNOTATIONS}
         files.setdefault(path, []).append(obj)
-    out = {path: HEADER + yaml_text(sorted(objs, key=file_order)) for path, objs in sorted(files.items())}
+    out = {path: HEADER + yaml_documents(sorted(objs, key=file_order)) for path, objs in sorted(files.items())}
     return {**out, **kustomizations(sorted(out))}
 
 
@@ -129,29 +148,32 @@ def render_monitoring() -> str:
     defaults = StackConfig()
     objs = [manifest(o) for o in monitoring_objects(Monitoring(prometheus_operator=True), defaults.namespace,
                                                     defaults.names)]
-    return HEADER + yaml_text(objs)
+    return HEADER + yaml_documents(objs)
 
 
 def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path = OVERLAYS_DIR,
-          chart: Path = CHART) -> list[str]:
+          chart: Path = CHART, components: Path = KUSTOMIZE_COMPONENTS) -> list[str]:
     """Paths under ``root`` that differ from a fresh render (missing, changed or extra), and
-    the monitoring file's, the overlays' and the Helm chart's paths that differ."""
+    the monitoring file's, the overlays', the Helm chart's and the kustomize components' paths
+    that differ (the last two: extra files too)."""
     fresh = render()
     out = [p for p, text in fresh.items() if not (root / p).exists() or (root / p).read_text() != text]
-    out += [str(p.relative_to(root)) for p in root.rglob("*.yaml") if str(p.relative_to(root)) not in fresh]
+    out += [str(p.relative_to(root)) for p in root.rglob("*.yaml")
+            if str(p.relative_to(root)) not in fresh and not p.is_relative_to(components)]
     generated = {monitoring: render_monitoring(), **{overlays / p: text for p, text in render_overlays().items()}}
-    chart_files = render_chart()
-    generated.update({chart / p: text for p, text in chart_files.items()})
-    extra = [p for p in chart.rglob("*") if p.is_file() and str(p.relative_to(chart)) not in chart_files] \
-        if chart.exists() else []
+    extra: list[Path] = []
+    for tree, files in ((chart, render_chart()), (components, kustomize_components.render_components())):
+        generated.update({tree / p: text for p, text in files.items()})
+        extra += [p for p in tree.rglob("*") if p.is_file() and str(p.relative_to(tree)) not in files] \
+            if tree.exists() else []
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
             for p, text in generated.items() if not p.exists() or p.read_text() != text]
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in extra]
     return sorted(out)
 
 
-def write_chart(files: dict[str, str], root: Path = CHART) -> None:
-    """Replaces every file of the chart under ``root`` with ``files``."""
+def write_tree(files: dict[str, str], root: Path = CHART) -> None:
+    """Replaces every file under ``root`` (the chart's, the kustomize components') with ``files``."""
     if root.exists():
         for p in sorted(root.rglob("*"), reverse=True):
             p.unlink() if p.is_file() else p.rmdir()
@@ -209,21 +231,23 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(e))
         write(files, out)
         try:  # the same settings as a Helm chart of their own: the values' keys stay values
-            write_chart(render_chart(brand), out / "chart")
+            write_tree(render_chart(brand), out / "chart")
         except Unmappable as e:
             parser.error(f"the chart cannot be rendered from these settings: {e}")
         return 0
     if args.check:
         bad = stale()
         for name in bad:
-            shown = name if name.startswith(("monitoring/", "examples/", "charts/")) else "manifests/" + name
+            outside = name.startswith(("monitoring/", "examples/", "charts/", "manifests/"))  # from the root
+            shown = name if outside else "manifests/" + name
             print(f"stale: {shown}", file=sys.stderr)
         return 1 if bad else 0
     write(render(), MANIFESTS)
     MONITORING.write_text(render_monitoring())
     print(f"wrote {MONITORING.relative_to(ROOT)}")
     write(render_overlays(), OVERLAYS_DIR)
-    write_chart(render_chart())
+    write_tree(render_chart())
+    write_tree(kustomize_components.render_components(), KUSTOMIZE_COMPONENTS)
     return 0
 
 
