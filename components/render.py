@@ -159,7 +159,7 @@ def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path 
     fresh = render()
     out = [p for p, text in fresh.items() if not (root / p).exists() or (root / p).read_text() != text]
     out += [str(p.relative_to(root)) for p in root.rglob("*.yaml")
-            if str(p.relative_to(root)) not in fresh and not p.is_relative_to(components)]
+            if str(p.relative_to(root)) not in fresh and not p.is_relative_to(root / kustomize_components.FOLDER)]
     generated = {monitoring: render_monitoring(), **{overlays / p: text for p, text in render_overlays().items()}}
     extra: list[Path] = []
     for tree, files in ((chart, render_chart()), (components, kustomize_components.render_components())):

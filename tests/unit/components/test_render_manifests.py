@@ -111,3 +111,18 @@ def test_the_prometheus_operator_setting_renders_its_objects_into_their_own_file
     assert "06-monitoring.yaml" in yaml.safe_load(files["kustomization.yaml"])["resources"]
     objs = list(yaml.safe_load_all(files["06-monitoring.yaml"]))
     assert sorted(objs, key=str) == sorted(yaml.safe_load_all(render.render_monitoring()), key=str)
+
+
+def test_stale_covers_the_kustomize_components(tmp_path: Path) -> None:
+    """``--check`` fails on a changed, a missing or an extra file of ``manifests/components/``."""
+    from components.kustomize_components import render_components
+
+    render.write_tree(render_components(), tmp_path)
+    assert render.stale(components=tmp_path) == []
+    changed, gone = sorted(render_components())[:2]
+    (tmp_path / changed).write_text("changed\n")
+    (tmp_path / gone).unlink()
+    (tmp_path / "old-component" / "kustomization.yaml").parent.mkdir()
+    (tmp_path / "old-component" / "kustomization.yaml").write_text("kind: Component\n")
+    assert render.stale(components=tmp_path) == sorted(
+        str(tmp_path / p) for p in (changed, gone, "old-component/kustomization.yaml"))
