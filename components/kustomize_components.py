@@ -69,21 +69,20 @@ def _together(a: Toggle, b: Toggle, why: str) -> Toggle:
                   f"`{a.name}` and `{b.name}` together (the two refuse each other: {why})")
 
 
-_JOURNAL = Toggle("kernel-log-journal", {"kernelLogSource": "journal"},
-                  "the detectors read the kernel's entries of the host's systemd journal instead of /dev/kmsg "
-                  "(their flags, mounts and volumes; docs/detector.md, \"The journald source\")")
-_NO_NVML = Toggle("nvml-disabled", {"nvml": {"enabled": False}},
-                  "the detectors run without their NVML source (`--no-nvml`): no NVML flags, no host mount")
+KERNEL_LOG_JOURNAL = Toggle(
+    "kernel-log-journal", {"kernelLogSource": "journal"},
+    "the detectors read the kernel's entries of the host's systemd journal instead of /dev/kmsg "
+    "(their flags, mounts and volumes; docs/detector.md, \"The journald source\")")
+NVML_DISABLED = Toggle(
+    "nvml-disabled", {"nvml": {"enabled": False}},
+    "the detectors run without their NVML source (`--no-nvml`): no NVML flags, no host mount")
 PROMETHEUS_OPERATOR = Toggle(
     "prometheus-operator", {"monitoring": {"prometheusOperator": True}},
     "adds a PodMonitor each for the controller, the detectors and the webhook, and the PrometheusRule "
     "with the shipped alerts (the cluster needs the Prometheus Operator's CRDs)")
-TOGGLES: tuple[Toggle, ...] = (
-    _JOURNAL, _NO_NVML,
-    _together(_JOURNAL, _NO_NVML, "both rewrite the detector's flags, mounts and volumes, and without NVML's host "
-              "mount the journal gets mounts of its own"),
-    PROMETHEUS_OPERATOR,
-)
+JOURNAL_WITHOUT_NVML = _together(KERNEL_LOG_JOURNAL, NVML_DISABLED, "both rewrite the detector's flags, mounts and "
+                                 "volumes, and without NVML's host mount the journal gets mounts of its own")
+TOGGLES: tuple[Toggle, ...] = (KERNEL_LOG_JOURNAL, NVML_DISABLED, JOURNAL_WITHOUT_NVML, PROMETHEUS_OPERATOR)
 
 
 def _ident(obj: dict[str, Any]) -> Ident:

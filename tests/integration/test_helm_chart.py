@@ -13,18 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.chart import ValueKey, _token, nest, value_keys
 from components.render import MANIFESTS, render
+from tests.integration.helpers import parsed_objects
 
 pytestmark = pytest.mark.integration
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autoclusters"
-
-
-def _objects(texts: list[str]) -> list[str]:
-    """Each object as sorted JSON, sorted: an order-insensitive comparison of parsed objects."""
-    return sorted(json.dumps(o, sort_keys=True) for t in texts for o in yaml.safe_load_all(t) if o)
 
 
 def template(helm: Path, values: dict[str, Any] | None = None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,12 +33,12 @@ def template(helm: Path, values: dict[str, Any] | None = None, *args: str) -> su
 def rendered(helm: Path, values: dict[str, Any] | None = None) -> list[str]:
     done = template(helm, values)
     assert done.returncode == 0, done.stderr
-    return _objects([done.stdout])
+    return parsed_objects([done.stdout])
 
 
 def python_render(config: dict[str, Any]) -> list[str]:
     """What ``components.render --config`` writes for these stack settings, without pools."""
-    return _objects([text for path, text in render({"pools": [], **config}).items()
+    return parsed_objects([text for path, text in render({"pools": [], **config}).items()
                      if not path.endswith("kustomization.yaml")])
 
 
@@ -57,7 +52,7 @@ def test_default_values_render_the_manifests(helm: Path) -> None:
     files = [p for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml"
              and (p.parent == MANIFESTS or p.name.startswith("00-"))]  # the example pools are manifests/'s own
     assert any(p.parent.name == "pools" for p in files)
-    assert rendered(helm) == _objects([p.read_text() for p in files])
+    assert rendered(helm) == parsed_objects([p.read_text() for p in files])
 
 
 @pytest.mark.parametrize("key", value_keys(), ids=lambda k: k.dotted)

@@ -19,6 +19,7 @@ import yaml
 from components import render
 from components.kustomize_components import (
     DOCS_MARKER,
+    JOURNAL_WITHOUT_NVML,
     KUSTOMIZATION,
     PROMETHEUS_OPERATOR,
     TOGGLES,
@@ -121,8 +122,9 @@ def test_components_compose_exactly_or_refuse_each_other() -> None:
     assert any(len(c) == 2 for c in refused)  # the journal and NVML ones do
     # all three settings together: the combined component and the monitoring one
     everything = merged(t.settings for t in TOGGLES)
-    both = next(t for t in TOGGLES if t.settings == {k: v for k, v in everything.items() if k != "monitoring"})
-    assert apply(apply(base(), files[both.name]), files[PROMETHEUS_OPERATOR.name]) == rendered(everything)
+    assert everything == merged([JOURNAL_WITHOUT_NVML.settings, PROMETHEUS_OPERATOR.settings])
+    assert apply(apply(base(), files[JOURNAL_WITHOUT_NVML.name]), files[PROMETHEUS_OPERATOR.name]) == \
+        rendered(everything)
 
 
 def test_a_setting_that_removes_objects_becomes_delete_patches() -> None:
