@@ -8,6 +8,7 @@ patches apply after its components."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,10 +47,14 @@ def kustomize(kubectl: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 
 def overlay(tmp_path: Path, toggles: tuple[Toggle, ...], **rest: Any) -> Path:
-    """A kustomization of the base with these components, by absolute path."""
+    """A kustomization of the base with these components (relative paths: kustomize refuses an
+    absolute one, "new root ... cannot be absolute")."""
+    def rel(path: Path) -> str:
+        return os.path.relpath(path, tmp_path)
+
     (tmp_path / KUSTOMIZATION).write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [str(MANIFESTS)],
-        "components": [str(KUSTOMIZE_COMPONENTS / t.name) for t in toggles], **rest}))
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [rel(MANIFESTS)],
+        "components": [rel(KUSTOMIZE_COMPONENTS / t.name) for t in toggles], **rest}))
     return tmp_path
 
 
