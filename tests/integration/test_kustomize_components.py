@@ -24,8 +24,9 @@ from components.kustomize_components import (
     PROMETHEUS_OPERATOR,
     TOGGLES,
     Toggle,
+    component,
 )
-from components.render import KUSTOMIZATION, KUSTOMIZE_COMPONENTS, MANIFESTS, OVERLAYS_DIR, render
+from components.render import KUSTOMIZATION, KUSTOMIZE_COMPONENTS, MANIFESTS, OVERLAYS_DIR, render, write_tree
 from tests.integration.helpers import kubectl_binary, parsed_objects
 
 pytestmark = pytest.mark.integration
@@ -46,15 +47,16 @@ def kustomize(kubectl: str, folder: Path) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def overlay(tmp_path: Path, toggles: tuple[Toggle, ...], **rest: Any) -> Path:
-    """A kustomization of the base with these components (relative paths: kustomize refuses an
-    absolute one, "new root ... cannot be absolute")."""
+def overlay(tmp_path: Path, toggles: tuple[Toggle | Path, ...], **rest: Any) -> Path:
+    """A kustomization of the base with these components (shipped, or a folder; relative paths:
+    kustomize refuses an absolute one, "new root ... cannot be absolute")."""
     def rel(path: Path) -> str:
         return os.path.relpath(path, tmp_path)
 
     (tmp_path / KUSTOMIZATION).write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [rel(MANIFESTS)],
-        "components": [rel(KUSTOMIZE_COMPONENTS / t.name) for t in toggles], **rest}))
+        "components": [rel(t if isinstance(t, Path) else KUSTOMIZE_COMPONENTS / t.name) for t in toggles],
+        **rest}))
     return tmp_path
 
 
@@ -100,6 +102,14 @@ def test_an_overlays_own_patch_applies_after_its_components(kubectl: str, tmp_pa
     [detector] = [o for o in objects if o["kind"] == "DaemonSet"]
     args = detector["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-1] == "--window=120" and "journal" in args
+
+
+def test_a_component_that_removes_objects(kubectl: str, tmp_path: Path) -> None:
+    """controllerShards (no shipped component: a number, not a toggle) replaces the controller
+    Deployment by the shards': kustomize deletes the unsharded objects by the delete patches."""
+    settings = {"controllerShards": 2}
+    write_tree(component(settings), tmp_path / "shards")
+    assert kustomized(kubectl, overlay(tmp_path, (tmp_path / "shards",))) == python_render(settings)
 
 
 def test_the_example_overlay_renders_its_component(kubectl: str) -> None:
