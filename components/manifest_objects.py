@@ -1,11 +1,14 @@
 """The objects of ``manifests/`` as its files hold them, shared by ``components.render`` (the
-YAML) and ``components.chart`` (the Helm chart): the header of a generated file, the providers
-the GitOps install grants, each object's stable form (``manifest``) and its file (``file_for``).
+YAML), ``components.chart`` (the Helm chart) and ``components.kustomize_components``: the header
+of a generated file, the providers the GitOps install grants, each object's stable form
+(``manifest``), its file (``file_for``) and their YAML (``yaml_documents``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import yaml
 
 from autoclusters import api
 from autoclusters.deploy.monitoring import API_VERSION as MONITORING_API_VERSION
@@ -24,6 +27,11 @@ _ADMISSION = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "
 # the stack setting monitoring.prometheusOperator's objects (deploy.monitoring), in a file of their
 # own: the rest applies on a cluster without the operator's CRDs
 PROMETHEUS_OPERATOR_FILE = "06-prometheus-operator.yaml"
+# Within a file, objects follow the order kubectl must create them in.
+_KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
+               "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
+               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
+               api.POOLS.kind]
 
 
 def manifest(obj: dict[str, Any]) -> dict[str, Any]:
@@ -64,3 +72,32 @@ def file_for(obj: dict[str, Any]) -> str | None:
     if component == "autoclusters-default-pool":
         return "pools/00-default-policy.yaml"
     raise ValueError(f"no manifest file for {kind} {obj['metadata']['name']}")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the Rego modules) as literal blocks, so the YAML reads like the source."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value and all(line == line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def file_order(obj: dict[str, Any]) -> tuple[int, str, str]:
+    """Where ``obj`` goes within its file: kind (in creation order), namespace, name."""
+    kind = obj["kind"]
+    rank = _KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)
+    return rank, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def yaml_text(value: Any) -> str:
+    """One YAML document (multi-line strings as literal blocks, keys in the order given)."""
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def yaml_documents(objs: list[dict[str, Any]]) -> str:
+    """A file of objects, one YAML document each."""
+    return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)

@@ -12,11 +12,16 @@ cannot drift. Left out: the webhook's TLS Secret (a private key does not belong 
 git; docs/deploy.md shows how cert-manager provides it and the caBundle).
 
 ``charts/autoclusters`` is the Helm chart of the same objects (components/chart.py), written
-and checked with them.
+and checked with them; so are ``manifests/components/<name>/``, the kustomize Components of the
+settings that change the objects' structure (``kernelLogSource: journal``, ``nvml: {enabled:
+false}``, ``monitoring: {prometheusOperator: true}``; components/kustomize_components.py, whose
+``TOGGLES`` lists them), and the example overlays of ``examples/kustomize/``.
 
 ``monitoring/prometheus-operator.yaml`` holds the objects of the stack setting
 ``monitoring: {prometheusOperator: true}`` (PodMonitors, PrometheusRule), outside
-``manifests/`` so that a cluster without the operator's CRDs applies ``manifests/`` as it is.
+``manifests/`` so that a cluster without the operator's CRDs applies ``manifests/`` as it is
+(the component ``prometheus-operator`` adds the same objects to a kustomization; a ``--config``
+render with the setting writes them into its ``06-prometheus-operator.yaml``).
 """
 
 from __future__ import annotations
@@ -37,8 +42,18 @@ from autoclusters.deploy.stack import JOB_SHAPE_POLICY, stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
 from autoclusters.deploy.workloads import CONTROLLER, CONTROLLER_CONTAINER
 from autoclusters.pools.pool_config import PoolConfigError
+from components import kustomize_components
 from components.chart import Unmappable, render_chart, render_time_settings
-from components.manifest_objects import GITOPS_POOL_ANNOTATIONS, GITOPS_PROVIDERS, HEADER, file_for, manifest
+from components.manifest_objects import (
+    GITOPS_POOL_ANNOTATIONS,
+    GITOPS_PROVIDERS,
+    HEADER,
+    file_for,
+    file_order,
+    manifest,
+    yaml_documents,
+    yaml_text,
+)
 from components.pools_chart import render_pools_chart
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +61,7 @@ MANIFESTS = ROOT / "manifests"
 MONITORING = ROOT / "monitoring" / "prometheus-operator.yaml"
 CHART = ROOT / "charts" / "autoclusters"  # the Helm chart (components/chart.py)
 POOLS_CHART = ROOT / "charts" / "autoclusters-pools"  # the pools' chart (components/pools_chart.py)
+KUSTOMIZE_COMPONENTS = MANIFESTS / kustomize_components.FOLDER  # components/kustomize_components.py
 OVERLAYS_DIR = ROOT / "examples" / "kustomize"
 # Example pools a GitOps repository would start from: one per consent mode, each naming its
 # providers (a pool that names none reports faults but holds every repair).
@@ -67,6 +83,7 @@ OWN_IMAGE_REPLACEMENT: dict[str, Any] = {
     "targets": [{"select": {"kind": "ValidatingAdmissionPolicy", "name": JOB_SHAPE_POLICY},
                  "fieldPaths": [f"spec.variables.[name={OWN_IMAGE_VARIABLE}].expression"],
                  "options": {"delimiter": "'", "index": 1}}]}
+_MONITORED = kustomize_components.PROMETHEUS_OPERATOR.name
 OVERLAYS: dict[str, dict[str, Any]] = {
     # your registry for both images: every reference follows, the reboot Job's too (its image
     # is the controller's own, read from its pod: controller/own_image.py)
@@ -79,26 +96,10 @@ OVERLAYS: dict[str, dict[str, Any]] = {
     # the system and the pools in one sync, for Argo CD (the pools' sync wave follows the
     # webhook's) or Flux (which applies the CRDs first and retries the pools)
     "gitops": {"resources": ["../../../manifests", "../../../manifests/pools"]},
+    # the system with the Prometheus Operator's objects: a component over the base (docs/deploy.md)
+    _MONITORED: {"resources": ["../../../manifests"],
+                 "components": [f"../../../manifests/{kustomize_components.FOLDER}/{_MONITORED}"]},
 }
-# Within a file, objects follow the order kubectl must create them in.
-_KIND_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding",
-               "RoleBinding", "ConfigMap", "Service", "DaemonSet", "Deployment", "PodDisruptionBudget",
-               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
-               api.POOLS.kind]
-
-
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the Rego modules) as literal blocks, so the YAML reads like the source."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value and all(line == line.rstrip() for line in value.splitlines()) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Relative path → YAML text of every manifest file; ``brand`` holds stack-config keys that
     differ from the defaults (a brand's ``domain``, ``conditionPrefix``, ``eventSource``, or a
@@ -113,15 +114,7 @@ def render(brand: Mapping[str, Any] | None = None) -> dict[str, str]:
         if obj["kind"] == api.POOLS.kind:
             obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **GITOPS_POOL_ANNOTATIONS}
         files.setdefault(path, []).append(obj)
-    def order(obj: dict[str, Any]) -> tuple[int, str, str]:
-        kind = obj["kind"]
-        rank = _KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)
-        return rank, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-
-    for objs in files.values():
-        objs.sort(key=order)
-    out = {path: HEADER + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
-           for path, objs in sorted(files.items())}
+    out = {path: HEADER + yaml_documents(sorted(objs, key=file_order)) for path, objs in sorted(files.items())}
     return {**out, **kustomizations(sorted(out))}
 
 
@@ -141,7 +134,7 @@ def render_overlays() -> dict[str, str]:
 
 
 def _kustomization_text(resources: list[str], **rest: Any) -> str:
-    return HEADER + yaml.dump(_kustomization(resources, **rest), Dumper=_Dumper, sort_keys=False, width=120)
+    return HEADER + yaml_text(_kustomization(resources, **rest))
 
 
 def _kustomization(resources: list[str], **rest: Any) -> dict[str, Any]:
@@ -154,30 +147,34 @@ def render_monitoring() -> str:
     defaults = StackConfig()
     objs = [manifest(o) for o in monitoring_objects(Monitoring(prometheus_operator=True), defaults.namespace,
                                                     defaults.names)]
-    return HEADER + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
+    return HEADER + yaml_documents(objs)
 
 
 def stale(root: Path = MANIFESTS, monitoring: Path = MONITORING, overlays: Path = OVERLAYS_DIR,
-          chart: Path = CHART, pools_chart: Path = POOLS_CHART) -> list[str]:
+          chart: Path = CHART, pools_chart: Path = POOLS_CHART,
+          components: Path = KUSTOMIZE_COMPONENTS) -> list[str]:
     """Paths under ``root`` that differ from a fresh render (missing, changed or extra), and
-    the monitoring file's, the overlays' and the Helm charts' paths that differ."""
+    the monitoring file's, the overlays', the Helm charts' and the kustomize components' paths
+    that differ (the last three: extra files too)."""
     fresh = render()
     out = [p for p, text in fresh.items() if not (root / p).exists() or (root / p).read_text() != text]
-    out += [str(p.relative_to(root)) for p in root.rglob("*.yaml") if str(p.relative_to(root)) not in fresh]
+    out += [str(p.relative_to(root)) for p in root.rglob("*.yaml")
+            if str(p.relative_to(root)) not in fresh and not p.is_relative_to(root / kustomize_components.FOLDER)]
     generated = {monitoring: render_monitoring(), **{overlays / p: text for p, text in render_overlays().items()}}
     extra: list[Path] = []
-    for folder, chart_files in ((chart, render_chart()), (pools_chart, render_pools_chart())):
-        generated.update({folder / p: text for p, text in chart_files.items()})
-        extra += [p for p in folder.rglob("*") if p.is_file() and str(p.relative_to(folder)) not in chart_files] \
-            if folder.exists() else []
+    for tree, files in ((chart, render_chart()), (pools_chart, render_pools_chart()),
+                        (components, kustomize_components.render_components())):
+        generated.update({tree / p: text for p, text in files.items()})
+        extra += [p for p in tree.rglob("*") if p.is_file() and str(p.relative_to(tree)) not in files] \
+            if tree.exists() else []
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
             for p, text in generated.items() if not p.exists() or p.read_text() != text]
     out += [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in extra]
     return sorted(out)
 
 
-def write_chart(files: dict[str, str], root: Path = CHART) -> None:
-    """Replaces every file of the chart under ``root`` with ``files``."""
+def write_tree(files: dict[str, str], root: Path = CHART) -> None:
+    """Replaces every file under ``root`` (the chart's, the kustomize components') with ``files``."""
     if root.exists():
         for p in sorted(root.rglob("*"), reverse=True):
             p.unlink() if p.is_file() else p.rmdir()
@@ -235,23 +232,25 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(e))
         write(files, out)
         try:  # the same settings as a Helm chart of their own: the values' keys stay values
-            write_chart(render_chart(brand), out / "chart")
-            write_chart(render_pools_chart(render_time_settings(brand)), out / "pools-chart")
+            write_tree(render_chart(brand), out / "chart")
+            write_tree(render_pools_chart(render_time_settings(brand)), out / "pools-chart")
         except Unmappable as e:
             parser.error(f"the chart cannot be rendered from these settings: {e}")
         return 0
     if args.check:
         bad = stale()
         for name in bad:
-            shown = name if name.startswith(("monitoring/", "examples/", "charts/")) else "manifests/" + name
+            outside = name.startswith(("monitoring/", "examples/", "charts/", "manifests/"))  # from the root
+            shown = name if outside else "manifests/" + name
             print(f"stale: {shown}", file=sys.stderr)
         return 1 if bad else 0
     write(render(), MANIFESTS)
     MONITORING.write_text(render_monitoring())
     print(f"wrote {MONITORING.relative_to(ROOT)}")
     write(render_overlays(), OVERLAYS_DIR)
-    write_chart(render_chart())
-    write_chart(render_pools_chart(), POOLS_CHART)
+    write_tree(render_chart())
+    write_tree(render_pools_chart(), POOLS_CHART)
+    write_tree(kustomize_components.render_components(), KUSTOMIZE_COMPONENTS)
     return 0
 
 

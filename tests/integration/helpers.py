@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -127,6 +128,12 @@ def parse_time(value: str) -> datetime:
     if parsed is None:
         raise AssertionError(f"not a timestamp: {value!r}")
     return parsed
+
+
+def parsed_objects(texts: Iterable[str]) -> list[str]:
+    """Each object of these YAML texts as sorted JSON, sorted: an order-insensitive comparison of
+    parsed objects (the Helm chart's and the kustomize components' renders against Python's)."""
+    return sorted(json.dumps(o, sort_keys=True) for t in texts for o in yaml.safe_load_all(t) if o)
 
 
 def kubectl_binary() -> str:

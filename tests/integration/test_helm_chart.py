@@ -21,14 +21,10 @@ import yaml
 from autoclusters.pools.pool_config import pool_from_config, pool_spec
 from components.chart import ValueKey, _merged, _token, nest, value_keys, variants
 from components.render import EXAMPLE_POOLS, MANIFESTS, render
+from tests.integration.helpers import parsed_objects
 
 pytestmark = pytest.mark.integration
 CHART = Path(__file__).resolve().parents[2] / "charts" / "autoclusters"
-
-
-def _objects(texts: list[str]) -> list[str]:
-    """Each object as sorted JSON, sorted: an order-insensitive comparison of parsed objects."""
-    return sorted(json.dumps(o, sort_keys=True) for t in texts for o in yaml.safe_load_all(t) if o)
 
 
 def template(helm: Path, values: dict[str, Any] | None = None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -42,12 +38,12 @@ def template(helm: Path, values: dict[str, Any] | None = None, *args: str) -> su
 def rendered(helm: Path, values: dict[str, Any] | None = None) -> list[str]:
     done = template(helm, values)
     assert done.returncode == 0, done.stderr
-    return _objects([done.stdout])
+    return parsed_objects([done.stdout])
 
 
 def python_render(config: dict[str, Any]) -> list[str]:
     """What ``components.render --config`` writes for these stack settings, without pools."""
-    return _objects([text for path, text in render({"pools": [], **config}).items()
+    return parsed_objects([text for path, text in render({"pools": [], **config}).items()
                      if not path.endswith("kustomization.yaml")])
 
 
@@ -70,7 +66,7 @@ def test_default_values_render_the_manifests(helm: Path) -> None:
     files = [p for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml"
              and (p.parent == MANIFESTS or p.name.startswith("00-"))]  # the example pools are manifests/'s own
     assert any(p.parent.name == "pools" for p in files)
-    assert rendered(helm) == _objects([p.read_text() for p in files])
+    assert rendered(helm) == parsed_objects([p.read_text() for p in files])
 
 
 @pytest.mark.parametrize("key", value_keys(), ids=lambda k: k.dotted)
@@ -104,7 +100,7 @@ def test_unset_variants_read_as_their_defaults(helm: Path) -> None:
     done = template(helm, None, "--set", "kernelLogSource=null", "--set", "nvml.enabled=null",
                     "--set", "monitoring=null")
     assert done.returncode == 0, done.stderr
-    assert _objects([done.stdout]) == rendered(helm)
+    assert parsed_objects([done.stdout]) == rendered(helm)
 
 
 def test_all_values_at_once(helm: Path) -> None:
@@ -167,7 +163,7 @@ def test_the_pools_chart_renders_the_stack_settings_pools(helm: Path) -> None:
     assert [o["metadata"]["name"] for o in ours] == [p["name"] for p in POOLS]
     stack = [o for path, text in render({"pools": POOLS}).items() if path.startswith("pools/")
              and not path.endswith(("kustomization.yaml", "00-default-policy.yaml")) for o in yaml.safe_load_all(text)]
-    assert _objects([json.dumps(_completed(o)) for o in ours]) == _objects([json.dumps(o) for o in stack])
+    assert parsed_objects([json.dumps(_completed(o)) for o in ours]) == parsed_objects([json.dumps(o) for o in stack])
     # the spec is the value's: what the pool model fills in, the CRD's defaults fill in at the API server
     assert ours[0]["spec"] == {k: v for k, v in POOLS[0].items() if k != "name"}
 

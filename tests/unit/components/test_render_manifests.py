@@ -111,3 +111,16 @@ def test_the_prometheus_operators_objects_have_a_file_of_their_own() -> None:
     assert "06-prometheus-operator.yaml" in yaml.safe_load(files["kustomization.yaml"])["resources"]
     assert {p: t for p, t in files.items() if "kustomization" not in p and "prometheus" not in p} == {
         p: t for p, t in render.render().items() if "kustomization" not in p}
+def test_stale_covers_the_kustomize_components(tmp_path: Path) -> None:
+    """``--check`` fails on a changed, a missing or an extra file of ``manifests/components/``."""
+    from components.kustomize_components import render_components
+
+    render.write_tree(render_components(), tmp_path)
+    assert render.stale(components=tmp_path) == []
+    changed, gone = sorted(render_components())[:2]
+    (tmp_path / changed).write_text("changed\n")
+    (tmp_path / gone).unlink()
+    (tmp_path / "old-component" / "kustomization.yaml").parent.mkdir()
+    (tmp_path / "old-component" / "kustomization.yaml").write_text("kind: Component\n")
+    assert render.stale(components=tmp_path) == sorted(
+        str(tmp_path / p) for p in (changed, gone, "old-component/kustomization.yaml"))
