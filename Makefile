@@ -98,6 +98,7 @@ manifests: venv
 	$(BIN)/python -m autoclusters.faults.table > docs/xid-catalog.md
 	$(BIN)/python -m autoclusters.faults.table --conditions docs/detector.md
 	$(BIN)/python -m components.kustomize_components docs/deploy.md
+	$(BIN)/python -m components.settings_surfaces docs/deploy.md
 	$(BIN)/python -m components.render
 	$(if $(strip $(BRAND_FLAGS)),$(BIN)/python -m components.render $(BRAND_FLAGS))
 
