@@ -16,6 +16,7 @@ a unit test holds the page to it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from autoclusters.deploy.stack_config import STACK_SETTINGS
@@ -80,7 +81,7 @@ def kustomize(setting: str) -> str:
     return "; ".join(ways)
 
 
-def _inline(settings: dict[str, Any]) -> str:
+def _inline(settings: Mapping[str, Any]) -> str:
     return "`" + kustomize_components.inline(settings) + "`"
 
 
