@@ -113,10 +113,10 @@ _POD_SCHEMAS: dict[str, dict[str, Any]] = {
     "tolerations": {"type": "array", "items": {"type": "object", "additionalProperties": False, "properties": {
         "key": {"type": "string"}, "operator": {"type": "string"}, "value": {"type": "string"},
         "effect": {"type": "string"}, "tolerationSeconds": {"type": "integer"}}}},
-    "nodeSelector": {**_STRING_MAP, "minProperties": 1},
-    "affinity": {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+    "nodeSelector": {**_STRING_MAP},
+    "affinity": {"type": "object", "additionalProperties": False, "properties": {
         k: {"type": "object"} for k in ("nodeAffinity", "podAffinity", "podAntiAffinity")}},
-    "resources": {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+    "resources": {"type": "object", "additionalProperties": False, "properties": {
         k: {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
         for k in ("requests", "limits")}},
     "priorityClassName": {"type": "string", "pattern": _DNS_SUBDOMAIN},
@@ -124,8 +124,8 @@ _POD_SCHEMAS: dict[str, dict[str, Any]] = {
                                        "properties": {"name": {"type": "string",
                                                                "pattern": r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
                                                       "value": {"type": "string"}}}},
-    "podAnnotations": {**_STRING_MAP, "minProperties": 1},
-    "serviceAccountAnnotations": {**_STRING_MAP, "minProperties": 1},
+    "podAnnotations": {**_STRING_MAP},
+    "serviceAccountAnnotations": {**_STRING_MAP},
 }
 
 
@@ -187,7 +187,7 @@ def value_keys() -> tuple[ValueKey, ...]:
         _variant(operator, _DEFAULTS.monitoring.prometheus_operator, (False, True),
                  "true: a PodMonitor each for the controller, the detector and the webhook, and a PrometheusRule "
                  "of the alerts (the cluster needs the Prometheus Operator's CRDs)"),
-        ValueKey(("monitoring", "labels"), {**_STRING_MAP, "minProperties": 1}, lambda t: {t: t + "v"},
+        ValueKey(("monitoring", "labels"), dict(_STRING_MAP), lambda t: {t: t + "v"},
                  "labels on the PodMonitors and the PrometheusRule (monitoring.prometheusOperator), for an operator "
                  "that selects them by label (kube-prometheus-stack: release: <its release>)",
                  needs=((operator, True),)),

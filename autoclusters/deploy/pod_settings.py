@@ -242,9 +242,10 @@ class PodSettings:
         return obj
 
     def _settings(self, component: str, *, on_service_account: bool) -> list[tuple[Setting, Any]]:
-        """The settings given for ``component`` that dress its pods, or its service account."""
+        """The settings given for ``component`` that dress its pods, or its service account. An
+        empty map or list is a setting left out (Helm's unset value is ``{}``): the part keeps its own."""
         return [(_BY_KEY[key], value) for key, value in self.components.get(component, {}).items()
-                if _BY_KEY[key].on_service_account == on_service_account]
+                if _BY_KEY[key].on_service_account == on_service_account and value not in ({}, [])]
 
 
 def docs_table() -> str:

@@ -59,8 +59,10 @@ def spec_of(configmap: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
 
 def configmap(spec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     """The ConfigMap of the default policy. Its JSON is sorted, compact and UTF-8: the text Helm's
-    ``toJson`` writes, so the chart's ``defaultPool`` value renders what the stack renders."""
+    ``toJson`` writes, so the chart's ``defaultPool`` value renders what the stack renders; an
+    empty spec (every pool default) is written as the reference default it equals, as Helm writes
+    its unset ``{}``."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": CONFIGMAP, "namespace": namespace, "labels": dict(LABEL)},
-            "data": {KEY: json.dumps(check_spec(spec), sort_keys=True, separators=(",", ":"),
+            "data": {KEY: json.dumps(check_spec(spec) or dict(REFERENCE_DEFAULT), sort_keys=True, separators=(",", ":"),
                                          ensure_ascii=False)}}

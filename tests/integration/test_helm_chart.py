@@ -184,3 +184,19 @@ def test_the_pools_chart_refuses_bad_pools_naming_them(helm: Path, pools: list[d
     done = pools_template(helm, {"pools": pools})
     assert done.returncode != 0
     assert named in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("key", [k for k in value_keys() if isinstance(sample(k), dict | list) and not k.choices
+                                 and k.schema.get("minItems", 0) == 0], ids=lambda k: k.dotted)
+def test_an_empty_map_or_list_renders_as_the_stack_setting(helm: Path, key: ValueKey) -> None:
+    """``{}`` is Helm's unset value (a values file's empty default): the stack takes an empty map
+    or list as the key left out too, so both render the same."""
+    values = nest(key.path, {} if isinstance(sample(key), dict) else [])
+    assert rendered(helm, values) == python_render(values) == rendered(helm)
+
+
+@pytest.mark.parametrize("seconds", [2.5, 30.0, 30])
+def test_a_number_renders_as_the_stack_writes_it(helm: Path, seconds: float) -> None:
+    """A YAML number is a float to Helm (30.0 and 30 alike); the stack's flag is the same text."""
+    values = {"detector": {"windowSeconds": seconds}}
+    assert rendered(helm, values) == python_render(values)
