@@ -5,6 +5,7 @@ both real nodes, reset by the shipped ``hostReboot`` Job. Shared by the real-nod
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -95,6 +96,14 @@ def repaired_through_job(kube: Kube, ns: str, node: str, before: str, job_images
                                label_selector=f"app.kubernetes.io/name={REBOOT_JOB}"):
         job_images.update(c["image"] for c in job["spec"]["template"]["spec"]["containers"])
     return repaired(kube, node, before)
+
+
+def helm_run(helm: Path, cfg: str, *args: str, timeout: float = 300) -> str:
+    """``helm ARGS`` against the cluster of ``cfg``; its output, or the test fails with it."""
+    done = subprocess.run([str(helm), *args, "--kubeconfig", cfg], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout
 
 
 PARTS = {"autoclusters-controller": 2, "autoclusters-webhook": 2, "autoclusters-detector": 2}

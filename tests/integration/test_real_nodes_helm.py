@@ -41,7 +41,7 @@ from autoclusters.ops.uninstall import marks_of
 from autoclusters.providers.hostreboot import boot_id
 from components.render import EXAMPLE_POOLS
 from tests.integration.helpers import kubectl, wait_for
-from tests.integration.real_nodes_support import XID79, ready_parts, repaired_through_job
+from tests.integration.real_nodes_support import XID79, helm_run, ready_parts, repaired_through_job
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +50,6 @@ IMAGE = f"{LOCAL_IMAGE_REPOSITORY}:{__version__}"
 RELEASE = "autoclusters"
 RELEASE_NS = "default"  # docs/deploy.md: the chart holds its own namespace, the release lives elsewhere
 POOLS_RELEASE = "autoclusters-pools"
-
-
-def _helm(helm: Path, cfg: str, *args: str, timeout: float = 300) -> str:
-    done = subprocess.run([str(helm), *args, "--kubeconfig", cfg], capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done.stdout
 
 
 def _own_chart(tmp: Path) -> Path:
@@ -119,11 +112,11 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
     values = ["--set", f"image={IMAGE}", "--set", "detector.windowSeconds=3"]
     t0 = time.monotonic()
     # docs/deploy.md, "With Helm": these three steps and no other
-    _helm(helm, cfg, "install", RELEASE, chart, "--namespace", RELEASE_NS, *values)
+    helm_run(helm, cfg, "install", RELEASE, chart, "--namespace", RELEASE_NS, *values)
     kubectl(cfg, "-n", ns, "wait", "--for=condition=Available", "deployment/autoclusters-webhook",
             "--timeout=240s", timeout=300)
     pools = ["--namespace", RELEASE_NS, "--values"]
-    _helm(helm, cfg, "install", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "auto")))
+    helm_run(helm, cfg, "install", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "auto")))
     real = {n.name for n in nodes}
     by_part = wait_for("every part Ready as pods on the real nodes", lambda: ready_parts(real_cluster, ns, real),
                        timeout=180)
@@ -149,7 +142,7 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
 
     # helm upgrade with one value changed: the controller rolls with the new flag, nothing is recreated
     uids = _uids(kube, ns)
-    _helm(helm, cfg, "upgrade", RELEASE, chart, "--namespace", RELEASE_NS, *values, "--set", "controller.workers=7")
+    helm_run(helm, cfg, "upgrade", RELEASE, chart, "--namespace", RELEASE_NS, *values, "--set", "controller.workers=7")
     kubectl(cfg, "-n", ns, "rollout", "status", f"deployment/{CONTROLLER}", "--timeout=240s", timeout=300)
     deployment = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{CONTROLLER}")
     args = [a for c in deployment["spec"]["template"]["spec"]["containers"] for a in c.get("args") or []]
@@ -159,7 +152,7 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
     assert kube.get(pool_path)["metadata"]["annotations"]["meta.helm.sh/release-name"] == POOLS_RELEASE
 
     # helm upgrade of the pools' chart, the consent mode changed in its values: the next fault waits
-    _helm(helm, cfg, "upgrade", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "propose")))
+    helm_run(helm, cfg, "upgrade", POOLS_RELEASE, str(out / "pools-chart"), *pools, str(_pools_values(out, "propose")))
     assert kube.get(pool_path)["spec"]["consentMode"] == "propose"
     other = nodes[1]
     other.write_kernel_log(f"4,1302,{int(time.monotonic() * 1e6)},-;{XID79}")
@@ -178,8 +171,8 @@ def test_the_chart_installs_repairs_a_real_node_upgrades_and_uninstalls_as_docum
     done = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "uninstall", "--stop", "--kubeconfig", cfg],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    _helm(helm, cfg, "uninstall", POOLS_RELEASE, "--namespace", RELEASE_NS, "--wait")
-    _helm(helm, cfg, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
+    helm_run(helm, cfg, "uninstall", POOLS_RELEASE, "--namespace", RELEASE_NS, "--wait")
+    helm_run(helm, cfg, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
     for n in nodes:
         obj = kube.get_node(n.name)
         assert marks_of(names, obj) == [], obj
