@@ -1,13 +1,15 @@
 """An upgrade from the previous release on the local cluster's real nodes, as docs/deploy.md
-("Upgrading", "With Helm") tells a user (issue 29 item 4): the previous release's chart
-(this repository at ``PREVIOUS_RELEASE``, read with ``git archive`` and rendered by that tree's
-own ``components.render --config``) installed with ``helm install``, its pools applied with
-kubectl as its docs said; one repair finished through the pods and one proposed repair open
-(waiting for approval); then ``helm upgrade --reuse-values`` to this tree's chart (whose values
-gained keys the stored values lack), and this tree's pools' chart installed over the pools
-kubectl made (``--take-ownership``). Nothing is lost: every pool and record is the same object
-(uid), the finished record's history as it was, and the open repair, approved after the
-upgrade, completes through the upgraded controller's reboot Job.
+("Upgrading") tells a user (issue 29 item 4), by both routes: the previous release (this
+repository at ``PREVIOUS_RELEASE``, read with ``git archive`` and rendered by that tree's own
+``components.render --config``) installed with ``helm install`` of its chart, or with
+``kubectl apply -k`` of its manifests, its pools applied with kubectl as its docs said; one
+repair finished through the pods and one proposed repair open (waiting for approval); then the
+upgrade: ``helm upgrade --reuse-values`` to this tree's chart (whose values gained keys the
+stored values lack) and this tree's pools' chart installed over the pools kubectl made
+(``--take-ownership``), or ``kubectl apply -k`` of this tree's manifests and pools. Nothing is
+lost: every pool and record is the same object (uid), the finished record's history as it was,
+and the open repair, approved after the upgrade, completes through the upgraded controller's
+reboot Job.
 
 Both releases run the image this tree builds (the nodes hold one build): what changes across
 the upgrade here is every object the charts hold. The previous release's code handing its repair
@@ -78,7 +80,8 @@ def releases(real_cluster: ClusterHandle, helm: Path, tmp_path: Path) -> Iterato
     nodes = real_cluster.dev.real_nodes()
     names, cfg, kube = Names(), real_cluster.kubeconfig, real_cluster.kube
     settings = tmp_path / "settings.yaml"
-    settings.write_text(yaml.safe_dump({"hostRebootCommand": REBOOT_VERB, "pools": POOLS}))
+    settings.write_text(yaml.safe_dump({"hostRebootCommand": REBOOT_VERB, "pools": POOLS, "image": IMAGE,
+                                        "detector": {"windowSeconds": 3}}))
     old = _render(_previous_tree(tmp_path / "previous"), settings, tmp_path / "old")
     new = _render(REPO, settings, tmp_path / "new")
     for node, pool in zip(nodes, POOLS, strict=True):
@@ -91,7 +94,9 @@ def releases(real_cluster: ClusterHandle, helm: Path, tmp_path: Path) -> Iterato
         for release in (POOLS_RELEASE, RELEASE):
             subprocess.run([str(helm), "uninstall", release, "--namespace", RELEASE_NS, "--ignore-not-found",
                             "--kubeconfig", cfg], capture_output=True, timeout=300, check=False)
-        kubectl(cfg, "delete", "-k", str(old / "pools"), "--ignore-not-found", check=False, timeout=120)
+        for out in (new, old):
+            kubectl(cfg, "delete", "-k", str(out / "pools"), "--ignore-not-found", check=False, timeout=120)
+            kubectl(cfg, "delete", "-k", str(out), "--ignore-not-found", check=False, timeout=300)
         kubectl(cfg, "delete", "namespace", DEFAULT_NAMESPACE, "--ignore-not-found", check=False, timeout=300)
         kubectl(cfg, "delete", "crd", f"{api.POOLS.plural}.{names.api_group}",
                 f"{api.REMEDIATIONS.plural}.{names.api_group}", "--ignore-not-found", check=False, timeout=120)
@@ -111,16 +116,20 @@ def _record_of(kube: Kube, names: Names, node: str, phase: api.Phase) -> dict[st
     return mine[-1] if mine and mine[-1].get("status", {}).get("phase") == phase else None
 
 
-def test_helm_upgrade_from_the_previous_release_keeps_every_pool_and_record_and_finishes_the_open_repair(
-        real_cluster: ClusterHandle, helm: Path, releases: tuple[Path, Path, list[RealNode]],
+@pytest.mark.parametrize("route", ["helm", "kubectl"])
+def test_an_upgrade_from_the_previous_release_keeps_every_pool_and_record_and_finishes_the_open_repair(
+        real_cluster: ClusterHandle, helm: Path, releases: tuple[Path, Path, list[RealNode]], route: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     old, new, nodes = releases
     cfg, kube, names, ns = real_cluster.kubeconfig, real_cluster.kube, Names(), DEFAULT_NAMESPACE
     real = {n.name for n in nodes}
     t0 = time.monotonic()
-    # the previous release, as its docs/deploy.md said: the chart, the wait, the pools with kubectl
-    helm_run(helm, cfg, "install", RELEASE, str(old / "chart"), "--namespace", RELEASE_NS,
-             "--set", f"image={IMAGE}", "--set", "detector.windowSeconds=3")
+    # the previous release, as its docs/deploy.md said: the system, the wait, the pools with kubectl
+    if route == "helm":
+        helm_run(helm, cfg, "install", RELEASE, str(old / "chart"), "--namespace", RELEASE_NS,
+                 "--set", f"image={IMAGE}", "--set", "detector.windowSeconds=3")
+    else:
+        kubectl(cfg, "apply", "-k", str(old), timeout=300)
     kubectl(cfg, "-n", ns, "wait", "--for=condition=Available", "deployment/autoclusters-webhook",
             "--timeout=240s", timeout=300)
     kubectl(cfg, "apply", "-k", str(old / "pools"), timeout=120)
@@ -142,20 +151,27 @@ def test_helm_upgrade_from_the_previous_release_keeps_every_pool_and_record_and_
     records_before = _records(kube, names)
     t_old = time.monotonic() - t0
 
-    # the upgrade: this tree's chart with the values the release stored, then its pools' chart
-    # taking over the pools kubectl made
-    helm_run(helm, cfg, "upgrade", RELEASE, str(new / "chart"), "--namespace", RELEASE_NS, "--reuse-values")
+    # the upgrade: this tree's system over the previous one's, then its pools: with Helm, the
+    # values the release stored and the pools' chart taking over the pools kubectl made
+    if route == "helm":
+        helm_run(helm, cfg, "upgrade", RELEASE, str(new / "chart"), "--namespace", RELEASE_NS, "--reuse-values")
+    else:
+        kubectl(cfg, "apply", "-k", str(new), timeout=300)
     for workload in (f"deployment/{CONTROLLER}", "deployment/autoclusters-webhook", "daemonset/autoclusters-detector"):
         kubectl(cfg, "-n", ns, "rollout", "status", workload, "--timeout=240s", timeout=300)
     wait_for("every part of this release Ready on the real nodes", lambda: ready_parts(real_cluster, ns, real),
              timeout=180)
-    values = old.parent / "pools.yaml"  # the pools, now in the pools' chart's values
-    values.write_text(yaml.safe_dump({"pools": POOLS}))
-    helm_run(helm, cfg, "install", POOLS_RELEASE, str(new / "pools-chart"), "--namespace", RELEASE_NS,
-             "--values", str(values), "--take-ownership")
+    if route == "helm":
+        values = old.parent / "pools.yaml"  # the pools, now in the pools' chart's values
+        values.write_text(yaml.safe_dump({"pools": POOLS}))
+        helm_run(helm, cfg, "install", POOLS_RELEASE, str(new / "pools-chart"), "--namespace", RELEASE_NS,
+                 "--values", str(values), "--take-ownership")
+    else:
+        kubectl(cfg, "apply", "-k", str(new / "pools"), timeout=120)
     after = {p["metadata"]["name"]: p for p in kube.list_items(pools_path)}
     assert {n: p["metadata"]["uid"] for n, p in after.items()} == pool_uids  # the same pools, now Helm's
-    assert all(p["metadata"]["annotations"]["meta.helm.sh/release-name"] == POOLS_RELEASE for p in after.values())
+    if route == "helm":
+        assert all(p["metadata"]["annotations"]["meta.helm.sh/release-name"] == POOLS_RELEASE for p in after.values())
     records_after = _records(kube, names)
     assert {n: r["metadata"]["uid"] for n, r in records_after.items()} == \
         {n: r["metadata"]["uid"] for n, r in records_before.items()}
@@ -171,15 +187,19 @@ def test_helm_upgrade_from_the_previous_release_keeps_every_pool_and_record_and_
                       lambda: _record_of(kube, names, open_node.name, api.Phase.SUCCEEDED), timeout=60)
     assert record["metadata"]["uid"] == proposed["metadata"]["uid"]
     with capsys.disabled():
-        print(f"\nupgrade from {PREVIOUS_RELEASE} on the real nodes: previous release's repairs {t_old:.1f}s, "
-              f"all {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        print(f"\nupgrade ({route}) from {PREVIOUS_RELEASE} on the real nodes: previous release's repairs "
+              f"{t_old:.1f}s, all {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
     # removal, as docs/deploy.md says: nothing left on a node
     done = subprocess.run([sys.executable, "-m", "autoclusters.cli.main", "uninstall", "--stop", "--kubeconfig", cfg],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    helm_run(helm, cfg, "uninstall", POOLS_RELEASE, "--namespace", RELEASE_NS, "--wait")
-    helm_run(helm, cfg, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
+    if route == "helm":
+        helm_run(helm, cfg, "uninstall", POOLS_RELEASE, "--namespace", RELEASE_NS, "--wait")
+        helm_run(helm, cfg, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
+    else:
+        kubectl(cfg, "delete", "-k", str(new / "pools"), "--ignore-not-found", timeout=120)
+        kubectl(cfg, "delete", "-k", str(new), "--ignore-not-found", "--wait", timeout=300)
     for n in nodes:
         obj = kube.get_node(n.name)
         assert marks_of(names, obj) == [], obj
