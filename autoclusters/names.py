@@ -24,8 +24,9 @@ _DOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _PREFIX_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,30}$")
 # An event's reportingComponent must be a qualified name: an optional DNS subdomain and
 # "/", then up to 63 characters of [A-Za-z0-9-_.] that start and end alphanumeric.
-_QUALIFIED_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                           r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+QUALIFIED_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")  # also the chart's schema of eventSource
+_QUALIFIED_RE = re.compile(QUALIFIED_PATTERN)
 
 # The detector's own health condition: the same under every brand and not starting with
 # the condition prefix (see Names.detector_health_condition).

@@ -45,6 +45,7 @@ from autoclusters.deploy.nvml_reach import DEFAULT_HOST_ROOT, DEFAULT_SEARCH
 from autoclusters.deploy.pod_settings import COMPONENTS, SETTINGS
 from autoclusters.deploy.stack import stack_objects
 from autoclusters.deploy.stack_config import StackConfig, stack_config_from_dict
+from autoclusters.names import QUALIFIED_PATTERN
 from autoclusters.pools import default_pool
 from components.manifest_objects import GITOPS_PROVIDERS, HEADER, file_for, manifest
 from components.pools_chart import spec_schema
@@ -79,6 +80,8 @@ class ValueKey:
     split: bool = False
     # the variant values without which the key changes nothing (its objects come with them)
     needs: tuple[tuple[tuple[str, ...], Any], ...] = ()
+    # how a list value is written into one string ({ref}: the value), as the stack writes it
+    joined: str = '(join "," {ref})'
 
     @property
     def dotted(self) -> str:
@@ -152,6 +155,11 @@ def value_keys() -> tuple[ValueKey, ...]:
     ]
     keys += [ValueKey(("controller", name), _tunable_schema(t.kind, t.minimum), _tunable_sentinel(t.kind),
                       f"{t.doc} ({t.flag})") for name, t in TUNABLES.items()]
+    # before the detector's keys: the builder adds its flag before theirs
+    keys.append(ValueKey(("detectorConditionCodes",), {"type": "array", "items": {
+        "type": "string", "pattern": api.REPAIR_CODE_PATTERN}}, lambda t: ["gpu:13"],
+        "<class>:<code> keys whose warnings raise the fault condition too (the detector's --condition-codes)",
+        joined='(join "," (sortAlpha (uniq {ref})))'))  # the stack sorts and drops repeats
     keys += [
         _variant(("kernelLogSource",), _DEFAULTS.kernel_log_source.value,
                  tuple(s.value for s in api.DAEMONSET_KERNEL_LOG_SOURCES),
@@ -175,6 +183,9 @@ def value_keys() -> tuple[ValueKey, ...]:
     ]
     keys += [ValueKey(("pods", part, s.key), _POD_SCHEMAS[s.key], _POD_SENTINELS[s.key], f"{s.shape}: {s.doc}")
              for part in COMPONENTS for s in SETTINGS]
+    keys.append(ValueKey(("eventSource",), {"type": "string", "pattern": QUALIFIED_PATTERN},
+                         lambda t: t, "the controller's events' source.component and reportingComponent "
+                         "(nodepool-service: the reference system's; unset: autoclusters-controller)"))
     keys.append(ValueKey(("defaultPool",), spec_schema(without=default_pool.NOT_ALLOWED),
                          lambda t: {"consentMode": "off", "drain": {"resetDeadlineSeconds": 97531}},
                          "the cluster default policy: a GpuNodePool spec for the nodes whose pool label names no "
@@ -204,13 +215,12 @@ LEFT_OUT: dict[str, str] = {
     "allowLists": "written as JSON inside a ConfigMap, flags and a CEL list: not a value in place",
     "pools": "custom resources of a CRD the chart creates, refused until its webhook serves: the pools chart "
              "(charts/autoclusters-pools, components/pools_chart.py)",
-    "domain, conditionPrefix, namespace, eventSource": "render-time: a brand renders its own chart",
+    "domain, conditionPrefix, namespace": "render-time: a brand renders its own chart",
     "controllerShards": "adds or removes objects by a number, not a choice",
     "monitoring.approvalWaitAlertSeconds": "spoken in the alert's text ('6 hours'): not the value as given",
     "controllerProviders": "render-time: the chart grants every provider but the simulated, as manifests/ does",
     "local, webhookUrl": "the local kwok cluster's settings, not a cluster's install",
     "hostRebootCommand": "split into its argv inside the reboot Job policy's CEL: not a value in place",
-    "detectorConditionCodes": "sorted and deduplicated into a flag: not the value as given",
 }
 
 
@@ -330,7 +340,7 @@ class _Converter:
         """(text in a render, the expression that writes it) of the value."""
         v = self.value
         if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
-            return [(v[0], f'(join "," {self.ref})')]
+            return [(v[0], self.key.joined.format(ref=self.ref))]
         if isinstance(v, str):
             return [(v, self.ref)]
         if isinstance(v, int | float) and not isinstance(v, bool):
@@ -746,6 +756,8 @@ def values_yaml(keys: tuple[ValueKey, ...]) -> str:
         for k in members:
             if k.default is None:
                 lines.append(f"# {k.dotted}: {k.doc}")
+        if top not in values and all(len(k.path) == 1 for k in members):
+            continue  # a top-level key without a default: unset, said in its comment above
         lines.append(yaml.safe_dump({top: values.get(top, {})}, sort_keys=False, width=120).rstrip())
         for k in members:
             if k.default is not None and len(k.path) > 1:

@@ -200,3 +200,9 @@ def test_a_number_renders_as_the_stack_writes_it(helm: Path, seconds: float) -> 
     """A YAML number is a float to Helm (30.0 and 30 alike); the stack's flag is the same text."""
     values = {"detector": {"windowSeconds": seconds}}
     assert rendered(helm, values) == python_render(values)
+
+
+def test_condition_codes_are_sorted_and_without_repeats_as_the_stack_writes_them(helm: Path) -> None:
+    values = {"detectorConditionCodes": ["nvswitch:12", "gpu:13", "gpu:13", "gpu:9"]}
+    assert rendered(helm, values) == python_render(values)
+    assert "gpu:13,gpu:9,nvswitch:12" in template(helm, values).stdout
