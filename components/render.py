@@ -65,7 +65,7 @@ KUSTOMIZE_COMPONENTS = MANIFESTS / kustomize_components.FOLDER  # components/kus
 OVERLAYS_DIR = ROOT / "examples" / "kustomize"
 # Example pools a GitOps repository would start from: one per consent mode, each naming its
 # providers (a pool that names none reports faults but holds every repair).
-EXAMPLE_POOLS = [
+EXAMPLE_POOLS: list[dict[str, Any]] = [
     {"name": "a100", "consentMode": "propose",
      "provider": {"type": "clusterapi", "reset": {"type": "hostReboot"}}},
     {"name": "h100", "consentMode": "auto", "faultClasses": {"interconnect": "reset"}, "maxConcurrentRepairs": 2,
