@@ -86,8 +86,8 @@ def _inline(settings: Mapping[str, Any]) -> str:
 
 
 def docs_table() -> str:
-    lines = ["| stack setting (Pulumi: `autoclusters:<setting>`) | Helm | kustomize |", "|---|---|---|"]
-    lines += [f"| `{s}` | {helm(s)} | {kustomize(s)} |" for s in STACK_SETTINGS]
+    lines = ["| Pulumi (stack setting) | Helm | kustomize |", "|---|---|---|"]
+    lines += [f"| `autoclusters:{s}` | {helm(s)} | {kustomize(s)} |" for s in STACK_SETTINGS]
     return "\n".join(lines)
 
 
