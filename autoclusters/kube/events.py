@@ -41,7 +41,7 @@ from typing import Any
 
 from autoclusters.clock import Clock, utc_iso, utc_iso_micro
 from autoclusters.kube.client import Kube
-from autoclusters.kube.errors import Conflict, KubeError, NotFound, TooManyRequests, Unavailable
+from autoclusters.kube.errors import Conflict, Forbidden, KubeError, NotFound, TooManyRequests, Unavailable
 from autoclusters.names import event_source_error
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,13 @@ MAX_INSTANCE = 128
 def _passing(e: KubeError) -> bool:
     """A failure that a later try may not meet: the API server unreachable, restarting, or busy."""
     return isinstance(e, Unavailable | TooManyRequests)
+
+
+# A 403 just after an API server (re)starts is its authorizer not having read the RBAC objects yet
+# (kube-apiserver serves before its RBAC informers are synced: every request is refused for a
+# second or two). It is tried again for this long only, since a 403 that lasts is a missing
+# permission, and the object's later events wait behind it.
+FORBIDDEN_RETRY_SECONDS = 15.0
 
 
 def event_name(obj: str, at: datetime) -> str:
@@ -108,7 +115,9 @@ class EventRecorder:
     logged and dropped. A sender whose write fails for a passing reason (the API server
     unreachable or restarting, a 5xx, a 429) tries the same event again, waiting ``retry_first``
     seconds doubling to ``retry_max``, for up to ``retry_seconds`` (client-go's broadcaster tries
-    12 times over two minutes): an API server that restarts mid-repair costs no event, and the
+    12 times over two minutes), and a 403 for up to ``forbidden_seconds`` (a restarted API server
+    refuses everything until its authorizer has read the RBAC objects; client-go drops such an
+    event): an API server that restarts mid-repair costs no event, and the
     object's later events wait behind it, so the order holds. A create whose answer was lost may
     have landed: its retry finding the event's own name taken is that write, not a second event.
     Written inline (``background=False``), an event is tried once: the caller never waits.
@@ -117,7 +126,7 @@ class EventRecorder:
     def __init__(self, kube: Kube, clock: Clock, source: str, *, instance: str = "",
                  aggregate_seconds: float = 600, max_cache: int = 4096, background: bool = False,
                  max_queue: int = 10000, senders: int = 1, retry_seconds: float = 120, retry_first: float = 0.5,
-                 retry_max: float = 10) -> None:
+                 retry_max: float = 10, forbidden_seconds: float = FORBIDDEN_RETRY_SECONDS) -> None:
         why = event_source_error(source)
         if why:
             raise ValueError(why)
@@ -133,6 +142,7 @@ class EventRecorder:
         self._last_second: dict[tuple[str, str, str], datetime] = {}
         self._queues: list[queue.Queue[_Pending]] = []
         self._retry = (retry_seconds, retry_first, retry_max)
+        self._forbidden_seconds = min(forbidden_seconds, retry_seconds)
         if background:
             if senders < 1:
                 raise ValueError(f"senders must be at least 1, not {senders}")
@@ -190,14 +200,15 @@ class EventRecorder:
     def _write(self, p: _Pending, retry: bool = False) -> None:
         """Writes one event; with ``retry``, again after a passing failure (see the class)."""
         total, delay, most = self._retry
-        deadline = self._clock.monotonic() + total
+        start = self._clock.monotonic()
         again = False
         while True:
             try:
                 self._send(p, again)
                 return
             except KubeError as e:
-                if not (retry and _passing(e) and self._clock.monotonic() + delay <= deadline):
+                window = total if _passing(e) else self._forbidden_seconds if isinstance(e, Forbidden) else None
+                if not (retry and window is not None and self._clock.monotonic() + delay <= start + window):
                     log.warning("event %s on %s %s not written: %s", p.reason, p.ref.kind, p.ref.name, e)
                     return
                 log.info("event %s on %s %s not written yet (%s); trying again in %.1fs", p.reason, p.ref.kind,

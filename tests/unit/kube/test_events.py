@@ -234,16 +234,28 @@ def test_a_sender_tries_an_event_again_while_the_api_server_is_away_and_writes_i
     assert clock.monotonic() - start == (0.5 + 0.5 if lands else 0.5 + 1 + 2)
 
 
-@pytest.mark.parametrize("status", [403, 503], ids=["forbidden", "unavailable"])
-def test_a_refused_event_is_tried_once_and_a_passing_failure_only_for_retry_seconds(status: int) -> None:
+@pytest.mark.parametrize(("status", "tries"), [(422, 1), (403, 3), (503, 4)],
+                         ids=["invalid", "forbidden", "unavailable"])
+def test_a_refused_event_is_tried_once_a_forbidden_one_briefly_a_passing_failure_for_retry_seconds(
+        status: int, tries: int) -> None:
     store, clock = flaky(100, status), FakeClock()
     rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True,
-                        retry_seconds=10, retry_first=1, retry_max=4)
+                        retry_seconds=10, retry_first=1, retry_max=4, forbidden_seconds=3)
     rec.emit(NODE, "MaintenanceStarted", "a")
     rec.flush(5)
     assert store.events == {}
-    # refused: one try; unreachable: tries after 1, 2, 4 s, and none that would end past 10 s
-    assert store.creates == (1 if status == 403 else 4)
+    # refused: one try; forbidden: tries after 1 and 2 s, none past 3 s; unreachable: tries after
+    # 1, 2, 4 s, and none that would end past 10 s
+    assert store.creates == tries
+
+
+def test_an_event_refused_while_a_restarted_api_servers_authorizer_starts_is_written() -> None:
+    """A restarted kube-apiserver answers 403 until its RBAC informers have synced: the event waits."""
+    store, clock = flaky(2, 403), FakeClock()
+    rec = EventRecorder(store.kube, clock, "autoclusters-controller", background=True, retry_first=0.5)
+    rec.emit(NODE, "MaintenanceStarted", "a")
+    rec.flush(5)
+    assert [store.events[n]["reason"] for n in store.order] == ["MaintenanceStarted"]
 
 
 def test_an_inline_recorder_never_waits_to_try_again() -> None:
