@@ -34,14 +34,11 @@ from typing import Any
 
 import yaml
 
-from autoclusters.deploy.stack import stack_objects
-from autoclusters.deploy.stack_config import stack_config_from_dict
+from components import chart
 from components.manifest_objects import (
-    GITOPS_PROVIDERS,
     HEADER,
     file_for,
     file_order,
-    manifest,
     yaml_documents,
     yaml_text,
 )
@@ -85,16 +82,11 @@ JOURNAL_WITHOUT_NVML = _together(KERNEL_LOG_JOURNAL, NVML_DISABLED, "both rewrit
 TOGGLES: tuple[Toggle, ...] = (KERNEL_LOG_JOURNAL, NVML_DISABLED, JOURNAL_WITHOUT_NVML, PROMETHEUS_OPERATOR)
 
 
-def _ident(obj: dict[str, Any]) -> Ident:
-    meta = obj["metadata"]
-    return obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"]
-
-
 def system_objects(settings: Mapping[str, Any] | None = None) -> dict[Ident, dict[str, Any]]:
     """The objects (as ``manifests/`` holds them) with ``settings`` over the defaults, by
-    identity: every object ``manifests/`` renders, no pools (GitOps grants: every provider)."""
-    config = stack_config_from_dict({"pools": [], "controllerProviders": GITOPS_PROVIDERS, **(settings or {})})
-    return {_ident(obj): obj for obj in map(manifest, stack_objects(config)) if file_for(obj)}
+    identity: every object ``manifests/`` renders, no pools (GitOps grants: every provider); the
+    chart's objects (``chart.objects``), keyed with their apiVersion too."""
+    return {(obj["apiVersion"], *ident): obj for ident, obj in chart.objects(None, dict(settings or {})).items()}
 
 
 def pointer(path: tuple[str | int, ...]) -> str:
